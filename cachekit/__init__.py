@@ -1,0 +1,31 @@
+"""cachekit: decode and preprocess an image dataset once into a sharded cache, then feed training fast."""
+
+from .build import BuildConfig, BuildResult, build
+from .constants import VERSION as __version__
+from .dataset import CachedDataset, SampleBatch, collate_batch
+from .errors import BuildError, CacheError, CachekitError, UsageError
+from .manifest import Manifest, SampleSpec, ShardInfo, read_manifest
+from .pipelines import Pipeline, load_pipeline
+from .sources import Source, discover
+
+__all__ = [
+    "__version__",
+    "BuildConfig",
+    "BuildResult",
+    "build",
+    "CachedDataset",
+    "SampleBatch",
+    "collate_batch",
+    "CachekitError",
+    "CacheError",
+    "BuildError",
+    "UsageError",
+    "Manifest",
+    "SampleSpec",
+    "ShardInfo",
+    "read_manifest",
+    "Pipeline",
+    "load_pipeline",
+    "Source",
+    "discover",
+]

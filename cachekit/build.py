@@ -1,0 +1,376 @@
+"""Build orchestration: plan shards, run shard jobs on an executor, resume, write the manifest last.
+
+Shard files are named by a hash of what they contain (the options that shape the pixels, and the
+inputs they cover), so a file that exists under its planned name is the same shard: resume, update
+and rebuild all reuse finished shards by name after checking their size and checksum.
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import json
+import math
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+
+from .atomic import commit_file, sha256_file
+from .constants import (
+    DEFAULT_FORMAT,
+    DEFAULT_PIPELINE,
+    DEFAULT_SHARD_BYTES,
+    LOCK_NAME,
+    MANIFEST_NAME,
+    MAX_SHARD_SAMPLES,
+    MIN_SHARD_SAMPLES,
+    PARTIAL_DIR,
+)
+from .cpus import available_cpus
+from .errors import BuildError, CacheError, UsageError
+from .executors import run_jobs
+from .formats import get_format
+from .lock import BuildLock
+from .manifest import Manifest, SampleSpec, ShardInfo, SkippedInput, read_manifest, write_manifest
+from .pipelines import Pipeline, load_pipeline
+from .shardjob import ShardJob, ShardResult, run_shard_job
+from .sources import Source, discover, path_key
+
+__all__ = ["BuildConfig", "BuildResult", "build", "default_shard_size", "probe_shape"]
+
+#: Small datasets get at least this many shards so every worker has work to balance.
+_MIN_SHARDS = 16
+
+
+@dataclass(frozen=True)
+class BuildConfig:
+    """Options of one build; ``None`` means "choose a sensible default"."""
+
+    format: str = DEFAULT_FORMAT
+    pipeline: str = DEFAULT_PIPELINE
+    size: int | None = None
+    workers: int | None = None
+    shard_size: int | None = None
+    labels: str | Path | None = None
+    strict: bool = False
+    overwrite: bool = False
+    update: bool = False
+    fast_decode: bool = False
+    compression: str = "none"
+    executor: str = "local"
+    executor_options: dict = field(default_factory=dict)
+    progress: bool = True
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    manifest: Manifest
+    path: Path
+    status: str  # "built" | "up to date" | "updated" | "resumed"
+    built_shards: int
+    reused_shards: int
+    seconds: float
+
+    @property
+    def skipped(self) -> int:
+        return len(self.manifest.skipped)
+
+    def summary(self) -> str:
+        m = self.manifest
+        rate = m.num_samples / self.seconds if self.seconds > 0 else 0.0
+        return (
+            f"{self.status}: {m.num_samples} samples, {self.skipped} skipped, {len(m.shards)} shards "
+            f"({self.reused_shards} reused), {m.total_bytes / 1e6:.1f} MB, {self.seconds:.1f} s "
+            f"({rate:.0f} samples/s) -> {self.path}"
+        )
+
+
+def probe_shape(pipeline: Pipeline) -> tuple[int, int, int]:
+    """The stored sample shape ``[3, H, W]``, found by running the recipe on two unlike images."""
+    shapes = set()
+    for h, w in ((97, 131), (413, 288)):
+        out, _ = pipeline.apply(np.zeros((h, w, 3), dtype=np.uint8))
+        shapes.add(out.shape)
+    if len(shapes) != 1:
+        raise UsageError(
+            f"pipeline {pipeline.name!r} gives samples of varying size; end it with a crop, "
+            "letterbox or fixed resize"
+        )
+    h, w, c = shapes.pop()
+    return (c, h, w)
+
+
+def default_shard_size(sample_bytes: int, inputs: int) -> int:
+    """About DEFAULT_SHARD_BYTES of pixels per shard, fewer for small datasets so work spreads out."""
+    by_bytes = max(MIN_SHARD_SAMPLES, DEFAULT_SHARD_BYTES // max(1, sample_bytes))
+    balanced = max(MIN_SHARD_SAMPLES, math.ceil(inputs / _MIN_SHARDS))
+    return min(by_bytes, balanced, MAX_SHARD_SAMPLES)
+
+
+def _sha(obj) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()
+
+
+def _plan(source: Source, shard_size: int, keep: tuple[ShardInfo, ...]) -> list[tuple[int, int, ShardInfo | None]]:
+    """Split the inputs into shard ranges ``[start, stop)``.
+
+    Ranges of ``keep`` (the previous cache's shards) whose inputs are unchanged stay as they are;
+    the inputs between them are chunked afresh. With nothing to keep this is plain chunking.
+    """
+    keys = [path_key(p) for p in source.paths]
+    kept: list[tuple[int, int, ShardInfo]] = []
+    pos = 0
+    for info in keep:
+        lo = bisect.bisect_left(keys, path_key(info.first), lo=pos)
+        hi = bisect.bisect_right(keys, path_key(info.last), lo=lo)
+        if hi - lo == info.inputs and hi > lo and source.digest(lo, hi) == info.inputs_digest:
+            kept.append((lo, hi, info))
+            pos = hi
+    plan: list[tuple[int, int, ShardInfo | None]] = []
+    start = 0
+    for lo, hi, info in [*kept, (len(source), len(source), None)]:
+        for a in range(start, lo, shard_size):
+            plan.append((a, min(a + shard_size, lo), None))
+        if info is not None:
+            plan.append((lo, hi, info))
+        start = hi
+    return plan
+
+
+def _reusable(out: Path, info: ShardInfo | None, verify: bool) -> bool:
+    if info is None:
+        return False
+    path = out / info.file
+    try:
+        if path.stat().st_size != info.bytes:
+            return False
+    except OSError:
+        return False
+    return not verify or sha256_file(path) == info.sha256
+
+
+def _read_sidecars(partial: Path, fingerprint: str) -> dict[str, tuple[ShardInfo, tuple[SkippedInput, ...]]]:
+    """Finished shards recorded by an interrupted build with the same fingerprint."""
+    try:
+        state = json.loads((partial / "state.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    if state.get("fingerprint") != fingerprint:
+        return {}
+    found = {}
+    for f in sorted(partial.glob("*.json")):
+        if f.name == "state.json":
+            continue
+        try:
+            obj = json.loads(f.read_text())
+            info = ShardInfo.from_json(obj["info"], f.name, len(obj["info"]["pixel_sum"]))
+            skipped = tuple(SkippedInput.from_json(s, f.name) for s in obj["skipped"])
+        except (OSError, ValueError, KeyError, TypeError, CacheError):
+            continue
+        found[info.file] = (info, skipped)
+    return found
+
+
+def _write_sidecar(partial: Path, result: ShardResult) -> None:
+    obj = {"info": result.info.to_json(), "skipped": [s.to_json() for s in result.skipped]}
+    data = json.dumps(obj)
+    commit_file(partial / f"{result.info.file}.json", lambda tmp: tmp.write_text(data))
+
+
+def _existing(out: Path) -> Manifest | None:
+    try:
+        return read_manifest(out)
+    except CacheError:
+        return None
+
+
+def _is_ours(name: str) -> bool:
+    return name.startswith("shard-") or (name.startswith(".") and name.endswith(".tmp"))
+
+
+def _remove_unreferenced(out: Path, manifest: Manifest | None) -> None:
+    """Delete cachekit's own files that ``manifest`` does not reference (never a user's files)."""
+    keep = {s.file for s in manifest.shards} if manifest is not None else set()
+    for entry in out.iterdir():
+        if entry.is_file() and _is_ours(entry.name) and entry.name not in keep:
+            entry.unlink(missing_ok=True)
+    shutil.rmtree(out / PARTIAL_DIR, ignore_errors=True)
+
+
+def _stats(shards: list[ShardInfo], spec: SampleSpec) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    count = sum(s.samples for s in shards) * spec.shape[1] * spec.shape[2]
+    if count == 0:
+        zeros = tuple(0.0 for _ in range(spec.shape[0]))
+        return zeros, zeros
+    total = np.sum([s.pixel_sum for s in shards], axis=0)
+    total_sq = np.sum([s.pixel_sumsq for s in shards], axis=0)
+    mean = total / count
+    std = np.sqrt(np.maximum(total_sq / count - mean**2, 0.0))
+    return tuple(round(float(v) / 255.0, 8) for v in mean), tuple(round(float(v) / 255.0, 8) for v in std)
+
+
+def _check_out(out: Path, config: BuildConfig, previous: Manifest | None, resumable: bool) -> None:
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out} exists and is not a folder")
+    if not out.exists():
+        return
+    contents = [p for p in out.iterdir() if p.name != LOCK_NAME]
+    if not contents or config.overwrite or resumable or (config.update and previous is not None):
+        return
+    if config.update:
+        raise UsageError(f"--update: {out} holds no valid cache to update (use --overwrite to rebuild)")
+    what = "a different cache" if previous is not None else "files that are not this build's"
+    raise UsageError(f"--out {out} is not empty (it holds {what}); pass --overwrite to replace it")
+
+
+def build(raw: str | Path, out: str | Path, config: BuildConfig = BuildConfig()) -> BuildResult:
+    """Decode and preprocess every input under ``raw`` into a sharded cache at ``out``."""
+    started = time.perf_counter()
+    raw, out = Path(raw), Path(out)
+    source = discover(raw, config.labels)
+    pipeline = load_pipeline(config.pipeline, config.size)
+    fmt = get_format(config.format)
+    options = {"compression": config.compression, "store": "pixels"}
+    fmt.check_options(options)
+    spec = SampleSpec(shape=probe_shape(pipeline), extras=pipeline.extras)
+    if config.shard_size is not None and not 1 <= config.shard_size <= MAX_SHARD_SAMPLES:
+        raise UsageError(f"--shard-size must be between 1 and {MAX_SHARD_SAMPLES}")
+    if config.workers is not None and config.workers < 1:
+        raise UsageError("--workers must be at least 1")
+
+    pipeline_json = {**pipeline.to_json(), "fast_decode": config.fast_decode}
+    content = {"pipeline": pipeline_json, "format": fmt.name, "options": options,
+               "sample": spec.to_json(), "classes": list(source.classes)}
+    content_fp = _sha(content)
+    fingerprint = hashlib.sha256(f"{content_fp}\n{source.digest()}".encode()).hexdigest()
+
+    previous = _existing(out) if out.is_dir() else None
+    if (
+        previous is not None
+        and previous.fingerprint == fingerprint
+        and config.shard_size in (None, previous.format_options.get("shard_size"))
+        and all(_reusable(out, s, verify=False) for s in previous.shards)
+    ):
+        return BuildResult(previous, out, "up to date", 0, 0, time.perf_counter() - started)
+
+    if config.shard_size is not None:
+        shard_size = config.shard_size
+    elif config.update and previous is not None and isinstance(previous.format_options.get("shard_size"), int):
+        shard_size = previous.format_options["shard_size"]
+    else:
+        shard_size = default_shard_size(spec.nbytes, len(source))
+    partial = out / PARTIAL_DIR
+    sidecars = _read_sidecars(partial, fingerprint) if partial.is_dir() else {}
+    _check_out(out, config, previous, resumable=bool(sidecars))
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise BuildError(f"cannot create {out}: {exc.strerror}") from None
+
+    with BuildLock(out):
+        return _run(raw, out, config, source, pipeline, spec, fmt.name, options, shard_size,
+                    content_fp, fingerprint, pipeline_json, previous, sidecars, started)
+
+
+def _run(raw, out, config, source, pipeline, spec, fmt_name, options, shard_size, content_fp,
+         fingerprint, pipeline_json, previous, sidecars, started) -> BuildResult:
+    partial = out / PARTIAL_DIR
+    keep = previous.shards if (config.update and previous is not None) else ()
+    plan = _plan(source, shard_size, keep)
+    old = {s.file: s for s in previous.shards} if previous is not None else {}
+    results: dict[int, ShardResult] = {}
+    jobs: list[ShardJob] = []
+    ext = get_format(fmt_name).extension
+    for index, (start, stop, kept) in enumerate(plan):
+        digest = source.digest(start, stop)
+        name = f"shard-{hashlib.sha256(f'{content_fp}{digest}'.encode()).hexdigest()[:20]}{ext}"
+        if kept is not None and _reusable(out, kept, verify=False):
+            results[index] = ShardResult(index, kept, _skipped_in(previous, source, start, stop))
+            continue
+        done = sidecars.get(name)
+        if done and done[0].inputs_digest == digest and _reusable(out, done[0], verify=True):
+            results[index] = ShardResult(index, done[0], done[1])
+            continue
+        if name in old and old[name].inputs_digest == digest and _reusable(out, old[name], verify=True):
+            results[index] = ShardResult(index, old[name], _skipped_in(previous, source, start, stop))
+            continue
+        jobs.append(ShardJob(
+            index=index, file=name, root=str(raw), out=str(out),
+            paths=source.paths[start:stop], labels=tuple(int(v) for v in source.labels[start:stop]),
+            inputs_digest=digest, pipeline=pipeline, spec=spec, format=fmt_name,
+            format_options=options, fast_decode=config.fast_decode,
+        ))
+    reused = len(results)
+    try:
+        partial.mkdir(exist_ok=True)
+        commit_file(partial / "state.json", lambda tmp: tmp.write_text(json.dumps({"fingerprint": fingerprint})))
+    except OSError as exc:
+        raise BuildError(f"cannot write to {out}: {exc.strerror}") from None
+    workers = config.workers or available_cpus()
+    total = sum(len(j.paths) for j in jobs)
+    if reused and config.progress:
+        print(f"reusing {reused} of {len(plan)} shards already built", file=sys.stderr)
+    from tqdm import tqdm
+
+    with tqdm(total=total, unit="img", desc="build", disable=not config.progress or not jobs,
+              dynamic_ncols=True, mininterval=0.5, file=sys.stderr) as bar:
+        for _, result in run_jobs(run_shard_job, jobs, workers=workers, executor=config.executor,
+                                  on_progress=bar.update, **config.executor_options):
+            results[result.index] = result
+            try:
+                _write_sidecar(partial, result)
+            except OSError as exc:
+                raise BuildError(f"cannot write to {out}: {exc.strerror}") from None
+
+    shards = [results[i].info for i in range(len(plan))]
+    skipped = [SkippedInput(p, r) for p, r in source.ignored]
+    for i in range(len(plan)):
+        skipped.extend(results[i].skipped)
+    if config.strict and skipped:
+        listed = "; ".join(f"{s.path}: {s.reason}" for s in skipped[:20])
+        more = f" (and {len(skipped) - 20} more)" if len(skipped) > 20 else ""
+        _remove_unreferenced(out, previous)
+        raise BuildError(f"--strict: {len(skipped)} inputs could not be used: {listed}{more}")
+    if sum(s.samples for s in shards) == 0:
+        raise UsageError(f"{raw}: none of the {len(source)} inputs could be decoded")
+    mean, std = _stats(shards, spec)
+    manifest = Manifest(
+        format=fmt_name,
+        sample=spec,
+        shards=tuple(shards),
+        classes=source.classes,
+        pipeline=pipeline_json,
+        fingerprint=fingerprint,
+        mean=mean,
+        std=std,
+        skipped=tuple(skipped),
+        format_options={**options, "shard_size": shard_size},
+        source={"layout": source.layout, "inputs": len(source), "root": str(raw.resolve())},
+        created=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    )
+    try:
+        write_manifest(out, manifest)
+    except OSError as exc:
+        raise BuildError(f"cannot write {out / MANIFEST_NAME}: {exc.strerror}") from None
+    _remove_unreferenced(out, manifest)
+    if config.update and previous is not None:
+        status = "updated"
+    elif sidecars and reused:
+        status = "resumed"
+    else:
+        status = "built"
+    return BuildResult(manifest, out, status, len(jobs), reused, time.perf_counter() - started)
+
+
+def _skipped_in(previous: Manifest | None, source: Source, start: int, stop: int) -> tuple[SkippedInput, ...]:
+    """The previous cache's skip entries for inputs in ``[start, stop)`` (a reused shard's own)."""
+    if previous is None:
+        return ()
+    wanted = set(source.paths[start:stop])
+    return tuple(s for s in previous.skipped if s.path in wanted)
+

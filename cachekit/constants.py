@@ -1,0 +1,53 @@
+"""Defaults and environment knobs, in one place."""
+
+from __future__ import annotations
+
+import os
+
+__all__ = [
+    "VERSION",
+    "MANIFEST_NAME",
+    "MANIFEST_VERSION",
+    "LOCK_NAME",
+    "PARTIAL_DIR",
+    "DEFAULT_FORMAT",
+    "DEFAULT_PIPELINE",
+    "DEFAULT_SHARD_BYTES",
+    "MIN_SHARD_SAMPLES",
+    "MAX_SHARD_SAMPLES",
+    "IMAGE_EXTENSIONS",
+    "SHUFFLE_WINDOW_SHARDS",
+    "env_int",
+]
+
+VERSION = "0.1.0"
+
+#: Name of the file that makes a folder a cache; written last, atomically.
+MANIFEST_NAME = "manifest.json"
+#: Bumped whenever the on-disk contract changes incompatibly.
+MANIFEST_VERSION = 1
+#: Lock file held while a build writes into a cache folder.
+LOCK_NAME = ".cachekit.lock"
+#: Folder inside a cache where a build in progress keeps per-shard records (for resume).
+PARTIAL_DIR = ".cachekit-partial"
+
+DEFAULT_FORMAT = "pt"
+DEFAULT_PIPELINE = "classification-224"
+
+
+def env_int(name: str, default: int) -> int:
+    """An integer from the environment, or ``default`` when unset or empty."""
+    raw = os.environ.get(name, "").strip()
+    return int(raw) if raw else default
+
+
+#: Target bytes of decoded pixels per shard (so a shard is ~64-256 MB).
+DEFAULT_SHARD_BYTES = env_int("CACHEKIT_SHARD_BYTES", 128 * 1024 * 1024)
+MIN_SHARD_SAMPLES = 16
+MAX_SHARD_SAMPLES = 100_000
+
+#: Raw image extensions recognised by discovery (compared case-insensitively).
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp")
+
+#: Shards whose samples the sampler mixes at a time when shuffling.
+SHUFFLE_WINDOW_SHARDS = env_int("CACHEKIT_SHUFFLE_WINDOW", 4)

@@ -1,0 +1,220 @@
+"""``CachedDataset``: a map-style torch Dataset over a cache, with batched reads.
+
+The dataset holds only the manifest and a numpy array of shard offsets; shard readers are opened
+lazily in whichever process reads (each DataLoader worker opens its own), so the object pickles
+small and forked workers share no file handles and grow no copy-on-read memory.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset, default_collate
+
+from .errors import CacheError
+from .formats import ShardReader, get_format
+from .manifest import Manifest, read_manifest
+
+__all__ = ["CachedDataset", "SampleBatch", "collate_batch"]
+
+
+class SampleBatch(list):
+    """A batch read in one go: ``.images`` uint8 ``[B, C, H, W]`` and ``.labels`` int64 ``[B]``.
+
+    It is also a list of ``(image, label)`` pairs (built on first use), so torch's default collate
+    works unchanged; ``collate_batch`` skips that and returns the stacked tensors directly.
+    """
+
+    def __init__(self, images: torch.Tensor, labels: torch.Tensor) -> None:
+        super().__init__()
+        self.images = images
+        self.labels = labels
+        self._filled = False
+
+    def _fill(self) -> None:
+        if not self._filled:
+            self._filled = True
+            super().extend(zip(self.images, self.labels.tolist()))
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __iter__(self):
+        self._fill()
+        return super().__iter__()
+
+    def __getitem__(self, i):
+        self._fill()
+        return super().__getitem__(i)
+
+    def __reduce__(self):
+        return (SampleBatch, (self.images, self.labels))
+
+
+def collate_batch(batch: Any) -> Any:
+    """Collate for DataLoaders over a CachedDataset: a SampleBatch is already stacked."""
+    if isinstance(batch, SampleBatch):
+        return batch.images, batch.labels
+    return default_collate(batch)
+
+
+class CachedDataset(Dataset):
+    """Samples of a cache as ``(uint8 tensor [C, H, W], int label)``.
+
+    ``transform`` is applied to each image tensor and ``target_transform`` to each label; without
+    them, ``__getitems__`` reads a whole batch with one gather per shard.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        transform: Callable | None = None,
+        *,
+        target_transform: Callable | None = None,
+    ) -> None:
+        self.root = Path(path)
+        self.manifest: Manifest = read_manifest(self.root)
+        self._format = get_format(self.manifest.format, reading=True)
+        counts = np.array([s.samples for s in self.manifest.shards], dtype=np.int64)
+        #: ``shard_offsets[k]`` is the global index of shard k's first sample; the last entry is len.
+        self.shard_offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        self.transform = transform
+        self.target_transform = target_transform
+        self._readers: dict[int, ShardReader] = {}
+        self._pid = os.getpid()
+        self._check_files()
+
+    def _check_files(self) -> None:
+        missing = [s.file for s in self.manifest.shards if not (self.root / s.file).is_file()]
+        if missing:
+            more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+            raise CacheError(f"{self.root}: shard files missing: {', '.join(missing[:3])}{more}")
+        root = self.root.resolve()
+        for s in self.manifest.shards:
+            real = (self.root / s.file).resolve()
+            if real.parent != root:
+                raise CacheError(f"{self.root}: shard {s.file} links outside the cache folder")
+
+    # -- metadata -----------------------------------------------------------------------------
+
+    @property
+    def classes(self) -> list[str]:
+        return list(self.manifest.classes)
+
+    @property
+    def sample_shape(self) -> tuple[int, ...]:
+        return self.manifest.sample.shape
+
+    @property
+    def num_shards(self) -> int:
+        return len(self.manifest.shards)
+
+    @property
+    def decode_heavy(self) -> bool:
+        """True when reading a sample costs real CPU (encoded stores), so worker processes pay off."""
+        return self.manifest.format_options.get("store", "pixels") != "pixels"
+
+    def __len__(self) -> int:
+        return int(self.shard_offsets[-1])
+
+    def __repr__(self) -> str:
+        return f"CachedDataset({str(self.root)!r}, samples={len(self)}, shape={list(self.sample_shape)})"
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state["_readers"] = {}
+        return state
+
+    def _reader(self, shard: int) -> ShardReader:
+        if self._pid != os.getpid():  # forked into a worker: never use the parent's handles
+            self._readers = {}
+            self._pid = os.getpid()
+        reader = self._readers.get(shard)
+        if reader is None:
+            info = self.manifest.shards[shard]
+            reader = self._format.open(self.root / info.file, self.manifest.sample, info.samples)
+            self._readers[shard] = reader
+        return reader
+
+    def _locate(self, indices: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        idx = np.asarray(indices)
+        if idx.dtype.kind not in "iu":
+            if idx.size == 0:
+                idx = idx.astype(np.int64)
+            else:
+                raise TypeError(f"dataset indices must be integers, got {idx.dtype}")
+        idx = idx.astype(np.int64, copy=False).reshape(-1)
+        n = len(self)
+        bad = (idx < -n) | (idx >= n)
+        if bad.any():
+            raise IndexError(f"index {int(idx[bad][0])} is out of range for a dataset of {n} samples")
+        idx = np.where(idx < 0, idx + n, idx)
+        shards = np.searchsorted(self.shard_offsets, idx, side="right") - 1
+        return idx, shards
+
+    def read_batch(self, indices: Sequence[int] | np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        """Images ``[B, C, H, W]`` uint8 and labels ``[B]`` int64 for ``indices``, in that order."""
+        idx, shards = self._locate(indices)
+        images = torch.empty((len(idx), *self.sample_shape), dtype=torch.uint8)
+        labels = torch.empty(len(idx), dtype=torch.int64)
+        out_images, out_labels = images.numpy(), labels.numpy()
+        for shard in np.unique(shards):
+            pos = np.flatnonzero(shards == shard)
+            local = idx[pos] - self.shard_offsets[shard]
+            reader = self._reader(int(shard))
+            if len(pos) == len(idx):  # the whole batch from one shard: gather straight into place
+                _gather(reader, local, out_images)
+            else:
+                out_images[pos] = reader.images(local)
+            out_labels[pos] = reader.column("labels", local)
+        return images, labels
+
+    def extras(self, index: int) -> dict[str, np.ndarray]:
+        """Per-sample extras of one sample (``orig_size``; ``scale`` and ``pad`` for letterbox)."""
+        idx, shards = self._locate([index])
+        reader = self._reader(int(shards[0]))
+        local = idx - self.shard_offsets[shards[0]]
+        return {name: reader.column(name, local)[0] for name in self.manifest.sample.extras}
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, Any]:
+        if isinstance(index, (bool, np.bool_)) or not isinstance(index, (int, np.integer)):
+            raise TypeError(f"dataset index must be an integer, got {type(index).__name__}")
+        images, labels = self.read_batch([int(index)])
+        image, label = images[0], int(labels[0])
+        if self.transform is not None:
+            image = self.transform(image)
+        if self.target_transform is not None:
+            label = self.target_transform(label)
+        return image, label
+
+    def __getitems__(self, indices: Sequence[int]) -> list:
+        images, labels = self.read_batch(indices)
+        if self.transform is None and self.target_transform is None:
+            return SampleBatch(images, labels)
+        out = []
+        for image, label in zip(images, labels.tolist()):
+            if self.transform is not None:
+                image = self.transform(image)
+            if self.target_transform is not None:
+                label = self.target_transform(label)
+            out.append((image, label))
+        return out
+
+    def close(self) -> None:
+        for reader in self._readers.values():
+            reader.close()
+        self._readers = {}
+
+
+def _gather(reader: ShardReader, local: np.ndarray, out: np.ndarray) -> None:
+    read_into = getattr(reader, "read_into", None)
+    if read_into is not None:
+        read_into(local, out)
+    else:
+        out[...] = reader.images(local)

@@ -1,0 +1,106 @@
+"""Where shard jobs run: in this process, or in a pool of local worker processes.
+
+Every executor takes the same picklable jobs and yields ``(job, result)`` as jobs finish, reporting
+per-sample progress through a callback, so the build code does not know where the work happened.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import queue as queue_mod
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from typing import Callable, Iterator, Sequence
+
+from .errors import UsageError
+
+__all__ = ["run_jobs", "EXECUTORS"]
+
+EXECUTORS = ("local",)
+
+_progress_queue = None
+
+
+def _init_worker(progress_queue) -> None:
+    global _progress_queue
+    _progress_queue = progress_queue
+    import cv2
+
+    cv2.setNumThreads(1)  # one core per worker process; the pool provides the parallelism
+
+
+def _report(n: int) -> None:
+    if _progress_queue is not None:
+        _progress_queue.put(n)
+
+
+def _call(fn, job):
+    return fn(job, _report)
+
+
+def _context() -> mp.context.BaseContext:
+    # forkserver: children fork from a clean server process that has imported cachekit once, so
+    # they start fast and never inherit the parent's threads (OpenMP, OpenCV) mid-state.
+    if "forkserver" in mp.get_all_start_methods():
+        ctx = mp.get_context("forkserver")
+        ctx.set_forkserver_preload(["cachekit.shardjob"])
+        return ctx
+    return mp.get_context("spawn")
+
+
+def _run_inline(fn, jobs, on_progress) -> Iterator:
+    import cv2
+
+    threads = cv2.getNumThreads()
+    cv2.setNumThreads(1)
+    try:
+        for job in jobs:
+            yield job, fn(job, on_progress)
+    finally:
+        cv2.setNumThreads(threads)
+
+
+def _run_pool(fn, jobs, workers, on_progress) -> Iterator:
+    ctx = _context()
+    progress_queue = ctx.Queue()
+
+    def drain() -> None:
+        while True:
+            try:
+                on_progress(progress_queue.get_nowait())
+            except queue_mod.Empty:
+                return
+
+    with ProcessPoolExecutor(
+        max_workers=workers, mp_context=ctx, initializer=_init_worker, initargs=(progress_queue,)
+    ) as pool:
+        futures = {pool.submit(_call, fn, job): job for job in jobs}
+        try:
+            while futures:
+                done, _ = wait(futures, timeout=0.2, return_when=FIRST_COMPLETED)
+                drain()
+                for fut in done:
+                    job = futures.pop(fut)
+                    yield job, fut.result()
+        finally:
+            for fut in futures:
+                fut.cancel()
+            drain()
+
+
+def run_jobs(
+    fn: Callable,
+    jobs: Sequence,
+    *,
+    workers: int,
+    executor: str = "local",
+    on_progress: Callable[[int], None] = lambda n: None,
+    **options,
+) -> Iterator:
+    """Run ``fn(job, progress)`` for every job; yield ``(job, result)`` in completion order."""
+    if executor != "local":
+        raise UsageError(f"unknown executor {executor!r} (choose from {', '.join(EXECUTORS)})")
+    if options:
+        raise UsageError(f"the local executor takes no options ({', '.join(options)})")
+    if workers <= 1 or len(jobs) <= 1:
+        return _run_inline(fn, jobs, on_progress)
+    return _run_pool(fn, jobs, min(workers, len(jobs)), on_progress)

@@ -1,0 +1,56 @@
+"""The small protocol every storage backend implements: encode a whole shard, decode rows of one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+from ..errors import CacheError
+from ..manifest import SampleSpec
+
+__all__ = ["ShardFormat", "ShardReader", "check_arrays"]
+
+
+class ShardReader(Protocol):
+    """Random access to one shard's rows. Opened lazily, once per process; never pickled open."""
+
+    def __len__(self) -> int: ...
+
+    def images(self, index: np.ndarray) -> np.ndarray:
+        """uint8 ``[len(index), C, H, W]`` for the given local row numbers, in that order."""
+
+    def column(self, name: str, index: np.ndarray) -> np.ndarray:
+        """Rows of ``labels`` or of a per-sample extra."""
+
+    def close(self) -> None: ...
+
+
+class ShardFormat(Protocol):
+    """A backend: how a shard is encoded on disk and decoded again. Nothing else knows its details."""
+
+    name: str
+    extension: str
+
+    def write(self, path: Path, arrays: dict[str, np.ndarray], options: dict) -> None:
+        """Write the shard ``arrays`` (``images``, ``labels``, extras) to ``path`` in one go."""
+
+    def open(self, path: Path, spec: SampleSpec, samples: int) -> ShardReader:
+        """A reader for a shard the manifest says holds ``samples`` rows shaped like ``spec``."""
+
+
+def check_arrays(path: Path, arrays: dict[str, np.ndarray], spec: SampleSpec, samples: int) -> None:
+    """Raise CacheError unless a shard's arrays have the shapes and dtypes the manifest promises."""
+    expected = {"images": ((samples, *spec.shape), np.dtype(spec.dtype)),
+                "labels": ((samples,), np.dtype(spec.label_dtype))}
+    for name, extra in spec.extras.items():
+        expected[name] = ((samples, *extra.shape), np.dtype(extra.dtype))
+    for name, (shape, dtype) in expected.items():
+        if name not in arrays:
+            raise CacheError(f"{path.name}: shard has no {name!r} array")
+        got = arrays[name]
+        if tuple(got.shape) != shape or np.dtype(got.dtype) != dtype:
+            raise CacheError(
+                f"{path.name}: {name!r} is {got.dtype}{list(got.shape)}, manifest says {dtype}{list(shape)}"
+            )

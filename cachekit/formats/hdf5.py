@@ -1,0 +1,86 @@
+"""HDF5 shards: one dataset per column, images chunked one sample per chunk for random reads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import CacheError, UsageError
+from ..manifest import SampleSpec
+from .base import check_arrays
+
+__all__ = ["Hdf5Format", "Hdf5Reader"]
+
+_COMPRESSION = {"none": None, "gzip": "gzip", "lzf": "lzf"}
+
+
+def _h5py():
+    import h5py
+
+    return h5py
+
+
+class Hdf5Reader:
+    def __init__(self, path: Path, spec: SampleSpec, samples: int) -> None:
+        h5py = _h5py()
+        if not path.is_file():
+            raise CacheError(f"{path.name}: shard file is missing")
+        try:
+            self._file = h5py.File(path, "r")
+            arrays = {k: self._file[k] for k in self._file.keys() if isinstance(self._file[k], h5py.Dataset)}
+        except OSError as exc:
+            raise CacheError(f"{path.name}: not a readable HDF5 shard ({exc})") from None
+        check_arrays(path, arrays, spec, samples)
+        self._images = arrays["images"]
+        self._columns = {k: v[()] for k, v in arrays.items() if k != "images"}
+        self._len = samples
+
+    def __len__(self) -> int:
+        return self._len
+
+    def images(self, index: np.ndarray) -> np.ndarray:
+        index = np.asarray(index, dtype=np.int64)
+        order = np.argsort(index, kind="stable")
+        sorted_idx = index[order]
+        unique, inverse = np.unique(sorted_idx, return_inverse=True)
+        try:
+            block = self._images[unique] if len(unique) > 1 else self._images[int(unique[0]) : int(unique[0]) + 1]
+        except OSError as exc:
+            raise CacheError(f"HDF5 shard read failed ({exc})") from None
+        out = np.empty((len(index), *block.shape[1:]), dtype=block.dtype)
+        out[order] = block[inverse]
+        return out
+
+    def column(self, name: str, index: np.ndarray) -> np.ndarray:
+        return self._columns[name][index]
+
+    def close(self) -> None:
+        try:
+            self._file.close()
+        except Exception:
+            pass
+
+
+class Hdf5Format:
+    name = "hdf5"
+    extension = ".h5"
+
+    def check_options(self, options: dict) -> None:
+        codec = options.get("compression", "none")
+        if codec not in _COMPRESSION:
+            raise UsageError(f"HDF5 compression must be one of {', '.join(_COMPRESSION)}, got {codec!r}")
+
+    def write(self, path: Path, arrays: dict[str, np.ndarray], options: dict) -> None:
+        h5py = _h5py()
+        codec = _COMPRESSION[options.get("compression", "none")]
+        with h5py.File(path, "w", libver="v110", track_order=False) as f:
+            for name, arr in arrays.items():
+                chunks = (1, *arr.shape[1:]) if name == "images" and len(arr) else None
+                f.create_dataset(
+                    name, data=arr, chunks=chunks, compression=codec if name == "images" else None,
+                    track_times=False,
+                )
+
+    def open(self, path: Path, spec: SampleSpec, samples: int) -> Hdf5Reader:
+        return Hdf5Reader(path, spec, samples)

@@ -1,0 +1,172 @@
+"""What one worker does: decode and preprocess a run of inputs, and commit them as one shard file.
+
+A job is a small picklable value; it runs the same in this process, a local worker process or a
+dask worker, and returns the shard's ``ShardInfo`` plus the inputs it had to skip.
+"""
+
+from __future__ import annotations
+
+import errno
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from .atomic import commit_file
+from .errors import BuildError
+from .formats import get_format
+from .manifest import SampleSpec, ShardInfo, SkippedInput
+from .ops import DecodeError, decode
+from .pipelines import Pipeline
+
+__all__ = ["ShardJob", "ShardResult", "run_shard_job", "read_input", "jpeg_truncated", "jpeg_size"]
+
+
+@dataclass(frozen=True)
+class ShardJob:
+    """Build the shard ``file`` from ``paths`` (relative to ``root``), in this order."""
+
+    index: int
+    file: str
+    root: str
+    out: str
+    paths: tuple[str, ...]
+    labels: tuple[int, ...]
+    inputs_digest: str
+    pipeline: Pipeline
+    spec: SampleSpec
+    format: str
+    format_options: dict
+    fast_decode: bool = False
+
+
+@dataclass(frozen=True)
+class ShardResult:
+    index: int
+    info: ShardInfo
+    skipped: tuple[SkippedInput, ...]
+
+
+def jpeg_truncated(data: bytes) -> bool:
+    """True when a JPEG's last scan has no end-of-image marker after it (the file was cut short).
+
+    libjpeg decodes such files "successfully" with the missing rows filled grey, so this is checked
+    explicitly. An EXIF thumbnail's own end marker comes before the main scan and does not count.
+    """
+    return data.rfind(b"\xff\xd9") < data.rfind(b"\xff\xda")
+
+
+def read_input(path: Path) -> bytes:
+    with open(path, "rb") as fh:
+        return fh.read()
+
+
+def jpeg_size(data: bytes) -> tuple[int, int] | None:
+    """(height, width) from a JPEG's frame header, without decoding; None if not found."""
+    i, n = 2, len(data)
+    while i + 9 < n:
+        if data[i] != 0xFF:
+            return None
+        marker = data[i + 1]
+        if marker == 0xFF:
+            i += 1
+            continue
+        length = int.from_bytes(data[i + 2 : i + 4], "big")
+        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
+            return int.from_bytes(data[i + 5 : i + 7], "big"), int.from_bytes(data[i + 7 : i + 9], "big")
+        i += 2 + length
+    return None
+
+
+def _reduce_for(data: bytes, pipeline: Pipeline) -> int:
+    """The largest JPEG reduction (2, 4, 8) that keeps the image's short side >= the pipeline's sizes."""
+    if pipeline.size is None or not data.startswith(b"\xff\xd8"):
+        return 1
+    hw = jpeg_size(data)
+    if hw is None:
+        return 1
+    short, need = min(hw), _needed_short_side(pipeline)
+    reduce = 1
+    while reduce < 8 and short // (reduce * 2) >= need:
+        reduce *= 2
+    return reduce
+
+
+def _needed_short_side(pipeline: Pipeline) -> int:
+    return max(int(s.params.get("size", 0)) for s in pipeline.steps) if pipeline.steps else 0
+
+
+def _prepare(job: ShardJob, data: bytes) -> tuple[np.ndarray, dict]:
+    if not data:
+        raise DecodeError("empty file")
+    if data.startswith(b"\xff\xd8") and jpeg_truncated(data):
+        raise DecodeError("truncated JPEG (no end-of-image marker)")
+    img = decode(data, reduce=_reduce_for(data, job.pipeline) if job.fast_decode else 1)
+    out, extras = job.pipeline.apply(img)
+    return out, extras
+
+
+def run_shard_job(job: ShardJob, progress: Callable[[int], None] | None = None) -> ShardResult:
+    """Decode, preprocess and write one shard; bad inputs are skipped and reported, not fatal."""
+    spec = job.spec
+    n = len(job.paths)
+    images = np.empty((n, *spec.shape), dtype=np.uint8)
+    extras = {name: np.zeros((n, *a.shape), dtype=a.dtype) for name, a in spec.extras.items()}
+    labels = np.empty(n, dtype=np.int64)
+    pixel_sum = np.zeros(spec.shape[0], dtype=np.float64)
+    pixel_sumsq = np.zeros(spec.shape[0], dtype=np.float64)
+    skipped: list[SkippedInput] = []
+    kept = 0
+    root = Path(job.root)
+    pending = 0
+    for rel, label in zip(job.paths, job.labels):
+        try:
+            data = read_input(root / rel)
+            img, sample_extras = _prepare(job, data)
+        except DecodeError as exc:
+            skipped.append(SkippedInput(rel, str(exc)))
+        except OSError as exc:
+            skipped.append(SkippedInput(rel, f"unreadable: {exc.strerror or exc}"))
+        else:
+            chw = img.transpose(2, 0, 1)
+            if chw.shape != spec.shape:
+                skipped.append(SkippedInput(rel, f"pipeline gave shape {list(chw.shape)}, not {list(spec.shape)}"))
+            else:
+                images[kept] = chw
+                for name, value in sample_extras.items():
+                    extras[name][kept] = value
+                labels[kept] = label
+                flat = images[kept].reshape(spec.shape[0], -1).astype(np.float64)
+                pixel_sum += flat.sum(axis=1)
+                pixel_sumsq += np.einsum("ij,ij->i", flat, flat)
+                kept += 1
+        pending += 1
+        if progress is not None and pending >= 16:
+            progress(pending)
+            pending = 0
+    if progress is not None and pending:
+        progress(pending)
+
+    arrays = {"images": images[:kept], "labels": labels[:kept]}
+    arrays.update({name: value[:kept] for name, value in extras.items()})
+    fmt = get_format(job.format)
+    path = Path(job.out) / job.file
+    try:
+        size, digest = commit_file(path, lambda tmp: fmt.write(tmp, arrays, job.format_options))
+    except OSError as exc:
+        reason = "disk full" if exc.errno == errno.ENOSPC else (exc.strerror or str(exc))
+        raise BuildError(f"cannot write shard {path}: {reason}") from None
+    info = ShardInfo(
+        file=job.file,
+        samples=kept,
+        bytes=size,
+        sha256=digest,
+        inputs=n,
+        first=job.paths[0],
+        last=job.paths[-1],
+        inputs_digest=job.inputs_digest,
+        pixel_sum=tuple(float(v) for v in pixel_sum),
+        pixel_sumsq=tuple(float(v) for v in pixel_sumsq),
+    )
+    return ShardResult(job.index, info, tuple(skipped))
