@@ -1,0 +1,90 @@
+"""Fixtures that write real image trees (several formats, depths, orientations and bad files)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+from PIL import Image
+
+from cachekit.synthetic import synthetic_image
+
+#: Files in the mixed tree that must be skipped, with a word their reason must contain.
+BAD_FILES = {
+    "cat/empty.jpg": "empty",
+    "cat/truncated.jpg": "truncated",
+    "cat/not_an_image.png": "decodable",
+    "dog/dangling.jpg": "unreadable",
+}
+
+
+def _bgr(rgb: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(rgb[..., ::-1])
+
+
+def write_mixed_tree(root: Path) -> dict[str, np.ndarray]:
+    """An ImageFolder tree of real files; returns the upright RGB content of EXIF-rotated files."""
+    rng = np.random.default_rng(1234)
+    (root / "cat").mkdir(parents=True)
+    (root / "dog" / "sub").mkdir(parents=True)
+    upright = {}
+    cv2.imwrite(str(root / "cat" / "photo.jpg"), _bgr(synthetic_image(rng, 300, 400)),
+                [cv2.IMWRITE_JPEG_QUALITY, 90])
+    cv2.imwrite(str(root / "cat" / "gray.png"), synthetic_image(rng, 260, 240)[..., 1])
+    rgba = np.dstack([_bgr(synthetic_image(rng, 230, 310)), rng.integers(0, 256, (230, 310), np.uint8)])
+    cv2.imwrite(str(root / "cat" / "alpha.png"), rgba)
+    deep = synthetic_image(rng, 280, 250).astype(np.uint16) * 257 + rng.integers(0, 257, (280, 250, 3)).astype(np.uint16)
+    cv2.imwrite(str(root / "dog" / "deep16.png"), _bgr(deep))
+    up = synthetic_image(rng, 240, 320)
+    stored = np.ascontiguousarray(np.rot90(up))  # orientation 6 = rotate 90 degrees clockwise to display
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    Image.fromarray(stored).save(root / "dog" / "rotated.jpg", quality=95, exif=exif)
+    upright["dog/rotated.jpg"] = up
+    cv2.imwrite(str(root / "dog" / "Ünïcödé name.BMP"), _bgr(synthetic_image(rng, 256, 300)))
+    cv2.imwrite(str(root / "dog" / "sub" / "scan.tiff"), _bgr(synthetic_image(rng, 500, 270)))
+    cv2.imwrite(str(root / "dog" / "tiny.webp"), _bgr(synthetic_image(rng, 120, 150)),
+                [cv2.IMWRITE_WEBP_QUALITY, 101])
+    # bad inputs
+    (root / "cat" / "empty.jpg").write_bytes(b"")
+    ok, buf = cv2.imencode(".jpg", _bgr(synthetic_image(rng, 300, 300)))
+    (root / "cat" / "truncated.jpg").write_bytes(buf.tobytes()[: len(buf) // 2])
+    (root / "cat" / "not_an_image.png").write_text("this is not a PNG")
+    os.symlink(root / "does-not-exist.jpg", root / "dog" / "dangling.jpg")
+    (root / "dog" / "notes.txt").write_text("ignored: not an image extension")
+    return upright
+
+
+GOOD_FILES = sorted(
+    ["cat/alpha.png", "cat/gray.png", "cat/photo.jpg", "dog/deep16.png", "dog/rotated.jpg",
+     "dog/sub/scan.tiff", "dog/tiny.webp", "dog/Ünïcödé name.BMP"],
+    key=lambda p: p.split("/"),
+)
+
+
+@pytest.fixture(scope="session")
+def mixed_tree(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("mixed") / "raw"
+    for rel, upright in write_mixed_tree(root).items():
+        np.save(root.parent / (rel.replace("/", "_") + ".upright.npy"), upright)
+    return root
+
+
+@pytest.fixture(scope="session")
+def small_tree(tmp_path_factory) -> Path:
+    """40 photo-like JPEGs in 4 classes: big enough for several shards and loaders."""
+    from cachekit.synthetic import make_synthetic_folder
+
+    return make_synthetic_folder(tmp_path_factory.mktemp("small") / "raw", 40, classes=4, size=(96, 128), seed=7)
+
+
+@pytest.fixture(scope="session")
+def small_cache(small_tree, tmp_path_factory) -> Path:
+    from cachekit import BuildConfig, build
+
+    out = tmp_path_factory.mktemp("small_cache") / "cache"
+    build(small_tree, out, BuildConfig(pipeline="classification-224", size=32, shard_size=7, workers=1, progress=False))
+    return out
