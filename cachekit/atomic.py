@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 __all__ = ["commit_file", "fsync_dir", "sha256_file", "temp_name"]
 

@@ -15,7 +15,7 @@ import shutil
 import sys
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -116,7 +116,9 @@ def _sha(obj) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()
 
 
-def _plan(source: Source, shard_size: int, keep: tuple[ShardInfo, ...]) -> list[tuple[int, int, ShardInfo | None]]:
+def _plan(
+    source: Source, shard_size: int, keep: tuple[ShardInfo, ...]
+) -> list[tuple[int, int, ShardInfo | None]]:
     """Split the inputs into shard ranges ``[start, stop)``.
 
     Ranges of ``keep`` (the previous cache's shards) whose inputs are unchanged stay as they are;
@@ -244,8 +246,13 @@ def build(raw: str | Path, out: str | Path, config: BuildConfig = BuildConfig())
         raise UsageError("--workers must be at least 1")
 
     pipeline_json = {**pipeline.to_json(), "fast_decode": config.fast_decode}
-    content = {"pipeline": pipeline_json, "format": fmt.name, "options": options,
-               "sample": spec.to_json(), "classes": list(source.classes)}
+    content = {
+        "pipeline": pipeline_json,
+        "format": fmt.name,
+        "options": options,
+        "sample": spec.to_json(),
+        "classes": list(source.classes),
+    }
     content_fp = _sha(content)
     fingerprint = hashlib.sha256(f"{content_fp}\n{source.digest()}".encode()).hexdigest()
 
@@ -260,7 +267,9 @@ def build(raw: str | Path, out: str | Path, config: BuildConfig = BuildConfig())
 
     if config.shard_size is not None:
         shard_size = config.shard_size
-    elif config.update and previous is not None and isinstance(previous.format_options.get("shard_size"), int):
+    elif (
+        config.update and previous is not None and isinstance(previous.format_options.get("shard_size"), int)
+    ):
         shard_size = previous.format_options["shard_size"]
     else:
         shard_size = default_shard_size(spec.nbytes, len(source))
@@ -273,12 +282,42 @@ def build(raw: str | Path, out: str | Path, config: BuildConfig = BuildConfig())
         raise BuildError(f"cannot create {out}: {exc.strerror}") from None
 
     with BuildLock(out):
-        return _run(raw, out, config, source, pipeline, spec, fmt.name, options, shard_size,
-                    content_fp, fingerprint, pipeline_json, previous, sidecars, started)
+        return _run(
+            raw,
+            out,
+            config,
+            source,
+            pipeline,
+            spec,
+            fmt.name,
+            options,
+            shard_size,
+            content_fp,
+            fingerprint,
+            pipeline_json,
+            previous,
+            sidecars,
+            started,
+        )
 
 
-def _run(raw, out, config, source, pipeline, spec, fmt_name, options, shard_size, content_fp,
-         fingerprint, pipeline_json, previous, sidecars, started) -> BuildResult:
+def _run(
+    raw,
+    out,
+    config,
+    source,
+    pipeline,
+    spec,
+    fmt_name,
+    options,
+    shard_size,
+    content_fp,
+    fingerprint,
+    pipeline_json,
+    previous,
+    sidecars,
+    started,
+) -> BuildResult:
     partial = out / PARTIAL_DIR
     keep = previous.shards if (config.update and previous is not None) else ()
     plan = _plan(source, shard_size, keep)
@@ -299,16 +338,28 @@ def _run(raw, out, config, source, pipeline, spec, fmt_name, options, shard_size
         if name in old and old[name].inputs_digest == digest and _reusable(out, old[name], verify=True):
             results[index] = ShardResult(index, old[name], _skipped_in(previous, source, start, stop))
             continue
-        jobs.append(ShardJob(
-            index=index, file=name, root=str(raw), out=str(out),
-            paths=source.paths[start:stop], labels=tuple(int(v) for v in source.labels[start:stop]),
-            inputs_digest=digest, pipeline=pipeline, spec=spec, format=fmt_name,
-            format_options=options, fast_decode=config.fast_decode,
-        ))
+        jobs.append(
+            ShardJob(
+                index=index,
+                file=name,
+                root=str(raw),
+                out=str(out),
+                paths=source.paths[start:stop],
+                labels=tuple(int(v) for v in source.labels[start:stop]),
+                inputs_digest=digest,
+                pipeline=pipeline,
+                spec=spec,
+                format=fmt_name,
+                format_options=options,
+                fast_decode=config.fast_decode,
+            )
+        )
     reused = len(results)
     try:
         partial.mkdir(exist_ok=True)
-        commit_file(partial / "state.json", lambda tmp: tmp.write_text(json.dumps({"fingerprint": fingerprint})))
+        commit_file(
+            partial / "state.json", lambda tmp: tmp.write_text(json.dumps({"fingerprint": fingerprint}))
+        )
     except OSError as exc:
         raise BuildError(f"cannot write to {out}: {exc.strerror}") from None
     workers = config.workers or available_cpus()
@@ -317,10 +368,23 @@ def _run(raw, out, config, source, pipeline, spec, fmt_name, options, shard_size
         print(f"reusing {reused} of {len(plan)} shards already built", file=sys.stderr)
     from tqdm import tqdm
 
-    with tqdm(total=total, unit="img", desc="build", disable=not config.progress or not jobs,
-              dynamic_ncols=True, mininterval=0.5, file=sys.stderr) as bar:
-        for _, result in run_jobs(run_shard_job, jobs, workers=workers, executor=config.executor,
-                                  on_progress=bar.update, **config.executor_options):
+    with tqdm(
+        total=total,
+        unit="img",
+        desc="build",
+        disable=not config.progress or not jobs,
+        dynamic_ncols=True,
+        mininterval=0.5,
+        file=sys.stderr,
+    ) as bar:
+        for _, result in run_jobs(
+            run_shard_job,
+            jobs,
+            workers=workers,
+            executor=config.executor,
+            on_progress=bar.update,
+            **config.executor_options,
+        ):
             results[result.index] = result
             try:
                 _write_sidecar(partial, result)
@@ -351,7 +415,7 @@ def _run(raw, out, config, source, pipeline, spec, fmt_name, options, shard_size
         skipped=tuple(skipped),
         format_options={**options, "shard_size": shard_size},
         source={"layout": source.layout, "inputs": len(source), "root": str(raw.resolve())},
-        created=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        created=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
     )
     try:
         write_manifest(out, manifest)
@@ -373,4 +437,3 @@ def _skipped_in(previous: Manifest | None, source: Source, start: int, stop: int
         return ()
     wanted = set(source.paths[start:stop])
     return tuple(s for s in previous.skipped if s.path in wanted)
-

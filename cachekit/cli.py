@@ -40,25 +40,55 @@ def main() -> None:
 @click.argument("raw", type=click.Path(path_type=str))
 @click.option("--out", required=True, type=click.Path(path_type=str), help="Cache folder to write.")
 @click.option("--format", "fmt", default=DEFAULT_FORMAT, show_default=True, help="Shard format: pt or hdf5.")
-@click.option("--pipeline", default=DEFAULT_PIPELINE, show_default=True,
-              help="Built-in recipe name (classification-224, letterbox-640) or a path to a .toml recipe.")
+@click.option(
+    "--pipeline",
+    default=DEFAULT_PIPELINE,
+    show_default=True,
+    help="Built-in recipe name (classification-224, letterbox-640) or a path to a .toml recipe.",
+)
 @click.option("--size", type=int, default=None, help="Override the recipe's output side in pixels.")
-@click.option("--workers", type=int, default=None,
-              help="Worker processes [default: the CPUs this process may use].")
-@click.option("--shard-size", type=int, default=None,
-              help="Samples per shard [default: ~128 MB of pixels, fewer for small datasets].")
-@click.option("--labels", type=click.Path(path_type=str), default=None,
-              help="CSV of file,label (paths relative to RAW); only the files it lists are used.")
+@click.option(
+    "--workers", type=int, default=None, help="Worker processes [default: the CPUs this process may use]."
+)
+@click.option(
+    "--shard-size",
+    type=int,
+    default=None,
+    help="Samples per shard [default: ~128 MB of pixels, fewer for small datasets].",
+)
+@click.option(
+    "--labels",
+    type=click.Path(path_type=str),
+    default=None,
+    help="CSV of file,label (paths relative to RAW); only the files it lists are used.",
+)
 @click.option("--compression", default="none", show_default=True, help="HDF5: none, gzip or lzf.")
-@click.option("--fast-decode", is_flag=True,
-              help="Decode large JPEGs at 1/2, 1/4 or 1/8 size when still >= the target (faster, not exact).")
+@click.option(
+    "--fast-decode",
+    is_flag=True,
+    help="Decode large JPEGs at 1/2, 1/4 or 1/8 size when still >= the target (faster, not exact).",
+)
 @click.option("--strict", is_flag=True, help="Exit 1 if any input had to be skipped.")
 @click.option("--overwrite", is_flag=True, help="Replace whatever cache --out holds.")
 @click.option("--update", is_flag=True, help="Rebuild only the shards whose inputs changed.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @_friendly
-def build_cmd(raw, out, fmt, pipeline, size, workers, shard_size, labels, compression, fast_decode,
-              strict, overwrite, update, quiet) -> None:
+def build_cmd(
+    raw,
+    out,
+    fmt,
+    pipeline,
+    size,
+    workers,
+    shard_size,
+    labels,
+    compression,
+    fast_decode,
+    strict,
+    overwrite,
+    update,
+    quiet,
+) -> None:
     """Decode + preprocess the images under RAW into a sharded cache at --out.
 
     RAW is an ImageFolder tree (RAW/<class>/**/<image>), a flat folder of images, or any folder
@@ -67,9 +97,18 @@ def build_cmd(raw, out, fmt, pipeline, size, workers, shard_size, labels, compre
     from .build import BuildConfig, build
 
     config = BuildConfig(
-        format=fmt, pipeline=pipeline, size=size, workers=workers, shard_size=shard_size,
-        labels=labels, strict=strict, overwrite=overwrite, update=update, fast_decode=fast_decode,
-        compression=compression, progress=not quiet,
+        format=fmt,
+        pipeline=pipeline,
+        size=size,
+        workers=workers,
+        shard_size=shard_size,
+        labels=labels,
+        strict=strict,
+        overwrite=overwrite,
+        update=update,
+        fast_decode=fast_decode,
+        compression=compression,
+        progress=not quiet,
     )
     result = build(raw, out, config)
     for s in result.manifest.skipped[:10]:

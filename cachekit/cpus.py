@@ -24,7 +24,9 @@ def _own_cgroup_v2(proc_cgroup: Path) -> str | None:
     return None
 
 
-def cgroup_cpu_limit(root: str | os.PathLike = "/sys/fs/cgroup", proc_cgroup: str | os.PathLike = "/proc/self/cgroup") -> float | None:
+def cgroup_cpu_limit(
+    root: str | os.PathLike = "/sys/fs/cgroup", proc_cgroup: str | os.PathLike = "/proc/self/cgroup"
+) -> float | None:
     """CPUs allowed by the cgroup quota (v2 ``cpu.max`` or v1 ``cpu.cfs_quota_us``), or None if unlimited."""
     root = Path(root)
     candidates = [root]
@@ -45,7 +47,9 @@ def cgroup_cpu_limit(root: str | os.PathLike = "/sys/fs/cgroup", proc_cgroup: st
     return min(limits) if limits else None
 
 
-def available_cpus(root: str | os.PathLike = "/sys/fs/cgroup", proc_cgroup: str | os.PathLike = "/proc/self/cgroup") -> int:
+def available_cpus(
+    root: str | os.PathLike = "/sys/fs/cgroup", proc_cgroup: str | os.PathLike = "/proc/self/cgroup"
+) -> int:
     """CPUs this process can use: ``sched_getaffinity`` capped by the cgroup quota (at least 1)."""
     try:
         cpus = len(os.sched_getaffinity(0))

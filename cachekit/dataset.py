@@ -8,8 +8,9 @@ small and forked workers share no file handles and grow no copy-on-read memory.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 import torch

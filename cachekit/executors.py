@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import queue as queue_mod
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-from typing import Callable, Iterator, Sequence
 
 from .errors import UsageError
 

@@ -32,8 +32,12 @@ class DecodeError(ValueError):
     """The bytes are not an image OpenCV can decode."""
 
 
-_REDUCED = {1: 0, 2: cv2.IMREAD_REDUCED_GRAYSCALE_2, 4: cv2.IMREAD_REDUCED_GRAYSCALE_4,
-            8: cv2.IMREAD_REDUCED_GRAYSCALE_8}
+_REDUCED = {
+    1: 0,
+    2: cv2.IMREAD_REDUCED_GRAYSCALE_2,
+    4: cv2.IMREAD_REDUCED_GRAYSCALE_4,
+    8: cv2.IMREAD_REDUCED_GRAYSCALE_8,
+}
 
 
 def decode(data: bytes | np.ndarray, reduce: int = 1) -> np.ndarray:
@@ -104,8 +108,13 @@ def center_crop(img: np.ndarray, size: int, pad_value: int = 0) -> np.ndarray:
     if h < size or w < size:
         top, left = max(0, size - h) // 2, max(0, size - w) // 2
         img = cv2.copyMakeBorder(
-            img, top, max(0, size - h) - top, left, max(0, size - w) - left,
-            cv2.BORDER_CONSTANT, value=(pad_value,) * 3,
+            img,
+            top,
+            max(0, size - h) - top,
+            left,
+            max(0, size - w) - left,
+            cv2.BORDER_CONSTANT,
+            value=(pad_value,) * 3,
         )
         h, w = img.shape[:2]
     top = int(round((h - size) / 2.0))

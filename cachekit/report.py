@@ -30,7 +30,10 @@ def describe(m: Manifest) -> str:
         f"shards:    {len(m.shards)}, {human_bytes(m.total_bytes)} in all",
         f"pipeline:  {m.pipeline.get('name')}: {steps or 'no steps'}",
         f"classes:   {classes or '(unlabelled)'}",
-        "mean/std:  " + " ".join(f"{v:.4f}" for v in m.mean) + " / " + " ".join(f"{v:.4f}" for v in m.std)
+        "mean/std:  "
+        + " ".join(f"{v:.4f}" for v in m.mean)
+        + " / "
+        + " ".join(f"{v:.4f}" for v in m.std)
         + "  (of pixels / 255)",
         f"source:    {m.source.get('root', '?')} ({m.source.get('layout', '?')}, {m.source.get('inputs', '?')} inputs)",
         f"built:     {m.created} by cachekit {m.cachekit_version}; fingerprint {m.fingerprint[:16]}",

@@ -7,9 +7,9 @@ dask worker, and returns the shard's ``ShardInfo`` plus the inputs it had to ski
 from __future__ import annotations
 
 import errno
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -131,7 +131,9 @@ def run_shard_job(job: ShardJob, progress: Callable[[int], None] | None = None) 
         else:
             chw = img.transpose(2, 0, 1)
             if chw.shape != spec.shape:
-                skipped.append(SkippedInput(rel, f"pipeline gave shape {list(chw.shape)}, not {list(spec.shape)}"))
+                skipped.append(
+                    SkippedInput(rel, f"pipeline gave shape {list(chw.shape)}, not {list(spec.shape)}")
+                )
             else:
                 images[kept] = chw
                 for name, value in sample_extras.items():

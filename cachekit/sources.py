@@ -54,9 +54,7 @@ class Source:
 def inputs_digest(source: Source, start: int, stop: int) -> str:
     h = hashlib.sha256()
     for i in range(start, stop):
-        h.update(
-            f"{source.paths[i]}\0{source.sizes[i]}\0{source.mtimes[i]}\0{source.labels[i]}\n".encode()
-        )
+        h.update(f"{source.paths[i]}\0{source.sizes[i]}\0{source.mtimes[i]}\0{source.labels[i]}\n".encode())
     return h.hexdigest()
 
 
@@ -149,15 +147,11 @@ def discover(root: str | os.PathLike, labels_csv: str | os.PathLike | None = Non
     if labels_csv is not None:
         source = _read_labels_csv(root, Path(labels_csv))
     else:
-        subdirs = sorted(
-            e.name for e in os.scandir(root) if e.is_dir() and not e.name.startswith(".")
-        )
+        subdirs = sorted(e.name for e in os.scandir(root) if e.is_dir() and not e.name.startswith("."))
         per_class = {d: _walk_images(root / d) for d in subdirs}
         classes = [d for d in subdirs if per_class[d]]
         if classes:
-            rows = [
-                (f"{c}/{rel}", label) for label, c in enumerate(classes) for rel in per_class[c]
-            ]
+            rows = [(f"{c}/{rel}", label) for label, c in enumerate(classes) for rel in per_class[c]]
             ignored = [
                 (e.name, "outside any class folder")
                 for e in sorted(os.scandir(root), key=lambda e: e.name)

@@ -59,7 +59,9 @@ def make_synthetic_folder(
         if rng.random() < 0.3:
             h, w = w, h
         rgb = synthetic_image(rng, h, w)
-        ok, buf = cv2.imencode(".jpg", cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR), [cv2.IMWRITE_JPEG_QUALITY, quality])
+        ok, buf = cv2.imencode(
+            ".jpg", cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR), [cv2.IMWRITE_JPEG_QUALITY, quality]
+        )
         if not ok:  # pragma: no cover - OpenCV always encodes JPEG
             raise RuntimeError("JPEG encoding failed")
         (root / f"class_{i % classes:03d}" / f"img_{i:07d}.jpg").write_bytes(buf.tobytes())

@@ -31,12 +31,15 @@ def write_mixed_tree(root: Path) -> dict[str, np.ndarray]:
     (root / "cat").mkdir(parents=True)
     (root / "dog" / "sub").mkdir(parents=True)
     upright = {}
-    cv2.imwrite(str(root / "cat" / "photo.jpg"), _bgr(synthetic_image(rng, 300, 400)),
-                [cv2.IMWRITE_JPEG_QUALITY, 90])
+    cv2.imwrite(
+        str(root / "cat" / "photo.jpg"), _bgr(synthetic_image(rng, 300, 400)), [cv2.IMWRITE_JPEG_QUALITY, 90]
+    )
     cv2.imwrite(str(root / "cat" / "gray.png"), synthetic_image(rng, 260, 240)[..., 1])
     rgba = np.dstack([_bgr(synthetic_image(rng, 230, 310)), rng.integers(0, 256, (230, 310), np.uint8)])
     cv2.imwrite(str(root / "cat" / "alpha.png"), rgba)
-    deep = synthetic_image(rng, 280, 250).astype(np.uint16) * 257 + rng.integers(0, 257, (280, 250, 3)).astype(np.uint16)
+    deep = synthetic_image(rng, 280, 250).astype(np.uint16) * 257 + rng.integers(
+        0, 257, (280, 250, 3)
+    ).astype(np.uint16)
     cv2.imwrite(str(root / "dog" / "deep16.png"), _bgr(deep))
     up = synthetic_image(rng, 240, 320)
     stored = np.ascontiguousarray(np.rot90(up))  # orientation 6 = rotate 90 degrees clockwise to display
@@ -46,8 +49,9 @@ def write_mixed_tree(root: Path) -> dict[str, np.ndarray]:
     upright["dog/rotated.jpg"] = up
     cv2.imwrite(str(root / "dog" / "Ünïcödé name.BMP"), _bgr(synthetic_image(rng, 256, 300)))
     cv2.imwrite(str(root / "dog" / "sub" / "scan.tiff"), _bgr(synthetic_image(rng, 500, 270)))
-    cv2.imwrite(str(root / "dog" / "tiny.webp"), _bgr(synthetic_image(rng, 120, 150)),
-                [cv2.IMWRITE_WEBP_QUALITY, 101])
+    cv2.imwrite(
+        str(root / "dog" / "tiny.webp"), _bgr(synthetic_image(rng, 120, 150)), [cv2.IMWRITE_WEBP_QUALITY, 101]
+    )
     # bad inputs
     (root / "cat" / "empty.jpg").write_bytes(b"")
     ok, buf = cv2.imencode(".jpg", _bgr(synthetic_image(rng, 300, 300)))
@@ -59,8 +63,16 @@ def write_mixed_tree(root: Path) -> dict[str, np.ndarray]:
 
 
 GOOD_FILES = sorted(
-    ["cat/alpha.png", "cat/gray.png", "cat/photo.jpg", "dog/deep16.png", "dog/rotated.jpg",
-     "dog/sub/scan.tiff", "dog/tiny.webp", "dog/Ünïcödé name.BMP"],
+    [
+        "cat/alpha.png",
+        "cat/gray.png",
+        "cat/photo.jpg",
+        "dog/deep16.png",
+        "dog/rotated.jpg",
+        "dog/sub/scan.tiff",
+        "dog/tiny.webp",
+        "dog/Ünïcödé name.BMP",
+    ],
     key=lambda p: p.split("/"),
 )
 
@@ -78,7 +90,9 @@ def small_tree(tmp_path_factory) -> Path:
     """40 photo-like JPEGs in 4 classes: big enough for several shards and loaders."""
     from cachekit.synthetic import make_synthetic_folder
 
-    return make_synthetic_folder(tmp_path_factory.mktemp("small") / "raw", 40, classes=4, size=(96, 128), seed=7)
+    return make_synthetic_folder(
+        tmp_path_factory.mktemp("small") / "raw", 40, classes=4, size=(96, 128), seed=7
+    )
 
 
 @pytest.fixture(scope="session")
@@ -86,5 +100,9 @@ def small_cache(small_tree, tmp_path_factory) -> Path:
     from cachekit import BuildConfig, build
 
     out = tmp_path_factory.mktemp("small_cache") / "cache"
-    build(small_tree, out, BuildConfig(pipeline="classification-224", size=32, shard_size=7, workers=1, progress=False))
+    build(
+        small_tree,
+        out,
+        BuildConfig(pipeline="classification-224", size=32, shard_size=7, workers=1, progress=False),
+    )
     return out

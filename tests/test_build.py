@@ -110,7 +110,9 @@ def test_flat_folder_and_labels_csv(small_tree, tmp_path):
     assert len(ds) == 5 and {ds[i][1] for i in range(5)} == {-1} and ds.classes == []
 
     csv = tmp_path / "labels.csv"
-    csv.write_text("file,label\n" + "".join(f"{f.name},{'zebra' if i % 2 else 'ant'}\n" for i, f in enumerate(files)))
+    csv.write_text(
+        "file,label\n" + "".join(f"{f.name},{'zebra' if i % 2 else 'ant'}\n" for i, f in enumerate(files))
+    )
     build(flat, tmp_path / "c2", BuildConfig(size=32, labels=csv, workers=1, progress=False))
     ds = CachedDataset(tmp_path / "c2")
     assert ds.classes == ["ant", "zebra"]

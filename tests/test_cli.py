@@ -62,7 +62,8 @@ def test_user_errors_exit_2_with_one_line(case, message, small_tree, tmp_path):
         (out / "precious.txt").write_text("mine")
     proc = subprocess.run(
         [sys.executable, "-m", "cachekit.cli", "build", str(raw), "--out", str(out), *extra],
-        capture_output=True, text=True,
+        capture_output=True,
+        text=True,
     )
     assert proc.returncode == 2, proc.stderr
     lines = [line for line in proc.stderr.splitlines() if line.strip()]

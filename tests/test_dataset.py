@@ -63,7 +63,7 @@ def test_dataloader_yields_every_sample_once(small_cache, workers, collate):
     loader = DataLoader(ds, batch_size=6, shuffle=True, num_workers=workers, **kwargs)
     reference = ds.read_batch(np.arange(len(ds)))[0]
     seen = []
-    for images, labels in loader:
+    for images, _labels in loader:
         assert images.dtype == torch.uint8 and images.shape[1:] == (3, 32, 32)
         for img in images:
             match = [i for i in range(len(ds)) if torch.equal(reference[i], img)]

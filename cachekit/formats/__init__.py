@@ -19,5 +19,7 @@ def get_format(name: str, *, reading: bool = False) -> ShardFormat:
     except KeyError:
         known = ", ".join(FORMATS)
         if reading:
-            raise CacheError(f"manifest.format: unknown format {name!r} (this cachekit reads {known})") from None
+            raise CacheError(
+                f"manifest.format: unknown format {name!r} (this cachekit reads {known})"
+            ) from None
         raise UsageError(f"unknown format {name!r} (choose from {known})") from None

@@ -42,8 +42,10 @@ class ShardFormat(Protocol):
 
 def check_arrays(path: Path, arrays: dict[str, np.ndarray], spec: SampleSpec, samples: int) -> None:
     """Raise CacheError unless a shard's arrays have the shapes and dtypes the manifest promises."""
-    expected = {"images": ((samples, *spec.shape), np.dtype(spec.dtype)),
-                "labels": ((samples,), np.dtype(spec.label_dtype))}
+    expected = {
+        "images": ((samples, *spec.shape), np.dtype(spec.dtype)),
+        "labels": ((samples,), np.dtype(spec.label_dtype)),
+    }
     for name, extra in spec.extras.items():
         expected[name] = ((samples, *extra.shape), np.dtype(extra.dtype))
     for name, (shape, dtype) in expected.items():

@@ -45,7 +45,9 @@ class Hdf5Reader:
         sorted_idx = index[order]
         unique, inverse = np.unique(sorted_idx, return_inverse=True)
         try:
-            block = self._images[unique] if len(unique) > 1 else self._images[int(unique[0]) : int(unique[0]) + 1]
+            block = (
+                self._images[unique] if len(unique) > 1 else self._images[int(unique[0]) : int(unique[0]) + 1]
+            )
         except OSError as exc:
             raise CacheError(f"HDF5 shard read failed ({exc})") from None
         out = np.empty((len(index), *block.shape[1:]), dtype=block.dtype)
@@ -78,7 +80,10 @@ class Hdf5Format:
             for name, arr in arrays.items():
                 chunks = (1, *arr.shape[1:]) if name == "images" and len(arr) else None
                 f.create_dataset(
-                    name, data=arr, chunks=chunks, compression=codec if name == "images" else None,
+                    name,
+                    data=arr,
+                    chunks=chunks,
+                    compression=codec if name == "images" else None,
                     track_times=False,
                 )
 

@@ -26,7 +26,14 @@ class PtReader:
             obj = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
         except FileNotFoundError:
             raise CacheError(f"{path.name}: shard file is missing") from None
-        except (RuntimeError, pickle.UnpicklingError, zipfile.BadZipFile, EOFError, OSError, ValueError) as exc:
+        except (
+            RuntimeError,
+            pickle.UnpicklingError,
+            zipfile.BadZipFile,
+            EOFError,
+            OSError,
+            ValueError,
+        ) as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise CacheError(f"{path.name}: not a loadable .pt shard ({first})") from None
         if not isinstance(obj, dict) or not all(isinstance(v, torch.Tensor) for v in obj.values()):

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import re
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -127,7 +128,9 @@ def _parse(recipe: dict, origin: str, size: int | None) -> Pipeline:
         params = {k: _resolve(v, base_size or 0, f"{where}.{k}") for k, v in raw.items() if k != "op"}
         unknown = set(params) - set(OPS[op].params)
         if unknown:
-            raise UsageError(f"{where}: {op} takes {', '.join(OPS[op].params)}, not {', '.join(sorted(unknown))}")
+            raise UsageError(
+                f"{where}: {op} takes {', '.join(OPS[op].params)}, not {', '.join(sorted(unknown))}"
+            )
         steps.append(Step(op, params))
     return Pipeline(name=name, size=base_size, steps=tuple(steps), description=recipe.get("description", ""))
 
