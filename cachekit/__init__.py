@@ -2,10 +2,13 @@
 
 from .build import BuildConfig, BuildResult, build
 from .constants import VERSION as __version__
+from .cpus import available_cpus
 from .dataset import CachedDataset, SampleBatch, collate_batch
 from .errors import BuildError, CacheError, CachekitError, UsageError
+from .loader import CacheLoader, make_loader, suggest_num_workers
 from .manifest import Manifest, SampleSpec, ShardInfo, read_manifest
 from .pipelines import Pipeline, load_pipeline
+from .sampler import ShardAwareDistributedSampler
 from .sources import Source, discover
 
 __all__ = [
@@ -27,5 +30,10 @@ __all__ = [
     "Pipeline",
     "load_pipeline",
     "Source",
+    "ShardAwareDistributedSampler",
+    "CacheLoader",
+    "make_loader",
+    "suggest_num_workers",
+    "available_cpus",
     "discover",
 ]

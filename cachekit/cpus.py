@@ -6,7 +6,11 @@ import math
 import os
 from pathlib import Path
 
-__all__ = ["available_cpus", "cgroup_cpu_limit"]
+__all__ = ["available_cpus", "cgroup_cpu_limit", "CGROUP_ROOT", "PROC_CGROUP"]
+
+#: Where the cgroup filesystem and this process's cgroup membership are read from (tests point them elsewhere).
+CGROUP_ROOT = "/sys/fs/cgroup"
+PROC_CGROUP = "/proc/self/cgroup"
 
 
 def _read(path: Path) -> str | None:
@@ -25,12 +29,12 @@ def _own_cgroup_v2(proc_cgroup: Path) -> str | None:
 
 
 def cgroup_cpu_limit(
-    root: str | os.PathLike = "/sys/fs/cgroup", proc_cgroup: str | os.PathLike = "/proc/self/cgroup"
+    root: str | os.PathLike | None = None, proc_cgroup: str | os.PathLike | None = None
 ) -> float | None:
     """CPUs allowed by the cgroup quota (v2 ``cpu.max`` or v1 ``cpu.cfs_quota_us``), or None if unlimited."""
-    root = Path(root)
+    root = Path(root or CGROUP_ROOT)
     candidates = [root]
-    own = _own_cgroup_v2(Path(proc_cgroup))
+    own = _own_cgroup_v2(Path(proc_cgroup or PROC_CGROUP))
     if own and own != "/":
         candidates.insert(0, root / own.lstrip("/"))
     limits = []
@@ -48,7 +52,7 @@ def cgroup_cpu_limit(
 
 
 def available_cpus(
-    root: str | os.PathLike = "/sys/fs/cgroup", proc_cgroup: str | os.PathLike = "/proc/self/cgroup"
+    root: str | os.PathLike | None = None, proc_cgroup: str | os.PathLike | None = None
 ) -> int:
     """CPUs this process can use: ``sched_getaffinity`` capped by the cgroup quota (at least 1)."""
     try:

@@ -9,7 +9,7 @@ order, so each rank touches mostly its own shards.
 from __future__ import annotations
 
 import math
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 import torch.distributed as dist

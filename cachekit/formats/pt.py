@@ -45,6 +45,11 @@ class PtReader:
     def __len__(self) -> int:
         return self._len
 
+    @property
+    def image_array(self) -> np.ndarray:
+        """The memory-mapped ``[N, C, H, W]`` array itself, for copies straight into a batch."""
+        return self._arrays["images"]
+
     def images(self, index: np.ndarray) -> np.ndarray:
         return self._arrays["images"][index]
 
