@@ -156,14 +156,20 @@ def _reusable(out: Path, info: ShardInfo | None, verify: bool) -> bool:
     return not verify or sha256_file(path) == info.sha256
 
 
-def _read_sidecars(partial: Path, fingerprint: str) -> dict[str, tuple[ShardInfo, tuple[SkippedInput, ...]]]:
-    """Finished shards recorded by an interrupted build with the same fingerprint."""
+def _read_sidecars(
+    partial: Path, fingerprint: str
+) -> dict[str, tuple[ShardInfo, tuple[SkippedInput, ...]]] | None:
+    """Finished shards recorded by an interrupted build with the same fingerprint.
+
+    None when ``partial`` records no interrupted build of this fingerprint; an empty dict when
+    one was interrupted before it finished any shard (it still resumes, into the same folder).
+    """
     try:
         state = json.loads((partial / "state.json").read_text())
     except (OSError, ValueError):
-        return {}
-    if state.get("fingerprint") != fingerprint:
-        return {}
+        return None
+    if not isinstance(state, dict) or state.get("fingerprint") != fingerprint:
+        return None
     found = {}
     for f in sorted(partial.glob("*.json")):
         if f.name == "state.json":
@@ -274,8 +280,9 @@ def build(raw: str | Path, out: str | Path, config: BuildConfig = BuildConfig())
     else:
         shard_size = default_shard_size(spec.nbytes, len(source))
     partial = out / PARTIAL_DIR
-    sidecars = _read_sidecars(partial, fingerprint) if partial.is_dir() else {}
-    _check_out(out, config, previous, resumable=bool(sidecars))
+    sidecars = _read_sidecars(partial, fingerprint) if partial.is_dir() else None
+    _check_out(out, config, previous, resumable=sidecars is not None)
+    sidecars = sidecars or {}
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

@@ -129,5 +129,27 @@ def info_cmd(cache) -> None:
     click.echo(describe(read_manifest(cache)))
 
 
+@main.command("verify")
+@click.argument("cache", type=click.Path(path_type=str))
+@click.option("--quick", is_flag=True, help="Check sizes and shard headers only, not every byte's sha256.")
+@_friendly
+def verify_cmd(cache, quick) -> None:
+    """Check every shard of CACHE against its manifest; exit 1 naming each bad shard."""
+    from .verify import verify
+
+    report = verify(cache, quick=quick)
+    click.echo(report.summary(), err=not report.ok)
+    if not report.ok:
+        sys.exit(1)
+
+
+@main.command("env")
+def env_cmd() -> None:
+    """Print versions of cachekit and its dependencies, CPUs and GPUs: paste it into bug reports."""
+    from .report import environment
+
+    click.echo(environment())
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -18,7 +18,7 @@ from torch.utils.data import Dataset, default_collate
 
 from .errors import CacheError
 from .formats import ShardReader, get_format
-from .manifest import Manifest, read_manifest
+from .manifest import Manifest, read_manifest, shard_path
 
 __all__ = ["CachedDataset", "SampleBatch", "collate_batch"]
 
@@ -90,15 +90,15 @@ class CachedDataset(Dataset):
         self._check_files()
 
     def _check_files(self) -> None:
-        missing = [s.file for s in self.manifest.shards if not (self.root / s.file).is_file()]
-        if missing:
-            more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
-            raise CacheError(f"{self.root}: shard files missing: {', '.join(missing[:3])}{more}")
-        root = self.root.resolve()
-        for s in self.manifest.shards:
-            real = (self.root / s.file).resolve()
-            if real.parent != root:
-                raise CacheError(f"{self.root}: shard {s.file} links outside the cache folder")
+        problems = []
+        for info in self.manifest.shards:
+            try:
+                shard_path(self.root, info)
+            except CacheError as exc:
+                problems.append(f"{info.file} {exc}")
+        if problems:
+            more = f" and {len(problems) - 3} more" if len(problems) > 3 else ""
+            raise CacheError(f"{self.root}: bad shard files: {'; '.join(problems[:3])}{more}")
 
     # -- metadata -----------------------------------------------------------------------------
 

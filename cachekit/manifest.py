@@ -28,6 +28,7 @@ __all__ = [
     "read_manifest",
     "write_manifest",
     "check_shard_name",
+    "shard_path",
 ]
 
 _DTYPES = {"|u1", "<u2", "<i4", "<i8", "<f4", "<f8"}
@@ -44,6 +45,19 @@ def check_shard_name(name: object, where: str = "shard file") -> str:
     if not _SHARD_NAME.match(name) or ".." in name:
         raise CacheError(f"{where}: {name!r} has characters not allowed in a shard name")
     return name
+
+
+def shard_path(root: Path, info: ShardInfo) -> Path:
+    """The shard's path, refusing anything that is not a regular file inside ``root``."""
+    path = root / info.file
+    if path.is_symlink() and path.resolve().parent != root.resolve():
+        raise CacheError("is a symlink out of the cache folder")
+    if not path.exists():
+        raise CacheError("missing")
+    if not path.is_file():
+        raise CacheError("not a regular file")
+    return path
+
 
 
 # -- tiny typed readers: each raises CacheError naming the field -------------------------------
@@ -91,7 +105,7 @@ def _shape(value: Any, where: str) -> tuple[int, ...]:
 
 
 def _dtype(value: Any, where: str) -> str:
-    if value not in _DTYPES:
+    if not isinstance(value, str) or value not in _DTYPES:
         raise CacheError(f"{where}: unsupported dtype {value!r} (known: {sorted(_DTYPES)})")
     return value
 

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import platform
+import sys
+from importlib import metadata
+
+from .constants import VERSION
+from .cpus import available_cpus
 from .manifest import Manifest
 
-__all__ = ["describe", "human_bytes"]
+__all__ = ["describe", "environment", "human_bytes"]
 
 
 def human_bytes(n: float) -> str:
@@ -18,9 +24,11 @@ def human_bytes(n: float) -> str:
 def describe(m: Manifest) -> str:
     """A few lines a person reads to know what a cache holds."""
     c, h, w = m.sample.shape
+    raw_steps = m.pipeline.get("steps")
     steps = ", ".join(
-        s["op"] + "(" + ", ".join(f"{k}={v}" for k, v in s.items() if k != "op") + ")"
-        for s in m.pipeline.get("steps", [])
+        f"{s.get('op')}(" + ", ".join(f"{k}={v}" for k, v in s.items() if k != "op") + ")"
+        for s in (raw_steps if isinstance(raw_steps, list) else [])
+        if isinstance(s, dict)
     )
     classes = ", ".join(m.classes[:8]) + (f", ... ({len(m.classes)} in all)" if len(m.classes) > 8 else "")
     lines = [
@@ -44,3 +52,34 @@ def describe(m: Manifest) -> str:
         if len(m.skipped) > 10:
             lines.append(f"  ... and {len(m.skipped) - 10} more")
     return "\n".join(lines)
+
+
+def _version(dist: str) -> str:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def environment() -> str:
+    """Versions, CPUs and GPUs: what a bug report needs to reproduce a problem."""
+    import os
+
+    import torch
+
+    rows = [
+        ("cachekit", VERSION),
+        ("python", f"{sys.version.split()[0]} ({platform.platform()})"),
+        ("torch", f"{torch.__version__} (CUDA {torch.version.cuda or 'none'})"),
+    ]
+    for dist in ("numpy", "opencv-python-headless", "h5py", "zarr", "dask", "distributed", "pillow"):
+        rows.append((dist, _version(dist)))
+    rows.append(("cpus", f"{available_cpus()} usable of {os.cpu_count()} (affinity and cgroup quota)"))
+    if torch.cuda.is_available():
+        for i in range(torch.cuda.device_count()):
+            p = torch.cuda.get_device_properties(i)
+            rows.append((f"gpu {i}", f"{p.name}, {human_bytes(p.total_memory)}"))
+    else:
+        rows.append(("gpus", "none (torch.cuda.is_available() is False)"))
+    width = max(len(k) for k, _ in rows) + 2
+    return "\n".join(f"{k + ':':<{width}}{v}" for k, v in rows)
