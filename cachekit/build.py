@@ -251,9 +251,8 @@ def build(raw: str | Path, out: str | Path, config: BuildConfig = BuildConfig())
     if config.workers is not None and config.workers < 1:
         raise UsageError("--workers must be at least 1")
 
-    pipeline_json = {**pipeline.to_json(), "fast_decode": config.fast_decode}
     content = {
-        "pipeline": pipeline_json,
+        "pipeline": pipeline.to_json() | {"fast_decode": config.fast_decode},
         "format": fmt.name,
         "options": options,
         "sample": spec.to_json(),
@@ -288,43 +287,43 @@ def build(raw: str | Path, out: str | Path, config: BuildConfig = BuildConfig())
     except OSError as exc:
         raise BuildError(f"cannot create {out}: {exc.strerror}") from None
 
+    target = _Target(raw, out, source, pipeline, spec, fmt.name, options, shard_size, content_fp, fingerprint)
     with BuildLock(out):
-        return _run(
-            raw,
-            out,
-            config,
-            source,
-            pipeline,
-            spec,
-            fmt.name,
-            options,
-            shard_size,
-            content_fp,
-            fingerprint,
-            pipeline_json,
-            previous,
-            sidecars,
-            started,
-        )
+        return _run(target, config, previous, sidecars, started)
+
+
+@dataclass(frozen=True)
+class _Target:
+    """What a build writes, resolved from its inputs and options: everything ``_run`` needs to know."""
+
+    raw: Path
+    out: Path
+    source: Source
+    pipeline: Pipeline
+    spec: SampleSpec
+    fmt_name: str
+    options: dict
+    shard_size: int
+    content_fp: str
+    fingerprint: str
 
 
 def _run(
-    raw,
-    out,
-    config,
-    source,
-    pipeline,
-    spec,
-    fmt_name,
-    options,
-    shard_size,
-    content_fp,
-    fingerprint,
-    pipeline_json,
-    previous,
-    sidecars,
-    started,
+    target: _Target,
+    config: BuildConfig,
+    previous: Manifest | None,
+    sidecars: dict[str, tuple[ShardInfo, tuple[SkippedInput, ...]]],
+    started: float,
 ) -> BuildResult:
+    t = target
+    raw, out, source, pipeline, spec = t.raw, t.out, t.source, t.pipeline, t.spec
+    fmt_name, options, shard_size, content_fp, fingerprint = (
+        t.fmt_name,
+        t.options,
+        t.shard_size,
+        t.content_fp,
+        t.fingerprint,
+    )
     partial = out / PARTIAL_DIR
     keep = previous.shards if (config.update and previous is not None) else ()
     plan = _plan(source, shard_size, keep)
@@ -415,7 +414,7 @@ def _run(
         sample=spec,
         shards=tuple(shards),
         classes=source.classes,
-        pipeline=pipeline_json,
+        pipeline=pipeline.to_json() | {"fast_decode": config.fast_decode},
         fingerprint=fingerprint,
         mean=mean,
         std=std,

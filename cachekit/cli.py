@@ -143,6 +143,93 @@ def verify_cmd(cache, quick) -> None:
         sys.exit(1)
 
 
+def _int_list(ctx, param, value: str) -> tuple[int, ...]:
+    try:
+        out = tuple(int(v) for v in value.split(",") if v.strip())
+    except ValueError:
+        raise click.BadParameter(f"expected comma-separated integers, got {value!r}") from None
+    if not out or min(out) < 0:
+        raise click.BadParameter("expected at least one worker count >= 0")
+    return out
+
+
+@main.command("bench")
+@click.argument("paths", nargs=-1, type=click.Path(path_type=str))
+@click.option(
+    "--synthetic", type=int, default=None, help="Generate N ImageNet-like JPEGs, build caches, compare."
+)
+@click.option(
+    "--workdir", type=click.Path(path_type=str), default=None, help="--synthetic: where to keep its files."
+)
+@click.option("--batch-size", type=int, default=256, show_default=True)
+@click.option("--workers", default="0,2", show_default=True, callback=_int_list, help="Worker counts to try.")
+@click.option("--samples", type=int, default=None, help="Samples per epoch [default: all].")
+@click.option("--epochs", type=int, default=2, show_default=True, help="Epoch 1 is cold; the rest are warm.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--warm-only", is_flag=True, help="Do not drop the files from the page cache before epoch 1.")
+@click.option(
+    "--raw-backends", default="pil,opencv", show_default=True, help="Raw loaders to run: pil, opencv."
+)
+@click.option(
+    "--json", "json_out", type=click.Path(path_type=str), default=None, help="Write every figure here."
+)
+@click.option("--plot", type=click.Path(path_type=str), default=None, help="Write a PNG bar chart here.")
+@_friendly
+def bench_cmd(
+    paths,
+    synthetic,
+    workdir,
+    batch_size,
+    workers,
+    samples,
+    epochs,
+    seed,
+    warm_only,
+    raw_backends,
+    json_out,
+    plot,
+) -> None:
+    """Load speed of RAW (PIL and OpenCV) and each CACHE, side by side: cachekit bench RAW CACHE [CACHE ...]
+
+    With --synthetic N no paths are needed: it writes N JPEGs, builds pt and hdf5 caches and compares.
+    """
+    import json
+
+    from .bench import BenchConfig, bench_synthetic, format_table, plot_result, run_bench
+    from .errors import UsageError
+
+    config = BenchConfig(
+        batch_size=batch_size,
+        workers=workers,
+        samples=samples,
+        epochs=epochs,
+        seed=seed,
+        cold=not warm_only,
+        raw_backends=tuple(b.strip() for b in raw_backends.split(",") if b.strip()),
+    )
+
+    def log(line: str) -> None:
+        click.echo(line, err=True)
+
+    if synthetic is not None:
+        if paths:
+            raise UsageError("--synthetic makes its own raw folder and caches; give no paths with it")
+        result = bench_synthetic(synthetic, config, workdir=workdir, keep=workdir is not None, log=log)
+    else:
+        if len(paths) < 2:
+            raise UsageError(
+                "give a raw folder and at least one cache (cachekit bench RAW CACHE), or --synthetic N"
+            )
+        result = run_bench(paths[0], paths[1:], config, log=log)
+    result["command"] = "cachekit " + " ".join(sys.argv[1:])
+    click.echo(format_table(result))
+    if json_out:
+        with open(json_out, "w") as fh:
+            json.dump(result, fh, indent=1)
+    if plot:
+        plot_result(result, plot)
+
+
 @main.command("env")
 def env_cmd() -> None:
     """Print versions of cachekit and its dependencies, CPUs and GPUs: paste it into bug reports."""

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, default_collate
 
+from .buffers import BufferPool
 from .errors import CacheError
 from .formats import ShardReader, get_format
 from .manifest import Manifest, read_manifest, shard_path
@@ -86,6 +87,7 @@ class CachedDataset(Dataset):
         self.transform = transform
         self.target_transform = target_transform
         self._readers: dict[int, ShardReader] = {}
+        self._buffers = BufferPool()
         self._pid = os.getpid()
         self._check_files()
 
@@ -130,12 +132,17 @@ class CachedDataset(Dataset):
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
         state["_readers"] = {}
+        state["_buffers"] = BufferPool()
         return state
 
-    def _reader(self, shard: int) -> ShardReader:
+    def _check_process(self) -> None:
         if self._pid != os.getpid():  # forked into a worker: never use the parent's handles
             self._readers = {}
+            self._buffers = BufferPool()
             self._pid = os.getpid()
+
+    def _reader(self, shard: int) -> ShardReader:
+        self._check_process()
         reader = self._readers.get(shard)
         if reader is None:
             info = self.manifest.shards[shard]
@@ -162,9 +169,10 @@ class CachedDataset(Dataset):
     def read_batch(self, indices: Sequence[int] | np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
         """Images ``[B, C, H, W]`` uint8 and labels ``[B]`` int64 for ``indices``, in that order."""
         idx, shards = self._locate(indices)
-        images = torch.empty((len(idx), *self.sample_shape), dtype=torch.uint8)
-        labels = torch.empty(len(idx), dtype=torch.int64)
-        out_images, out_labels = images.numpy(), labels.numpy()
+        self._check_process()
+        out_images = self._buffers.get((len(idx), *self.sample_shape))
+        out_labels = np.empty(len(idx), dtype=np.int64)
+        images, labels = torch.from_numpy(out_images), torch.from_numpy(out_labels)
         local_all = idx - self.shard_offsets[shards]
         direct = {}
         for shard in np.unique(shards).tolist():
@@ -172,7 +180,7 @@ class CachedDataset(Dataset):
             local = local_all[pos]
             reader = self._reader(shard)
             out_labels[pos] = reader.column("labels", local)
-            array = getattr(reader, "image_array", None)
+            array = reader.image_array
             if array is not None:
                 direct[shard] = array
             else:

@@ -59,7 +59,6 @@ def shard_path(root: Path, info: ShardInfo) -> Path:
     return path
 
 
-
 # -- tiny typed readers: each raises CacheError naming the field -------------------------------
 
 

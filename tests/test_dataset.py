@@ -105,3 +105,19 @@ def test_missing_shard_file_is_a_cache_error(small_cache, tmp_path):
     (copy / victim).unlink()
     with pytest.raises(CacheError, match="missing"):
         CachedDataset(copy)
+
+
+def test_batch_buffers_are_reused_only_when_nothing_holds_them(small_cache):
+    ds = CachedDataset(small_cache)
+    first = ds.read_batch([0, 1, 2])[0]
+    view = first[1:]  # a view keeps the buffer alive after the batch itself is gone
+    expected = ds.read_batch([1, 2])[0].clone()
+    del first
+    second = ds.read_batch([3, 4, 5])[0]
+    assert not np.shares_memory(view.numpy(), second.numpy())
+    assert torch.equal(view, expected)
+    pointer = second.data_ptr()
+    del second
+    third = ds.read_batch([6, 7, 8])[0]
+    assert third.data_ptr() == pointer  # released, so recycled: no fresh pages to fault in
+    assert torch.equal(third, torch.stack([ds[i][0] for i in (6, 7, 8)]))

@@ -14,7 +14,13 @@ __all__ = ["ShardFormat", "ShardReader", "check_arrays"]
 
 
 class ShardReader(Protocol):
-    """Random access to one shard's rows. Opened lazily, once per process; never pickled open."""
+    """Random access to one shard's rows. Opened lazily, once per process; never pickled open.
+
+    ``image_array``: the images as an ``[N, C, H, W]`` array whose rows are zero-copy views (a
+    memory map), or None when rows must be decoded; the dataset copies straight from it.
+    """
+
+    image_array: np.ndarray | None
 
     def __len__(self) -> int: ...
 

@@ -21,6 +21,33 @@ def _h5py():
     return h5py
 
 
+def _mapped_images(path: Path, dataset) -> np.ndarray | None:
+    """The images as a read-only memory map, when every chunk is stored raw and evenly spaced.
+
+    That is how ``Hdf5Format.write`` lays out an uncompressed shard; reading it through the map
+    is a plain memcpy per sample instead of an HDF5 selection (~200x faster for random rows).
+    Compressed or rearranged files return None and are read through h5py.
+    """
+    if dataset.compression is not None or dataset.chunks != (1, *dataset.shape[1:]):
+        return None
+    row = int(np.prod(dataset.shape[1:])) * dataset.dtype.itemsize
+    found: list[tuple[int, int, int, int]] = []
+    try:
+        dataset.id.chunk_iter(
+            lambda s: found.append((s.chunk_offset[0], s.byte_offset, s.size, s.filter_mask))
+        )
+    except (AttributeError, RuntimeError, OSError):
+        return None
+    found.sort()
+    if len(found) != dataset.shape[0] or any(size != row or mask for _, _, size, mask in found):
+        return None
+    offsets = np.array([offset for _, offset, _, _ in found], dtype=np.int64)
+    if (np.diff(offsets) != row).any() or offsets[-1] + row > path.stat().st_size:
+        return None
+    mapped = np.memmap(path, dtype=dataset.dtype, mode="r", offset=int(offsets[0]), shape=dataset.shape)
+    return mapped
+
+
 class Hdf5Reader:
     def __init__(self, path: Path, spec: SampleSpec, samples: int) -> None:
         h5py = _h5py()
@@ -35,6 +62,7 @@ class Hdf5Reader:
         self._images = arrays["images"]
         self._columns = {k: v[()] for k, v in arrays.items() if k != "images"}
         self._len = samples
+        self.image_array = _mapped_images(path, self._images) if samples else None
 
     def __len__(self) -> int:
         return self._len
@@ -58,6 +86,7 @@ class Hdf5Reader:
         return self._columns[name][index]
 
     def close(self) -> None:
+        self.image_array = None
         try:
             self._file.close()
         except Exception:

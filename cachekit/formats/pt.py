@@ -46,9 +46,9 @@ class PtReader:
         return self._len
 
     @property
-    def image_array(self) -> np.ndarray:
+    def image_array(self) -> np.ndarray | None:
         """The memory-mapped ``[N, C, H, W]`` array itself, for copies straight into a batch."""
-        return self._arrays["images"]
+        return self._arrays.get("images")
 
     def images(self, index: np.ndarray) -> np.ndarray:
         return self._arrays["images"][index]
