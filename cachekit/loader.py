@@ -8,9 +8,11 @@ processes are used where reading costs CPU (encoded stores, per-sample transform
 
 from __future__ import annotations
 
+import atexit
 import logging
 import queue
 import threading
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -46,6 +48,20 @@ def suggest_num_workers(
     return max(0, min(candidates))
 
 
+_LIVE_PREFETCHERS: weakref.WeakSet = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_prefetchers() -> None:
+    """Let prefetch threads finish their current read before the interpreter goes away.
+
+    A daemon thread still inside torch's C++ code when Python finalises aborts the process
+    ("terminate called without an active exception"), so each is stopped and joined first.
+    """
+    for prefetcher in list(_LIVE_PREFETCHERS):
+        prefetcher.stop(timeout=30)
+
+
 class _Prefetcher:
     """Runs an iterator in a daemon thread, ``depth`` items ahead; errors are re-raised in the caller."""
 
@@ -55,7 +71,13 @@ class _Prefetcher:
         self._queue: queue.Queue = queue.Queue(maxsize=max(1, depth))
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(it,), daemon=True, name="cachekit-prefetch")
+        _LIVE_PREFETCHERS.add(self)
         self._thread.start()
+
+    def stop(self, timeout: float | None = None) -> None:
+        self._stop.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
 
     def _put(self, item) -> bool:
         while not self._stop.is_set():

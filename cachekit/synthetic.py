@@ -12,7 +12,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-__all__ = ["synthetic_image", "make_synthetic_folder"]
+__all__ = ["synthetic_image", "make_synthetic_folder", "write_synthetic_cache"]
 
 
 def synthetic_image(rng: np.random.Generator, height: int = 375, width: int = 500) -> np.ndarray:
@@ -65,4 +65,70 @@ def make_synthetic_folder(
         if not ok:  # pragma: no cover - OpenCV always encodes JPEG
             raise RuntimeError("JPEG encoding failed")
         (root / f"class_{i % classes:03d}" / f"img_{i:07d}.jpg").write_bytes(buf.tobytes())
+    return root
+
+
+def write_synthetic_cache(
+    root: str | os.PathLike,
+    n: int,
+    *,
+    side: int = 32,
+    shard_size: int = 1000,
+    classes: int = 10,
+    seed: int = 0,
+) -> Path:
+    """A valid ``.pt`` cache of ``n`` random samples written directly, without decoding anything.
+
+    For benchmarks and tests that need many samples (memory, sampler scale), not real pictures.
+    """
+    import hashlib
+
+    from .atomic import commit_file
+    from .formats import get_format
+    from .manifest import ArraySpec, Manifest, SampleSpec, ShardInfo, write_manifest
+
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    spec = SampleSpec(shape=(3, side, side), extras={"orig_size": ArraySpec((2,), "<i4")})
+    fmt = get_format("pt")
+    shards = []
+    for start in range(0, n, shard_size):
+        k = min(shard_size, n - start)
+        images = rng.integers(0, 256, (k, *spec.shape), dtype=np.uint8)
+        arrays = {
+            "images": images,
+            "labels": (np.arange(start, start + k) % classes).astype(np.int64),
+            "orig_size": np.full((k, 2), side, dtype=np.int32),
+        }
+        name = f"shard-{start // shard_size:06d}.pt"
+        size, digest = commit_file(root / name, lambda tmp, a=arrays: fmt.write(tmp, a, {}))
+        flat = images.transpose(1, 0, 2, 3).reshape(3, -1).astype(np.float64)
+        shards.append(
+            ShardInfo(
+                file=name,
+                samples=k,
+                bytes=size,
+                sha256=digest,
+                inputs=k,
+                first=f"synthetic/{start:09d}",
+                last=f"synthetic/{start + k - 1:09d}",
+                inputs_digest=hashlib.sha256(f"{seed}:{start}:{k}".encode()).hexdigest(),
+                pixel_sum=tuple(flat.sum(axis=1).tolist()),
+                pixel_sumsq=tuple((flat**2).sum(axis=1).tolist()),
+            )
+        )
+    manifest = Manifest(
+        format="pt",
+        sample=spec,
+        shards=tuple(shards),
+        classes=tuple(f"class_{c:03d}" for c in range(classes)),
+        pipeline={"name": "synthetic", "size": side, "steps": []},
+        fingerprint=hashlib.sha256(f"synthetic:{n}:{side}:{seed}".encode()).hexdigest(),
+        mean=(0.5, 0.5, 0.5),
+        std=(0.2887, 0.2887, 0.2887),
+        format_options={"compression": "none", "store": "pixels", "shard_size": shard_size},
+        source={"layout": "synthetic", "inputs": n},
+    )
+    write_manifest(root, manifest)
     return root

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Protocol
 
@@ -10,7 +11,7 @@ import numpy as np
 from ..errors import CacheError
 from ..manifest import SampleSpec
 
-__all__ = ["ShardFormat", "ShardReader", "check_arrays"]
+__all__ = ["ShardFormat", "ShardReader", "check_arrays", "prefetch_file"]
 
 
 class ShardReader(Protocol):
@@ -44,6 +45,26 @@ class ShardFormat(Protocol):
 
     def open(self, path: Path, spec: SampleSpec, samples: int) -> ShardReader:
         """A reader for a shard the manifest says holds ``samples`` rows shaped like ``spec``."""
+
+
+def prefetch_file(path: Path) -> None:
+    """Ask the kernel to start reading the whole shard into the page cache in the background.
+
+    Memory-mapped reads of a cold shard otherwise fault in one small read-ahead window at a time
+    (random rows defeat the kernel's sequential detection); a shard is read soon after it is opened.
+    """
+    if not hasattr(os, "posix_fadvise"):
+        return
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def check_arrays(path: Path, arrays: dict[str, np.ndarray], spec: SampleSpec, samples: int) -> None:

@@ -8,7 +8,7 @@ import numpy as np
 
 from ..errors import CacheError, UsageError
 from ..manifest import SampleSpec
-from .base import check_arrays
+from .base import check_arrays, prefetch_file
 
 __all__ = ["Hdf5Format", "Hdf5Reader"]
 
@@ -44,6 +44,7 @@ def _mapped_images(path: Path, dataset) -> np.ndarray | None:
     offsets = np.array([offset for _, offset, _, _ in found], dtype=np.int64)
     if (np.diff(offsets) != row).any() or offsets[-1] + row > path.stat().st_size:
         return None
+    prefetch_file(path)
     mapped = np.memmap(path, dtype=dataset.dtype, mode="r", offset=int(offsets[0]), shape=dataset.shape)
     return mapped
 

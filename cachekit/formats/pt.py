@@ -15,7 +15,7 @@ import torch
 
 from ..errors import CacheError, UsageError
 from ..manifest import SampleSpec
-from .base import check_arrays
+from .base import check_arrays, prefetch_file
 
 __all__ = ["PtFormat", "PtReader"]
 
@@ -40,6 +40,7 @@ class PtReader:
             raise CacheError(f"{path.name}: expected a dict of tensors")
         self._arrays = {k: v.numpy() for k, v in obj.items()}
         check_arrays(path, self._arrays, spec, samples)
+        prefetch_file(path)
         self._len = samples
 
     def __len__(self) -> int:

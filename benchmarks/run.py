@@ -1,0 +1,255 @@
+"""Benchmarks behind every figure in README: a registry of suites, each printing its figures.
+
+    python benchmarks/run.py SUITE [SUITE ...] [--images N] [--json out.json] [--workdir DIR]
+    python benchmarks/run.py all --images 2000
+
+Suites (sizes are flags; defaults fit a 2-core laptop in a few minutes):
+  load    load samples/s vs workers for raw PIL, raw OpenCV and each cache format (cachekit bench)
+  build   build images/s vs worker processes, with scaling efficiency
+  decode  the per-image build path in one process: PIL vs OpenCV exact vs OpenCV --fast-decode,
+          img/s and pixel difference, for ImageNet-sized and for large photos
+  size    cache size vs raw size for each format and codec
+  rss     DataLoader worker memory over 10k- and 100k-sample caches (no copy-on-read growth)
+
+Every figure is a median (or best) over repeats inside one run and is printed with the command
+that reproduced it; ratios, not absolute numbers, are what carry over to other machines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import cv2
+import numpy as np
+
+from cachekit import BuildConfig, CachedDataset, build
+from cachekit.baselines import pil_classification
+from cachekit.bench import BenchConfig, format_table, run_bench
+from cachekit.cpus import available_cpus
+from cachekit.ops import decode
+from cachekit.pipelines import load_pipeline
+from cachekit.shardjob import _reduce_for
+from cachekit.synthetic import make_synthetic_folder
+
+SUITES: dict[str, Callable[[argparse.Namespace, Path], dict]] = {}
+
+
+def suite(fn):
+    SUITES[fn.__name__] = fn
+    return fn
+
+
+def _raw(args, root: Path, n: int | None = None, size=(375, 500), name="raw") -> Path:
+    n = n or args.images
+    raw = root / f"{name}-{n}-{size[0]}x{size[1]}"
+    if not raw.is_dir():
+        make_synthetic_folder(raw, n, classes=10, size=size)
+    return raw
+
+
+def _cache(raw: Path, root: Path, fmt: str, compression: str = "none") -> Path:
+    out = root / f"cache-{raw.name}-{fmt}-{compression}"
+    build(raw, out, BuildConfig(format=fmt, compression=compression, progress=False))
+    return out
+
+
+@suite
+def load(args, root):
+    raw = _raw(args, root)
+    caches = [_cache(raw, root, "pt"), _cache(raw, root, "hdf5")]
+    config = BenchConfig(batch_size=args.batch_size, workers=(0, 1, 2), epochs=3)
+    result = run_bench(raw, caches, config, log=lambda line: print(line, file=sys.stderr))
+    print(format_table(result))
+    return result
+
+
+@suite
+def build_scaling(args, root):
+    raw = _raw(args, root)
+    rows = []
+    for workers in sorted({1, 2, available_cpus()}):
+        times = []
+        for rep in range(args.repeats):
+            out = root / f"scaling-{workers}-{rep}"
+            t0 = time.perf_counter()
+            build(raw, out, BuildConfig(workers=workers, progress=False))
+            times.append(time.perf_counter() - t0)
+            shutil.rmtree(out)
+        rows.append({"workers": workers, "seconds": statistics.median(times), "images": args.images})
+    base = rows[0]["seconds"]
+    for r in rows:
+        r["images_per_s"] = r["images"] / r["seconds"]
+        r["speedup"] = base / r["seconds"]
+        r["efficiency"] = r["speedup"] / r["workers"]
+        print(
+            f"build, {r['workers']} workers: {r['images_per_s']:.0f} images/s, "
+            f"speed-up {r['speedup']:.2f}x, efficiency {r['efficiency']:.0%}"
+        )
+    return {"rows": rows}
+
+
+SUITES["build"] = SUITES.pop("build_scaling")
+
+
+def _time_per_image(fn, files: list[bytes | Path], repeats: int) -> float:
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for f in files:
+            fn(f)
+        best = min(best, time.perf_counter() - t0)
+    return len(files) / best
+
+
+@suite
+def decode_path(args, root):
+    cv2.setNumThreads(1)  # one core, as in a build worker
+    pipeline = load_pipeline("classification-224")
+    out = {}
+    for label, size, n in (("imagenet-500x375", (375, 500), 200), ("photo-1500x2000", (1500, 2000), 40)):
+        raw = _raw(args, root, n=n, size=size, name="decode")
+        paths = sorted(raw.rglob("*.jpg"))
+        blobs = [p.read_bytes() for p in paths]
+        exact = [pipeline.apply(decode(b))[0] for b in blobs]
+        fast = [pipeline.apply(decode(b, reduce=_reduce_for(b, pipeline)))[0] for b in blobs]
+        pil = [pil_classification(p, 256, 224) for p in paths]
+        diff_fast = [np.abs(a.astype(int) - b.astype(int)) for a, b in zip(exact, fast)]
+        diff_pil = [np.abs(a.astype(int) - b.astype(int)) for a, b in zip(exact, pil)]
+        row = {
+            "pil_images_per_s": _time_per_image(
+                lambda p: pil_classification(p, 256, 224), paths, args.repeats
+            ),
+            "opencv_images_per_s": _time_per_image(lambda b: pipeline.apply(decode(b)), blobs, args.repeats),
+            "fast_decode_images_per_s": _time_per_image(
+                lambda b: pipeline.apply(decode(b, reduce=_reduce_for(b, pipeline))), blobs, args.repeats
+            ),
+            "fast_decode_mean_abs_diff": float(np.mean([d.mean() for d in diff_fast])),
+            "fast_decode_max_abs_diff": int(max(d.max() for d in diff_fast)),
+            "pil_vs_opencv_mean_abs_diff": float(np.mean([d.mean() for d in diff_pil])),
+        }
+        row["opencv_over_pil"] = row["opencv_images_per_s"] / row["pil_images_per_s"]
+        row["fast_decode_speedup"] = row["fast_decode_images_per_s"] / row["opencv_images_per_s"]
+        out[label] = row
+        print(
+            f"{label}: PIL {row['pil_images_per_s']:.0f} img/s, OpenCV {row['opencv_images_per_s']:.0f} img/s "
+            f"({row['opencv_over_pil']:.2f}x PIL), --fast-decode {row['fast_decode_images_per_s']:.0f} img/s "
+            f"({row['fast_decode_speedup']:.2f}x, mean |diff| {row['fast_decode_mean_abs_diff']:.2f}, "
+            f"max {row['fast_decode_max_abs_diff']})"
+        )
+    return out
+
+
+SUITES["decode"] = SUITES.pop("decode_path")
+
+
+@suite
+def size(args, root):
+    raw = _raw(args, root)
+    raw_bytes = sum(p.stat().st_size for p in raw.rglob("*") if p.is_file())
+    rows = [{"cache": "raw JPEG folder", "bytes": raw_bytes}]
+    for fmt, codec in (("pt", "none"), ("hdf5", "none"), ("hdf5", "gzip"), ("hdf5", "lzf")):
+        cache = _cache(raw, root, fmt, codec)
+        rows.append({"cache": f"{fmt} ({codec})", "bytes": CachedDataset(cache).manifest.total_bytes})
+    for r in rows:
+        r["ratio_to_raw"] = r["bytes"] / raw_bytes
+        print(f"{r['cache']}: {r['bytes'] / 1e6:.1f} MB ({r['ratio_to_raw']:.2f}x raw)")
+    return {"rows": rows}
+
+
+def _memory(pid: int) -> dict:
+    fields = {}
+    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()[1:]:
+        key, _, value = line.partition(":")
+        if key in ("Rss", "Pss", "Private_Clean", "Private_Dirty"):
+            fields[key] = int(value.split()[0]) * 1024
+    fields["Private"] = fields.pop("Private_Clean", 0) + fields.pop("Private_Dirty", 0)
+    return fields
+
+
+def _children() -> list[int]:
+    import os
+
+    pids = []
+    for task in Path(f"/proc/{os.getpid()}/task").iterdir():
+        text = (task / "children").read_text().split()
+        pids += [int(p) for p in text]
+    return pids
+
+
+@suite
+def rss(args, root):
+    """Worker memory while a 2-worker DataLoader reads a whole epoch of 10k and 100k tiny samples."""
+    from torch.utils.data import DataLoader
+
+    from cachekit.dataset import collate_batch
+    from cachekit.synthetic import write_synthetic_cache
+
+    out = {}
+    for n in args.rss_samples:
+        cache = root / f"rss-{n}"
+        if not cache.is_dir():
+            write_synthetic_cache(cache, n, side=16, shard_size=1000)
+        ds = CachedDataset(cache)
+        loader = DataLoader(
+            ds, batch_size=256, shuffle=True, num_workers=2, persistent_workers=True, collate_fn=collate_batch
+        )
+        it = iter(loader)
+        next(it)
+        before = {pid: _memory(pid) for pid in _children()}
+        for _ in it:
+            pass
+        after = {pid: _memory(pid) for pid in _children() if pid in before}
+        rows = []
+        for pid in after:
+            rows.append(
+                {key: after[pid][key] for key in after[pid]}
+                | {"growth_private": after[pid]["Private"] - before[pid]["Private"]}
+            )
+        out[str(n)] = rows
+        growth = max(r["growth_private"] for r in rows) / 1e6
+        rss_mb = max(r["Rss"] for r in rows) / 1e6
+        print(f"{n} samples: worker RSS {rss_mb:.0f} MB, private growth over the epoch {growth:.1f} MB")
+        del it, loader
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("suites", nargs="+", help=f"{', '.join(SUITES)} or all")
+    parser.add_argument("--images", type=int, default=1000, help="synthetic JPEGs for load/build/size")
+    parser.add_argument("--batch-size", type=int, default=256)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--rss-samples", type=int, nargs="+", default=[10_000, 100_000])
+    parser.add_argument("--json", default=None, help="write every figure here")
+    parser.add_argument("--workdir", default=None, help="keep generated data here between runs")
+    args = parser.parse_args()
+    names = list(SUITES) if args.suites == ["all"] else args.suites
+    unknown = [n for n in names if n not in SUITES]
+    if unknown:
+        parser.error(f"unknown suite(s) {unknown}; choose from {', '.join(SUITES)}")
+    root = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="cachekit-benchmarks-"))
+    root.mkdir(parents=True, exist_ok=True)
+    command = "python benchmarks/run.py " + " ".join(sys.argv[1:])
+    results = {"command": command, "cpus": available_cpus(), "suites": {}}
+    try:
+        for name in names:
+            print(f"== {name}")
+            results["suites"][name] = SUITES[name](args, root)
+    finally:
+        if not args.workdir:
+            shutil.rmtree(root, ignore_errors=True)
+    print(f"reproduce with: {command}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1, default=str))
+
+
+if __name__ == "__main__":
+    main()
