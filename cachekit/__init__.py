@@ -1,5 +1,6 @@
 """cachekit: decode and preprocess an image dataset once into a sharded cache, then feed training fast."""
 
+from .autobatch import autobatch
 from .build import BuildConfig, BuildResult, build
 from .constants import VERSION as __version__
 from .cpus import available_cpus
@@ -35,5 +36,6 @@ __all__ = [
     "make_loader",
     "suggest_num_workers",
     "available_cpus",
+    "autobatch",
     "discover",
 ]

@@ -230,6 +230,45 @@ def bench_cmd(
         plot_result(result, plot)
 
 
+@main.command("doctor")
+@click.argument("cache", type=click.Path(path_type=str))
+@click.option("--batch-size", type=int, default=256, show_default=True)
+@click.option("--steps", type=int, default=50, show_default=True, help="Steps timed (after 2 warm-up steps).")
+@click.option(
+    "--step-ms", type=float, default=None, help="Simulate a training step of this many milliseconds."
+)
+@click.option("--model", default=None, help="MODULE:FUNCTION building a torch model to train instead.")
+@click.option("--workers", type=int, default=None, help="Loader workers [default: make_loader's choice].")
+@click.option("--prefetch-factor", type=int, default=2, show_default=True)
+@click.option("--device", default=None, help="Device for --model [default: cuda if available, else cpu].")
+@click.option(
+    "--json", "json_out", type=click.Path(path_type=str), default=None, help="Write the figures here."
+)
+@_friendly
+def doctor_cmd(cache, batch_size, steps, step_ms, model, workers, prefetch_factor, device, json_out) -> None:
+    """Is training waiting for data? Times the loader against a step and says what to change."""
+    import json
+
+    from .doctor import diagnose, load_model
+
+    if step_ms is None and model is None:
+        step_ms = 100.0
+    report = diagnose(
+        cache,
+        batch_size=batch_size,
+        steps=steps,
+        step_ms=step_ms,
+        model=load_model(model) if model else None,
+        workers=workers,
+        prefetch_factor=prefetch_factor,
+        device=device,
+    )
+    click.echo(report.summary())
+    if json_out:
+        with open(json_out, "w") as fh:
+            json.dump(report.to_json(), fh, indent=1)
+
+
 @main.command("env")
 def env_cmd() -> None:
     """Print versions of cachekit and its dependencies, CPUs and GPUs: paste it into bug reports."""
