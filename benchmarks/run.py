@@ -8,6 +8,8 @@ Suites (sizes are flags; defaults fit a 2-core laptop in a few minutes):
   build   build images/s vs worker processes, with scaling efficiency
   decode  the per-image build path in one process: PIL vs OpenCV exact vs OpenCV --fast-decode,
           img/s and pixel difference, for ImageNet-sized and for large photos
+  augment offline augmentation per core: cachekit's batched flip + colour jitter (and its per-image
+          crop) against a per-image PIL implementation of the same transforms
   size    cache size vs raw size for each format and codec
   rss     DataLoader worker memory over 10k- and 100k-sample caches (no copy-on-read growth)
 
@@ -148,6 +150,58 @@ def decode_path(args, root):
 
 
 SUITES["decode"] = SUITES.pop("decode_path")
+
+
+def _pil_augment(img, p, out_hw):
+    from PIL import Image, ImageEnhance
+
+    im = Image.fromarray(img).crop((p.left, p.top, p.left + p.width, p.top + p.height))
+    im = im.resize(out_hw[::-1], Image.BILINEAR)
+    if p.flip:
+        im = im.transpose(Image.FLIP_LEFT_RIGHT)
+    im = ImageEnhance.Brightness(im).enhance(p.brightness)
+    im = ImageEnhance.Contrast(im).enhance(p.contrast)
+    im = ImageEnhance.Color(im).enhance(p.saturation)
+    h, s, v = im.convert("HSV").split()
+    shift = int(round(p.hue * 256))
+    h = h.point(lambda x: (x + shift) % 256)
+    return np.asarray(Image.merge("HSV", (h, s, v)).convert("RGB"))
+
+
+@suite
+def augment(args, root):
+    from cachekit.augment import AugmentConfig, colour_batch, crop_variant, variant_params
+
+    cv2.setNumThreads(1)
+    rng = np.random.default_rng(0)
+    from cachekit.synthetic import synthetic_image
+
+    sources = [synthetic_image(rng, 375, 500) for _ in range(32)]
+    config = AugmentConfig(variants=4, seed=0)
+    params = [variant_params(config, i, v, 375, 500) for i in range(len(sources)) for v in range(4)]
+    pairs = [(sources[i // 4], p) for i, p in enumerate(params)]
+
+    def ours():
+        crops = np.stack([crop_variant(img, p, (224, 224)) for img, p in pairs])
+        return colour_batch(crops, params)
+
+    crops = np.stack([crop_variant(img, p, (224, 224)) for img, p in pairs])
+    timings = {}
+    for name, fn in (
+        ("cachekit crop + batched colour", ours),
+        ("cachekit batched colour only", lambda: colour_batch(crops, params)),
+        ("PIL per image", lambda: [_pil_augment(img, p, (224, 224)) for img, p in pairs]),
+    ):
+        best = float("inf")
+        for _ in range(args.repeats):
+            t0 = time.perf_counter()
+            fn()
+            best = min(best, time.perf_counter() - t0)
+        timings[name] = len(pairs) / best
+        print(f"{name}: {timings[name]:.0f} images/s on one core")
+    timings["speedup_over_pil"] = timings["cachekit crop + batched colour"] / timings["PIL per image"]
+    print(f"cachekit / PIL: {timings['speedup_over_pil']:.2f}x")
+    return timings
 
 
 @suite

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from .atomic import commit_file, sha256_file
+from .augment import AUGMENT_EXTRAS, AugmentConfig
 from .constants import (
     DEFAULT_FORMAT,
     DEFAULT_PIPELINE,
@@ -61,6 +62,9 @@ class BuildConfig:
     overwrite: bool = False
     update: bool = False
     fast_decode: bool = False
+    augment: int = 0  # variants per input; 0 = no augmentation
+    seed: int = 0
+    augment_rotate: float = 0.0
     compression: str = "none"
     executor: str = "local"
     executor_options: dict = field(default_factory=dict)
@@ -117,22 +121,26 @@ def _sha(obj) -> str:
 
 
 def _plan(
-    source: Source, shard_size: int, keep: tuple[ShardInfo, ...]
+    source: Source, shard_size: int, keep: tuple[ShardInfo, ...], positional: bool = False
 ) -> list[tuple[int, int, ShardInfo | None]]:
     """Split the inputs into shard ranges ``[start, stop)``.
 
     Ranges of ``keep`` (the previous cache's shards) whose inputs are unchanged stay as they are;
     the inputs between them are chunked afresh. With nothing to keep this is plain chunking.
+    ``positional``: a shard's content also depends on its inputs' indices (augmentation seeds),
+    so it is kept only where its inputs did not move.
     """
     keys = [path_key(p) for p in source.paths]
     kept: list[tuple[int, int, ShardInfo]] = []
-    pos = 0
+    pos = old_start = 0
     for info in keep:
         lo = bisect.bisect_left(keys, path_key(info.first), lo=pos)
         hi = bisect.bisect_right(keys, path_key(info.last), lo=lo)
-        if hi - lo == info.inputs and hi > lo and source.digest(lo, hi) == info.inputs_digest:
+        unchanged = hi - lo == info.inputs and hi > lo and source.digest(lo, hi) == info.inputs_digest
+        if unchanged and (not positional or lo == old_start):
             kept.append((lo, hi, info))
             pos = hi
+        old_start += info.inputs
     plan: list[tuple[int, int, ShardInfo | None]] = []
     start = 0
     for lo, hi, info in [*kept, (len(source), len(source), None)]:
@@ -245,14 +253,28 @@ def build(raw: str | Path, out: str | Path, config: BuildConfig = BuildConfig())
     fmt = get_format(config.format)
     options = {"compression": config.compression, "store": "pixels"}
     fmt.check_options(options)
-    spec = SampleSpec(shape=probe_shape(pipeline), extras=pipeline.extras)
+    augment = (
+        AugmentConfig(config.augment, config.seed, rotate=config.augment_rotate) if config.augment else None
+    )
+    extras = dict(pipeline.extras)
+    if augment is not None:
+        if set(extras) != {"orig_size"}:
+            raise UsageError(
+                f"--augment crops and rotates images, so it cannot keep {pipeline.name!r}'s per-sample "
+                f"geometry ({', '.join(sorted(set(extras) - {'orig_size'}))}); use a classification recipe"
+            )
+        extras.update(AUGMENT_EXTRAS)
+    spec = SampleSpec(shape=probe_shape(pipeline), extras=extras)
     if config.shard_size is not None and not 1 <= config.shard_size <= MAX_SHARD_SAMPLES:
         raise UsageError(f"--shard-size must be between 1 and {MAX_SHARD_SAMPLES}")
     if config.workers is not None and config.workers < 1:
         raise UsageError("--workers must be at least 1")
 
+    pipeline_json = pipeline.to_json() | {"fast_decode": config.fast_decode}
+    if augment is not None:
+        pipeline_json["augment"] = augment.to_json()
     content = {
-        "pipeline": pipeline.to_json() | {"fast_decode": config.fast_decode},
+        "pipeline": pipeline_json,
         "format": fmt.name,
         "options": options,
         "sample": spec.to_json(),
@@ -287,7 +309,20 @@ def build(raw: str | Path, out: str | Path, config: BuildConfig = BuildConfig())
     except OSError as exc:
         raise BuildError(f"cannot create {out}: {exc.strerror}") from None
 
-    target = _Target(raw, out, source, pipeline, spec, fmt.name, options, shard_size, content_fp, fingerprint)
+    target = _Target(
+        raw,
+        out,
+        source,
+        pipeline,
+        spec,
+        fmt.name,
+        options,
+        shard_size,
+        content_fp,
+        fingerprint,
+        pipeline_json,
+        augment,
+    )
     with BuildLock(out):
         return _run(target, config, previous, sidecars, started)
 
@@ -306,6 +341,8 @@ class _Target:
     shard_size: int
     content_fp: str
     fingerprint: str
+    pipeline_json: dict
+    augment: AugmentConfig | None
 
 
 def _run(
@@ -326,14 +363,15 @@ def _run(
     )
     partial = out / PARTIAL_DIR
     keep = previous.shards if (config.update and previous is not None) else ()
-    plan = _plan(source, shard_size, keep)
+    plan = _plan(source, shard_size, keep, positional=t.augment is not None)
     old = {s.file: s for s in previous.shards} if previous is not None else {}
     results: dict[int, ShardResult] = {}
     jobs: list[ShardJob] = []
     ext = get_format(fmt_name).extension
     for index, (start, stop, kept) in enumerate(plan):
         digest = source.digest(start, stop)
-        name = f"shard-{hashlib.sha256(f'{content_fp}{digest}'.encode()).hexdigest()[:20]}{ext}"
+        position = f":{start}" if t.augment else ""  # augmented content depends on input indices
+        name = f"shard-{hashlib.sha256(f'{content_fp}{digest}{position}'.encode()).hexdigest()[:20]}{ext}"
         if kept is not None and _reusable(out, kept, verify=False):
             results[index] = ShardResult(index, kept, _skipped_in(previous, source, start, stop))
             continue
@@ -358,6 +396,8 @@ def _run(
                 format=fmt_name,
                 format_options=options,
                 fast_decode=config.fast_decode,
+                first_index=start,
+                augment=t.augment,
             )
         )
     reused = len(results)
@@ -414,7 +454,7 @@ def _run(
         sample=spec,
         shards=tuple(shards),
         classes=source.classes,
-        pipeline=pipeline.to_json() | {"fast_decode": config.fast_decode},
+        pipeline=t.pipeline_json,
         fingerprint=fingerprint,
         mean=mean,
         std=std,

@@ -68,6 +68,21 @@ def main() -> None:
     is_flag=True,
     help="Decode large JPEGs at 1/2, 1/4 or 1/8 size when still >= the target (faster, not exact).",
 )
+@click.option(
+    "--augment",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Store K augmented variants per input (random-resized crop, flip, colour jitter).",
+)
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of --augment's random draws.")
+@click.option(
+    "--augment-rotate",
+    type=float,
+    default=0.0,
+    show_default=True,
+    help="--augment: rotate up to +-DEG degrees.",
+)
 @click.option("--strict", is_flag=True, help="Exit 1 if any input had to be skipped.")
 @click.option("--overwrite", is_flag=True, help="Replace whatever cache --out holds.")
 @click.option("--update", is_flag=True, help="Rebuild only the shards whose inputs changed.")
@@ -84,6 +99,9 @@ def build_cmd(
     labels,
     compression,
     fast_decode,
+    augment,
+    seed,
+    augment_rotate,
     strict,
     overwrite,
     update,
@@ -107,6 +125,9 @@ def build_cmd(
         overwrite=overwrite,
         update=update,
         fast_decode=fast_decode,
+        augment=augment,
+        seed=seed,
+        augment_rotate=augment_rotate,
         compression=compression,
         progress=not quiet,
     )

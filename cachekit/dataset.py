@@ -117,6 +117,12 @@ class CachedDataset(Dataset):
         return len(self.manifest.shards)
 
     @property
+    def group_size(self) -> int:
+        """Samples stored per input: the augmented variants of one image sit side by side."""
+        augment = self.manifest.pipeline.get("augment")
+        return int(augment["variants"]) if isinstance(augment, dict) else 1
+
+    @property
     def decode_heavy(self) -> bool:
         """True when reading a sample costs real CPU (encoded stores), so worker processes pay off."""
         return self.manifest.format_options.get("store", "pixels") != "pixels"

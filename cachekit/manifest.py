@@ -210,8 +210,6 @@ class ShardInfo:
             pixel_sum=_floats(obj, "pixel_sum", where, channels),
             pixel_sumsq=_floats(obj, "pixel_sumsq", where, channels),
         )
-        if info.samples > info.inputs:
-            raise CacheError(f"{where}: {info.samples} samples from only {info.inputs} inputs")
         return info
 
 
@@ -297,6 +295,17 @@ class Manifest:
         shards = tuple(
             ShardInfo.from_json(s, f"{where}.shards[{i}]", channels) for i, s in enumerate(shards_obj)
         )
+        pipeline = _get(obj, "pipeline", where)
+        augment = pipeline.get("augment") if isinstance(pipeline, dict) else None
+        variants = augment.get("variants", 1) if isinstance(augment, dict) else 1
+        if isinstance(variants, bool) or not isinstance(variants, int) or variants < 1:
+            raise CacheError(f"{where}.pipeline.augment.variants: expected an integer >= 1, got {variants!r}")
+        for i, info in enumerate(shards):
+            if info.samples > info.inputs * variants:
+                raise CacheError(
+                    f"{where}.shards[{i}]: {info.samples} samples from only {info.inputs} inputs"
+                    + (f" x {variants} variants" if variants > 1 else "")
+                )
         names = [s.file for s in shards]
         if len(set(names)) != len(names):
             raise CacheError(f"{where}.shards: a shard file is listed twice")

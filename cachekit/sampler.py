@@ -20,8 +20,13 @@ from .constants import SHUFFLE_WINDOW_SHARDS
 __all__ = ["ShardAwareDistributedSampler", "epoch_order"]
 
 
-def epoch_order(shard_offsets: np.ndarray, seed: int, epoch: int, shuffle: bool, window: int) -> np.ndarray:
-    """The global sample order of one epoch, before it is split between ranks."""
+def epoch_order(
+    shard_offsets: np.ndarray, seed: int, epoch: int, shuffle: bool, window: int, group: int = 1
+) -> np.ndarray:
+    """The global sample order of one epoch, before it is split between ranks.
+
+    With ``group`` > 1, runs of ``group`` consecutive samples (one input's variants) move together.
+    """
     n = int(shard_offsets[-1])
     if not shuffle:
         return np.arange(n, dtype=np.int64)
@@ -29,9 +34,9 @@ def epoch_order(shard_offsets: np.ndarray, seed: int, epoch: int, shuffle: bool,
     shards = rng.permutation(len(shard_offsets) - 1)
     parts = []
     for start in range(0, len(shards), max(1, window)):
-        group = shards[start : start + window]
-        idx = np.concatenate([np.arange(shard_offsets[s], shard_offsets[s + 1]) for s in group])
-        parts.append(rng.permutation(idx))
+        members = shards[start : start + window]
+        idx = np.concatenate([np.arange(shard_offsets[s], shard_offsets[s + 1]) for s in members])
+        parts.append(rng.permutation(idx.reshape(-1, group)).reshape(-1))
     return np.concatenate(parts).astype(np.int64) if parts else np.arange(0, dtype=np.int64)
 
 
@@ -42,6 +47,9 @@ class ShardAwareDistributedSampler(Sampler[int]):
     repeating the start of the order when it does not divide evenly (as torch does) or truncated
     with ``drop_last``. The order is a function of (seed, epoch, world size) alone.
     ``state_dict``/``load_state_dict`` resume in the middle of an epoch.
+
+    ``group_size`` (default: the dataset's, i.e. the augmented variants per input) keeps each run
+    of that many consecutive samples on one rank in an epoch; each rank then shuffles its share.
     """
 
     def __init__(
@@ -54,6 +62,7 @@ class ShardAwareDistributedSampler(Sampler[int]):
         drop_last: bool = False,
         *,
         window: int = SHUFFLE_WINDOW_SHARDS,
+        group_size: int | None = None,
     ) -> None:
         if num_replicas is None:
             num_replicas = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
@@ -69,10 +78,12 @@ class ShardAwareDistributedSampler(Sampler[int]):
         self.num_replicas, self.rank = num_replicas, rank
         self.shuffle, self.seed, self.drop_last, self.window = shuffle, seed, drop_last, window
         self.epoch = 0
-        if drop_last and self.dataset_len % num_replicas:
-            self.num_samples = self.dataset_len // num_replicas
-        else:
-            self.num_samples = math.ceil(self.dataset_len / num_replicas)
+        self.group_size = int(group_size or getattr(dataset, "group_size", 1))
+        if self.group_size < 1 or self.dataset_len % self.group_size:
+            raise ValueError(f"group_size {self.group_size} does not divide the {self.dataset_len} samples")
+        groups = self.dataset_len // self.group_size
+        per_rank = groups // num_replicas if drop_last else math.ceil(groups / num_replicas)
+        self.num_samples = per_rank * self.group_size
         self.total_size = self.num_samples * num_replicas
         self._start = 0  # samples of the current epoch already consumed (set by load_state_dict)
         self._yielded = 0
@@ -84,14 +95,18 @@ class ShardAwareDistributedSampler(Sampler[int]):
 
     def indices(self) -> np.ndarray:
         """This rank's indices for the current epoch, in order."""
-        order = epoch_order(self.shard_offsets, self.seed, self.epoch, self.shuffle, self.window)
+        g = self.group_size
+        order = epoch_order(self.shard_offsets, self.seed, self.epoch, self.shuffle, self.window, g)
         if self.drop_last:
             order = order[: self.total_size]
         elif len(order) < self.total_size:
-            pad = self.total_size - len(order)
+            pad = self.total_size - len(order)  # whole groups, since both sizes are multiples of g
             order = np.concatenate([order, np.tile(order, math.ceil(pad / max(1, len(order))))[:pad]])
         begin = self.rank * self.num_samples
-        return order[begin : begin + self.num_samples]
+        mine = order[begin : begin + self.num_samples]
+        if g > 1 and self.shuffle:  # don't hand a batch one image's variants in a row
+            mine = np.random.default_rng([self.seed, self.epoch, self.rank]).permutation(mine)
+        return mine
 
     def __iter__(self) -> Iterator[int]:
         start, self._start = self._start, 0

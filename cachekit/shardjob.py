@@ -14,11 +14,15 @@ from pathlib import Path
 import numpy as np
 
 from .atomic import commit_file
+from .augment import AugmentConfig, VariantParams, colour_batch, crop_variant, variant_params
 from .errors import BuildError
 from .formats import get_format
 from .manifest import SampleSpec, ShardInfo, SkippedInput
 from .ops import DecodeError, decode
 from .pipelines import Pipeline
+
+#: Augmented variants whose flip and colour jitter run together, as one batch.
+_COLOUR_BATCH = 64
 
 __all__ = ["ShardJob", "ShardResult", "run_shard_job", "read_input", "jpeg_truncated", "jpeg_size"]
 
@@ -39,6 +43,8 @@ class ShardJob:
     format: str
     format_options: dict
     fast_decode: bool = False
+    first_index: int = 0  # global index of paths[0] in the build's input order
+    augment: AugmentConfig | None = None
 
 
 @dataclass(frozen=True)
@@ -97,58 +103,91 @@ def _needed_short_side(pipeline: Pipeline) -> int:
     return max(int(s.params.get("size", 0)) for s in pipeline.steps) if pipeline.steps else 0
 
 
-def _prepare(job: ShardJob, data: bytes) -> tuple[np.ndarray, dict]:
+def _decode_input(job: ShardJob, data: bytes) -> np.ndarray:
     if not data:
         raise DecodeError("empty file")
     if data.startswith(b"\xff\xd8") and jpeg_truncated(data):
         raise DecodeError("truncated JPEG (no end-of-image marker)")
-    img = decode(data, reduce=_reduce_for(data, job.pipeline) if job.fast_decode else 1)
-    out, extras = job.pipeline.apply(img)
-    return out, extras
+    return decode(data, reduce=_reduce_for(data, job.pipeline) if job.fast_decode else 1)
+
+
+def _samples(
+    job: ShardJob, index: int, img: np.ndarray
+) -> list[tuple[np.ndarray, dict, VariantParams | None]]:
+    """The stored samples of one decoded input: the recipe's output, or K augmented variants."""
+    if job.augment is None:
+        out, extras = job.pipeline.apply(img)
+        return [(out, extras, None)]
+    _, h, w = job.spec.shape
+    orig = np.array(img.shape[:2], dtype=np.int32)
+    found = []
+    for v in range(job.augment.variants):
+        p = variant_params(job.augment, index, v, img.shape[0], img.shape[1])
+        extras = {"orig_size": orig, "source_index": np.int64(index), "variant": np.int32(v)}
+        found.append((crop_variant(img, p, (h, w)), extras, p))
+    return found
 
 
 def run_shard_job(job: ShardJob, progress: Callable[[int], None] | None = None) -> ShardResult:
     """Decode, preprocess and write one shard; bad inputs are skipped and reported, not fatal."""
     spec = job.spec
     n = len(job.paths)
-    images = np.empty((n, *spec.shape), dtype=np.uint8)
-    extras = {name: np.zeros((n, *a.shape), dtype=a.dtype) for name, a in spec.extras.items()}
-    labels = np.empty(n, dtype=np.int64)
+    per_input = job.augment.variants if job.augment else 1
+    images = np.empty((n * per_input, *spec.shape), dtype=np.uint8)
+    extras = {name: np.zeros((n * per_input, *a.shape), dtype=a.dtype) for name, a in spec.extras.items()}
+    labels = np.empty(n * per_input, dtype=np.int64)
     pixel_sum = np.zeros(spec.shape[0], dtype=np.float64)
     pixel_sumsq = np.zeros(spec.shape[0], dtype=np.float64)
     skipped: list[SkippedInput] = []
     kept = 0
+    pending: list[tuple[np.ndarray, dict, VariantParams | None, int]] = []  # variants awaiting colour ops
+
+    def store(hwc: np.ndarray, sample_extras: dict, label: int) -> None:
+        nonlocal kept, pixel_sum, pixel_sumsq
+        images[kept] = hwc.transpose(2, 0, 1)
+        for name, value in sample_extras.items():
+            extras[name][kept] = value
+        labels[kept] = label
+        flat = images[kept].reshape(spec.shape[0], -1).astype(np.float64)
+        pixel_sum += flat.sum(axis=1)
+        pixel_sumsq += np.einsum("ij,ij->i", flat, flat)
+        kept += 1
+
+    def flush() -> None:
+        if pending:
+            coloured = colour_batch(np.stack([s[0] for s in pending]), [s[2] for s in pending])
+            for img, (_, sample_extras, _, label) in zip(coloured, pending):
+                store(img, sample_extras, label)
+            pending.clear()
+
     root = Path(job.root)
-    pending = 0
-    for rel, label in zip(job.paths, job.labels):
+    done = 0
+    for offset, (rel, label) in enumerate(zip(job.paths, job.labels)):
         try:
-            data = read_input(root / rel)
-            img, sample_extras = _prepare(job, data)
+            img = _decode_input(job, read_input(root / rel))
+            samples = _samples(job, job.first_index + offset, img)
         except DecodeError as exc:
             skipped.append(SkippedInput(rel, str(exc)))
         except OSError as exc:
             skipped.append(SkippedInput(rel, f"unreadable: {exc.strerror or exc}"))
         else:
-            chw = img.transpose(2, 0, 1)
-            if chw.shape != spec.shape:
+            shape = samples[0][0].transpose(2, 0, 1).shape
+            if shape != spec.shape:
                 skipped.append(
-                    SkippedInput(rel, f"pipeline gave shape {list(chw.shape)}, not {list(spec.shape)}")
+                    SkippedInput(rel, f"pipeline gave shape {list(shape)}, not {list(spec.shape)}")
                 )
+            elif job.augment is None:
+                store(samples[0][0], samples[0][1], label)
             else:
-                images[kept] = chw
-                for name, value in sample_extras.items():
-                    extras[name][kept] = value
-                labels[kept] = label
-                flat = images[kept].reshape(spec.shape[0], -1).astype(np.float64)
-                pixel_sum += flat.sum(axis=1)
-                pixel_sumsq += np.einsum("ij,ij->i", flat, flat)
-                kept += 1
-        pending += 1
-        if progress is not None and pending >= 16:
-            progress(pending)
-            pending = 0
-    if progress is not None and pending:
-        progress(pending)
+                pending.extend((img, ex, p, label) for img, ex, p in samples)
+                if len(pending) >= _COLOUR_BATCH:
+                    flush()
+        done += 1
+        if progress is not None and done % 16 == 0:
+            progress(16)
+    flush()
+    if progress is not None and done % 16:
+        progress(done % 16)
 
     arrays = {"images": images[:kept], "labels": labels[:kept]}
     arrays.update({name: value[:kept] for name, value in extras.items()})

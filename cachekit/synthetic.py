@@ -27,7 +27,7 @@ def synthetic_image(rng: np.random.Generator, height: int = 375, width: int = 50
         colour = tuple(float(v) for v in rng.uniform(0, 255, 3))
         center = (int(rng.integers(0, width)), int(rng.integers(0, height)))
         if rng.random() < 0.5:
-            axes = (int(rng.integers(10, width // 3)), int(rng.integers(10, height // 3)))
+            axes = tuple(int(rng.integers(max(1, min(10, d // 4)), max(2, d // 3))) for d in (width, height))
             cv2.ellipse(img, center, axes, float(rng.uniform(0, 180)), 0, 360, colour, -1, cv2.LINE_AA)
         else:
             pts = rng.integers(0, [width, height], size=(int(rng.integers(3, 7)), 2)).astype(np.int32)
