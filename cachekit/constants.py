@@ -18,6 +18,7 @@ __all__ = [
     "IMAGE_EXTENSIONS",
     "SHUFFLE_WINDOW_SHARDS",
     "env_int",
+    "START_METHOD_ENV",
 ]
 
 VERSION = "0.1.0"
@@ -51,3 +52,6 @@ IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp")
 
 #: Shards whose samples the sampler mixes at a time when shuffling.
 SHUFFLE_WINDOW_SHARDS = env_int("CACHEKIT_SHUFFLE_WINDOW", 4)
+
+#: Environment variable choosing how build worker processes start (fork, forkserver, spawn).
+START_METHOD_ENV = "CACHEKIT_START_METHOD"

@@ -6,11 +6,14 @@ per-sample progress through a callback, so the build code does not know where th
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
+import os
 import queue as queue_mod
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
+from .constants import START_METHOD_ENV
 from .errors import UsageError
 
 __all__ = ["run_jobs", "EXECUTORS"]
@@ -38,25 +41,43 @@ def _call(fn, job):
 
 
 def _context() -> mp.context.BaseContext:
-    # forkserver: children fork from a clean server process that has imported cachekit once, so
-    # they start fast and never inherit the parent's threads (OpenMP, OpenCV) mid-state.
-    if "forkserver" in mp.get_all_start_methods():
-        ctx = mp.get_context("forkserver")
+    """How worker processes start: ``CACHEKIT_START_METHOD``, else fork where the OS has it.
+
+    fork starts a pool in milliseconds with every module already imported; forkserver or spawn
+    import torch afresh in each pool (~2.5 s measured here), which costs a small build its
+    scaling. The parent has touched no OpenMP region when the pool starts (the build only
+    decodes in workers), and each worker resets OpenCV's thread pool to one thread.
+    """
+    method = os.environ.get(START_METHOD_ENV) or ("fork" if "fork" in mp.get_all_start_methods() else "spawn")
+    if method not in mp.get_all_start_methods():
+        raise UsageError(f"{START_METHOD_ENV}={method!r} is not available here")
+    ctx = mp.get_context(method)
+    if method == "forkserver":
         ctx.set_forkserver_preload(["cachekit.shardjob"])
-        return ctx
-    return mp.get_context("spawn")
+    return ctx
 
 
-def _run_inline(fn, jobs, on_progress) -> Iterator:
+@contextlib.contextmanager
+def _single_threaded_opencv():
+    """OpenCV on one thread while jobs run: workers are the parallelism.
+
+    Also what makes fork safe: a child forked while OpenCV's thread pool is alive deadlocks in
+    its first OpenCV call, so the parent's pool is shut down before the workers are forked.
+    """
     import cv2
 
     threads = cv2.getNumThreads()
     cv2.setNumThreads(1)
     try:
-        for job in jobs:
-            yield job, fn(job, on_progress)
+        yield
     finally:
         cv2.setNumThreads(threads)
+
+
+def _run_inline(fn, jobs, on_progress) -> Iterator:
+    with _single_threaded_opencv():
+        for job in jobs:
+            yield job, fn(job, on_progress)
 
 
 def _run_pool(fn, jobs, workers, on_progress) -> Iterator:
@@ -70,9 +91,12 @@ def _run_pool(fn, jobs, workers, on_progress) -> Iterator:
             except queue_mod.Empty:
                 return
 
-    with ProcessPoolExecutor(
-        max_workers=workers, mp_context=ctx, initializer=_init_worker, initargs=(progress_queue,)
-    ) as pool:
+    with (
+        _single_threaded_opencv(),
+        ProcessPoolExecutor(
+            max_workers=workers, mp_context=ctx, initializer=_init_worker, initargs=(progress_queue,)
+        ) as pool,
+    ):
         futures = {pool.submit(_call, fn, job): job for job in jobs}
         try:
             while futures:
