@@ -83,6 +83,18 @@ def main() -> None:
     show_default=True,
     help="--augment: rotate up to +-DEG degrees.",
 )
+@click.option(
+    "--executor",
+    type=click.Choice(["local", "dask"]),
+    default="local",
+    show_default=True,
+    help="Where shard jobs run: local worker processes, or a dask.distributed cluster.",
+)
+@click.option(
+    "--scheduler",
+    default=None,
+    help="--executor dask: address of an existing scheduler (tcp://HOST:8786) [default: a LocalCluster].",
+)
 @click.option("--strict", is_flag=True, help="Exit 1 if any input had to be skipped.")
 @click.option("--overwrite", is_flag=True, help="Replace whatever cache --out holds.")
 @click.option("--update", is_flag=True, help="Rebuild only the shards whose inputs changed.")
@@ -102,6 +114,8 @@ def build_cmd(
     augment,
     seed,
     augment_rotate,
+    executor,
+    scheduler,
     strict,
     overwrite,
     update,
@@ -129,6 +143,8 @@ def build_cmd(
         seed=seed,
         augment_rotate=augment_rotate,
         compression=compression,
+        executor=executor,
+        executor_options={"scheduler": scheduler} if scheduler else {},
         progress=not quiet,
     )
     result = build(raw, out, config)

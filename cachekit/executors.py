@@ -1,4 +1,4 @@
-"""Where shard jobs run: in this process, or in a pool of local worker processes.
+"""Where shard jobs run: in this process, a pool of local worker processes, or a dask cluster.
 
 Every executor takes the same picklable jobs and yields ``(job, result)`` as jobs finish, reporting
 per-sample progress through a callback, so the build code does not know where the work happened.
@@ -18,7 +18,10 @@ from .errors import UsageError
 
 __all__ = ["run_jobs", "EXECUTORS"]
 
-EXECUTORS = ("local",)
+EXECUTORS = ("local", "dask")
+
+#: Times dask re-runs a shard job that raised (a lost worker is re-scheduled by dask itself).
+DASK_RETRIES = 2
 
 _progress_queue = None
 
@@ -111,6 +114,51 @@ def _run_pool(fn, jobs, workers, on_progress) -> Iterator:
             drain()
 
 
+def _call_on_dask_worker(fn, job):
+    """A shard job on a dask worker: OpenCV on one thread, as in a local worker process."""
+    import cv2
+
+    cv2.setNumThreads(1)
+    return fn(job, None)
+
+
+def _run_dask(fn, jobs, workers, on_progress, scheduler: str | None = None) -> Iterator:
+    try:
+        from dask.distributed import Client, LocalCluster, as_completed
+    except ImportError:
+        raise UsageError("--executor dask needs dask.distributed: pip install 'cachekit[dask]'") from None
+    cluster = None
+    try:
+        if scheduler:
+            client = Client(scheduler, timeout="30s")
+        else:
+            cluster = LocalCluster(
+                n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0"
+            )
+            client = Client(cluster)
+    except (OSError, TimeoutError) as exc:
+        raise UsageError(f"cannot reach the dask scheduler {scheduler}: {exc}") from None
+    try:
+        futures = {
+            client.submit(
+                _call_on_dask_worker, fn, job, retries=DASK_RETRIES, pure=False, key=f"cachekit-{job.file}"
+            ): job
+            for job in jobs
+        }
+        try:
+            for future in as_completed(futures):
+                job = futures[future]
+                result = future.result()  # raises the job's own error once its retries are spent
+                on_progress(len(getattr(job, "paths", ())) or 1)
+                yield job, result
+        finally:
+            client.cancel(list(futures))
+    finally:
+        client.close()
+        if cluster is not None:
+            cluster.close()
+
+
 def run_jobs(
     fn: Callable,
     jobs: Sequence,
@@ -120,9 +168,18 @@ def run_jobs(
     on_progress: Callable[[int], None] = lambda n: None,
     **options,
 ) -> Iterator:
-    """Run ``fn(job, progress)`` for every job; yield ``(job, result)`` in completion order."""
-    if executor != "local":
+    """Run ``fn(job, progress)`` for every job; yield ``(job, result)`` in completion order.
+
+    ``executor="dask"`` takes ``scheduler="tcp://host:8786"`` (an existing cluster; every worker
+    must reach the raw and cache folders) or starts a LocalCluster of ``workers`` processes.
+    """
+    if executor not in EXECUTORS:
         raise UsageError(f"unknown executor {executor!r} (choose from {', '.join(EXECUTORS)})")
+    if executor == "dask":
+        unknown = set(options) - {"scheduler"}
+        if unknown:
+            raise UsageError(f"the dask executor takes only a scheduler, not {', '.join(sorted(unknown))}")
+        return _run_dask(fn, jobs, workers, on_progress, **options)
     if options:
         raise UsageError(f"the local executor takes no options ({', '.join(options)})")
     if workers <= 1 or len(jobs) <= 1:

@@ -106,3 +106,20 @@ def small_cache(small_tree, tmp_path_factory) -> Path:
         BuildConfig(pipeline="classification-224", size=32, shard_size=7, workers=1, progress=False),
     )
     return out
+
+
+@pytest.fixture(scope="session")
+def big_tree(tmp_path_factory) -> Path:
+    """96 large JPEGs (1200x1600): slow enough to decode that a build can be killed part-way."""
+    root = tmp_path_factory.mktemp("big") / "raw"
+    rng = np.random.default_rng(5)
+    blobs = []
+    for _ in range(4):
+        small = synthetic_image(rng, 300, 400)
+        big = cv2.resize(small, (1600, 1200), interpolation=cv2.INTER_CUBIC)
+        blobs.append(cv2.imencode(".jpg", big[..., ::-1], [cv2.IMWRITE_JPEG_QUALITY, 95])[1].tobytes())
+    for i in range(96):
+        folder = root / f"class_{i % 3}"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"{i:03d}.jpg").write_bytes(blobs[i % 4])
+    return root

@@ -1,0 +1,19 @@
+# cachekit in a container: `docker build -t cachekit .` (CPU torch), or for GPUs
+#   docker build -t cachekit:cuda --build-arg BASE=pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime --build-arg TORCH=skip .
+# then `docker run --rm -v /data:/data cachekit build /data/raw --out /data/cache`.
+ARG BASE=python:3.11-slim
+FROM ${BASE}
+
+# CPU wheel by default; "skip" keeps the torch the base image brings (a CUDA image's own build).
+ARG TORCH="torch --index-url https://download.pytorch.org/whl/cpu"
+
+ENV PIP_NO_CACHE_DIR=1 PYTHONUNBUFFERED=1
+WORKDIR /opt/cachekit
+COPY pyproject.toml README.md ./
+COPY cachekit ./cachekit
+RUN if [ "$TORCH" != "skip" ]; then pip install $TORCH; fi \
+ && pip install '.[dask,plot]'
+
+WORKDIR /data
+ENTRYPOINT ["cachekit"]
+CMD ["--help"]
