@@ -1,13 +1,17 @@
-"""Durable, all-or-nothing file commits: write to a temp name, fsync, rename; and file checksums."""
+"""Durable, all-or-nothing commits: write to a temp name, fsync, rename; and checksums.
+
+A committed path is a file, or a folder of files (a zarr shard); both are renamed into place whole.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["commit_file", "fsync_dir", "sha256_file", "temp_name"]
+__all__ = ["commit_file", "fsync_dir", "path_size", "remove_path", "sha256_file", "sha256_path", "temp_name"]
 
 _CHUNK = 4 * 1024 * 1024
 
@@ -39,20 +43,68 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def commit_file(path: Path, write: Callable[[Path], None]) -> tuple[int, str]:
-    """Have ``write`` produce the file at a temp name, make it durable, then rename it to ``path``.
+def _files(folder: Path) -> list[Path]:
+    """Every file under ``folder``, in a stable order (symlinks are not followed or allowed)."""
+    found = []
+    for dirpath, dirnames, filenames in os.walk(folder):
+        dirnames.sort()
+        for name in sorted(filenames):
+            found.append(Path(dirpath) / name)
+    return found
 
-    Returns (bytes, sha256). A crash at any point leaves either no ``path`` or the complete file.
+
+def sha256_path(path: Path) -> str:
+    """sha256 of a file, or of a folder: each file's relative path, size and bytes, in sorted order."""
+    if not path.is_dir():
+        return sha256_file(path)
+    h = hashlib.sha256()
+    for f in _files(path):
+        h.update(f"{f.relative_to(path).as_posix()}\0{f.stat().st_size}\n".encode())
+        with open(f, "rb") as fh:
+            while block := fh.read(_CHUNK):
+                h.update(block)
+    return h.hexdigest()
+
+
+def path_size(path: Path) -> int:
+    """Bytes of a file, or of all files in a folder."""
+    if not path.is_dir():
+        return path.stat().st_size
+    return sum(f.stat().st_size for f in _files(path))
+
+
+def remove_path(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def _fsync(path: Path) -> None:
+    targets = _files(path) if path.is_dir() else [path]
+    for f in targets:
+        with open(f, "rb+") as fh:
+            os.fsync(fh.fileno())
+    if path.is_dir():
+        for dirpath, _, _ in os.walk(path):
+            fsync_dir(Path(dirpath))
+
+
+def commit_file(path: Path, write: Callable[[Path], None]) -> tuple[int, str]:
+    """Have ``write`` produce the file (or folder) at a temp name, make it durable, rename it to ``path``.
+
+    Returns (bytes, sha256). A crash at any point leaves either no ``path`` or the complete one.
     """
     tmp = temp_name(path)
     try:
         write(tmp)
-        with open(tmp, "rb+") as fh:
-            os.fsync(fh.fileno())
-        size = tmp.stat().st_size
-        digest = sha256_file(tmp)
+        _fsync(tmp)
+        size = path_size(tmp)
+        digest = sha256_path(tmp)
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)  # a folder cannot be replaced in one rename; it held this same shard
         os.replace(tmp, path)
     finally:
-        tmp.unlink(missing_ok=True)
+        remove_path(tmp)
     fsync_dir(path.parent)
     return size, digest

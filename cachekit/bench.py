@@ -257,7 +257,7 @@ def bench_synthetic(
     config: BenchConfig = BenchConfig(),
     *,
     workdir: str | os.PathLike | None = None,
-    formats: Sequence[str] = ("pt", "hdf5"),
+    formats: Sequence[str] = ("pt", "hdf5", "zarr"),
     keep: bool = False,
     log: Callable[[str], None] = lambda line: None,
 ) -> dict:

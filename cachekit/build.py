@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .atomic import commit_file, sha256_file
+from .atomic import commit_file, path_size, remove_path, sha256_path
 from .augment import AUGMENT_EXTRAS, AugmentConfig
 from .constants import (
     DEFAULT_FORMAT,
@@ -157,11 +157,11 @@ def _reusable(out: Path, info: ShardInfo | None, verify: bool) -> bool:
         return False
     path = out / info.file
     try:
-        if path.stat().st_size != info.bytes:
+        if path_size(path) != info.bytes:
             return False
     except OSError:
         return False
-    return not verify or sha256_file(path) == info.sha256
+    return not verify or sha256_path(path) == info.sha256
 
 
 def _read_sidecars(
@@ -213,8 +213,8 @@ def _remove_unreferenced(out: Path, manifest: Manifest | None) -> None:
     """Delete cachekit's own files that ``manifest`` does not reference (never a user's files)."""
     keep = {s.file for s in manifest.shards} if manifest is not None else set()
     for entry in out.iterdir():
-        if entry.is_file() and _is_ours(entry.name) and entry.name not in keep:
-            entry.unlink(missing_ok=True)
+        if _is_ours(entry.name) and entry.name not in keep and not entry.is_symlink():
+            remove_path(entry)
     shutil.rmtree(out / PARTIAL_DIR, ignore_errors=True)
 
 

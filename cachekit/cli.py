@@ -39,7 +39,9 @@ def main() -> None:
 @main.command("build")
 @click.argument("raw", type=click.Path(path_type=str))
 @click.option("--out", required=True, type=click.Path(path_type=str), help="Cache folder to write.")
-@click.option("--format", "fmt", default=DEFAULT_FORMAT, show_default=True, help="Shard format: pt or hdf5.")
+@click.option(
+    "--format", "fmt", default=DEFAULT_FORMAT, show_default=True, help="Shard format: pt, hdf5 or zarr."
+)
 @click.option(
     "--pipeline",
     default=DEFAULT_PIPELINE,
@@ -62,7 +64,12 @@ def main() -> None:
     default=None,
     help="CSV of file,label (paths relative to RAW); only the files it lists are used.",
 )
-@click.option("--compression", default="none", show_default=True, help="HDF5: none, gzip or lzf.")
+@click.option(
+    "--compression",
+    default="none",
+    show_default=True,
+    help="hdf5: gzip or lzf (zstd, lz4 with hdf5plugin); zarr: zstd, lz4 or gzip; pt: none.",
+)
 @click.option(
     "--fast-decode",
     is_flag=True,
@@ -166,6 +173,26 @@ def info_cmd(cache) -> None:
     click.echo(describe(read_manifest(cache)))
 
 
+@main.command("convert")
+@click.argument("cache", type=click.Path(path_type=str))
+@click.option("--to", "to", required=True, help="Target format: pt, hdf5 or zarr.")
+@click.option("--out", required=True, type=click.Path(path_type=str), help="Folder of the new cache.")
+@click.option(
+    "--compression", default="none", show_default=True, help="hdf5: gzip, lzf; zarr: zstd, lz4, gzip."
+)
+@click.option("--overwrite", is_flag=True, help="Replace whatever --out holds.")
+@_friendly
+def convert_cmd(cache, to, out, compression, overwrite) -> None:
+    """Re-shard CACHE into another format or codec, without decoding the raw images again."""
+    from .convert import convert
+    from .report import human_bytes
+
+    m = convert(cache, out, to, compression=compression, overwrite=overwrite)
+    click.echo(
+        f"converted: {m.num_samples} samples, {len(m.shards)} {m.format} shards, {human_bytes(m.total_bytes)} -> {out}"
+    )
+
+
 @main.command("verify")
 @click.argument("cache", type=click.Path(path_type=str))
 @click.option("--quick", is_flag=True, help="Check sizes and shard headers only, not every byte's sha256.")
@@ -228,7 +255,7 @@ def bench_cmd(
 ) -> None:
     """Load speed of RAW (PIL and OpenCV) and each CACHE, side by side: cachekit bench RAW CACHE [CACHE ...]
 
-    With --synthetic N no paths are needed: it writes N JPEGs, builds pt and hdf5 caches and compares.
+    With --synthetic N no paths are needed: it writes N JPEGs, builds pt, hdf5 and zarr caches and compares.
     """
     import json
 

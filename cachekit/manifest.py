@@ -48,14 +48,18 @@ def check_shard_name(name: object, where: str = "shard file") -> str:
 
 
 def shard_path(root: Path, info: ShardInfo) -> Path:
-    """The shard's path, refusing anything that is not a regular file inside ``root``."""
+    """The shard's path, refusing anything but a regular file or folder of files inside ``root``."""
     path = root / info.file
     if path.is_symlink() and path.resolve().parent != root.resolve():
         raise CacheError("is a symlink out of the cache folder")
     if not path.exists():
         raise CacheError("missing")
-    if not path.is_file():
-        raise CacheError("not a regular file")
+    if path.is_dir():
+        for dirpath, dirnames, filenames in os.walk(path):
+            if any(os.path.islink(os.path.join(dirpath, n)) for n in [*dirnames, *filenames]):
+                raise CacheError("holds a symlink (shard folders must hold plain files)")
+    elif not path.is_file():
+        raise CacheError("not a regular file or folder")
     return path
 
 

@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from .atomic import sha256_file
+from .atomic import path_size, sha256_path
 from .errors import CacheError
 from .formats import get_format
 from .manifest import Manifest, ShardInfo, read_manifest, shard_path
@@ -54,12 +54,12 @@ def _check_shard(root: Path, manifest: Manifest, info: ShardInfo, quick: bool) -
         path = shard_path(root, info)
     except CacheError as exc:
         return str(exc)
-    size = path.stat().st_size
+    size = path_size(path)
     if size != info.bytes:
         return f"size {size} bytes, manifest says {info.bytes} (truncated or replaced)"
     if not quick:
         try:
-            digest = sha256_file(path)
+            digest = sha256_path(path)
         except OSError as exc:
             return f"unreadable ({exc.strerror or exc})"
         if digest != info.sha256:

@@ -97,3 +97,26 @@ def test_a_header_that_does_not_match_the_manifest(cache_copy):
 def test_verify_on_a_non_cache_exits_1_with_one_line(tmp_path):
     code, out = _cli(tmp_path)
     assert code == 1 and out.strip().count("\n") == 0 and "no manifest.json" in out
+
+
+def test_a_damaged_zarr_shard_folder_is_named(mixed_tree, tmp_path):
+    from cachekit import BuildConfig, build
+
+    build(
+        mixed_tree,
+        tmp_path / "z",
+        BuildConfig(format="zarr", size=32, shard_size=3, workers=1, progress=False),
+    )
+    names = _shards(tmp_path / "z")
+    inner = tmp_path / "z" / names[0] / "images" / "c" / "0" / "0" / "0" / "0"
+    data = bytearray(inner.read_bytes())
+    data[10] ^= 0xFF
+    inner.write_bytes(bytes(data))
+    (tmp_path / "z" / names[1] / "labels" / "zarr.json").unlink()
+    outside = tmp_path / "elsewhere"
+    outside.write_bytes(b"x")
+    (tmp_path / "z" / names[2] / "sneaky").symlink_to(outside)
+    problems = {p.file: p.problem for p in verify(tmp_path / "z").problems}
+    assert "sha256" in problems[names[0]]
+    assert names[1] in problems and "symlink" in problems[names[2]]
+    assert set(problems) == set(names[:3])

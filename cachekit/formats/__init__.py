@@ -6,10 +6,11 @@ from ..errors import CacheError, UsageError
 from .base import ShardFormat, ShardReader
 from .hdf5 import Hdf5Format
 from .pt import PtFormat
+from .zarr import ZarrFormat
 
 __all__ = ["FORMATS", "ShardFormat", "ShardReader", "get_format"]
 
-FORMATS: dict[str, ShardFormat] = {"pt": PtFormat(), "hdf5": Hdf5Format()}
+FORMATS: dict[str, ShardFormat] = {"pt": PtFormat(), "hdf5": Hdf5Format(), "zarr": ZarrFormat()}
 
 
 def get_format(name: str, *, reading: bool = False) -> ShardFormat:

@@ -13,6 +13,16 @@ from .base import check_arrays, prefetch_file
 __all__ = ["Hdf5Format", "Hdf5Reader"]
 
 _COMPRESSION = {"none": None, "gzip": "gzip", "lzf": "lzf"}
+#: Codecs HDF5 gets from the hdf5plugin package (an optional dependency), by its class name.
+_PLUGIN = {"zstd": "Zstd", "lz4": "LZ4"}
+
+
+def _hdf5plugin():
+    try:
+        import hdf5plugin
+    except ImportError:
+        raise UsageError("HDF5 zstd/lz4 compression needs hdf5plugin: pip install hdf5plugin") from None
+    return hdf5plugin
 
 
 def _h5py():
@@ -100,12 +110,19 @@ class Hdf5Format:
 
     def check_options(self, options: dict) -> None:
         codec = options.get("compression", "none")
-        if codec not in _COMPRESSION:
-            raise UsageError(f"HDF5 compression must be one of {', '.join(_COMPRESSION)}, got {codec!r}")
+        if codec in _PLUGIN:
+            _hdf5plugin()
+        elif codec not in _COMPRESSION:
+            known = ", ".join([*_COMPRESSION, *_PLUGIN])
+            raise UsageError(f"HDF5 compression must be one of {known}, got {codec!r}")
 
     def write(self, path: Path, arrays: dict[str, np.ndarray], options: dict) -> None:
         h5py = _h5py()
-        codec = _COMPRESSION[options.get("compression", "none")]
+        codec = options.get("compression", "none")
+        if codec in _PLUGIN:
+            compression = dict(getattr(_hdf5plugin(), _PLUGIN[codec])())
+        else:
+            compression = {"compression": _COMPRESSION[codec]}
         with h5py.File(path, "w", libver="v110", track_order=False) as f:
             for name, arr in arrays.items():
                 chunks = (1, *arr.shape[1:]) if name == "images" and len(arr) else None
@@ -113,9 +130,13 @@ class Hdf5Format:
                     name,
                     data=arr,
                     chunks=chunks,
-                    compression=codec if name == "images" else None,
                     track_times=False,
+                    **(compression if name == "images" and len(arr) else {}),
                 )
 
     def open(self, path: Path, spec: SampleSpec, samples: int) -> Hdf5Reader:
+        try:  # registers the zstd/lz4 filters with HDF5, should this shard use them
+            import hdf5plugin  # noqa: F401
+        except ImportError:
+            pass
         return Hdf5Reader(path, spec, samples)

@@ -1,0 +1,83 @@
+"""``cachekit convert``: re-shard a cache into another format or codec without decoding the raw data again."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+
+from .atomic import commit_file
+from .constants import LOCK_NAME
+from .errors import BuildError, UsageError
+from .formats import get_format
+from .lock import BuildLock
+from .manifest import Manifest, read_manifest, shard_path, write_manifest
+
+__all__ = ["convert"]
+
+
+def _read_shard(root: Path, manifest: Manifest, index: int) -> dict[str, np.ndarray]:
+    info = manifest.shards[index]
+    reader = get_format(manifest.format, reading=True).open(
+        shard_path(root, info), manifest.sample, info.samples
+    )
+    try:
+        rows = np.arange(info.samples)
+        image_array = reader.image_array
+        arrays = {"images": np.array(image_array) if image_array is not None else reader.images(rows)}
+        for name in ("labels", *manifest.sample.extras):
+            arrays[name] = np.array(reader.column(name, rows))
+        return arrays
+    finally:
+        reader.close()
+
+
+def convert(
+    cache: str | os.PathLike,
+    out: str | os.PathLike,
+    to: str,
+    *,
+    compression: str = "none",
+    overwrite: bool = False,
+) -> Manifest:
+    """Write the samples of ``cache`` as a new cache at ``out`` in format ``to``; pixels are unchanged."""
+    src, dst = Path(cache), Path(out)
+    manifest = read_manifest(src)
+    fmt = get_format(to)
+    options = {**manifest.format_options, "compression": compression}
+    fmt.check_options(options)
+    if dst.resolve() == src.resolve():
+        raise UsageError("--out must be a different folder from the cache being converted")
+    if dst.exists() and any(p.name != LOCK_NAME for p in dst.iterdir()) and not overwrite:
+        raise UsageError(f"--out {dst} is not empty; pass --overwrite to replace it")
+    try:
+        dst.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise BuildError(f"cannot create {dst}: {exc.strerror}") from None
+    with BuildLock(dst):
+        shards = []
+        for i, info in enumerate(manifest.shards):
+            arrays = _read_shard(src, manifest, i)
+            name = f"{Path(info.file).stem}{fmt.extension}"
+            try:
+                size, digest = commit_file(dst / name, lambda tmp, a=arrays: fmt.write(tmp, a, options))
+            except OSError as exc:
+                raise BuildError(f"cannot write {dst / name}: {exc.strerror or exc}") from None
+            shards.append(replace(info, file=name, bytes=size, sha256=digest))
+        fingerprint = hashlib.sha256(
+            f"{manifest.fingerprint}\nconverted to {fmt.name} {sorted(options.items())}".encode()
+        ).hexdigest()
+        converted = replace(
+            manifest,
+            format=fmt.name,
+            format_options=options,
+            shards=tuple(shards),
+            fingerprint=fingerprint,
+            created=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        )
+        write_manifest(dst, converted)
+    return converted
