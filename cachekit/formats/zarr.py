@@ -31,7 +31,7 @@ def _zarr():
     try:
         import zarr
     except ImportError:
-        raise UsageError("--format zarr needs zarr v3: pip install 'cachekit[zarr]'") from None
+        raise UsageError("--format zarr needs zarr v3: pip install 'zarr>=3'") from None
     return zarr
 
 
