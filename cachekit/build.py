@@ -33,6 +33,7 @@ from .constants import (
     PARTIAL_DIR,
 )
 from .cpus import available_cpus
+from .encoding import check_store
 from .errors import BuildError, CacheError, UsageError
 from .executors import run_jobs
 from .formats import get_format
@@ -66,6 +67,8 @@ class BuildConfig:
     seed: int = 0
     augment_rotate: float = 0.0
     compression: str = "none"
+    store: str = "pixels"  # or "jpeg" / "png": samples kept encoded, decoded on read
+    quality: int = 90  # --store jpeg
     executor: str = "local"
     executor_options: dict = field(default_factory=dict)
     progress: bool = True
@@ -251,7 +254,10 @@ def build(raw: str | Path, out: str | Path, config: BuildConfig = BuildConfig())
     source = discover(raw, config.labels)
     pipeline = load_pipeline(config.pipeline, config.size)
     fmt = get_format(config.format)
-    options = {"compression": config.compression, "store": "pixels"}
+    check_store(config.store, config.quality)
+    options = {"compression": config.compression, "store": config.store}
+    if config.store == "jpeg":
+        options["quality"] = config.quality
     fmt.check_options(options)
     augment = (
         AugmentConfig(config.augment, config.seed, rotate=config.augment_rotate) if config.augment else None

@@ -71,6 +71,14 @@ def main() -> None:
     help="hdf5: gzip or lzf (zstd, lz4 with hdf5plugin); zarr: zstd, lz4 or gzip; pt: none.",
 )
 @click.option(
+    "--store",
+    type=click.Choice(["pixels", "jpeg", "png"]),
+    default="pixels",
+    show_default=True,
+    help="Keep samples as decoded pixels, or re-encoded (small caches; decoded on every read).",
+)
+@click.option("--quality", type=int, default=90, show_default=True, help="--store jpeg: JPEG quality.")
+@click.option(
     "--fast-decode",
     is_flag=True,
     help="Decode large JPEGs at 1/2, 1/4 or 1/8 size when still >= the target (faster, not exact).",
@@ -117,6 +125,8 @@ def build_cmd(
     shard_size,
     labels,
     compression,
+    store,
+    quality,
     fast_decode,
     augment,
     seed,
@@ -150,6 +160,8 @@ def build_cmd(
         seed=seed,
         augment_rotate=augment_rotate,
         compression=compression,
+        store=store,
+        quality=quality,
         executor=executor,
         executor_options={"scheduler": scheduler} if scheduler else {},
         progress=not quiet,

@@ -21,14 +21,20 @@ __all__ = ["convert"]
 
 
 def _read_shard(root: Path, manifest: Manifest, index: int) -> dict[str, np.ndarray]:
+    """A shard's columns as stored: pixels, or the encoded bytes unchanged (never re-encoded)."""
     info = manifest.shards[index]
-    reader = get_format(manifest.format, reading=True).open(
-        shard_path(root, info), manifest.sample, info.samples
-    )
+    store = manifest.format_options.get("store", "pixels")
+    fmt = get_format(manifest.format, reading=True)
+    reader = fmt.open(shard_path(root, info), manifest.sample, info.samples, store)
     try:
         rows = np.arange(info.samples)
-        image_array = reader.image_array
-        arrays = {"images": np.array(image_array) if image_array is not None else reader.images(rows)}
+        if store == "pixels":
+            image_array = reader.image_array
+            arrays = {"images": np.array(image_array) if image_array is not None else reader.images(rows)}
+        else:
+            arrays = {
+                name: np.array(reader.column(name, slice(None))) for name in ("image_bytes", "image_offsets")
+            }
         for name in ("labels", *manifest.sample.extras):
             arrays[name] = np.array(reader.column(name, rows))
         return arrays

@@ -17,6 +17,7 @@ import torch
 from torch.utils.data import Dataset, default_collate
 
 from .buffers import BufferPool
+from .encoding import STORES
 from .errors import CacheError
 from .formats import ShardReader, get_format
 from .manifest import Manifest, read_manifest, shard_path
@@ -81,6 +82,11 @@ class CachedDataset(Dataset):
         self.root = Path(path)
         self.manifest: Manifest = read_manifest(self.root)
         self._format = get_format(self.manifest.format, reading=True)
+        self.store = self.manifest.format_options.get("store", "pixels")
+        if self.store not in STORES:
+            raise CacheError(
+                f"manifest.format_options.store: unknown store {self.store!r} (known: {', '.join(STORES)})"
+            )
         counts = np.array([s.samples for s in self.manifest.shards], dtype=np.int64)
         #: ``shard_offsets[k]`` is the global index of shard k's first sample; the last entry is len.
         self.shard_offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
@@ -125,7 +131,7 @@ class CachedDataset(Dataset):
     @property
     def decode_heavy(self) -> bool:
         """True when reading a sample costs real CPU (encoded stores), so worker processes pay off."""
-        return self.manifest.format_options.get("store", "pixels") != "pixels"
+        return self.store != "pixels"
 
     def __len__(self) -> int:
         return int(self.shard_offsets[-1])
@@ -152,7 +158,7 @@ class CachedDataset(Dataset):
         reader = self._readers.get(shard)
         if reader is None:
             info = self.manifest.shards[shard]
-            reader = self._format.open(self.root / info.file, self.manifest.sample, info.samples)
+            reader = self._format.open(self.root / info.file, self.manifest.sample, info.samples, self.store)
             self._readers[shard] = reader
         return reader
 

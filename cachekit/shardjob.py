@@ -15,6 +15,7 @@ import numpy as np
 
 from .atomic import commit_file
 from .augment import AugmentConfig, VariantParams, colour_batch, crop_variant, variant_params
+from .encoding import encode_images
 from .errors import BuildError
 from .formats import get_format
 from .manifest import SampleSpec, ShardInfo, SkippedInput
@@ -189,7 +190,12 @@ def run_shard_job(job: ShardJob, progress: Callable[[int], None] | None = None) 
     if progress is not None and done % 16:
         progress(done % 16)
 
-    arrays = {"images": images[:kept], "labels": labels[:kept]}
+    store = job.format_options.get("store", "pixels")
+    if store == "pixels":
+        arrays = {"images": images[:kept], "labels": labels[:kept]}
+    else:
+        data, offsets = encode_images(images[:kept], store, job.format_options.get("quality", 90))
+        arrays = {"image_bytes": data, "image_offsets": offsets, "labels": labels[:kept]}
     arrays.update({name: value[:kept] for name, value in extras.items()})
     fmt = get_format(job.format)
     path = Path(job.out) / job.file

@@ -65,7 +65,8 @@ def _check_shard(root: Path, manifest: Manifest, info: ShardInfo, quick: bool) -
         if digest != info.sha256:
             return "sha256 mismatch (the file's bytes changed)"
     try:
-        reader = get_format(manifest.format, reading=True).open(path, manifest.sample, info.samples)
+        store = manifest.format_options.get("store", "pixels")
+        reader = get_format(manifest.format, reading=True).open(path, manifest.sample, info.samples, store)
     except CacheError as exc:
         return str(exc).removeprefix(f"{info.file}: ")
     try:

@@ -112,3 +112,57 @@ def test_convert_refuses_a_non_empty_out(reference, tmp_path):
         main, ["convert", str(reference), "--to", "zarr", "--out", str(tmp_path / "x")]
     )
     assert result.exit_code == 2 and "not empty" in result.output
+
+
+def _psnr(a: torch.Tensor, b: torch.Tensor) -> float:
+    mse = ((a.double() - b.double()) ** 2).mean().item()
+    return float("inf") if mse == 0 else 10 * np.log10(255.0**2 / mse)
+
+
+@pytest.fixture(scope="module")
+def reference_224(mixed_tree, tmp_path_factory):
+    out = tmp_path_factory.mktemp("ref224") / "pt"
+    build(mixed_tree, out, BuildConfig(shard_size=3, workers=1, progress=False))
+    return out
+
+
+@pytest.mark.parametrize("fmt", ["pt", "hdf5", "zarr"])
+@pytest.mark.parametrize("store", ["jpeg", "png"])
+def test_encoded_stores_in_every_format(fmt, store, mixed_tree, reference_224, tmp_path):
+    out = tmp_path / "c"
+    build(mixed_tree, out, BuildConfig(format=fmt, store=store, shard_size=3, workers=2, progress=False))
+    m = read_manifest(out)
+    assert m.format_options["store"] == store and (store != "jpeg" or m.format_options["quality"] == 90)
+    got, want = _everything(out), _everything(reference_224)
+    assert torch.equal(got[1], want[1]) and got[2] == want[2]
+    if store == "png":
+        assert torch.equal(got[0], want[0])  # lossless
+    else:
+        assert _psnr(got[0], want[0]) >= 38  # over the whole tree, at quality 90
+        assert min(_psnr(a, b) for a, b in zip(got[0], want[0])) >= 34
+    ds = CachedDataset(out)
+    assert ds.decode_heavy and ds._reader(0).image_array is None
+    assert torch.equal(ds.__getitems__([5, 1]).images, got[0][[5, 1]])
+    assert verify(out).ok
+    if store == "jpeg":
+        assert m.total_bytes < read_manifest(reference_224).total_bytes / 3
+
+
+def test_jpeg_cache_is_smaller_and_converts_without_re_encoding(mixed_tree, tmp_path):
+    build(
+        mixed_tree,
+        tmp_path / "j",
+        BuildConfig(store="jpeg", quality=80, size=48, shard_size=3, workers=1, progress=False),
+    )
+    convert(tmp_path / "j", tmp_path / "z", "zarr")
+    a, b = _everything(tmp_path / "j"), _everything(tmp_path / "z")
+    assert torch.equal(a[0], b[0]) and read_manifest(tmp_path / "z").format_options["store"] == "jpeg"
+
+
+def test_make_loader_uses_workers_for_encoded_stores(small_tree, tmp_path):
+    from cachekit import make_loader
+
+    build(small_tree, tmp_path / "j", BuildConfig(store="jpeg", size=32, workers=1, progress=False))
+    loader = make_loader(CachedDataset(tmp_path / "j"), batch_size=8)
+    assert loader.num_workers > 0 and "worker processes" in loader.mode
+    assert sum(len(labels) for _, labels in loader) == 40

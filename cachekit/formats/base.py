@@ -43,8 +43,11 @@ class ShardFormat(Protocol):
     def write(self, path: Path, arrays: dict[str, np.ndarray], options: dict) -> None:
         """Write the shard ``arrays`` (``images``, ``labels``, extras) to ``path`` in one go."""
 
-    def open(self, path: Path, spec: SampleSpec, samples: int) -> ShardReader:
-        """A reader for a shard the manifest says holds ``samples`` rows shaped like ``spec``."""
+    def open(self, path: Path, spec: SampleSpec, samples: int, store: str = "pixels") -> ShardReader:
+        """A reader for a shard the manifest says holds ``samples`` rows shaped like ``spec``.
+
+        ``store`` is how images are kept: ``"pixels"``, or encoded (``image_bytes`` + offsets).
+        """
 
 
 def prefetch_file(path: Path) -> None:
@@ -67,12 +70,18 @@ def prefetch_file(path: Path) -> None:
         os.close(fd)
 
 
-def check_arrays(path: Path, arrays: dict[str, np.ndarray], spec: SampleSpec, samples: int) -> None:
+def check_arrays(
+    path: Path, arrays: dict[str, np.ndarray], spec: SampleSpec, samples: int, store: str = "pixels"
+) -> None:
     """Raise CacheError unless a shard's arrays have the shapes and dtypes the manifest promises."""
-    expected = {
-        "images": ((samples, *spec.shape), np.dtype(spec.dtype)),
-        "labels": ((samples,), np.dtype(spec.label_dtype)),
-    }
+    expected = {"labels": ((samples,), np.dtype(spec.label_dtype))}
+    if store == "pixels":
+        expected["images"] = ((samples, *spec.shape), np.dtype(spec.dtype))
+    else:
+        expected["image_offsets"] = ((samples + 1,), np.dtype("<i8"))
+        got = arrays.get("image_bytes")
+        if got is None or got.ndim != 1 or np.dtype(got.dtype) != np.uint8:
+            raise CacheError(f"{path.name}: shard has no 1-D uint8 'image_bytes' array")
     for name, extra in spec.extras.items():
         expected[name] = ((samples, *extra.shape), np.dtype(extra.dtype))
     for name, (shape, dtype) in expected.items():

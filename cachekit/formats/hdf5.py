@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..encoding import decode_rows
 from ..errors import CacheError, UsageError
 from ..manifest import SampleSpec
 from .base import check_arrays, prefetch_file
@@ -60,7 +61,7 @@ def _mapped_images(path: Path, dataset) -> np.ndarray | None:
 
 
 class Hdf5Reader:
-    def __init__(self, path: Path, spec: SampleSpec, samples: int) -> None:
+    def __init__(self, path: Path, spec: SampleSpec, samples: int, store: str = "pixels") -> None:
         h5py = _h5py()
         if not path.is_file():
             raise CacheError(f"{path.name}: shard file is missing")
@@ -69,16 +70,20 @@ class Hdf5Reader:
             arrays = {k: self._file[k] for k in self._file.keys() if isinstance(self._file[k], h5py.Dataset)}
         except OSError as exc:
             raise CacheError(f"{path.name}: not a readable HDF5 shard ({exc})") from None
-        check_arrays(path, arrays, spec, samples)
-        self._images = arrays["images"]
+        check_arrays(path, arrays, spec, samples, store)
+        self._images = arrays.get("images")
         self._columns = {k: v[()] for k, v in arrays.items() if k != "images"}
         self._len = samples
-        self.image_array = _mapped_images(path, self._images) if samples else None
+        self._store, self._shape = store, tuple(spec.shape)
+        encoded = store != "pixels"
+        self.image_array = _mapped_images(path, self._images) if samples and not encoded else None
 
     def __len__(self) -> int:
         return self._len
 
     def images(self, index: np.ndarray) -> np.ndarray:
+        if self._store != "pixels":
+            return decode_rows(self.column, index, self._shape)
         index = np.asarray(index, dtype=np.int64)
         order = np.argsort(index, kind="stable")
         sorted_idx = index[order]
@@ -134,9 +139,9 @@ class Hdf5Format:
                     **(compression if name == "images" and len(arr) else {}),
                 )
 
-    def open(self, path: Path, spec: SampleSpec, samples: int) -> Hdf5Reader:
+    def open(self, path: Path, spec: SampleSpec, samples: int, store: str = "pixels") -> Hdf5Reader:
         try:  # registers the zstd/lz4 filters with HDF5, should this shard use them
             import hdf5plugin  # noqa: F401
         except ImportError:
             pass
-        return Hdf5Reader(path, spec, samples)
+        return Hdf5Reader(path, spec, samples, store)

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..encoding import decode_rows
 from ..errors import CacheError, UsageError
 from ..manifest import SampleSpec
 from .base import check_arrays, prefetch_file
@@ -21,7 +22,7 @@ __all__ = ["PtFormat", "PtReader"]
 
 
 class PtReader:
-    def __init__(self, path: Path, spec: SampleSpec, samples: int) -> None:
+    def __init__(self, path: Path, spec: SampleSpec, samples: int, store: str = "pixels") -> None:
         try:
             obj = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
         except FileNotFoundError:
@@ -39,9 +40,10 @@ class PtReader:
         if not isinstance(obj, dict) or not all(isinstance(v, torch.Tensor) for v in obj.values()):
             raise CacheError(f"{path.name}: expected a dict of tensors")
         self._arrays = {k: v.numpy() for k, v in obj.items()}
-        check_arrays(path, self._arrays, spec, samples)
+        check_arrays(path, self._arrays, spec, samples, store)
         prefetch_file(path)
         self._len = samples
+        self._store, self._shape = store, tuple(spec.shape)
 
     def __len__(self) -> int:
         return self._len
@@ -52,6 +54,8 @@ class PtReader:
         return self._arrays.get("images")
 
     def images(self, index: np.ndarray) -> np.ndarray:
+        if self._store != "pixels":
+            return decode_rows(self.column, index, self._shape)
         return self._arrays["images"][index]
 
     def column(self, name: str, index: np.ndarray) -> np.ndarray:
@@ -79,5 +83,5 @@ class PtFormat:
         with open(path, "wb") as fh:
             torch.save(tensors, fh)
 
-    def open(self, path: Path, spec: SampleSpec, samples: int) -> PtReader:
-        return PtReader(path, spec, samples)
+    def open(self, path: Path, spec: SampleSpec, samples: int, store: str = "pixels") -> PtReader:
+        return PtReader(path, spec, samples, store)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..encoding import decode_rows
 from ..errors import CacheError, UsageError
 from ..manifest import SampleSpec
 from .base import check_arrays, prefetch_file
@@ -64,7 +65,7 @@ def _decoder(codecs: list[dict]):
 
 
 class ZarrReader:
-    def __init__(self, path: Path, spec: SampleSpec, samples: int) -> None:
+    def __init__(self, path: Path, spec: SampleSpec, samples: int, store: str = "pixels") -> None:
         zarr = _zarr()
         if not path.is_dir():
             raise CacheError(f"{path.name}: shard folder is missing")
@@ -75,13 +76,14 @@ class ZarrReader:
             raise CacheError(
                 f"{path.name}: not a readable zarr shard ({type(exc).__name__}: {exc})"
             ) from None
-        check_arrays(path, arrays, spec, samples)
+        check_arrays(path, arrays, spec, samples, store)
         self._columns = {k: np.asarray(v[...]) for k, v in arrays.items() if k != "images"}
         self._len = samples
         self._row_shape = tuple(spec.shape)
+        self._store = store
         self.image_array = None
         self._offsets = self._sizes = self._data = self._decode = None
-        if samples:
+        if samples and store == "pixels":
             self._open_images(path / "images", samples)
 
     def _open_images(self, folder: Path, samples: int) -> None:
@@ -119,6 +121,8 @@ class ZarrReader:
         return self._len
 
     def images(self, index: np.ndarray) -> np.ndarray:
+        if self._store != "pixels":
+            return decode_rows(self.column, index, self._row_shape)
         out = np.empty((len(index), *self._row_shape), dtype=np.uint8)
         for j, i in enumerate(np.asarray(index, dtype=np.int64).tolist()):
             raw = self._data[self._offsets[i] : self._offsets[i] + self._sizes[i]]
@@ -168,5 +172,5 @@ class ZarrFormat:
             else:
                 group.create_array(name, data=np.ascontiguousarray(arr), fill_value=0)
 
-    def open(self, path: Path, spec: SampleSpec, samples: int) -> ZarrReader:
-        return ZarrReader(path, spec, samples)
+    def open(self, path: Path, spec: SampleSpec, samples: int, store: str = "pixels") -> ZarrReader:
+        return ZarrReader(path, spec, samples, store)
