@@ -4,7 +4,7 @@ from .autobatch import autobatch
 from .build import BuildConfig, BuildResult, build
 from .constants import VERSION as __version__
 from .cpus import available_cpus
-from .dataset import CachedDataset, SampleBatch, collate_batch
+from .dataset import CachedDataset, SampleBatch, collate_batch, pad_collate
 from .errors import BuildError, CacheError, CachekitError, UsageError
 from .loader import CacheLoader, make_loader, suggest_num_workers
 from .manifest import Manifest, SampleSpec, ShardInfo, read_manifest
@@ -20,6 +20,7 @@ __all__ = [
     "CachedDataset",
     "SampleBatch",
     "collate_batch",
+    "pad_collate",
     "CachekitError",
     "CacheError",
     "BuildError",

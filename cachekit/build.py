@@ -97,17 +97,18 @@ class BuildResult:
         )
 
 
-def probe_shape(pipeline: Pipeline) -> tuple[int, int, int]:
-    """The stored sample shape ``[3, H, W]``, found by running the recipe on two unlike images."""
+def probe_shape(pipeline: Pipeline) -> tuple[int, int | None, int | None]:
+    """The stored sample shape ``[3, H, W]``, found by running the recipe on two unlike images.
+
+    A recipe whose output size follows its input's (no final crop or letterbox) gives ragged
+    samples: ``[3, None, None]``, each stored at its own size.
+    """
     shapes = set()
     for h, w in ((97, 131), (413, 288)):
         out, _ = pipeline.apply(np.zeros((h, w, 3), dtype=np.uint8))
         shapes.add(out.shape)
     if len(shapes) != 1:
-        raise UsageError(
-            f"pipeline {pipeline.name!r} gives samples of varying size; end it with a crop, "
-            "letterbox or fixed resize"
-        )
+        return (3, None, None)
     h, w, c = shapes.pop()
     return (c, h, w)
 
@@ -222,7 +223,7 @@ def _remove_unreferenced(out: Path, manifest: Manifest | None) -> None:
 
 
 def _stats(shards: list[ShardInfo], spec: SampleSpec) -> tuple[tuple[float, ...], tuple[float, ...]]:
-    count = sum(s.samples for s in shards) * spec.shape[1] * spec.shape[2]
+    count = sum(s.pixel_count for s in shards)
     if count == 0:
         zeros = tuple(0.0 for _ in range(spec.shape[0]))
         return zeros, zeros
@@ -271,6 +272,10 @@ def build(raw: str | Path, out: str | Path, config: BuildConfig = BuildConfig())
             )
         extras.update(AUGMENT_EXTRAS)
     spec = SampleSpec(shape=probe_shape(pipeline), extras=extras)
+    if augment is not None and spec.ragged:
+        raise UsageError(
+            f"--augment needs a recipe with a fixed output size; {pipeline.name!r} keeps each image's"
+        )
     if config.shard_size is not None and not 1 <= config.shard_size <= MAX_SHARD_SAMPLES:
         raise UsageError(f"--shard-size must be between 1 and {MAX_SHARD_SAMPLES}")
     if config.workers is not None and config.workers < 1:

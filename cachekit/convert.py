@@ -28,13 +28,12 @@ def _read_shard(root: Path, manifest: Manifest, index: int) -> dict[str, np.ndar
     reader = fmt.open(shard_path(root, info), manifest.sample, info.samples, store)
     try:
         rows = np.arange(info.samples)
-        if store == "pixels":
+        if store == "pixels" and not manifest.sample.ragged:
             image_array = reader.image_array
             arrays = {"images": np.array(image_array) if image_array is not None else reader.images(rows)}
         else:
-            arrays = {
-                name: np.array(reader.column(name, slice(None))) for name in ("image_bytes", "image_offsets")
-            }
+            names = ["image_bytes", "image_offsets"] + (["image_shape"] if manifest.sample.ragged else [])
+            arrays = {name: np.array(reader.column(name, slice(None))) for name in names}
         for name in ("labels", *manifest.sample.extras):
             arrays[name] = np.array(reader.column(name, rows))
         return arrays

@@ -17,12 +17,12 @@ import torch
 from torch.utils.data import Dataset, default_collate
 
 from .buffers import BufferPool
-from .encoding import STORES
+from .encoding import STORES, read_sample
 from .errors import CacheError
 from .formats import ShardReader, get_format
 from .manifest import Manifest, read_manifest, shard_path
 
-__all__ = ["CachedDataset", "SampleBatch", "collate_batch"]
+__all__ = ["CachedDataset", "SampleBatch", "collate_batch", "pad_collate", "stack_images"]
 
 
 class SampleBatch(list):
@@ -58,11 +58,45 @@ class SampleBatch(list):
         return (SampleBatch, (self.images, self.labels))
 
 
+def stack_images(images: Sequence[torch.Tensor]) -> torch.Tensor:
+    """``torch.stack`` for images, with an error that says what to do when their sizes differ."""
+    shapes = {tuple(t.shape) for t in images}
+    if len(shapes) > 1:
+        some = ", ".join(str(list(s)) for s in sorted(shapes)[:3])
+        raise ValueError(
+            f"cannot stack images of different sizes ({some}, ...): this cache keeps every sample at "
+            "its own size; use make_loader(..., pad=True) or collate_fn=cachekit.pad_collate, "
+            "batch_size=1, or build with a fixed-size recipe"
+        )
+    return torch.stack(list(images)) if images else torch.empty(0, dtype=torch.uint8)
+
+
 def collate_batch(batch: Any) -> Any:
     """Collate for DataLoaders over a CachedDataset: a SampleBatch is already stacked."""
     if isinstance(batch, SampleBatch):
         return batch.images, batch.labels
+    if batch and isinstance(batch[0], tuple) and isinstance(batch[0][0], torch.Tensor):
+        images = stack_images([b[0] for b in batch])
+        return images, default_collate([b[1] for b in batch])
     return default_collate(batch)
+
+
+def pad_collate(batch: Sequence[tuple[torch.Tensor, Any]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Images of different sizes zero-padded (bottom and right) to the largest in the batch.
+
+    Returns ``(images [B, C, Hmax, Wmax], labels [B], sizes [B, 2])``: each image's own height and
+    width, so the padding can be masked.
+    """
+    images = [b[0] for b in batch]
+    sizes = torch.tensor([list(t.shape[-2:]) for t in images], dtype=torch.int64)
+    h, w = (int(v) for v in sizes.max(dim=0).values) if len(images) else (0, 0)
+    out = torch.zeros(
+        (len(images), images[0].shape[0] if images else 0, h, w),
+        dtype=images[0].dtype if images else torch.uint8,
+    )
+    for i, t in enumerate(images):
+        out[i, :, : t.shape[-2], : t.shape[-1]] = t
+    return out, default_collate([b[1] for b in batch]), sizes
 
 
 class CachedDataset(Dataset):
@@ -83,6 +117,7 @@ class CachedDataset(Dataset):
         self.manifest: Manifest = read_manifest(self.root)
         self._format = get_format(self.manifest.format, reading=True)
         self.store = self.manifest.format_options.get("store", "pixels")
+        self.ragged = self.manifest.sample.ragged
         if self.store not in STORES:
             raise CacheError(
                 f"manifest.format_options.store: unknown store {self.store!r} (known: {', '.join(STORES)})"
@@ -178,8 +213,21 @@ class CachedDataset(Dataset):
         shards = np.searchsorted(self.shard_offsets, idx, side="right") - 1
         return idx, shards
 
+    def read_samples(self, indices: Sequence[int] | np.ndarray) -> tuple[list[torch.Tensor], torch.Tensor]:
+        """Each sample's image at its own size (ragged caches) and the labels, for ``indices``."""
+        idx, shards = self._locate(indices)
+        images, labels = [], np.empty(len(idx), dtype=np.int64)
+        for j, (shard, i) in enumerate(zip(shards.tolist(), (idx - self.shard_offsets[shards]).tolist())):
+            reader = self._reader(shard)
+            images.append(torch.from_numpy(read_sample(reader.column, i, self.store, self.sample_shape[0])))
+            labels[j] = reader.column("labels", [i])[0]
+        return images, torch.from_numpy(labels)
+
     def read_batch(self, indices: Sequence[int] | np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
         """Images ``[B, C, H, W]`` uint8 and labels ``[B]`` int64 for ``indices``, in that order."""
+        if self.ragged:
+            images, labels = self.read_samples(indices)
+            return stack_images(images), labels
         idx, shards = self._locate(indices)
         self._check_process()
         out_images = self._buffers.get((len(idx), *self.sample_shape))
@@ -225,6 +273,14 @@ class CachedDataset(Dataset):
         return image, label
 
     def __getitems__(self, indices: Sequence[int]) -> list:
+        if self.ragged:  # each at its own size: collate pads them or says why it cannot stack
+            images, labels = self.read_samples(indices)
+            pairs = []
+            for image, label in zip(images, labels.tolist()):
+                image = self.transform(image) if self.transform is not None else image
+                label = self.target_transform(label) if self.target_transform is not None else label
+                pairs.append((image, label))
+            return pairs
         images, labels = self.read_batch(indices)
         if self.transform is None and self.target_transform is None:
             return SampleBatch(images, labels)

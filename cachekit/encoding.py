@@ -1,8 +1,10 @@
-"""Encoded sample storage (``--store jpeg|png``): images kept as compressed bytes plus offsets.
+"""Variable-length sample storage: encoded images (``--store jpeg|png``) and ragged pixels.
 
 Format-independent: a shard stores two columns instead of ``images``: ``image_bytes`` (every
-sample's encoded bytes, back to back) and ``image_offsets`` (``N + 1`` int64 boundaries). Any
-backend stores those like any other column; reading decodes each sample with OpenCV.
+sample's bytes, back to back) and ``image_offsets`` (``N + 1`` int64 boundaries); ragged samples
+(each at its own size) add ``image_shape`` (``[N, 3]`` int32, channels first). Any backend stores
+those like any other column. Bytes are JPEG or PNG files (decoded with OpenCV), or for ragged
+``pixels`` the raw ``[C, H, W]`` uint8 array.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import numpy as np
 
 from .errors import CacheError, UsageError
 
-__all__ = ["STORES", "encode_images", "decode_rows", "check_store"]
+__all__ = ["STORES", "encode_images", "decode_rows", "read_sample", "check_store"]
 
 STORES = ("pixels", "jpeg", "png")
 
@@ -39,11 +41,14 @@ def _params(store: str, quality: int) -> tuple[str, list[int]]:
     return ".png", [cv2.IMWRITE_PNG_COMPRESSION, 3]
 
 
-def encode_images(images: np.ndarray, store: str, quality: int = 90) -> tuple[np.ndarray, np.ndarray]:
-    """``[N, C, H, W]`` uint8 RGB -> (``image_bytes`` uint8 [M], ``image_offsets`` int64 [N + 1])."""
-    ext, params = _params(store, quality)
+def encode_images(images, store: str, quality: int = 90) -> tuple[np.ndarray, np.ndarray]:
+    """``[C, H, W]`` uint8 RGB images -> (``image_bytes`` uint8 [M], ``image_offsets`` int64 [N + 1])."""
     blobs = []
     for chw in images:
+        if store == "pixels":  # ragged pixels: the raw array
+            blobs.append(np.ascontiguousarray(chw).reshape(-1))
+            continue
+        ext, params = _params(store, quality)
         hwc = chw.transpose(1, 2, 0)
         bgr = np.ascontiguousarray(hwc[..., ::-1] if hwc.shape[2] == 3 else hwc)
         ok, buf = cv2.imencode(ext, bgr, params)
@@ -56,21 +61,36 @@ def encode_images(images: np.ndarray, store: str, quality: int = 90) -> tuple[np
     return data.astype(np.uint8, copy=False), offsets
 
 
+def read_sample(
+    column: Callable[[str, object], np.ndarray], i: int, store: str, channels: int = 3
+) -> np.ndarray:
+    """Sample ``i`` of a variable-length shard as ``[C, H, W]`` uint8, at its own size."""
+    offsets = column("image_offsets", slice(i, i + 2))
+    start, stop = int(offsets[0]), int(offsets[1])
+    buf = np.asarray(column("image_bytes", slice(start, stop)))
+    if store == "pixels":
+        c, h, w = (int(v) for v in column("image_shape", slice(i, i + 1))[0])
+        if c * h * w != buf.size:
+            raise CacheError(f"sample {i} holds {buf.size} bytes, its shape {[c, h, w]} needs {c * h * w}")
+        return buf.reshape(c, h, w)
+    img = (
+        cv2.imdecode(buf, cv2.IMREAD_COLOR_RGB if channels == 3 else cv2.IMREAD_GRAYSCALE)
+        if buf.size
+        else None
+    )
+    if img is None:
+        raise CacheError(f"sample {i} of a shard does not decode")
+    return img.reshape(img.shape[0], img.shape[1], -1).transpose(2, 0, 1)
+
+
 def decode_rows(
     column: Callable[[str, object], np.ndarray], index: np.ndarray, shape: tuple[int, ...]
 ) -> np.ndarray:
-    """Decode rows ``index`` of an encoded shard, read through the reader's ``column``."""
-    offsets = column("image_offsets", slice(None))
+    """Decode rows ``index`` of an encoded shard of fixed-size samples, read through ``column``."""
     out = np.empty((len(index), *shape), dtype=np.uint8)
-    flag = cv2.IMREAD_COLOR_RGB if shape[0] == 3 else cv2.IMREAD_GRAYSCALE
     for j, i in enumerate(np.asarray(index, dtype=np.int64).tolist()):
-        start, stop = int(offsets[i]), int(offsets[i + 1])
-        buf = np.asarray(column("image_bytes", slice(start, stop)))
-        img = cv2.imdecode(buf, flag) if stop > start else None
-        if img is None:
-            raise CacheError(f"sample {i} of a shard does not decode")
-        img = img.reshape(img.shape[0], img.shape[1], -1)
-        if img.shape[:2] != shape[1:]:
-            raise CacheError(f"sample {i} decodes to {list(img.shape[:2])}, not {list(shape[1:])}")
-        out[j] = img.transpose(2, 0, 1)
+        img = read_sample(column, i, "encoded", shape[0])
+        if img.shape != tuple(shape):
+            raise CacheError(f"sample {i} decodes to {list(img.shape)}, not {list(shape)}")
+        out[j] = img
     return out

@@ -21,7 +21,7 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader
 
 from .cpus import available_cpus
-from .dataset import collate_batch
+from .dataset import collate_batch, pad_collate
 from .sampler import ShardAwareDistributedSampler
 
 __all__ = ["CacheLoader", "make_loader", "suggest_num_workers"]
@@ -140,7 +140,7 @@ class CacheLoader(DataLoader):
         self._epoch_start = 0
 
     def _finish(self, batch):
-        images, labels = batch
+        images, labels, *rest = batch
         if self.device is not None:
             images = images.to(self.device, non_blocking=True)
             labels = labels.to(self.device, non_blocking=True)
@@ -150,7 +150,7 @@ class CacheLoader(DataLoader):
                 mean = self._mean.to(images.device, images.dtype)
                 std = self._std.to(images.device, images.dtype)
                 images = images.sub_(mean).div_(std)
-        return images, labels
+        return (images, labels, *rest)
 
     def __iter__(self) -> Iterator:
         sampler = self.sampler if isinstance(self.sampler, ShardAwareDistributedSampler) else None
@@ -189,6 +189,7 @@ def make_loader(
     dtype: torch.dtype | None = None,
     normalize: bool = False,
     prefetch_thread: bool | None = None,
+    pad: bool = False,
 ) -> CacheLoader:
     """A DataLoader for ``dataset`` (a CachedDataset) with the sampler, workers and pinning chosen.
 
@@ -199,6 +200,8 @@ def make_loader(
     - ``pin_memory`` (default: CUDA is available).
     - ``device``: batches are moved there with ``non_blocking=True``; ``dtype`` converts uint8 to a
       float type in [0, 1] there, and ``normalize`` also applies the cache's mean/std.
+    - ``pad``: for caches of variable-sized samples, batches are zero-padded to their largest
+      image and come as ``(images, labels, sizes)``; without it such a batch is an error.
     """
     if batch_size < 1:
         raise ValueError("batch_size must be at least 1")
@@ -244,7 +247,7 @@ def make_loader(
         batch_size=batch_size,
         sampler=sampler,
         num_workers=workers,
-        collate_fn=collate_batch,
+        collate_fn=pad_collate if pad else collate_batch,
         pin_memory=pin_memory,
         drop_last=drop_last,
         prefetch_thread=prefetch_factor if (prefetch_thread and workers == 0) else 0,

@@ -141,8 +141,15 @@ class SampleSpec:
     label_dtype: str = "<i8"
 
     @property
+    def ragged(self) -> bool:
+        """True when samples keep their own height and width (``shape`` is ``[C, null, null]``)."""
+        return any(d is None for d in self.shape)
+
+    @property
     def nbytes(self) -> int:
-        return math.prod(self.shape)
+        """Bytes of one sample; for ragged samples an estimate (a 400x500 image)."""
+        c, h, w = self.shape
+        return c * (h or 400) * (w or 500)
 
     def to_json(self) -> dict:
         return {
@@ -156,9 +163,15 @@ class SampleSpec:
 
     @classmethod
     def from_json(cls, obj: Any, where: str = "manifest.sample") -> SampleSpec:
-        shape = _shape(_get(obj, "shape", where), f"{where}.shape")
-        if len(shape) != 3 or shape[0] not in (1, 3):
-            raise CacheError(f"{where}.shape: expected [channels, height, width], got {list(shape)}")
+        raw = _get(obj, "shape", where)
+        if not isinstance(raw, list) or len(raw) != 3 or (raw[1] is None) != (raw[2] is None):
+            raise CacheError(f"{where}.shape: expected [channels, height, width], got {raw!r}")
+        if raw[1] is None:  # ragged: every sample has its own height and width
+            shape = (*_shape(raw[:1], f"{where}.shape"), None, None)
+        else:
+            shape = _shape(raw, f"{where}.shape")
+        if shape[0] not in (1, 3):
+            raise CacheError(f"{where}.shape: expected [channels, height, width], got {raw!r}")
         dtype = _dtype(_get(obj, "dtype", where), f"{where}.dtype")
         if dtype != "|u1":
             raise CacheError(f"{where}.dtype: images are stored as '|u1', got {dtype!r}")
@@ -188,6 +201,7 @@ class ShardInfo:
     inputs_digest: str
     pixel_sum: tuple[float, ...]
     pixel_sumsq: tuple[float, ...]
+    pixel_count: int  # pixels per channel the sums cover
 
     def to_json(self) -> dict:
         out = asdict(self)
@@ -213,6 +227,7 @@ class ShardInfo:
             inputs_digest=digest,
             pixel_sum=_floats(obj, "pixel_sum", where, channels),
             pixel_sumsq=_floats(obj, "pixel_sumsq", where, channels),
+            pixel_count=_int(obj, "pixel_count", where),
         )
         return info
 

@@ -33,7 +33,11 @@ def describe(m: Manifest) -> str:
     classes = ", ".join(m.classes[:8]) + (f", ... ({len(m.classes)} in all)" if len(m.classes) > 8 else "")
     lines = [
         f"samples:   {m.num_samples} ({len(m.skipped)} inputs skipped)",
-        f"sample:    uint8 [{c}, {h}, {w}] RGB, channels first ({human_bytes(m.sample.nbytes)} each)",
+        (
+            f"sample:    uint8 [{c}, H, W] RGB, channels first, each at its own size"
+            if m.sample.ragged
+            else f"sample:    uint8 [{c}, {h}, {w}] RGB, channels first ({human_bytes(m.sample.nbytes)} each)"
+        ),
         f"format:    {m.format} ({', '.join(f'{k}={v}' for k, v in sorted(m.format_options.items()))})",
         f"shards:    {len(m.shards)}, {human_bytes(m.total_bytes)} in all",
         f"pipeline:  {m.pipeline.get('name')}: {steps or 'no steps'}",

@@ -129,29 +129,43 @@ def _samples(
     return found
 
 
+def _fits(shape: tuple[int, ...], spec_shape: tuple[int | None, ...]) -> bool:
+    """A sample's ``[C, H, W]`` matches the spec; ``None`` (ragged) matches any size."""
+    return len(shape) == len(spec_shape) and all(s is None or s == d for s, d in zip(spec_shape, shape))
+
+
 def run_shard_job(job: ShardJob, progress: Callable[[int], None] | None = None) -> ShardResult:
     """Decode, preprocess and write one shard; bad inputs are skipped and reported, not fatal."""
     spec = job.spec
     n = len(job.paths)
     per_input = job.augment.variants if job.augment else 1
-    images = np.empty((n * per_input, *spec.shape), dtype=np.uint8)
+    # fixed-size samples go straight into one array; ragged ones are kept one by one
+    images = None if spec.ragged else np.empty((n * per_input, *spec.shape), dtype=np.uint8)
+    ragged: list[np.ndarray] = []
     extras = {name: np.zeros((n * per_input, *a.shape), dtype=a.dtype) for name, a in spec.extras.items()}
     labels = np.empty(n * per_input, dtype=np.int64)
     pixel_sum = np.zeros(spec.shape[0], dtype=np.float64)
     pixel_sumsq = np.zeros(spec.shape[0], dtype=np.float64)
+    pixel_count = 0
     skipped: list[SkippedInput] = []
     kept = 0
     pending: list[tuple[np.ndarray, dict, VariantParams | None, int]] = []  # variants awaiting colour ops
 
     def store(hwc: np.ndarray, sample_extras: dict, label: int) -> None:
-        nonlocal kept, pixel_sum, pixel_sumsq
-        images[kept] = hwc.transpose(2, 0, 1)
+        nonlocal kept, pixel_sum, pixel_sumsq, pixel_count
+        if images is not None:
+            images[kept] = hwc.transpose(2, 0, 1)
+            chw = images[kept]
+        else:
+            chw = np.ascontiguousarray(hwc.transpose(2, 0, 1))
+            ragged.append(chw)
         for name, value in sample_extras.items():
             extras[name][kept] = value
         labels[kept] = label
-        flat = images[kept].reshape(spec.shape[0], -1).astype(np.float64)
+        flat = chw.reshape(spec.shape[0], -1).astype(np.float64)
         pixel_sum += flat.sum(axis=1)
         pixel_sumsq += np.einsum("ij,ij->i", flat, flat)
+        pixel_count += flat.shape[1]
         kept += 1
 
     def flush() -> None:
@@ -173,7 +187,7 @@ def run_shard_job(job: ShardJob, progress: Callable[[int], None] | None = None) 
             skipped.append(SkippedInput(rel, f"unreadable: {exc.strerror or exc}"))
         else:
             shape = samples[0][0].transpose(2, 0, 1).shape
-            if shape != spec.shape:
+            if not _fits(shape, spec.shape):
                 skipped.append(
                     SkippedInput(rel, f"pipeline gave shape {list(shape)}, not {list(spec.shape)}")
                 )
@@ -191,11 +205,14 @@ def run_shard_job(job: ShardJob, progress: Callable[[int], None] | None = None) 
         progress(done % 16)
 
     store = job.format_options.get("store", "pixels")
-    if store == "pixels":
+    if images is not None and store == "pixels":
         arrays = {"images": images[:kept], "labels": labels[:kept]}
     else:
-        data, offsets = encode_images(images[:kept], store, job.format_options.get("quality", 90))
+        rows = ragged if images is None else images[:kept]
+        data, offsets = encode_images(rows, store, job.format_options.get("quality", 90))
         arrays = {"image_bytes": data, "image_offsets": offsets, "labels": labels[:kept]}
+        if images is None:
+            arrays["image_shape"] = np.array([r.shape for r in rows], dtype=np.int32).reshape(-1, 3)
     arrays.update({name: value[:kept] for name, value in extras.items()})
     fmt = get_format(job.format)
     path = Path(job.out) / job.file
@@ -215,5 +232,6 @@ def run_shard_job(job: ShardJob, progress: Callable[[int], None] | None = None) 
         inputs_digest=job.inputs_digest,
         pixel_sum=tuple(float(v) for v in pixel_sum),
         pixel_sumsq=tuple(float(v) for v in pixel_sumsq),
+        pixel_count=pixel_count,
     )
     return ShardResult(job.index, info, tuple(skipped))

@@ -116,6 +116,7 @@ def write_synthetic_cache(
                 inputs_digest=hashlib.sha256(f"{seed}:{start}:{k}".encode()).hexdigest(),
                 pixel_sum=tuple(flat.sum(axis=1).tolist()),
                 pixel_sumsq=tuple((flat**2).sum(axis=1).tolist()),
+                pixel_count=flat.shape[1],
             )
         )
     manifest = Manifest(

@@ -75,7 +75,9 @@ def check_arrays(
 ) -> None:
     """Raise CacheError unless a shard's arrays have the shapes and dtypes the manifest promises."""
     expected = {"labels": ((samples,), np.dtype(spec.label_dtype))}
-    if store == "pixels":
+    if spec.ragged:
+        expected["image_shape"] = ((samples, 3), np.dtype("<i4"))
+    if store == "pixels" and not spec.ragged:
         expected["images"] = ((samples, *spec.shape), np.dtype(spec.dtype))
     else:
         expected["image_offsets"] = ((samples + 1,), np.dtype("<i8"))

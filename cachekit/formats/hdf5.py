@@ -75,8 +75,8 @@ class Hdf5Reader:
         self._columns = {k: v[()] for k, v in arrays.items() if k != "images"}
         self._len = samples
         self._store, self._shape = store, tuple(spec.shape)
-        encoded = store != "pixels"
-        self.image_array = _mapped_images(path, self._images) if samples and not encoded else None
+        variable = store != "pixels" or spec.ragged  # bytes + offsets, no images array
+        self.image_array = _mapped_images(path, self._images) if samples and not variable else None
 
     def __len__(self) -> int:
         return self._len

@@ -83,7 +83,7 @@ class ZarrReader:
         self._store = store
         self.image_array = None
         self._offsets = self._sizes = self._data = self._decode = None
-        if samples and store == "pixels":
+        if samples and store == "pixels" and not spec.ragged:
             self._open_images(path / "images", samples)
 
     def _open_images(self, folder: Path, samples: int) -> None:
