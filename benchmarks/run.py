@@ -10,7 +10,7 @@ Suites (sizes are flags; defaults fit a 2-core laptop in a few minutes):
           img/s and pixel difference, for ImageNet-sized and for large photos
   augment offline augmentation per core: cachekit's batched flip + colour jitter (and its per-image
           crop) against a per-image PIL implementation of the same transforms
-  size    cache size vs raw size for each format and codec
+  size    cache size vs raw size, and load samples/s, for each format, codec and store
   rss     DataLoader worker memory over 10k- and 100k-sample caches (no copy-on-read growth)
 
 Every figure is a median (or best) over repeats inside one run and is printed with the command
@@ -206,15 +206,46 @@ def augment(args, root):
 
 @suite
 def size(args, root):
+    """Cache size and warm load samples/s (make_loader defaults) for every format, codec and store."""
+    from cachekit import make_loader
+
     raw = _raw(args, root)
     raw_bytes = sum(p.stat().st_size for p in raw.rglob("*") if p.is_file())
     rows = [{"cache": "raw JPEG folder", "bytes": raw_bytes}]
-    for fmt, codec in (("pt", "none"), ("hdf5", "none"), ("hdf5", "gzip"), ("hdf5", "lzf")):
-        cache = _cache(raw, root, fmt, codec)
-        rows.append({"cache": f"{fmt} ({codec})", "bytes": CachedDataset(cache).manifest.total_bytes})
+    cases = [
+        ("pt", "none", "pixels"),
+        ("hdf5", "none", "pixels"),
+        ("hdf5", "gzip", "pixels"),
+        ("hdf5", "lzf", "pixels"),
+        ("zarr", "none", "pixels"),
+        ("zarr", "lz4", "pixels"),
+        ("zarr", "zstd", "pixels"),
+        ("zarr", "gzip", "pixels"),
+        ("pt", "none", "jpeg"),
+        ("pt", "none", "png"),
+    ]
+    for fmt, codec, store in cases:
+        out = root / f"codec-{raw.name}-{fmt}-{codec}-{store}"
+        build(raw, out, BuildConfig(format=fmt, compression=codec, store=store, progress=False))
+        ds = CachedDataset(out)
+        loader = make_loader(ds, args.batch_size, seed=0)
+        rates = []
+        for _ in range(args.repeats):
+            t0 = time.perf_counter()
+            n = sum(len(labels) for _, labels in loader)
+            rates.append(n / (time.perf_counter() - t0))
+        rows.append(
+            {
+                "cache": f"{fmt} {codec} {store}",
+                "bytes": ds.manifest.total_bytes,
+                "samples_per_s": statistics.median(rates),
+                "mode": loader.mode,
+            }
+        )
     for r in rows:
         r["ratio_to_raw"] = r["bytes"] / raw_bytes
-        print(f"{r['cache']}: {r['bytes'] / 1e6:.1f} MB ({r['ratio_to_raw']:.2f}x raw)")
+        speed = f", {r['samples_per_s']:,.0f} samples/s ({r['mode']})" if "samples_per_s" in r else ""
+        print(f"{r['cache']}: {r['bytes'] / 1e6:.1f} MB ({r['ratio_to_raw']:.2f}x raw){speed}")
     return {"rows": rows}
 
 

@@ -165,8 +165,13 @@ class CachedDataset(Dataset):
 
     @property
     def decode_heavy(self) -> bool:
-        """True when reading a sample costs real CPU (encoded stores), so worker processes pay off."""
-        return self.store != "pixels"
+        """True when reading a sample costs real CPU, so worker processes pay off.
+
+        Encoded stores (JPEG/PNG) and slow codecs (gzip, zstd, lzf: ~0.5-1 ms a sample) are;
+        pixels, raw or lz4-compressed (~20 us), are not: workers would only add copies.
+        """
+        codec = self.manifest.format_options.get("compression", "none")
+        return self.store != "pixels" or codec in ("gzip", "zstd", "lzf")
 
     def __len__(self) -> int:
         return int(self.shard_offsets[-1])

@@ -84,18 +84,15 @@ class Hdf5Reader:
     def images(self, index: np.ndarray) -> np.ndarray:
         if self._store != "pixels":
             return decode_rows(self.column, index, self._shape)
+        # One read per row: h5py's fancy indexing builds a point selection that is ~60x slower
+        # (measured here on gzip shards).
         index = np.asarray(index, dtype=np.int64)
-        order = np.argsort(index, kind="stable")
-        sorted_idx = index[order]
-        unique, inverse = np.unique(sorted_idx, return_inverse=True)
+        out = np.empty((len(index), *self._images.shape[1:]), dtype=self._images.dtype)
         try:
-            block = (
-                self._images[unique] if len(unique) > 1 else self._images[int(unique[0]) : int(unique[0]) + 1]
-            )
-        except OSError as exc:
+            for j, i in enumerate(index.tolist()):
+                self._images.read_direct(out, np.s_[i : i + 1], np.s_[j : j + 1])
+        except (OSError, ValueError) as exc:
             raise CacheError(f"HDF5 shard read failed ({exc})") from None
-        out = np.empty((len(index), *block.shape[1:]), dtype=block.dtype)
-        out[order] = block[inverse]
         return out
 
     def column(self, name: str, index: np.ndarray) -> np.ndarray:
