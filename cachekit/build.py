@@ -11,7 +11,6 @@ import bisect
 import hashlib
 import json
 import math
-import shutil
 import sys
 import time
 from dataclasses import dataclass, field
@@ -20,13 +19,12 @@ from pathlib import Path
 
 import numpy as np
 
-from .atomic import commit_file, path_size, remove_path, sha256_path
+from .atomic import commit_file
 from .augment import AUGMENT_EXTRAS, AugmentConfig
 from .constants import (
     DEFAULT_FORMAT,
     DEFAULT_PIPELINE,
     DEFAULT_SHARD_BYTES,
-    LOCK_NAME,
     MANIFEST_NAME,
     MAX_SHARD_SAMPLES,
     MIN_SHARD_SAMPLES,
@@ -34,12 +32,13 @@ from .constants import (
 )
 from .cpus import available_cpus
 from .encoding import check_store
-from .errors import BuildError, CacheError, UsageError
+from .errors import BuildError, UsageError
 from .executors import run_jobs
 from .formats import get_format
 from .lock import BuildLock
-from .manifest import Manifest, SampleSpec, ShardInfo, SkippedInput, read_manifest, write_manifest
+from .manifest import Manifest, SampleSpec, ShardInfo, SkippedInput, write_manifest
 from .pipelines import Pipeline, load_pipeline
+from .resume import check_out, existing_cache, read_sidecars, remove_unreferenced, reusable, write_sidecar
 from .shardjob import ShardJob, ShardResult, run_shard_job
 from .sources import Source, discover, path_key
 
@@ -156,72 +155,6 @@ def _plan(
     return plan
 
 
-def _reusable(out: Path, info: ShardInfo | None, verify: bool) -> bool:
-    if info is None:
-        return False
-    path = out / info.file
-    try:
-        if path_size(path) != info.bytes:
-            return False
-    except OSError:
-        return False
-    return not verify or sha256_path(path) == info.sha256
-
-
-def _read_sidecars(
-    partial: Path, fingerprint: str
-) -> dict[str, tuple[ShardInfo, tuple[SkippedInput, ...]]] | None:
-    """Finished shards recorded by an interrupted build with the same fingerprint.
-
-    None when ``partial`` records no interrupted build of this fingerprint; an empty dict when
-    one was interrupted before it finished any shard (it still resumes, into the same folder).
-    """
-    try:
-        state = json.loads((partial / "state.json").read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(state, dict) or state.get("fingerprint") != fingerprint:
-        return None
-    found = {}
-    for f in sorted(partial.glob("*.json")):
-        if f.name == "state.json":
-            continue
-        try:
-            obj = json.loads(f.read_text())
-            info = ShardInfo.from_json(obj["info"], f.name, len(obj["info"]["pixel_sum"]))
-            skipped = tuple(SkippedInput.from_json(s, f.name) for s in obj["skipped"])
-        except (OSError, ValueError, KeyError, TypeError, CacheError):
-            continue
-        found[info.file] = (info, skipped)
-    return found
-
-
-def _write_sidecar(partial: Path, result: ShardResult) -> None:
-    obj = {"info": result.info.to_json(), "skipped": [s.to_json() for s in result.skipped]}
-    data = json.dumps(obj)
-    commit_file(partial / f"{result.info.file}.json", lambda tmp: tmp.write_text(data))
-
-
-def _existing(out: Path) -> Manifest | None:
-    try:
-        return read_manifest(out)
-    except CacheError:
-        return None
-
-
-def _is_ours(name: str) -> bool:
-    return name.startswith("shard-") or (name.startswith(".") and name.endswith(".tmp"))
-
-
-def _remove_unreferenced(out: Path, manifest: Manifest | None) -> None:
-    """Delete cachekit's own files that ``manifest`` does not reference (never a user's files)."""
-    keep = {s.file for s in manifest.shards} if manifest is not None else set()
-    for entry in out.iterdir():
-        if _is_ours(entry.name) and entry.name not in keep and not entry.is_symlink():
-            remove_path(entry)
-    shutil.rmtree(out / PARTIAL_DIR, ignore_errors=True)
-
-
 def _stats(shards: list[ShardInfo], spec: SampleSpec) -> tuple[tuple[float, ...], tuple[float, ...]]:
     count = sum(s.pixel_count for s in shards)
     if count == 0:
@@ -232,20 +165,6 @@ def _stats(shards: list[ShardInfo], spec: SampleSpec) -> tuple[tuple[float, ...]
     mean = total / count
     std = np.sqrt(np.maximum(total_sq / count - mean**2, 0.0))
     return tuple(round(float(v) / 255.0, 8) for v in mean), tuple(round(float(v) / 255.0, 8) for v in std)
-
-
-def _check_out(out: Path, config: BuildConfig, previous: Manifest | None, resumable: bool) -> None:
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"--out {out} exists and is not a folder")
-    if not out.exists():
-        return
-    contents = [p for p in out.iterdir() if p.name != LOCK_NAME]
-    if not contents or config.overwrite or resumable or (config.update and previous is not None):
-        return
-    if config.update:
-        raise UsageError(f"--update: {out} holds no valid cache to update (use --overwrite to rebuild)")
-    what = "a different cache" if previous is not None else "files that are not this build's"
-    raise UsageError(f"--out {out} is not empty (it holds {what}); pass --overwrite to replace it")
 
 
 def build(raw: str | Path, out: str | Path, config: BuildConfig = BuildConfig()) -> BuildResult:
@@ -294,12 +213,12 @@ def build(raw: str | Path, out: str | Path, config: BuildConfig = BuildConfig())
     content_fp = _sha(content)
     fingerprint = hashlib.sha256(f"{content_fp}\n{source.digest()}".encode()).hexdigest()
 
-    previous = _existing(out) if out.is_dir() else None
+    previous = existing_cache(out) if out.is_dir() else None
     if (
         previous is not None
         and previous.fingerprint == fingerprint
         and config.shard_size in (None, previous.format_options.get("shard_size"))
-        and all(_reusable(out, s, verify=False) for s in previous.shards)
+        and all(reusable(out, s, verify=False) for s in previous.shards)
     ):
         return BuildResult(previous, out, "up to date", 0, 0, time.perf_counter() - started)
 
@@ -312,8 +231,8 @@ def build(raw: str | Path, out: str | Path, config: BuildConfig = BuildConfig())
     else:
         shard_size = default_shard_size(spec.nbytes, len(source))
     partial = out / PARTIAL_DIR
-    sidecars = _read_sidecars(partial, fingerprint) if partial.is_dir() else None
-    _check_out(out, config, previous, resumable=sidecars is not None)
+    sidecars = read_sidecars(partial, fingerprint) if partial.is_dir() else None
+    check_out(out, config, previous, resumable=sidecars is not None)
     sidecars = sidecars or {}
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -383,14 +302,14 @@ def _run(
         digest = source.digest(start, stop)
         position = f":{start}" if t.augment else ""  # augmented content depends on input indices
         name = f"shard-{hashlib.sha256(f'{content_fp}{digest}{position}'.encode()).hexdigest()[:20]}{ext}"
-        if kept is not None and _reusable(out, kept, verify=False):
+        if kept is not None and reusable(out, kept, verify=False):
             results[index] = ShardResult(index, kept, _skipped_in(previous, source, start, stop))
             continue
         done = sidecars.get(name)
-        if done and done[0].inputs_digest == digest and _reusable(out, done[0], verify=True):
+        if done and done[0].inputs_digest == digest and reusable(out, done[0], verify=True):
             results[index] = ShardResult(index, done[0], done[1])
             continue
-        if name in old and old[name].inputs_digest == digest and _reusable(out, old[name], verify=True):
+        if name in old and old[name].inputs_digest == digest and reusable(out, old[name], verify=True):
             results[index] = ShardResult(index, old[name], _skipped_in(previous, source, start, stop))
             continue
         jobs.append(
@@ -444,7 +363,7 @@ def _run(
         ):
             results[result.index] = result
             try:
-                _write_sidecar(partial, result)
+                write_sidecar(partial, result)
             except OSError as exc:
                 raise BuildError(f"cannot write to {out}: {exc.strerror}") from None
 
@@ -455,7 +374,7 @@ def _run(
     if config.strict and skipped:
         listed = "; ".join(f"{s.path}: {s.reason}" for s in skipped[:20])
         more = f" (and {len(skipped) - 20} more)" if len(skipped) > 20 else ""
-        _remove_unreferenced(out, previous)
+        remove_unreferenced(out, previous)
         raise BuildError(f"--strict: {len(skipped)} inputs could not be used: {listed}{more}")
     if sum(s.samples for s in shards) == 0:
         raise UsageError(f"{raw}: none of the {len(source)} inputs could be decoded")
@@ -478,7 +397,7 @@ def _run(
         write_manifest(out, manifest)
     except OSError as exc:
         raise BuildError(f"cannot write {out / MANIFEST_NAME}: {exc.strerror}") from None
-    _remove_unreferenced(out, manifest)
+    remove_unreferenced(out, manifest)
     if config.update and previous is not None:
         status = "updated"
     elif sidecars and reused:
