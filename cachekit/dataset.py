@@ -17,10 +17,12 @@ import torch
 from torch.utils.data import Dataset, default_collate
 
 from .buffers import BufferPool
+from .constants import MANIFEST_NAME
 from .encoding import STORES, read_sample
 from .errors import CacheError
 from .formats import ShardReader, get_format
-from .manifest import Manifest, read_manifest, shard_path
+from .manifest import Manifest, parse_manifest, read_manifest, shard_path
+from .remote import ShardCache, filesystem, is_url
 
 __all__ = ["CachedDataset", "SampleBatch", "collate_batch", "pad_collate", "stack_images"]
 
@@ -99,11 +101,25 @@ def pad_collate(batch: Sequence[tuple[torch.Tensor, Any]]) -> tuple[torch.Tensor
     return out, default_collate([b[1] for b in batch]), sizes
 
 
+def _read_remote_manifest(fs, root: str, url: str) -> Manifest:
+    try:
+        text = fs.cat_file(f"{root}/{MANIFEST_NAME}").decode("utf-8")
+    except FileNotFoundError:
+        raise CacheError(f"{url}: no {MANIFEST_NAME} (not a cache, or its build has not finished)") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CacheError(f"{url}/{MANIFEST_NAME}: cannot be read: {exc}") from None
+    return parse_manifest(text, f"{url}/{MANIFEST_NAME}")
+
+
 class CachedDataset(Dataset):
     """Samples of a cache as ``(uint8 tensor [C, H, W], int label)``.
 
     ``transform`` is applied to each image tensor and ``target_transform`` to each label; without
     them, ``__getitems__`` reads a whole batch with one gather per shard.
+
+    ``path`` may be an fsspec URL (``s3://bucket/cache``): each shard is then fetched whole on first
+    use, checked against the manifest, and kept in ``local_cache`` (default: a folder in the temp
+    dir) up to ``local_cache_bytes`` (default 20 GB), least recently used first out.
     """
 
     def __init__(
@@ -112,9 +128,20 @@ class CachedDataset(Dataset):
         transform: Callable | None = None,
         *,
         target_transform: Callable | None = None,
+        local_cache: str | os.PathLike | None = None,
+        local_cache_bytes: int | None = None,
     ) -> None:
-        self.root = Path(path)
-        self.manifest: Manifest = read_manifest(self.root)
+        self.url = str(path) if is_url(path) else None
+        self._fs = self._remote_root = None
+        if self.url is None:
+            self.root = Path(path)
+            self.manifest: Manifest = read_manifest(self.root)
+            self._shards = None
+        else:  # shards are fetched whole into a bounded local cache on first use
+            self._fs, self._remote_root = filesystem(self.url)
+            self.root = Path(self._remote_root)
+            self.manifest = _read_remote_manifest(self._fs, self._remote_root, self.url)
+            self._shards = ShardCache(local_cache, local_cache_bytes)
         self._format = get_format(self.manifest.format, reading=True)
         self.store = self.manifest.format_options.get("store", "pixels")
         self.ragged = self.manifest.sample.ragged
@@ -133,6 +160,8 @@ class CachedDataset(Dataset):
         self._check_files()
 
     def _check_files(self) -> None:
+        if self.url is not None:
+            return self._check_remote_files()
         problems = []
         for info in self.manifest.shards:
             try:
@@ -142,6 +171,16 @@ class CachedDataset(Dataset):
         if problems:
             more = f" and {len(problems) - 3} more" if len(problems) > 3 else ""
             raise CacheError(f"{self.root}: bad shard files: {'; '.join(problems[:3])}{more}")
+
+    def _check_remote_files(self) -> None:
+        try:
+            listed = {Path(p).name: p for p in self._fs.ls(self._remote_root, detail=False)}
+        except OSError as exc:
+            raise CacheError(f"{self.url}: cannot be listed ({exc})") from None
+        missing = [s.file for s in self.manifest.shards if s.file not in listed]
+        if missing:
+            more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+            raise CacheError(f"{self.url}: shard files missing: {', '.join(missing[:3])}{more}")
 
     # -- metadata -----------------------------------------------------------------------------
 
@@ -177,7 +216,7 @@ class CachedDataset(Dataset):
         return int(self.shard_offsets[-1])
 
     def __repr__(self) -> str:
-        return f"CachedDataset({str(self.root)!r}, samples={len(self)}, shape={list(self.sample_shape)})"
+        return f"CachedDataset({self.url or str(self.root)!r}, samples={len(self)}, shape={list(self.sample_shape)})"
 
     # -- reading ------------------------------------------------------------------------------
 
@@ -198,7 +237,11 @@ class CachedDataset(Dataset):
         reader = self._readers.get(shard)
         if reader is None:
             info = self.manifest.shards[shard]
-            reader = self._format.open(self.root / info.file, self.manifest.sample, info.samples, self.store)
+            if self.url is None:
+                path = self.root / info.file
+            else:
+                path = self._shards.local(self._fs, self._remote_root, self.manifest.fingerprint, info)
+            reader = self._format.open(path, self.manifest.sample, info.samples, self.store)
             self._readers[shard] = reader
         return reader
 

@@ -26,6 +26,7 @@ __all__ = [
     "SkippedInput",
     "Manifest",
     "read_manifest",
+    "parse_manifest",
     "write_manifest",
     "check_shard_name",
     "shard_path",
@@ -362,6 +363,18 @@ class Manifest:
         )
 
 
+def parse_manifest(text: str, where: str) -> Manifest:
+    """Validate the text of a ``manifest.json`` (``where`` names it in errors)."""
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CacheError(f"{where}: not valid JSON ({exc})") from None
+    try:
+        return Manifest.from_json(obj)
+    except RecursionError:
+        raise CacheError(f"{where}: nested too deeply") from None
+
+
 def read_manifest(cache_dir: str | os.PathLike) -> Manifest:
     """Read and validate ``cache_dir/manifest.json``; every problem is a CacheError saying what is wrong."""
     root = Path(cache_dir)
@@ -376,14 +389,7 @@ def read_manifest(cache_dir: str | os.PathLike) -> Manifest:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise CacheError(f"{path}: cannot be read: {exc}") from None
-    try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise CacheError(f"{path}: not valid JSON ({exc})") from None
-    try:
-        return Manifest.from_json(obj)
-    except RecursionError:
-        raise CacheError(f"{path}: nested too deeply") from None
+    return parse_manifest(text, str(path))
 
 
 def write_manifest(cache_dir: str | os.PathLike, manifest: Manifest) -> Path:
