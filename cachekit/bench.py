@@ -154,6 +154,9 @@ def run_bench(
     if config.batch_size < 1 or config.epochs < 1:
         raise UsageError("--batch-size and --epochs must be at least 1")
     datasets = [CachedDataset(c) for c in caches]
+    for path, d in zip(caches, datasets):
+        if d.ragged:
+            raise UsageError(f"{path}: its samples have different sizes; bench compares fixed-size caches")
     raw_ds = {b: RawImageDataset(raw, backend=b) for b in config.raw_backends} if raw is not None else {}
     lengths = [len(d) for d in [*datasets, *raw_ds.values()]]
     if not lengths:

@@ -39,21 +39,9 @@ def synthetic_image(rng: np.random.Generator, height: int = 375, width: int = 50
     return np.clip(img, 0, 255).astype(np.uint8)
 
 
-def make_synthetic_folder(
-    root: str | os.PathLike,
-    n: int,
-    *,
-    classes: int = 10,
-    size: tuple[int, int] = (375, 500),
-    quality: int = 90,
-    seed: int = 0,
-) -> Path:
-    """Write ``n`` JPEGs into ``root/<class>/`` (ImageFolder layout), sizes jittered around ``size``."""
-    root = Path(root)
-    rng = np.random.default_rng(seed)
-    for c in range(classes):
-        (root / f"class_{c:03d}").mkdir(parents=True, exist_ok=True)
-    for i in range(n):
+def _write_images(root: Path, start: int, stop: int, classes: int, size, quality: int, seed: int) -> None:
+    for i in range(start, stop):
+        rng = np.random.default_rng([seed, i])  # image i is the same whoever writes it
         h = int(size[0] * rng.uniform(0.85, 1.15))
         w = int(size[1] * rng.uniform(0.85, 1.15))
         if rng.random() < 0.3:
@@ -65,7 +53,46 @@ def make_synthetic_folder(
         if not ok:  # pragma: no cover - OpenCV always encodes JPEG
             raise RuntimeError("JPEG encoding failed")
         (root / f"class_{i % classes:03d}" / f"img_{i:07d}.jpg").write_bytes(buf.tobytes())
+
+
+def make_synthetic_folder(
+    root: str | os.PathLike,
+    n: int,
+    *,
+    classes: int = 10,
+    size: tuple[int, int] = (375, 500),
+    quality: int = 90,
+    seed: int = 0,
+    workers: int | None = None,
+) -> Path:
+    """Write ``n`` JPEGs into ``root/<class>/`` (ImageFolder layout), sizes jittered around ``size``.
+
+    Written by ``workers`` processes (default: the usable CPUs); the files do not depend on it.
+    """
+    from .cpus import available_cpus
+    from .executors import run_jobs
+
+    root = Path(root)
+    for c in range(classes):
+        (root / f"class_{c:03d}").mkdir(parents=True, exist_ok=True)
+    workers = workers or available_cpus()
+    step = max(16, -(-n // (4 * workers)))
+    jobs = [(start, min(n, start + step)) for start in range(0, n, step)]
+
+    for _ in run_jobs(_WriteJob(root, classes, tuple(size), quality, seed), jobs, workers=workers):
+        pass
     return root
+
+
+class _WriteJob:
+    """A picklable ``(start, stop) -> None`` writing that range of images (for the process pool)."""
+
+    def __init__(self, root: Path, classes: int, size: tuple[int, int], quality: int, seed: int) -> None:
+        self.args = (root, classes, size, quality, seed)
+
+    def __call__(self, job: tuple[int, int], progress=None) -> None:
+        root, classes, size, quality, seed = self.args
+        _write_images(root, job[0], job[1], classes, size, quality, seed)
 
 
 def write_synthetic_cache(
