@@ -26,7 +26,7 @@ VERSION = "0.1.0"
 #: Name of the file that makes a folder a cache; written last, atomically.
 MANIFEST_NAME = "manifest.json"
 #: Bumped whenever the on-disk contract changes incompatibly.
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2
 #: Lock file held while a build writes into a cache folder.
 LOCK_NAME = ".cachekit.lock"
 #: Folder inside a cache where a build in progress keeps per-shard records (for resume).
