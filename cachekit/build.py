@@ -19,7 +19,6 @@ from pathlib import Path
 
 import numpy as np
 
-from .atomic import commit_file
 from .augment import AUGMENT_EXTRAS, AugmentConfig
 from .constants import (
     DEFAULT_FORMAT,
@@ -35,9 +34,10 @@ from .encoding import check_store
 from .errors import BuildError, UsageError
 from .executors import run_jobs
 from .formats import get_format
-from .lock import BuildLock
-from .manifest import Manifest, SampleSpec, ShardInfo, SkippedInput, write_manifest
+from .location import Location, open_location
+from .manifest import Manifest, SampleSpec, ShardInfo, SkippedInput, manifest_text
 from .pipelines import Pipeline, load_pipeline
+from .remote import is_url
 from .resume import check_out, existing_cache, read_sidecars, remove_unreferenced, reusable, write_sidecar
 from .shardjob import ShardJob, ShardResult, run_shard_job
 from .sources import Source, discover, path_key
@@ -76,7 +76,7 @@ class BuildConfig:
 @dataclass(frozen=True)
 class BuildResult:
     manifest: Manifest
-    path: Path
+    path: str  # the cache folder or URL
     status: str  # "built" | "up to date" | "updated" | "resumed"
     built_shards: int
     reused_shards: int
@@ -170,7 +170,8 @@ def _stats(shards: list[ShardInfo], spec: SampleSpec) -> tuple[tuple[float, ...]
 def build(raw: str | Path, out: str | Path, config: BuildConfig = BuildConfig()) -> BuildResult:
     """Decode and preprocess every input under ``raw`` into a sharded cache at ``out``."""
     started = time.perf_counter()
-    raw, out = Path(raw), Path(out)
+    raw = str(raw) if is_url(raw) else Path(raw)
+    out = open_location(out)
     source = discover(raw, config.labels)
     pipeline = load_pipeline(config.pipeline, config.size)
     fmt = get_format(config.format)
@@ -213,14 +214,14 @@ def build(raw: str | Path, out: str | Path, config: BuildConfig = BuildConfig())
     content_fp = _sha(content)
     fingerprint = hashlib.sha256(f"{content_fp}\n{source.digest()}".encode()).hexdigest()
 
-    previous = existing_cache(out) if out.is_dir() else None
+    previous = existing_cache(out) if out.exists() else None
     if (
         previous is not None
         and previous.fingerprint == fingerprint
         and config.shard_size in (None, previous.format_options.get("shard_size"))
         and all(reusable(out, s, verify=False) for s in previous.shards)
     ):
-        return BuildResult(previous, out, "up to date", 0, 0, time.perf_counter() - started)
+        return BuildResult(previous, out.url, "up to date", 0, 0, time.perf_counter() - started)
 
     if config.shard_size is not None:
         shard_size = config.shard_size
@@ -230,14 +231,10 @@ def build(raw: str | Path, out: str | Path, config: BuildConfig = BuildConfig())
         shard_size = previous.format_options["shard_size"]
     else:
         shard_size = default_shard_size(spec.nbytes, len(source))
-    partial = out / PARTIAL_DIR
-    sidecars = read_sidecars(partial, fingerprint) if partial.is_dir() else None
+    sidecars = read_sidecars(out, fingerprint)
     check_out(out, config, previous, resumable=sidecars is not None)
     sidecars = sidecars or {}
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise BuildError(f"cannot create {out}: {exc.strerror}") from None
+    out.mkdir()
 
     target = _Target(
         raw,
@@ -253,7 +250,7 @@ def build(raw: str | Path, out: str | Path, config: BuildConfig = BuildConfig())
         pipeline_json,
         augment,
     )
-    with BuildLock(out):
+    with out.lock():
         return _run(target, config, previous, sidecars, started)
 
 
@@ -261,8 +258,8 @@ def build(raw: str | Path, out: str | Path, config: BuildConfig = BuildConfig())
 class _Target:
     """What a build writes, resolved from its inputs and options: everything ``_run`` needs to know."""
 
-    raw: Path
-    out: Path
+    raw: Path | str
+    out: Location
     source: Source
     pipeline: Pipeline
     spec: SampleSpec
@@ -291,7 +288,6 @@ def _run(
         t.content_fp,
         t.fingerprint,
     )
-    partial = out / PARTIAL_DIR
     keep = previous.shards if (config.update and previous is not None) else ()
     plan = _plan(source, shard_size, keep, positional=t.augment is not None)
     old = {s.file: s for s in previous.shards} if previous is not None else {}
@@ -317,7 +313,7 @@ def _run(
                 index=index,
                 file=name,
                 root=str(raw),
-                out=str(out),
+                out=out.url,
                 paths=source.paths[start:stop],
                 labels=tuple(int(v) for v in source.labels[start:stop]),
                 inputs_digest=digest,
@@ -332,12 +328,10 @@ def _run(
         )
     reused = len(results)
     try:
-        partial.mkdir(exist_ok=True)
-        commit_file(
-            partial / "state.json", lambda tmp: tmp.write_text(json.dumps({"fingerprint": fingerprint}))
-        )
+        out.mkdir(PARTIAL_DIR)
+        out.write_text(f"{PARTIAL_DIR}/state.json", json.dumps({"fingerprint": fingerprint}))
     except OSError as exc:
-        raise BuildError(f"cannot write to {out}: {exc.strerror}") from None
+        raise BuildError(f"cannot write to {out.url}: {exc.strerror}") from None
     workers = config.workers or available_cpus()
     total = sum(len(j.paths) for j in jobs)
     if reused and config.progress:
@@ -363,9 +357,9 @@ def _run(
         ):
             results[result.index] = result
             try:
-                write_sidecar(partial, result)
+                write_sidecar(out, result)
             except OSError as exc:
-                raise BuildError(f"cannot write to {out}: {exc.strerror}") from None
+                raise BuildError(f"cannot write to {out.url}: {exc.strerror}") from None
 
     shards = [results[i].info for i in range(len(plan))]
     skipped = [SkippedInput(p, r) for p, r in source.ignored]
@@ -390,13 +384,17 @@ def _run(
         std=std,
         skipped=tuple(skipped),
         format_options={**options, "shard_size": shard_size},
-        source={"layout": source.layout, "inputs": len(source), "root": str(raw.resolve())},
+        source={
+            "layout": source.layout,
+            "inputs": len(source),
+            "root": raw if isinstance(raw, str) else str(raw.resolve()),
+        },
         created=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
     )
     try:
-        write_manifest(out, manifest)
+        out.write_text(MANIFEST_NAME, manifest_text(manifest))
     except OSError as exc:
-        raise BuildError(f"cannot write {out / MANIFEST_NAME}: {exc.strerror}") from None
+        raise BuildError(f"cannot write {out.url}/{MANIFEST_NAME}: {exc.strerror}") from None
     remove_unreferenced(out, manifest)
     if config.update and previous is not None:
         status = "updated"
@@ -404,7 +402,7 @@ def _run(
         status = "resumed"
     else:
         status = "built"
-    return BuildResult(manifest, out, status, len(jobs), reused, time.perf_counter() - started)
+    return BuildResult(manifest, out.url, status, len(jobs), reused, time.perf_counter() - started)
 
 
 def _skipped_in(previous: Manifest | None, source: Source, start: int, stop: int) -> tuple[SkippedInput, ...]:

@@ -17,11 +17,10 @@ import torch
 from torch.utils.data import Dataset, default_collate
 
 from .buffers import BufferPool
-from .constants import MANIFEST_NAME
 from .encoding import STORES, read_sample
 from .errors import CacheError
 from .formats import ShardReader, get_format
-from .manifest import Manifest, parse_manifest, read_manifest, shard_path
+from .manifest import Manifest, read_manifest, shard_path
 from .remote import ShardCache, filesystem, is_url
 
 __all__ = ["CachedDataset", "SampleBatch", "collate_batch", "pad_collate", "stack_images"]
@@ -101,16 +100,6 @@ def pad_collate(batch: Sequence[tuple[torch.Tensor, Any]]) -> tuple[torch.Tensor
     return out, default_collate([b[1] for b in batch]), sizes
 
 
-def _read_remote_manifest(fs, root: str, url: str) -> Manifest:
-    try:
-        text = fs.cat_file(f"{root}/{MANIFEST_NAME}").decode("utf-8")
-    except FileNotFoundError:
-        raise CacheError(f"{url}: no {MANIFEST_NAME} (not a cache, or its build has not finished)") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise CacheError(f"{url}/{MANIFEST_NAME}: cannot be read: {exc}") from None
-    return parse_manifest(text, f"{url}/{MANIFEST_NAME}")
-
-
 class CachedDataset(Dataset):
     """Samples of a cache as ``(uint8 tensor [C, H, W], int label)``.
 
@@ -140,7 +129,7 @@ class CachedDataset(Dataset):
         else:  # shards are fetched whole into a bounded local cache on first use
             self._fs, self._remote_root = filesystem(self.url)
             self.root = Path(self._remote_root)
-            self.manifest = _read_remote_manifest(self._fs, self._remote_root, self.url)
+            self.manifest = read_manifest(self.url)
             self._shards = ShardCache(local_cache, local_cache_bytes)
         self._format = get_format(self.manifest.format, reading=True)
         self.store = self.manifest.format_options.get("store", "pixels")

@@ -28,6 +28,7 @@ __all__ = [
     "read_manifest",
     "parse_manifest",
     "write_manifest",
+    "manifest_text",
     "check_shard_name",
     "shard_path",
 ]
@@ -376,7 +377,14 @@ def parse_manifest(text: str, where: str) -> Manifest:
 
 
 def read_manifest(cache_dir: str | os.PathLike) -> Manifest:
-    """Read and validate ``cache_dir/manifest.json``; every problem is a CacheError saying what is wrong."""
+    """Read and validate ``cache_dir/manifest.json``; every problem is a CacheError saying what is wrong.
+
+    ``cache_dir`` may be an fsspec URL (``s3://bucket/cache``).
+    """
+    if "://" in str(cache_dir):
+        from .remote import read_remote_manifest  # the remote module builds on this one
+
+        return read_remote_manifest(str(cache_dir))
     root = Path(cache_dir)
     if not root.exists():
         raise CacheError(f"{root}: no such cache folder")
@@ -392,10 +400,15 @@ def read_manifest(cache_dir: str | os.PathLike) -> Manifest:
     return parse_manifest(text, str(path))
 
 
+def manifest_text(manifest: Manifest) -> str:
+    """The ``manifest.json`` text of ``manifest``."""
+    return json.dumps(manifest.to_json(), indent=1, ensure_ascii=False) + "\n"
+
+
 def write_manifest(cache_dir: str | os.PathLike, manifest: Manifest) -> Path:
     """Write the manifest atomically (temp file, fsync, ``os.replace``) so readers never see half of it."""
     root = Path(cache_dir)
     path = root / MANIFEST_NAME
-    data = json.dumps(manifest.to_json(), indent=1, ensure_ascii=False) + "\n"
+    data = manifest_text(manifest)
     commit_file(path, lambda tmp: tmp.write_text(data, encoding="utf-8"))
     return path

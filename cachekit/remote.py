@@ -15,11 +15,11 @@ import tempfile
 from pathlib import Path
 
 from .atomic import path_size, remove_path, sha256_path
-from .constants import env_int
+from .constants import MANIFEST_NAME, env_int
 from .errors import CacheError, UsageError
-from .manifest import ShardInfo
+from .manifest import Manifest, ShardInfo, parse_manifest
 
-__all__ = ["is_url", "filesystem", "ShardCache", "DEFAULT_LOCAL_CACHE_BYTES"]
+__all__ = ["is_url", "filesystem", "ShardCache", "DEFAULT_LOCAL_CACHE_BYTES", "read_remote_manifest"]
 
 #: Default bound of the local shard cache (bytes); CACHEKIT_LOCAL_CACHE_BYTES overrides it.
 DEFAULT_LOCAL_CACHE_BYTES = env_int("CACHEKIT_LOCAL_CACHE_BYTES", 20 * 1024**3)
@@ -100,3 +100,15 @@ class ShardCache:
                 # an open reader keeps its memory map: removing the file does not disturb it
                 shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() else entry.unlink(missing_ok=True)
                 total -= size
+
+
+def read_remote_manifest(url: str) -> Manifest:
+    """Read and validate ``URL/manifest.json`` through fsspec."""
+    fs, root = filesystem(url)
+    try:
+        text = fs.cat_file(f"{root}/{MANIFEST_NAME}").decode("utf-8")
+    except FileNotFoundError:
+        raise CacheError(f"{url}: no {MANIFEST_NAME} (not a cache, or its build has not finished)") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CacheError(f"{url}/{MANIFEST_NAME}: cannot be read: {exc}") from None
+    return parse_manifest(text, f"{url}/{MANIFEST_NAME}")

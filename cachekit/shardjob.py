@@ -13,14 +13,15 @@ from pathlib import Path
 
 import numpy as np
 
-from .atomic import commit_file
 from .augment import AugmentConfig, VariantParams, colour_batch, crop_variant, variant_params
 from .encoding import encode_images
 from .errors import BuildError
 from .formats import get_format
+from .location import open_location
 from .manifest import SampleSpec, ShardInfo, SkippedInput
 from .ops import DecodeError, decode
 from .pipelines import Pipeline
+from .remote import filesystem, is_url
 
 #: Augmented variants whose flip and colour jitter run together, as one batch.
 _COLOUR_BATCH = 64
@@ -67,6 +68,15 @@ def jpeg_truncated(data: bytes) -> bool:
 def read_input(path: Path) -> bytes:
     with open(path, "rb") as fh:
         return fh.read()
+
+
+def _input_reader(root: str) -> Callable[[str], bytes]:
+    """``rel -> bytes`` of the inputs under ``root``: a folder, or an fsspec URL."""
+    if is_url(root):
+        fs, base = filesystem(root)
+        return lambda rel: fs.cat_file(f"{base}/{rel}")
+    folder = Path(root)
+    return lambda rel: read_input(folder / rel)
 
 
 def jpeg_size(data: bytes) -> tuple[int, int] | None:
@@ -175,11 +185,11 @@ def run_shard_job(job: ShardJob, progress: Callable[[int], None] | None = None) 
                 store(img, sample_extras, label)
             pending.clear()
 
-    root = Path(job.root)
+    read = _input_reader(job.root)
     done = 0
     for offset, (rel, label) in enumerate(zip(job.paths, job.labels)):
         try:
-            img = _decode_input(job, read_input(root / rel))
+            img = _decode_input(job, read(rel))
             samples = _samples(job, job.first_index + offset, img)
         except DecodeError as exc:
             skipped.append(SkippedInput(rel, str(exc)))
@@ -215,12 +225,12 @@ def run_shard_job(job: ShardJob, progress: Callable[[int], None] | None = None) 
             arrays["image_shape"] = np.array([r.shape for r in rows], dtype=np.int32).reshape(-1, 3)
     arrays.update({name: value[:kept] for name, value in extras.items()})
     fmt = get_format(job.format)
-    path = Path(job.out) / job.file
+    out = open_location(job.out)
     try:
-        size, digest = commit_file(path, lambda tmp: fmt.write(tmp, arrays, job.format_options))
+        size, digest = out.commit(job.file, lambda tmp: fmt.write(tmp, arrays, job.format_options))
     except OSError as exc:
         reason = "disk full" if exc.errno == errno.ENOSPC else (exc.strerror or str(exc))
-        raise BuildError(f"cannot write shard {path}: {reason}") from None
+        raise BuildError(f"cannot write shard {out.url}/{job.file}: {reason}") from None
     info = ShardInfo(
         file=job.file,
         samples=kept,

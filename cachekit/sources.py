@@ -6,12 +6,14 @@ import csv
 import hashlib
 import os
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 import numpy as np
 
 from .constants import IMAGE_EXTENSIONS
 from .errors import UsageError
+from .remote import filesystem, is_url
 
 __all__ = ["Source", "discover", "inputs_digest", "is_image_name", "path_key"]
 
@@ -34,7 +36,7 @@ class Source:
     receive only their own slice of the table.
     """
 
-    root: Path
+    root: Path | str  # a folder, or an fsspec URL
     layout: str  # "imagefolder" | "flat" | "csv"
     paths: tuple[str, ...]
     labels: np.ndarray  # int64, -1 when unlabelled
@@ -81,8 +83,8 @@ def _walk_images(top: Path) -> list[str]:
     return sorted(found, key=path_key)
 
 
-def _table(root: Path, layout: str, rows: list[tuple[str, int]], classes, ignored) -> Source:
-    stats = [_stat(root / p) for p, _ in rows]
+def _table(root, layout: str, rows: list[tuple[str, int]], classes, ignored, stat=None) -> Source:
+    stats = [(stat or (lambda p: _stat(root / p)))(p) for p, _ in rows]
     return Source(
         root=root,
         layout=layout,
@@ -95,7 +97,7 @@ def _table(root: Path, layout: str, rows: list[tuple[str, int]], classes, ignore
     )
 
 
-def _read_labels_csv(root: Path, labels_csv: Path) -> Source:
+def _read_labels_csv(root, labels_csv: Path, stat=None) -> Source:
     if not labels_csv.is_file():
         raise UsageError(f"labels file {labels_csv} does not exist")
     with open(labels_csv, newline="", encoding="utf-8-sig") as fh:
@@ -128,7 +130,7 @@ def _read_labels_csv(root: Path, labels_csv: Path) -> Source:
         classes = sorted(set(values))
         index = {c: i for i, c in enumerate(classes)}
         labels = [index[v] for v in values]
-    return _table(root, "csv", list(zip(names, labels)), classes, ())
+    return _table(root, "csv", list(zip(names, labels)), classes, (), stat)
 
 
 def discover(root: str | os.PathLike, labels_csv: str | os.PathLike | None = None) -> Source:
@@ -139,6 +141,8 @@ def discover(root: str | os.PathLike, labels_csv: str | os.PathLike | None = Non
       torchvision's ImageFolder. Images directly in ``root`` are then ignored, and reported.
     - otherwise a flat folder: every image in ``root``, label -1.
     """
+    if is_url(root):
+        return _discover_remote(str(root), labels_csv)
     root = Path(root)
     if not root.exists():
         raise UsageError(f"{root} does not exist")
@@ -161,7 +165,55 @@ def discover(root: str | os.PathLike, labels_csv: str | os.PathLike | None = Non
         else:
             rows = [(rel, -1) for rel in _walk_images(root)]
             source = _table(root, "flat", rows, (), ())
+    return _nonempty(source)
+
+
+def _nonempty(source: Source) -> Source:
     if len(source) == 0:
         exts = " ".join(IMAGE_EXTENSIONS)
-        raise UsageError(f"{root} holds no images (looked for {exts}, any case)")
+        raise UsageError(f"{source.root} holds no images (looked for {exts}, any case)")
     return source
+
+
+def _mtime_ns(info: dict) -> int:
+    """A file's modification time in ns from an fsspec listing; or a number derived from its ETag."""
+    for key in ("mtime", "LastModified", "last_modified", "updated", "created"):
+        value = info.get(key)
+        if isinstance(value, datetime):
+            return int(value.timestamp() * 1e9)
+        if isinstance(value, (int, float)):
+            return int(value * 1e9)
+    tag = str(info.get("ETag") or info.get("etag") or "")
+    return int.from_bytes(hashlib.sha256(tag.encode()).digest()[:7], "big")
+
+
+def _discover_remote(url: str, labels_csv: str | os.PathLike | None) -> Source:
+    """``discover`` for a folder on object storage (an fsspec URL): one listing, same layouts."""
+    fs, base = filesystem(url)
+    try:
+        found = fs.find(base, detail=True)
+    except FileNotFoundError:
+        found = {}
+    if not found:
+        raise UsageError(f"{url} does not exist or holds no files")
+    files = {}
+    for path, info in found.items():
+        rel = path[len(base) :].lstrip("/")
+        if not rel or info.get("type") == "directory" or any(p.startswith(".") for p in rel.split("/")):
+            continue
+        files[rel] = (int(info.get("size") or 0), _mtime_ns(info))
+
+    def stat(rel: str) -> tuple[int, int]:
+        return files.get(rel, (-1, -1))
+
+    if labels_csv is not None:
+        return _nonempty(_read_labels_csv(url, Path(labels_csv), stat))
+    images = sorted((r for r in files if is_image_name(r)), key=path_key)
+    nested = [r for r in images if "/" in r]
+    if nested:
+        classes = sorted({r.split("/", 1)[0] for r in nested})
+        index = {c: i for i, c in enumerate(classes)}
+        rows = [(r, index[r.split("/", 1)[0]]) for r in nested]
+        ignored = [(r, "outside any class folder") for r in images if "/" not in r]
+        return _nonempty(_table(url, "imagefolder", rows, classes, ignored, stat))
+    return _nonempty(_table(url, "flat", [(r, -1) for r in images], (), (), stat))

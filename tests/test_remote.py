@@ -83,3 +83,32 @@ def test_a_tampered_remote_shard_is_refused(s3, small_cache, tmp_path):
 def test_missing_remote_cache_is_a_cache_error(s3):
     with pytest.raises(CacheError, match="no manifest.json"):
         CachedDataset("s3://datasets/nothing-here")
+
+
+def test_build_from_s3_raw_into_an_s3_cache(s3, small_tree, small_cache, tmp_path):
+    from cachekit import BuildConfig, build
+
+    s3.put(str(small_tree) + "/", "datasets/raw", recursive=True)
+    config = BuildConfig(size=32, shard_size=7, workers=2, progress=False)
+    result = build("s3://datasets/raw", "s3://datasets/built", config)
+    assert result.status == "built" and result.path == "s3://datasets/built"
+    local = read_manifest(small_cache)
+    m = result.manifest
+    assert m.classes == local.classes and m.num_samples == local.num_samples
+    # the same shard bytes as the local build (names differ: they hash the inputs' mtimes)
+    assert [s.sha256 for s in m.shards] == [s.sha256 for s in local.shards]
+    assert sorted(s3.ls("datasets/built", detail=False)) == sorted(
+        f"datasets/built/{name}" for name in ["manifest.json", *(s.file for s in m.shards)]
+    )
+    remote = CachedDataset("s3://datasets/built", local_cache=tmp_path / "lc")
+    assert torch.equal(remote.read_batch(range(40))[0], CachedDataset(small_cache).read_batch(range(40))[0])
+    from click.testing import CliRunner
+
+    from cachekit.cli import main
+
+    info = CliRunner().invoke(main, ["info", "s3://datasets/built"])
+    assert info.exit_code == 0 and "40 (0 inputs skipped)" in info.output.replace("samples:   ", "")
+    again = build("s3://datasets/raw", "s3://datasets/built", config)
+    assert again.status == "up to date"
+    with pytest.raises(Exception, match="not empty"):
+        build("s3://datasets/raw", "s3://datasets/built", BuildConfig(size=48, progress=False))
