@@ -36,6 +36,7 @@ from cachekit import BuildConfig, CachedDataset, build
 from cachekit.baselines import pil_classification
 from cachekit.bench import BenchConfig, format_table, run_bench
 from cachekit.cpus import available_cpus
+from cachekit.doctor import child_pids
 from cachekit.ops import decode
 from cachekit.pipelines import load_pipeline
 from cachekit.shardjob import _reduce_for
@@ -259,16 +260,6 @@ def _memory(pid: int) -> dict:
     return fields
 
 
-def _children() -> list[int]:
-    import os
-
-    pids = []
-    for task in Path(f"/proc/{os.getpid()}/task").iterdir():
-        text = (task / "children").read_text().split()
-        pids += [int(p) for p in text]
-    return pids
-
-
 @suite
 def rss(args, root):
     """Worker memory while a 2-worker DataLoader reads a whole epoch of 10k and 100k tiny samples."""
@@ -288,10 +279,10 @@ def rss(args, root):
         )
         it = iter(loader)
         next(it)
-        before = {pid: _memory(pid) for pid in _children()}
+        before = {pid: _memory(pid) for pid in child_pids()}
         for _ in it:
             pass
-        after = {pid: _memory(pid) for pid in _children() if pid in before}
+        after = {pid: _memory(pid) for pid in child_pids() if pid in before}
         rows = []
         for pid in after:
             rows.append(

@@ -24,7 +24,7 @@ from .dataset import CachedDataset
 from .errors import UsageError
 from .loader import make_loader, suggest_num_workers
 
-__all__ = ["DoctorReport", "diagnose", "load_model"]
+__all__ = ["DoctorReport", "diagnose", "load_model", "child_pids"]
 
 _STALL_OK = 0.10  # under this share of time waiting, data keeps up
 _WARMUP = 2  # steps not counted: worker start-up and first reads are the time to first batch
@@ -117,7 +117,8 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _children() -> list[int]:
+def child_pids() -> list[int]:
+    """Process ids of this process's children (DataLoader workers among them), from /proc."""
     pids = []
     try:
         for task in Path(f"/proc/{os.getpid()}/task").iterdir():
@@ -226,7 +227,7 @@ def diagnose(
     dataset = cache if isinstance(cache, CachedDataset) else CachedDataset(cache)
     cuda = torch.cuda.is_available()
     target = torch.device(device or ("cuda" if cuda else "cpu"))
-    others = set(_children())  # processes that are not this loader's workers
+    others = set(child_pids())  # processes that are not this loader's workers
     loader = make_loader(
         dataset, batch_size, workers=workers, pin_memory=pin_memory, prefetch_factor=prefetch_factor
     )
@@ -268,7 +269,7 @@ def diagnose(
             if first is None:
                 first = t1 - start
             if done == _WARMUP:
-                mine = [os.getpid(), *(p for p in _children() if p not in others)]
+                mine = [os.getpid(), *(p for p in child_pids() if p not in others)]
                 cpu_before = {pid: _cpu_seconds(pid) for pid in mine}
                 wall_before = t1
             step(images, labels)
