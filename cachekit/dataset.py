@@ -17,7 +17,7 @@ import torch
 from torch.utils.data import Dataset, default_collate
 
 from .buffers import BufferPool
-from .encoding import STORES, read_sample
+from .encoding import STORES, decode_rows, read_sample
 from .errors import CacheError
 from .formats import ShardReader, get_format
 from .manifest import Manifest, read_manifest, shard_path
@@ -280,6 +280,8 @@ class CachedDataset(Dataset):
             array = reader.image_array
             if array is not None:
                 direct[shard] = array
+            elif self.store != "pixels":  # encoded bytes: decoded here, the same for every backend
+                out_images[pos] = decode_rows(reader.column, local, self.sample_shape)
             else:
                 out_images[pos] = reader.images(local)
         if direct:

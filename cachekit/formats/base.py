@@ -26,7 +26,11 @@ class ShardReader(Protocol):
     def __len__(self) -> int: ...
 
     def images(self, index: np.ndarray) -> np.ndarray:
-        """uint8 ``[len(index), C, H, W]`` for the given local row numbers, in that order."""
+        """uint8 ``[len(index), C, H, W]`` for the given local row numbers, in that order.
+
+        Pixel stores only: encoded and variable-sized samples are read from the ``image_bytes``
+        and ``image_offsets`` columns by ``cachekit.encoding``, the same for every backend.
+        """
 
     def column(self, name: str, index: np.ndarray) -> np.ndarray:
         """Rows of ``labels`` or of a per-sample extra."""

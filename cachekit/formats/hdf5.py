@@ -6,7 +6,6 @@ from pathlib import Path
 
 import numpy as np
 
-from ..encoding import decode_rows
 from ..errors import CacheError, UsageError
 from ..manifest import SampleSpec
 from .base import check_arrays, prefetch_file
@@ -74,7 +73,6 @@ class Hdf5Reader:
         self._images = arrays.get("images")
         self._columns = {k: v[()] for k, v in arrays.items() if k != "images"}
         self._len = samples
-        self._store, self._shape = store, tuple(spec.shape)
         variable = store != "pixels" or spec.ragged  # bytes + offsets, no images array
         self.image_array = _mapped_images(path, self._images) if samples and not variable else None
 
@@ -82,8 +80,6 @@ class Hdf5Reader:
         return self._len
 
     def images(self, index: np.ndarray) -> np.ndarray:
-        if self._store != "pixels":
-            return decode_rows(self.column, index, self._shape)
         # One read per row: h5py's fancy indexing builds a point selection that is ~60x slower
         # (measured here on gzip shards).
         index = np.asarray(index, dtype=np.int64)

@@ -13,7 +13,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..encoding import decode_rows
 from ..errors import CacheError, UsageError
 from ..manifest import SampleSpec
 from .base import check_arrays, prefetch_file
@@ -43,7 +42,6 @@ class PtReader:
         check_arrays(path, self._arrays, spec, samples, store)
         prefetch_file(path)
         self._len = samples
-        self._store, self._shape = store, tuple(spec.shape)
 
     def __len__(self) -> int:
         return self._len
@@ -54,8 +52,6 @@ class PtReader:
         return self._arrays.get("images")
 
     def images(self, index: np.ndarray) -> np.ndarray:
-        if self._store != "pixels":
-            return decode_rows(self.column, index, self._shape)
         return self._arrays["images"][index]
 
     def column(self, name: str, index: np.ndarray) -> np.ndarray:

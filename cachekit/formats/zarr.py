@@ -15,7 +15,6 @@ from pathlib import Path
 
 import numpy as np
 
-from ..encoding import decode_rows
 from ..errors import CacheError, UsageError
 from ..manifest import SampleSpec
 from .base import check_arrays, prefetch_file
@@ -80,7 +79,6 @@ class ZarrReader:
         self._columns = {k: np.asarray(v[...]) for k, v in arrays.items() if k != "images"}
         self._len = samples
         self._row_shape = tuple(spec.shape)
-        self._store = store
         self.image_array = None
         self._offsets = self._sizes = self._data = self._decode = None
         if samples and store == "pixels" and not spec.ragged:
@@ -121,8 +119,6 @@ class ZarrReader:
         return self._len
 
     def images(self, index: np.ndarray) -> np.ndarray:
-        if self._store != "pixels":
-            return decode_rows(self.column, index, self._row_shape)
         out = np.empty((len(index), *self._row_shape), dtype=np.uint8)
         for j, i in enumerate(np.asarray(index, dtype=np.int64).tolist()):
             raw = self._data[self._offsets[i] : self._offsets[i] + self._sizes[i]]
