@@ -280,24 +280,17 @@ def _run(
     started: float,
 ) -> BuildResult:
     t = target
-    raw, out, source, pipeline, spec = t.raw, t.out, t.source, t.pipeline, t.spec
-    fmt_name, options, shard_size, content_fp, fingerprint = (
-        t.fmt_name,
-        t.options,
-        t.shard_size,
-        t.content_fp,
-        t.fingerprint,
-    )
+    out, source = t.out, t.source
     keep = previous.shards if (config.update and previous is not None) else ()
-    plan = _plan(source, shard_size, keep, positional=t.augment is not None)
+    plan = _plan(source, t.shard_size, keep, positional=t.augment is not None)
     old = {s.file: s for s in previous.shards} if previous is not None else {}
     results: dict[int, ShardResult] = {}
     jobs: list[ShardJob] = []
-    ext = get_format(fmt_name).extension
+    ext = get_format(t.fmt_name).extension
     for index, (start, stop, kept) in enumerate(plan):
         digest = source.digest(start, stop)
         position = f":{start}" if t.augment else ""  # augmented content depends on input indices
-        name = f"shard-{hashlib.sha256(f'{content_fp}{digest}{position}'.encode()).hexdigest()[:20]}{ext}"
+        name = f"shard-{hashlib.sha256(f'{t.content_fp}{digest}{position}'.encode()).hexdigest()[:20]}{ext}"
         if kept is not None and reusable(out, kept, verify=False):
             results[index] = ShardResult(index, kept, _skipped_in(previous, source, start, stop))
             continue
@@ -312,15 +305,15 @@ def _run(
             ShardJob(
                 index=index,
                 file=name,
-                root=str(raw),
+                root=str(t.raw),
                 out=out.url,
                 paths=source.paths[start:stop],
                 labels=tuple(int(v) for v in source.labels[start:stop]),
                 inputs_digest=digest,
-                pipeline=pipeline,
-                spec=spec,
-                format=fmt_name,
-                format_options=options,
+                pipeline=t.pipeline,
+                spec=t.spec,
+                format=t.fmt_name,
+                format_options=t.options,
                 fast_decode=config.fast_decode,
                 first_index=start,
                 augment=t.augment,
@@ -329,7 +322,7 @@ def _run(
     reused = len(results)
     try:
         out.mkdir(PARTIAL_DIR)
-        out.write_text(f"{PARTIAL_DIR}/state.json", json.dumps({"fingerprint": fingerprint}))
+        out.write_text(f"{PARTIAL_DIR}/state.json", json.dumps({"fingerprint": t.fingerprint}))
     except OSError as exc:
         raise BuildError(f"cannot write to {out.url}: {exc.strerror}") from None
     workers = config.workers or available_cpus()
@@ -371,23 +364,23 @@ def _run(
         remove_unreferenced(out, previous)
         raise BuildError(f"--strict: {len(skipped)} inputs could not be used: {listed}{more}")
     if sum(s.samples for s in shards) == 0:
-        raise UsageError(f"{raw}: none of the {len(source)} inputs could be decoded")
-    mean, std = _stats(shards, spec)
+        raise UsageError(f"{t.raw}: none of the {len(source)} inputs could be decoded")
+    mean, std = _stats(shards, t.spec)
     manifest = Manifest(
-        format=fmt_name,
-        sample=spec,
+        format=t.fmt_name,
+        sample=t.spec,
         shards=tuple(shards),
         classes=source.classes,
         pipeline=t.pipeline_json,
-        fingerprint=fingerprint,
+        fingerprint=t.fingerprint,
         mean=mean,
         std=std,
         skipped=tuple(skipped),
-        format_options={**options, "shard_size": shard_size},
+        format_options={**t.options, "shard_size": t.shard_size},
         source={
             "layout": source.layout,
             "inputs": len(source),
-            "root": raw if isinstance(raw, str) else str(raw.resolve()),
+            "root": t.raw if isinstance(t.raw, str) else str(t.raw.resolve()),
         },
         created=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
     )
