@@ -10,7 +10,6 @@ cache.
 from __future__ import annotations
 
 import os
-import shutil
 import tempfile
 from pathlib import Path
 
@@ -98,7 +97,7 @@ class ShardCache:
                 break
             if entry != keep:
                 # an open reader keeps its memory map: removing the file does not disturb it
-                shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() else entry.unlink(missing_ok=True)
+                remove_path(entry)
                 total -= size
 
 
