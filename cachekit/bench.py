@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 from torch.utils.data import DataLoader
 
+from .atomic import path_size
 from .baselines import RawImageDataset
 from .constants import VERSION
 from .cpus import available_cpus
@@ -88,10 +89,6 @@ def memcpy_bandwidth(nbytes: int = 256 * 1024 * 1024, repeats: int = 5) -> float
 
 def _files(path: Path) -> list[Path]:
     return [p for p in path.rglob("*") if p.is_file()]
-
-
-def _size(path: Path) -> int:
-    return sum(p.stat().st_size for p in _files(path))
 
 
 def _epoch(loader, limit: int) -> dict:
@@ -214,7 +211,7 @@ def run_bench(
             "processor": platform.processor() or platform.machine(),
             "memcpy_MB_per_s": memcpy / 1e6,
         },
-        "raw": {"path": str(raw), "bytes": _size(Path(raw)), "files": lengths[-1]}
+        "raw": {"path": str(raw), "bytes": path_size(Path(raw)), "files": lengths[-1]}
         if raw is not None
         else None,
         "caches": [
