@@ -11,6 +11,7 @@ ENV PIP_NO_CACHE_DIR=1 PYTHONUNBUFFERED=1
 WORKDIR /opt/cachekit
 COPY pyproject.toml README.md ./
 COPY cachekit ./cachekit
+COPY pipelines ./pipelines
 RUN if [ "$TORCH" != "skip" ]; then pip install $TORCH; fi \
  && pip install '.[dask,plot]'
 

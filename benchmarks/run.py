@@ -33,14 +33,14 @@ import cv2
 import numpy as np
 
 from cachekit import BuildConfig, CachedDataset, build
-from cachekit.baselines import pil_classification
-from cachekit.bench import BenchConfig, format_table, run_bench
+from cachekit.build.shardjob import _reduce_for
 from cachekit.cpus import available_cpus
-from cachekit.doctor import child_pids
-from cachekit.ops import decode
-from cachekit.pipelines import load_pipeline
-from cachekit.shardjob import _reduce_for
-from cachekit.synthetic import make_synthetic_folder
+from cachekit.image.ops import decode
+from cachekit.image.recipes import load_pipeline
+from cachekit.tools.baselines import pil_classification
+from cachekit.tools.bench import BenchConfig, format_table, run_bench
+from cachekit.tools.doctor import child_pids
+from cachekit.tools.synthetic import make_synthetic_folder
 
 SUITES: dict[str, Callable[[argparse.Namespace, Path], dict]] = {}
 
@@ -171,11 +171,11 @@ def _pil_augment(img, p, out_hw):
 
 @suite
 def augment(args, root):
-    from cachekit.augment import AugmentConfig, colour_batch, crop_variant, variant_params
+    from cachekit.build.augment import AugmentConfig, colour_batch, crop_variant, variant_params
 
     cv2.setNumThreads(1)
     rng = np.random.default_rng(0)
-    from cachekit.synthetic import synthetic_image
+    from cachekit.tools.synthetic import synthetic_image
 
     sources = [synthetic_image(rng, 375, 500) for _ in range(32)]
     config = AugmentConfig(variants=4, seed=0)
@@ -265,8 +265,8 @@ def rss(args, root):
     """Worker memory while a 2-worker DataLoader reads a whole epoch of 10k and 100k tiny samples."""
     from torch.utils.data import DataLoader
 
-    from cachekit.dataset import collate_batch
-    from cachekit.synthetic import write_synthetic_cache
+    from cachekit.feed.dataset import collate_batch
+    from cachekit.tools.synthetic import write_synthetic_cache
 
     out = {}
     for n in args.rss_samples:

@@ -1,19 +1,20 @@
 """cachekit: decode and preprocess an image dataset once into a sharded cache, then feed training fast."""
 
-from .autobatch import autobatch
-from .build import BuildConfig, BuildResult, build
+from .build.run import BuildConfig, BuildResult, build
+from .build.sources import Source, discover
 from .constants import VERSION as __version__
-from .convert import convert
 from .cpus import available_cpus
-from .dataset import CachedDataset, SampleBatch, collate_batch, pad_collate
-from .doctor import DoctorReport, diagnose
 from .errors import BuildError, CacheError, CachekitError, UsageError
-from .loader import CacheLoader, make_loader, suggest_num_workers
-from .manifest import Manifest, SampleSpec, ShardInfo, read_manifest
-from .pipelines import Pipeline, load_pipeline
-from .sampler import ShardAwareDistributedSampler
-from .sources import Source, discover
-from .verify import VerifyReport, verify
+from .feed.dataset import CachedDataset, SampleBatch, collate_batch, pad_collate
+from .feed.loader import CacheLoader, make_loader, suggest_num_workers
+from .feed.sampler import ShardAwareDistributedSampler
+from .image.recipes import Pipeline, load_pipeline
+from .store.location import read_manifest
+from .store.manifest import Manifest, SampleSpec, ShardInfo
+from .tools.autobatch import autobatch
+from .tools.convert import convert
+from .tools.doctor import DoctorReport, diagnose
+from .tools.verify import VerifyReport, verify
 
 __all__ = [
     "__version__",

@@ -143,7 +143,7 @@ def build_cmd(
     RAW is an ImageFolder tree (RAW/<class>/**/<image>), a flat folder of images, or any folder
     with --labels. Re-running the same command resumes an interrupted build.
     """
-    from .build import BuildConfig, build
+    from .build.run import BuildConfig, build
 
     config = BuildConfig(
         format=fmt,
@@ -179,8 +179,8 @@ def build_cmd(
 @_friendly
 def info_cmd(cache) -> None:
     """Print a human summary of a cache's manifest."""
-    from .manifest import read_manifest
-    from .report import describe
+    from .store.location import read_manifest
+    from .tools.report import describe
 
     click.echo(describe(read_manifest(cache)))
 
@@ -196,8 +196,8 @@ def info_cmd(cache) -> None:
 @_friendly
 def convert_cmd(cache, to, out, compression, overwrite) -> None:
     """Re-shard CACHE into another format or codec, without decoding the raw images again."""
-    from .convert import convert
-    from .report import human_bytes
+    from .tools.convert import convert
+    from .tools.report import human_bytes
 
     m = convert(cache, out, to, compression=compression, overwrite=overwrite)
     click.echo(
@@ -211,7 +211,7 @@ def convert_cmd(cache, to, out, compression, overwrite) -> None:
 @_friendly
 def verify_cmd(cache, quick) -> None:
     """Check every shard of CACHE against its manifest; exit 1 naming each bad shard."""
-    from .verify import verify
+    from .tools.verify import verify
 
     report = verify(cache, quick=quick)
     click.echo(report.summary(), err=not report.ok)
@@ -271,8 +271,8 @@ def bench_cmd(
     """
     import json
 
-    from .bench import BenchConfig, bench_synthetic, format_table, plot_result, run_bench
     from .errors import UsageError
+    from .tools.bench import BenchConfig, bench_synthetic, format_table, plot_result, run_bench
 
     config = BenchConfig(
         batch_size=batch_size,
@@ -325,7 +325,7 @@ def doctor_cmd(cache, batch_size, steps, step_ms, model, workers, prefetch_facto
     """Is training waiting for data? Times the loader against a step and says what to change."""
     import json
 
-    from .doctor import diagnose, load_model
+    from .tools.doctor import diagnose, load_model
 
     if step_ms is None and model is None:
         step_ms = 100.0
@@ -348,7 +348,7 @@ def doctor_cmd(cache, batch_size, steps, step_ms, model, workers, prefetch_facto
 @main.command("env")
 def env_cmd() -> None:
     """Print versions of cachekit and its dependencies, CPUs and GPUs: paste it into bug reports."""
-    from .report import environment
+    from .tools.report import environment
 
     click.echo(environment())
 

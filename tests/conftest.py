@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from cachekit.synthetic import synthetic_image
+from cachekit.tools.synthetic import synthetic_image
 
 #: Files in the mixed tree that must be skipped, with a word their reason must contain.
 BAD_FILES = {
@@ -88,7 +88,7 @@ def mixed_tree(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def small_tree(tmp_path_factory) -> Path:
     """40 photo-like JPEGs in 4 classes: big enough for several shards and loaders."""
-    from cachekit.synthetic import make_synthetic_folder
+    from cachekit.tools.synthetic import make_synthetic_folder
 
     return make_synthetic_folder(
         tmp_path_factory.mktemp("small") / "raw", 40, classes=4, size=(96, 128), seed=7

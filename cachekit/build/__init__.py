@@ -1,0 +1,1 @@
+"""The write side: discover inputs, cut them into shard jobs, run the jobs, commit the manifest last."""

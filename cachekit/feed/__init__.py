@@ -1,0 +1,1 @@
+"""The read side: the dataset over a cache, the sampler, the loader and its batch buffers."""

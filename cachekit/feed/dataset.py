@@ -1,0 +1,340 @@
+"""``CachedDataset``: a map-style torch Dataset over a cache, with batched reads.
+
+The dataset holds only the manifest and a numpy array of shard offsets; shard readers are opened
+lazily in whichever process reads (each DataLoader worker opens its own), so the object pickles
+small and forked workers share no file handles and grow no copy-on-read memory.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset, default_collate
+
+from ..errors import CacheError
+from ..store.encoding import STORES, decode_rows, read_sample
+from ..store.formats import ShardReader, get_format
+from ..store.location import read_manifest
+from ..store.manifest import Manifest, shard_path
+from ..store.remote import filesystem, is_url
+from .buffers import BufferPool
+from .shardcache import ShardCache
+
+__all__ = ["CachedDataset", "SampleBatch", "collate_batch", "pad_collate", "stack_images"]
+
+
+class SampleBatch(list):
+    """A batch read in one go: ``.images`` uint8 ``[B, C, H, W]`` and ``.labels`` int64 ``[B]``.
+
+    It is also a list of ``(image, label)`` pairs (built on first use), so torch's default collate
+    works unchanged; ``collate_batch`` skips that and returns the stacked tensors directly.
+    """
+
+    def __init__(self, images: torch.Tensor, labels: torch.Tensor) -> None:
+        super().__init__()
+        self.images = images
+        self.labels = labels
+        self._filled = False
+
+    def _fill(self) -> None:
+        if not self._filled:
+            self._filled = True
+            super().extend(zip(self.images, self.labels.tolist()))
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __iter__(self):
+        self._fill()
+        return super().__iter__()
+
+    def __getitem__(self, i):
+        self._fill()
+        return super().__getitem__(i)
+
+    def __reduce__(self):
+        return (SampleBatch, (self.images, self.labels))
+
+
+def stack_images(images: Sequence[torch.Tensor]) -> torch.Tensor:
+    """``torch.stack`` for images, with an error that says what to do when their sizes differ."""
+    shapes = {tuple(t.shape) for t in images}
+    if len(shapes) > 1:
+        some = ", ".join(str(list(s)) for s in sorted(shapes)[:3])
+        raise ValueError(
+            f"cannot stack images of different sizes ({some}, ...): this cache keeps every sample at "
+            "its own size; use make_loader(..., pad=True) or collate_fn=cachekit.pad_collate, "
+            "batch_size=1, or build with a fixed-size recipe"
+        )
+    return torch.stack(list(images)) if images else torch.empty(0, dtype=torch.uint8)
+
+
+def collate_batch(batch: Any) -> Any:
+    """Collate for DataLoaders over a CachedDataset: a SampleBatch is already stacked."""
+    if isinstance(batch, SampleBatch):
+        return batch.images, batch.labels
+    if batch and isinstance(batch[0], tuple) and isinstance(batch[0][0], torch.Tensor):
+        images = stack_images([b[0] for b in batch])
+        return images, default_collate([b[1] for b in batch])
+    return default_collate(batch)
+
+
+def pad_collate(batch: Sequence[tuple[torch.Tensor, Any]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Images of different sizes zero-padded (bottom and right) to the largest in the batch.
+
+    Returns ``(images [B, C, Hmax, Wmax], labels [B], sizes [B, 2])``: each image's own height and
+    width, so the padding can be masked.
+    """
+    images = [b[0] for b in batch]
+    sizes = torch.tensor([list(t.shape[-2:]) for t in images], dtype=torch.int64)
+    h, w = (int(v) for v in sizes.max(dim=0).values) if len(images) else (0, 0)
+    out = torch.zeros(
+        (len(images), images[0].shape[0] if images else 0, h, w),
+        dtype=images[0].dtype if images else torch.uint8,
+    )
+    for i, t in enumerate(images):
+        out[i, :, : t.shape[-2], : t.shape[-1]] = t
+    return out, default_collate([b[1] for b in batch]), sizes
+
+
+class CachedDataset(Dataset):
+    """Samples of a cache as ``(uint8 tensor [C, H, W], int label)``.
+
+    ``transform`` is applied to each image tensor and ``target_transform`` to each label; without
+    them, ``__getitems__`` reads a whole batch with one gather per shard.
+
+    ``path`` may be an fsspec URL (``s3://bucket/cache``): each shard is then fetched whole on first
+    use, checked against the manifest, and kept in ``local_cache`` (default: a folder in the temp
+    dir) up to ``local_cache_bytes`` (default 20 GB), least recently used first out.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        transform: Callable | None = None,
+        *,
+        target_transform: Callable | None = None,
+        local_cache: str | os.PathLike | None = None,
+        local_cache_bytes: int | None = None,
+    ) -> None:
+        self.url = str(path) if is_url(path) else None
+        self._fs = self._remote_root = None
+        if self.url is None:
+            self.root = Path(path)
+            self.manifest: Manifest = read_manifest(self.root)
+            self._shards = None
+        else:  # shards are fetched whole into a bounded local cache on first use
+            self._fs, self._remote_root = filesystem(self.url)
+            self.root = Path(self._remote_root)
+            self.manifest = read_manifest(self.url)
+            self._shards = ShardCache(local_cache, local_cache_bytes)
+        self._format = get_format(self.manifest.format, reading=True)
+        self.store = self.manifest.format_options.get("store", "pixels")
+        self.ragged = self.manifest.sample.ragged
+        if self.store not in STORES:
+            raise CacheError(
+                f"manifest.format_options.store: unknown store {self.store!r} (known: {', '.join(STORES)})"
+            )
+        counts = np.array([s.samples for s in self.manifest.shards], dtype=np.int64)
+        #: ``shard_offsets[k]`` is the global index of shard k's first sample; the last entry is len.
+        self.shard_offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        self.transform = transform
+        self.target_transform = target_transform
+        self._readers: dict[int, ShardReader] = {}
+        self._buffers = BufferPool()
+        self._pid = os.getpid()
+        self._check_files()
+
+    def _check_files(self) -> None:
+        if self.url is not None:
+            return self._check_remote_files()
+        problems = []
+        for info in self.manifest.shards:
+            try:
+                shard_path(self.root, info)
+            except CacheError as exc:
+                problems.append(f"{info.file} {exc}")
+        if problems:
+            more = f" and {len(problems) - 3} more" if len(problems) > 3 else ""
+            raise CacheError(f"{self.root}: bad shard files: {'; '.join(problems[:3])}{more}")
+
+    def _check_remote_files(self) -> None:
+        try:
+            listed = {Path(p).name: p for p in self._fs.ls(self._remote_root, detail=False)}
+        except OSError as exc:
+            raise CacheError(f"{self.url}: cannot be listed ({exc})") from None
+        missing = [s.file for s in self.manifest.shards if s.file not in listed]
+        if missing:
+            more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+            raise CacheError(f"{self.url}: shard files missing: {', '.join(missing[:3])}{more}")
+
+    # -- metadata -----------------------------------------------------------------------------
+
+    @property
+    def classes(self) -> list[str]:
+        return list(self.manifest.classes)
+
+    @property
+    def sample_shape(self) -> tuple[int, ...]:
+        return self.manifest.sample.shape
+
+    @property
+    def num_shards(self) -> int:
+        return len(self.manifest.shards)
+
+    @property
+    def group_size(self) -> int:
+        """Samples stored per input: the augmented variants of one image sit side by side."""
+        augment = self.manifest.pipeline.get("augment")
+        return int(augment["variants"]) if isinstance(augment, dict) else 1
+
+    @property
+    def decode_heavy(self) -> bool:
+        """True when reading a sample costs real CPU, so worker processes pay off.
+
+        Encoded stores (JPEG/PNG) and slow codecs (gzip, zstd, lzf: ~0.5-1 ms a sample) are;
+        pixels, raw or lz4-compressed (~20 us), are not: workers would only add copies.
+        """
+        codec = self.manifest.format_options.get("compression", "none")
+        return self.store != "pixels" or codec in ("gzip", "zstd", "lzf")
+
+    def __len__(self) -> int:
+        return int(self.shard_offsets[-1])
+
+    def __repr__(self) -> str:
+        return f"CachedDataset({self.url or str(self.root)!r}, samples={len(self)}, shape={list(self.sample_shape)})"
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state["_readers"] = {}
+        state["_buffers"] = BufferPool()
+        return state
+
+    def _check_process(self) -> None:
+        if self._pid != os.getpid():  # forked into a worker: never use the parent's handles
+            self._readers = {}
+            self._buffers = BufferPool()
+            self._pid = os.getpid()
+
+    def _reader(self, shard: int) -> ShardReader:
+        self._check_process()
+        reader = self._readers.get(shard)
+        if reader is None:
+            info = self.manifest.shards[shard]
+            if self.url is None:
+                path = self.root / info.file
+            else:
+                path = self._shards.local(self._fs, self._remote_root, self.manifest.fingerprint, info)
+            reader = self._format.open(path, self.manifest.sample, info.samples, self.store)
+            self._readers[shard] = reader
+        return reader
+
+    def _locate(self, indices: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        idx = np.asarray(indices)
+        if idx.dtype.kind not in "iu":
+            if idx.size == 0:
+                idx = idx.astype(np.int64)
+            else:
+                raise TypeError(f"dataset indices must be integers, got {idx.dtype}")
+        idx = idx.astype(np.int64, copy=False).reshape(-1)
+        n = len(self)
+        bad = (idx < -n) | (idx >= n)
+        if bad.any():
+            raise IndexError(f"index {int(idx[bad][0])} is out of range for a dataset of {n} samples")
+        idx = np.where(idx < 0, idx + n, idx)
+        shards = np.searchsorted(self.shard_offsets, idx, side="right") - 1
+        return idx, shards
+
+    def read_samples(self, indices: Sequence[int] | np.ndarray) -> tuple[list[torch.Tensor], torch.Tensor]:
+        """Each sample's image at its own size (ragged caches) and the labels, for ``indices``."""
+        idx, shards = self._locate(indices)
+        images, labels = [], np.empty(len(idx), dtype=np.int64)
+        for j, (shard, i) in enumerate(zip(shards.tolist(), (idx - self.shard_offsets[shards]).tolist())):
+            reader = self._reader(shard)
+            images.append(torch.from_numpy(read_sample(reader.column, i, self.store, self.sample_shape[0])))
+            labels[j] = reader.column("labels", [i])[0]
+        return images, torch.from_numpy(labels)
+
+    def read_batch(self, indices: Sequence[int] | np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        """Images ``[B, C, H, W]`` uint8 and labels ``[B]`` int64 for ``indices``, in that order."""
+        if self.ragged:
+            images, labels = self.read_samples(indices)
+            return stack_images(images), labels
+        idx, shards = self._locate(indices)
+        self._check_process()
+        out_images = self._buffers.get((len(idx), *self.sample_shape))
+        out_labels = np.empty(len(idx), dtype=np.int64)
+        images, labels = torch.from_numpy(out_images), torch.from_numpy(out_labels)
+        local_all = idx - self.shard_offsets[shards]
+        direct = {}
+        for shard in np.unique(shards).tolist():
+            pos = np.flatnonzero(shards == shard)
+            local = local_all[pos]
+            reader = self._reader(shard)
+            out_labels[pos] = reader.column("labels", local)
+            array = reader.image_array
+            if array is not None:
+                direct[shard] = array
+            elif self.store != "pixels":  # encoded bytes: decoded here, the same for every backend
+                out_images[pos] = decode_rows(reader.column, local, self.sample_shape)
+            else:
+                out_images[pos] = reader.images(local)
+        if direct:
+            # One memcpy per sample straight into the batch: measured ~2x faster than numpy fancy
+            # indexing (which copies twice) and than torch.index_select on memory-mapped shards.
+            for j, (shard, local) in enumerate(zip(shards.tolist(), local_all.tolist())):
+                array = direct.get(shard)
+                if array is not None:
+                    out_images[j] = array[local]
+        return images, labels
+
+    def extras(self, index: int) -> dict[str, np.ndarray]:
+        """Per-sample extras of one sample (``orig_size``; ``scale`` and ``pad`` for letterbox)."""
+        idx, shards = self._locate([index])
+        reader = self._reader(int(shards[0]))
+        local = idx - self.shard_offsets[shards[0]]
+        return {name: reader.column(name, local)[0] for name in self.manifest.sample.extras}
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, Any]:
+        if isinstance(index, (bool, np.bool_)) or not isinstance(index, (int, np.integer)):
+            raise TypeError(f"dataset index must be an integer, got {type(index).__name__}")
+        images, labels = self.read_batch([int(index)])
+        image, label = images[0], int(labels[0])
+        if self.transform is not None:
+            image = self.transform(image)
+        if self.target_transform is not None:
+            label = self.target_transform(label)
+        return image, label
+
+    def __getitems__(self, indices: Sequence[int]) -> list:
+        if self.ragged:  # each at its own size: collate pads them or says why it cannot stack
+            images, labels = self.read_samples(indices)
+            pairs = []
+            for image, label in zip(images, labels.tolist()):
+                image = self.transform(image) if self.transform is not None else image
+                label = self.target_transform(label) if self.target_transform is not None else label
+                pairs.append((image, label))
+            return pairs
+        images, labels = self.read_batch(indices)
+        if self.transform is None and self.target_transform is None:
+            return SampleBatch(images, labels)
+        out = []
+        for image, label in zip(images, labels.tolist()):
+            if self.transform is not None:
+                image = self.transform(image)
+            if self.target_transform is not None:
+                label = self.target_transform(label)
+            out.append((image, label))
+        return out
+
+    def close(self) -> None:
+        for reader in self._readers.values():
+            reader.close()
+        self._readers = {}

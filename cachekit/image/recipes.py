@@ -1,0 +1,170 @@
+"""Preprocessing recipes: TOML files naming a sequence of ``cachekit.image.ops`` steps with their parameters.
+
+A recipe is data: its resolved form (name, size, steps) is recorded in the manifest and hashed into
+the cache fingerprint. Built-in recipes live in the project's top-level ``pipelines/`` folder,
+installed inside the package as ``cachekit/pipelines/``; a user passes a path to their own.
+Parameters may refer to the recipe's output side as ``"size"`` or ``"size*A/B"`` so ``--size``
+rescales the whole recipe.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import UsageError
+from . import ops
+
+__all__ = ["Pipeline", "Step", "ExtraSpec", "load_pipeline", "builtin_pipelines", "OPS"]
+
+#: Shape and dtype string (``"<f4"``) of a per-sample extra a step records; the manifest stores it.
+ExtraSpec = tuple[tuple[int, ...], str]
+
+
+@dataclass(frozen=True)
+class OpDef:
+    """A recipe step's implementation and the per-sample extras it records."""
+
+    fn: Callable[..., Any]
+    params: tuple[str, ...]
+    extras: dict[str, ExtraSpec]
+
+
+OPS: dict[str, OpDef] = {
+    "resize_shorter": OpDef(ops.resize_shorter, ("size",), {}),
+    "resize_longer": OpDef(ops.resize_longer, ("size",), {}),
+    "center_crop": OpDef(ops.center_crop, ("size", "pad_value"), {}),
+    "letterbox": OpDef(
+        ops.letterbox,
+        ("size", "pad_value"),
+        {"scale": ((), "<f4"), "pad": ((2,), "<i4")},
+    ),
+}
+
+_SIZE_EXPR = re.compile(r"^size(?:\*(\d+(?:\.\d+)?))?(?:/(\d+(?:\.\d+)?))?$")
+
+
+@dataclass(frozen=True)
+class Step:
+    op: str
+    params: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """A resolved recipe: every parameter a concrete value."""
+
+    name: str
+    size: int | None
+    steps: tuple[Step, ...]
+    description: str = ""
+
+    @property
+    def extras(self) -> dict[str, ExtraSpec]:
+        """Per-sample extras the recipe records: ``orig_size`` always, plus its steps' own."""
+        out: dict[str, ExtraSpec] = {"orig_size": ((2,), "<i4")}
+        for step in self.steps:
+            out.update(OPS[step.op].extras)
+        return out
+
+    def to_json(self) -> dict:
+        return {
+            "name": self.name,
+            "size": self.size,
+            "steps": [{"op": s.op, **s.params} for s in self.steps],
+        }
+
+    def apply(self, img: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """Run the steps on one decoded RGB image; return the image and its extras."""
+        extras: dict[str, np.ndarray] = {"orig_size": np.array(img.shape[:2], dtype=np.int32)}
+        for step in self.steps:
+            result = OPS[step.op].fn(img, **step.params)
+            if isinstance(result, tuple):
+                img, more = result
+                extras.update(more)
+            else:
+                img = result
+        return img, extras
+
+
+def _builtin_folder():
+    """The built-in recipes: ``cachekit/pipelines`` when installed, else the checkout's ``pipelines/``."""
+    try:
+        folder = resources.files("cachekit.pipelines")
+        if any(p.name.endswith(".toml") for p in folder.iterdir()):
+            return folder
+    except (ModuleNotFoundError, FileNotFoundError, NotADirectoryError):
+        pass
+    return Path(__file__).resolve().parents[2] / "pipelines"  # an editable install or a source tree
+
+
+def builtin_pipelines() -> list[str]:
+    """Names of the recipes shipped with cachekit."""
+    folder = _builtin_folder()
+    return sorted(p.name[: -len(".toml")] for p in folder.iterdir() if p.name.endswith(".toml"))
+
+
+def _resolve(value: Any, size: int, where: str) -> Any:
+    if not isinstance(value, str):
+        return value
+    m = _SIZE_EXPR.match(value.replace(" ", ""))
+    if not m:
+        raise UsageError(f"{where}: {value!r} is not a number, 'size' or 'size*A/B'")
+    factor = float(m.group(1) or 1) / float(m.group(2) or 1)
+    return int(round(size * factor))
+
+
+def _parse(recipe: dict, origin: str, size: int | None) -> Pipeline:
+    name = recipe.get("name", Path(origin).stem)
+    base_size = recipe.get("size")
+    if base_size is not None and (not isinstance(base_size, int) or base_size <= 0):
+        raise UsageError(f"{origin}: 'size' must be a positive integer")
+    if size is not None:
+        if size <= 0:
+            raise UsageError(f"--size must be positive, got {size}")
+        if base_size is None:
+            raise UsageError(f"pipeline {name!r} has no output size, so --size does not apply")
+        base_size = size
+    steps = []
+    for i, raw in enumerate(recipe.get("steps", [])):
+        where = f"{origin}: step {i + 1}"
+        if not isinstance(raw, dict) or "op" not in raw:
+            raise UsageError(f"{where}: needs an 'op'")
+        op = raw["op"]
+        if op not in OPS:
+            raise UsageError(f"{where}: unknown op {op!r} (known: {', '.join(sorted(OPS))})")
+        params = {k: _resolve(v, base_size or 0, f"{where}.{k}") for k, v in raw.items() if k != "op"}
+        unknown = set(params) - set(OPS[op].params)
+        if unknown:
+            raise UsageError(
+                f"{where}: {op} takes {', '.join(OPS[op].params)}, not {', '.join(sorted(unknown))}"
+            )
+        steps.append(Step(op, params))
+    return Pipeline(name=name, size=base_size, steps=tuple(steps), description=recipe.get("description", ""))
+
+
+def load_pipeline(name_or_path: str, size: int | None = None) -> Pipeline:
+    """A built-in recipe by name, or a user's TOML file by path; ``size`` overrides its output side."""
+    path = Path(name_or_path)
+    if name_or_path.endswith(".toml") or path.is_file():
+        if not path.is_file():
+            raise UsageError(f"pipeline file {path} does not exist")
+        origin, text = str(path), path.read_text(encoding="utf-8")
+    elif name_or_path in builtin_pipelines():
+        origin = name_or_path
+        text = _builtin_folder().joinpath(f"{name_or_path}.toml").read_text(encoding="utf-8")
+    else:
+        known = ", ".join(builtin_pipelines())
+        raise UsageError(f"unknown pipeline {name_or_path!r} (built-in: {known}; or a path to a .toml)")
+    try:
+        recipe = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"{origin}: not valid TOML ({exc})") from None
+    return _parse(recipe, origin, size)

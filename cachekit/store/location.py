@@ -1,0 +1,202 @@
+"""Where a cache lives: a local folder, or a folder on object storage (an fsspec URL).
+
+``read_manifest`` reads either. A build writes through a ``Location``: both kinds give it the same
+few operations, each all-or-nothing for a reader of the location: a
+local file is written under a temp name and renamed; an object is uploaded whole (object stores
+never show half an upload). The manifest is still written last, so a cache is valid iff its
+manifest is there and validates.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from ..constants import MANIFEST_NAME
+from ..errors import BuildError, CacheError, UsageError
+from .atomic import commit_file, path_size, remove_path, sha256_path
+from .lock import BuildLock
+from .manifest import Manifest, parse_manifest, read_local_manifest
+from .remote import filesystem, is_url
+
+__all__ = ["Location", "LocalLocation", "RemoteLocation", "open_location", "read_manifest"]
+
+_CHUNK = 4 * 1024 * 1024
+
+
+class Location:
+    """The operations a build needs on its output folder; ``name`` may be ``"sub/name"``."""
+
+    url: str
+
+    def names(self, sub: str = "") -> list[str]: ...
+    def exists(self) -> bool: ...
+    def mkdir(self, sub: str = "") -> None: ...
+    def size(self, name: str) -> int | None: ...
+    def sha256(self, name: str) -> str: ...
+    def read_text(self, name: str) -> str | None: ...
+    def write_text(self, name: str, text: str) -> None: ...
+    def commit(self, name: str, write: Callable[[Path], None]) -> tuple[int, str]: ...
+    def remove(self, name: str) -> None: ...
+    def lock(self): ...
+
+
+class LocalLocation(Location):
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = Path(path)
+        self.url = str(self.path)
+
+    def names(self, sub: str = "") -> list[str]:
+        folder = self.path / sub
+        return sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
+
+    def exists(self) -> bool:
+        if self.path.exists() and not self.path.is_dir():
+            raise UsageError(f"--out {self.path} exists and is not a folder")
+        return self.path.is_dir()
+
+    def mkdir(self, sub: str = "") -> None:
+        try:
+            (self.path / sub).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise BuildError(f"cannot create {self.path / sub}: {exc.strerror}") from None
+
+    def size(self, name: str) -> int | None:
+        try:
+            return path_size(self.path / name)
+        except OSError:
+            return None
+
+    def sha256(self, name: str) -> str:
+        return sha256_path(self.path / name)
+
+    def read_text(self, name: str) -> str | None:
+        try:
+            return (self.path / name).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            return None
+
+    def write_text(self, name: str, text: str) -> None:
+        commit_file(self.path / name, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+
+    def commit(self, name: str, write: Callable[[Path], None]) -> tuple[int, str]:
+        return commit_file(self.path / name, write)
+
+    def remove(self, name: str) -> None:
+        target = self.path / name
+        if not target.is_symlink():
+            remove_path(target)
+
+    def lock(self):
+        return BuildLock(self.path)
+
+
+class RemoteLocation(Location):
+    """A folder on object storage. There is no lock: one build at a time is the caller's to ensure."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url.rstrip("/")
+        self.fs, self.root = filesystem(self.url)
+
+    def _path(self, name: str) -> str:
+        return f"{self.root}/{name}" if name else self.root
+
+    def names(self, sub: str = "") -> list[str]:
+        try:
+            return sorted(Path(p.rstrip("/")).name for p in self.fs.ls(self._path(sub), detail=False))
+        except FileNotFoundError:
+            return []
+
+    def exists(self) -> bool:
+        return bool(self.names())
+
+    def mkdir(self, sub: str = "") -> None:
+        pass  # object stores have no folders to make
+
+    def size(self, name: str) -> int | None:
+        path = self._path(name)
+        try:
+            if self.fs.isdir(path):
+                return sum(self.fs.du(path, total=False).values())
+            return int(self.fs.size(path))
+        except FileNotFoundError:
+            return None
+
+    def sha256(self, name: str) -> str:
+        """The same digest as ``atomic.sha256_path`` gives the local file or folder."""
+        path = self._path(name)
+        if not self.fs.isdir(path):
+            return self._hash_object(path, hashlib.sha256()).hexdigest()
+        h = hashlib.sha256()
+        for f in sorted(self.fs.find(path)):
+            rel = f[len(path) :].lstrip("/")
+            h.update(f"{rel}\0{self.fs.size(f)}\n".encode())
+            self._hash_object(f, h)
+        return h.hexdigest()
+
+    def _hash_object(self, path: str, h):
+        with self.fs.open(path, "rb") as fh:
+            while block := fh.read(_CHUNK):
+                h.update(block)
+        return h
+
+    def read_text(self, name: str) -> str | None:
+        try:
+            return self.fs.cat_file(self._path(name)).decode("utf-8")
+        except (FileNotFoundError, UnicodeDecodeError):
+            return None
+
+    def write_text(self, name: str, text: str) -> None:
+        try:
+            self.fs.pipe_file(self._path(name), text.encode("utf-8"))
+        except OSError as exc:
+            raise BuildError(f"cannot write {self.url}/{name}: {exc}") from None
+
+    def commit(self, name: str, write: Callable[[Path], None]) -> tuple[int, str]:
+        """Write locally, then upload: each object appears whole, or not at all."""
+        with tempfile.TemporaryDirectory(prefix="cachekit-upload-") as tmpdir:
+            local = Path(tmpdir) / name
+            write(local)
+            size, digest = path_size(local), sha256_path(local)
+            try:
+                if local.is_dir():
+                    self.fs.put(str(local) + "/", self._path(name), recursive=True)
+                else:
+                    self.fs.put_file(str(local), self._path(name))
+            except OSError as exc:
+                raise BuildError(f"cannot upload {self.url}/{name}: {exc}") from None
+        return size, digest
+
+    def remove(self, name: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self.fs.rm(self._path(name), recursive=True)
+
+    def lock(self):
+        return contextlib.nullcontext()
+
+
+def open_location(out: str | os.PathLike) -> Location:
+    """The build output at ``out``: a local folder, or an fsspec URL."""
+    return RemoteLocation(str(out)) if is_url(out) else LocalLocation(out)
+
+
+def read_manifest(cache: str | os.PathLike) -> Manifest:
+    """Read and validate the manifest of the cache at ``cache``: a folder, or an fsspec URL.
+
+    Every problem is a CacheError saying what is wrong.
+    """
+    if not is_url(cache):
+        return read_local_manifest(cache)
+    url = str(cache).rstrip("/")
+    fs, root = filesystem(url)
+    try:
+        text = fs.cat_file(f"{root}/{MANIFEST_NAME}").decode("utf-8")
+    except FileNotFoundError:
+        raise CacheError(f"{url}: no {MANIFEST_NAME} (not a cache, or its build has not finished)") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CacheError(f"{url}/{MANIFEST_NAME}: cannot be read: {exc}") from None
+    return parse_manifest(text, f"{url}/{MANIFEST_NAME}")

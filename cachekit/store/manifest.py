@@ -1,0 +1,410 @@
+"""The on-disk contract: a versioned ``manifest.json`` describing a cache, read, written and validated.
+
+A cache folder is valid if and only if its manifest validates. This module parses and checks the
+manifest's structure and never touches image data; shard contents are checked by ``cachekit.verify``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from ..constants import MANIFEST_NAME, MANIFEST_VERSION, VERSION
+from ..errors import CacheError
+from .atomic import commit_file
+
+__all__ = [
+    "MANIFEST_VERSION",
+    "ArraySpec",
+    "SampleSpec",
+    "ShardInfo",
+    "SkippedInput",
+    "Manifest",
+    "read_local_manifest",
+    "parse_manifest",
+    "write_manifest",
+    "manifest_text",
+    "check_shard_name",
+    "shard_path",
+]
+
+_DTYPES = {"|u1", "<u2", "<i4", "<i8", "<f4", "<f8"}
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+_SHARD_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,200}$")
+
+
+def check_shard_name(name: object, where: str = "shard file") -> str:
+    """Return ``name`` if it is a plain file name inside the cache folder, else raise CacheError."""
+    if not isinstance(name, str) or not name:
+        raise CacheError(f"{where}: expected a file name, got {name!r}")
+    if "/" in name or "\\" in name or name in (".", "..") or os.path.isabs(name) or "\x00" in name:
+        raise CacheError(f"{where}: {name!r} is not a plain file name inside the cache folder")
+    if not _SHARD_NAME.match(name) or ".." in name:
+        raise CacheError(f"{where}: {name!r} has characters not allowed in a shard name")
+    return name
+
+
+def shard_path(root: Path, info: ShardInfo) -> Path:
+    """The shard's path, refusing anything but a regular file or folder of files inside ``root``."""
+    path = root / info.file
+    if path.is_symlink() and path.resolve().parent != root.resolve():
+        raise CacheError("is a symlink out of the cache folder")
+    if not path.exists():
+        raise CacheError("missing")
+    if path.is_dir():
+        for dirpath, dirnames, filenames in os.walk(path):
+            if any(os.path.islink(os.path.join(dirpath, n)) for n in [*dirnames, *filenames]):
+                raise CacheError("holds a symlink (shard folders must hold plain files)")
+    elif not path.is_file():
+        raise CacheError("not a regular file or folder")
+    return path
+
+
+# -- tiny typed readers: each raises CacheError naming the field -------------------------------
+
+
+def _get(obj: dict, key: str, where: str) -> Any:
+    if not isinstance(obj, dict):
+        raise CacheError(f"{where}: expected an object, got {type(obj).__name__}")
+    if key not in obj:
+        raise CacheError(f"{where}: missing field {key!r}")
+    return obj[key]
+
+
+def _int(obj: dict, key: str, where: str, minimum: int = 0) -> int:
+    value = _get(obj, key, where)
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise CacheError(f"{where}.{key}: expected an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def _str(obj: dict, key: str, where: str) -> str:
+    value = _get(obj, key, where)
+    if not isinstance(value, str):
+        raise CacheError(f"{where}.{key}: expected a string, got {value!r}")
+    return value
+
+
+def _floats(obj: dict, key: str, where: str, length: int | None = None) -> tuple[float, ...]:
+    value = _get(obj, key, where)
+    ok = isinstance(value, list) and all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in value
+    )
+    if not ok or (length is not None and len(value) != length):
+        size = f" of {length}" if length is not None else ""
+        raise CacheError(f"{where}.{key}: expected a list{size} finite numbers, got {value!r}")
+    return tuple(float(v) for v in value)
+
+
+def _shape(value: Any, where: str) -> tuple[int, ...]:
+    if not isinstance(value, list) or not all(
+        isinstance(v, int) and not isinstance(v, bool) and 0 < v < 2**31 for v in value
+    ):
+        raise CacheError(f"{where}: expected a list of positive integers, got {value!r}")
+    return tuple(value)
+
+
+def _dtype(value: Any, where: str) -> str:
+    if not isinstance(value, str) or value not in _DTYPES:
+        raise CacheError(f"{where}: unsupported dtype {value!r} (known: {sorted(_DTYPES)})")
+    return value
+
+
+@dataclass(frozen=True)
+class ArraySpec:
+    """Shape and dtype of one per-sample array (the image, or an extra such as letterbox padding)."""
+
+    shape: tuple[int, ...]
+    dtype: str
+
+    def to_json(self) -> dict:
+        return {"shape": list(self.shape), "dtype": self.dtype}
+
+    @classmethod
+    def from_json(cls, obj: Any, where: str) -> ArraySpec:
+        if not isinstance(obj, dict):
+            raise CacheError(f"{where}: expected an object, got {obj!r}")
+        shape = _shape(_get(obj, "shape", where), f"{where}.shape")
+        return cls(shape=shape, dtype=_dtype(_get(obj, "dtype", where), f"{where}.dtype"))
+
+
+@dataclass(frozen=True)
+class SampleSpec:
+    """What one stored sample is: a channels-first RGB image plus fixed-size extras."""
+
+    shape: tuple[int, ...]
+    dtype: str = "|u1"
+    extras: dict[str, ArraySpec] = field(default_factory=dict)
+    label_dtype: str = "<i8"
+
+    @property
+    def ragged(self) -> bool:
+        """True when samples keep their own height and width (``shape`` is ``[C, null, null]``)."""
+        return any(d is None for d in self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of one sample; for ragged samples an estimate (a 400x500 image)."""
+        c, h, w = self.shape
+        return c * (h or 400) * (w or 500)
+
+    def to_json(self) -> dict:
+        return {
+            "shape": list(self.shape),
+            "dtype": self.dtype,
+            "layout": "CHW",
+            "color": "RGB",
+            "label_dtype": self.label_dtype,
+            "extras": {k: v.to_json() for k, v in sorted(self.extras.items())},
+        }
+
+    @classmethod
+    def from_json(cls, obj: Any, where: str = "manifest.sample") -> SampleSpec:
+        raw = _get(obj, "shape", where)
+        if not isinstance(raw, list) or len(raw) != 3 or (raw[1] is None) != (raw[2] is None):
+            raise CacheError(f"{where}.shape: expected [channels, height, width], got {raw!r}")
+        if raw[1] is None:  # ragged: every sample has its own height and width
+            shape = (*_shape(raw[:1], f"{where}.shape"), None, None)
+        else:
+            shape = _shape(raw, f"{where}.shape")
+        if shape[0] not in (1, 3):
+            raise CacheError(f"{where}.shape: expected [channels, height, width], got {raw!r}")
+        dtype = _dtype(_get(obj, "dtype", where), f"{where}.dtype")
+        if dtype != "|u1":
+            raise CacheError(f"{where}.dtype: images are stored as '|u1', got {dtype!r}")
+        label_dtype = _dtype(_get(obj, "label_dtype", where), f"{where}.label_dtype")
+        extras_obj = _get(obj, "extras", where)
+        if not isinstance(extras_obj, dict):
+            raise CacheError(f"{where}.extras: expected an object, got {extras_obj!r}")
+        extras = {}
+        for name, spec in extras_obj.items():
+            if not re.match(r"^[a-z][a-z0-9_]{0,63}$", str(name)) or name in ("images", "labels"):
+                raise CacheError(f"{where}.extras: bad extra name {name!r}")
+            extras[name] = ArraySpec.from_json(spec, f"{where}.extras.{name}")
+        return cls(shape=shape, dtype=dtype, extras=extras, label_dtype=label_dtype)
+
+
+@dataclass(frozen=True)
+class ShardInfo:
+    """One shard file: how many samples it holds, how big it is, and what it was built from."""
+
+    file: str
+    samples: int
+    bytes: int
+    sha256: str
+    inputs: int
+    first: str
+    last: str
+    inputs_digest: str
+    pixel_sum: tuple[float, ...]
+    pixel_sumsq: tuple[float, ...]
+    pixel_count: int  # pixels per channel the sums cover
+
+    def to_json(self) -> dict:
+        out = asdict(self)
+        out["pixel_sum"] = list(self.pixel_sum)
+        out["pixel_sumsq"] = list(self.pixel_sumsq)
+        return out
+
+    @classmethod
+    def from_json(cls, obj: Any, where: str, channels: int = 3) -> ShardInfo:
+        sha = _str(obj, "sha256", where)
+        digest = _str(obj, "inputs_digest", where)
+        for key, value in (("sha256", sha), ("inputs_digest", digest)):
+            if not _HEX64.match(value):
+                raise CacheError(f"{where}.{key}: expected 64 lowercase hex digits, got {value!r}")
+        info = cls(
+            file=check_shard_name(_get(obj, "file", where), f"{where}.file"),
+            samples=_int(obj, "samples", where),
+            bytes=_int(obj, "bytes", where, minimum=1),
+            sha256=sha,
+            inputs=_int(obj, "inputs", where),
+            first=_str(obj, "first", where),
+            last=_str(obj, "last", where),
+            inputs_digest=digest,
+            pixel_sum=_floats(obj, "pixel_sum", where, channels),
+            pixel_sumsq=_floats(obj, "pixel_sumsq", where, channels),
+            pixel_count=_int(obj, "pixel_count", where),
+        )
+        return info
+
+
+@dataclass(frozen=True)
+class SkippedInput:
+    """A raw input left out of the cache, with the reason (path relative to the raw root)."""
+
+    path: str
+    reason: str
+
+    def to_json(self) -> dict:
+        return {"path": self.path, "reason": self.reason}
+
+    @classmethod
+    def from_json(cls, obj: Any, where: str) -> SkippedInput:
+        return cls(path=_str(obj, "path", where), reason=_str(obj, "reason", where))
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """Everything a reader needs to know about a cache; the dataset never looks past it for metadata."""
+
+    format: str
+    sample: SampleSpec
+    shards: tuple[ShardInfo, ...]
+    classes: tuple[str, ...]
+    pipeline: dict
+    fingerprint: str
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+    skipped: tuple[SkippedInput, ...] = ()
+    format_options: dict = field(default_factory=dict)
+    source: dict = field(default_factory=dict)
+    created: str = ""
+    cachekit_version: str = VERSION
+    format_version: int = MANIFEST_VERSION
+
+    @property
+    def num_samples(self) -> int:
+        return sum(s.samples for s in self.shards)
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(s.bytes for s in self.shards)
+
+    def with_shards(self, shards: tuple[ShardInfo, ...]) -> Manifest:
+        return replace(self, shards=shards)
+
+    def to_json(self) -> dict:
+        return {
+            "format_version": self.format_version,
+            "cachekit_version": self.cachekit_version,
+            "created": self.created,
+            "fingerprint": self.fingerprint,
+            "format": self.format,
+            "format_options": dict(sorted(self.format_options.items())),
+            "pipeline": self.pipeline,
+            "sample": self.sample.to_json(),
+            "num_samples": self.num_samples,
+            "classes": list(self.classes),
+            "stats": {"mean": list(self.mean), "std": list(self.std)},
+            "source": self.source,
+            "shards": [s.to_json() for s in self.shards],
+            "skipped": [s.to_json() for s in self.skipped],
+        }
+
+    @classmethod
+    def from_json(cls, obj: Any) -> Manifest:
+        where = "manifest"
+        if not isinstance(obj, dict):
+            raise CacheError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+        version = _get(obj, "format_version", where)
+        if version != MANIFEST_VERSION:
+            raise CacheError(
+                f"cache format mismatch: code={MANIFEST_VERSION}, file={version!r}; "
+                "rebuild the cache with this version of cachekit"
+            )
+        sample = SampleSpec.from_json(_get(obj, "sample", where))
+        channels = sample.shape[0]
+        shards_obj = _get(obj, "shards", where)
+        if not isinstance(shards_obj, list) or not shards_obj:
+            raise CacheError(f"{where}.shards: expected a non-empty list, got {shards_obj!r}")
+        shards = tuple(
+            ShardInfo.from_json(s, f"{where}.shards[{i}]", channels) for i, s in enumerate(shards_obj)
+        )
+        pipeline = _get(obj, "pipeline", where)
+        augment = pipeline.get("augment") if isinstance(pipeline, dict) else None
+        variants = augment.get("variants", 1) if isinstance(augment, dict) else 1
+        if isinstance(variants, bool) or not isinstance(variants, int) or variants < 1:
+            raise CacheError(f"{where}.pipeline.augment.variants: expected an integer >= 1, got {variants!r}")
+        for i, info in enumerate(shards):
+            if info.samples > info.inputs * variants:
+                raise CacheError(
+                    f"{where}.shards[{i}]: {info.samples} samples from only {info.inputs} inputs"
+                    + (f" x {variants} variants" if variants > 1 else "")
+                )
+        names = [s.file for s in shards]
+        if len(set(names)) != len(names):
+            raise CacheError(f"{where}.shards: a shard file is listed twice")
+        num_samples = _int(obj, "num_samples", where)
+        if num_samples != sum(s.samples for s in shards):
+            raise CacheError(
+                f"{where}.num_samples: {num_samples} does not match the shards' total "
+                f"{sum(s.samples for s in shards)}"
+            )
+        classes = _get(obj, "classes", where)
+        if not isinstance(classes, list) or not all(isinstance(c, str) for c in classes):
+            raise CacheError(f"{where}.classes: expected a list of strings, got {classes!r}")
+        stats = _get(obj, "stats", where)
+        skipped = _get(obj, "skipped", where)
+        if not isinstance(skipped, list):
+            raise CacheError(f"{where}.skipped: expected a list, got {skipped!r}")
+        for key in ("pipeline", "format_options", "source"):
+            if not isinstance(_get(obj, key, where), dict):
+                raise CacheError(f"{where}.{key}: expected an object")
+        return cls(
+            format=_str(obj, "format", where),
+            sample=sample,
+            shards=shards,
+            classes=tuple(classes),
+            pipeline=obj["pipeline"],
+            fingerprint=_str(obj, "fingerprint", where),
+            mean=_floats(stats, "mean", f"{where}.stats", channels),
+            std=_floats(stats, "std", f"{where}.stats", channels),
+            skipped=tuple(SkippedInput.from_json(s, f"{where}.skipped[{i}]") for i, s in enumerate(skipped)),
+            format_options=obj["format_options"],
+            source=obj["source"],
+            created=_str(obj, "created", where),
+            cachekit_version=_str(obj, "cachekit_version", where),
+            format_version=version,
+        )
+
+
+def parse_manifest(text: str, where: str) -> Manifest:
+    """Validate the text of a ``manifest.json`` (``where`` names it in errors)."""
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CacheError(f"{where}: not valid JSON ({exc})") from None
+    try:
+        return Manifest.from_json(obj)
+    except RecursionError:
+        raise CacheError(f"{where}: nested too deeply") from None
+
+
+def read_local_manifest(cache_dir: str | os.PathLike) -> Manifest:
+    """Read and validate ``cache_dir/manifest.json`` of a local folder; every problem is a CacheError.
+
+    ``cachekit.read_manifest`` (in ``location``) also takes URLs and comes here for local paths.
+    """
+    root = Path(cache_dir)
+    if not root.exists():
+        raise CacheError(f"{root}: no such cache folder")
+    if not root.is_dir():
+        raise CacheError(f"{root}: not a folder")
+    path = root / MANIFEST_NAME
+    if not path.is_file():
+        raise CacheError(f"{root}: no {MANIFEST_NAME} (not a cache, or its build has not finished)")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CacheError(f"{path}: cannot be read: {exc}") from None
+    return parse_manifest(text, str(path))
+
+
+def manifest_text(manifest: Manifest) -> str:
+    """The ``manifest.json`` text of ``manifest``."""
+    return json.dumps(manifest.to_json(), indent=1, ensure_ascii=False) + "\n"
+
+
+def write_manifest(cache_dir: str | os.PathLike, manifest: Manifest) -> Path:
+    """Write the manifest atomically (temp file, fsync, ``os.replace``) so readers never see half of it."""
+    root = Path(cache_dir)
+    path = root / MANIFEST_NAME
+    data = manifest_text(manifest)
+    commit_file(path, lambda tmp: tmp.write_text(data, encoding="utf-8"))
+    return path

@@ -1,0 +1,1 @@
+"""Tools around a cache: benchmarks, diagnosis, verification, conversion, synthetic data, reports."""

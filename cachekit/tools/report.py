@@ -1,0 +1,89 @@
+"""Human-readable summaries of caches, for ``cachekit info``."""
+
+from __future__ import annotations
+
+import platform
+import sys
+from importlib import metadata
+
+from ..constants import VERSION
+from ..cpus import available_cpus
+from ..store.manifest import Manifest
+
+__all__ = ["describe", "environment", "human_bytes"]
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if n < 1000 or unit == "TB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1000
+    return f"{n:.1f} TB"  # pragma: no cover
+
+
+def describe(m: Manifest) -> str:
+    """A few lines a person reads to know what a cache holds."""
+    c, h, w = m.sample.shape
+    raw_steps = m.pipeline.get("steps")
+    steps = ", ".join(
+        f"{s.get('op')}(" + ", ".join(f"{k}={v}" for k, v in s.items() if k != "op") + ")"
+        for s in (raw_steps if isinstance(raw_steps, list) else [])
+        if isinstance(s, dict)
+    )
+    classes = ", ".join(m.classes[:8]) + (f", ... ({len(m.classes)} in all)" if len(m.classes) > 8 else "")
+    lines = [
+        f"samples:   {m.num_samples} ({len(m.skipped)} inputs skipped)",
+        (
+            f"sample:    uint8 [{c}, H, W] RGB, channels first, each at its own size"
+            if m.sample.ragged
+            else f"sample:    uint8 [{c}, {h}, {w}] RGB, channels first ({human_bytes(m.sample.nbytes)} each)"
+        ),
+        f"format:    {m.format} ({', '.join(f'{k}={v}' for k, v in sorted(m.format_options.items()))})",
+        f"shards:    {len(m.shards)}, {human_bytes(m.total_bytes)} in all",
+        f"pipeline:  {m.pipeline.get('name')}: {steps or 'no steps'}",
+        f"classes:   {classes or '(unlabelled)'}",
+        "mean/std:  "
+        + " ".join(f"{v:.4f}" for v in m.mean)
+        + " / "
+        + " ".join(f"{v:.4f}" for v in m.std)
+        + "  (of pixels / 255)",
+        f"source:    {m.source.get('root', '?')} ({m.source.get('layout', '?')}, {m.source.get('inputs', '?')} inputs)",
+        f"built:     {m.created} by cachekit {m.cachekit_version}; fingerprint {m.fingerprint[:16]}",
+    ]
+    if m.skipped:
+        lines.append("skipped:")
+        lines += [f"  {s.path}: {s.reason}" for s in m.skipped[:10]]
+        if len(m.skipped) > 10:
+            lines.append(f"  ... and {len(m.skipped) - 10} more")
+    return "\n".join(lines)
+
+
+def _version(dist: str) -> str:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def environment() -> str:
+    """Versions, CPUs and GPUs: what a bug report needs to reproduce a problem."""
+    import os
+
+    import torch
+
+    rows = [
+        ("cachekit", VERSION),
+        ("python", f"{sys.version.split()[0]} ({platform.platform()})"),
+        ("torch", f"{torch.__version__} (CUDA {torch.version.cuda or 'none'})"),
+    ]
+    for dist in ("numpy", "opencv-python-headless", "h5py", "zarr", "dask", "distributed", "pillow"):
+        rows.append((dist, _version(dist)))
+    rows.append(("cpus", f"{available_cpus()} usable of {os.cpu_count()} (affinity and cgroup quota)"))
+    if torch.cuda.is_available():
+        for i in range(torch.cuda.device_count()):
+            p = torch.cuda.get_device_properties(i)
+            rows.append((f"gpu {i}", f"{p.name}, {human_bytes(p.total_memory)}"))
+    else:
+        rows.append(("gpus", "none (torch.cuda.is_available() is False)"))
+    width = max(len(k) for k, _ in rows) + 2
+    return "\n".join(f"{k + ':':<{width}}{v}" for k, v in rows)

@@ -1,0 +1,93 @@
+"""``cachekit verify``: check a cache's shards against its manifest, naming every bad one.
+
+The manifest is validated first (``read_manifest``). Then each shard: it must be a regular file
+inside the cache folder (no symlink out of it), have the recorded size and, unless ``quick``, the
+recorded sha256; and its reader must open it and find the promised counts, shapes and dtypes.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import CacheError
+from ..store.atomic import path_size, sha256_path
+from ..store.formats import get_format
+from ..store.location import read_manifest
+from ..store.manifest import Manifest, ShardInfo, shard_path
+
+__all__ = ["ShardProblem", "VerifyReport", "verify"]
+
+
+@dataclass(frozen=True)
+class ShardProblem:
+    file: str
+    problem: str
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    manifest: Manifest
+    problems: tuple[ShardProblem, ...]
+    checked_bytes: int
+    quick: bool
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def summary(self) -> str:
+        m = self.manifest
+        how = "sizes and headers" if self.quick else "sha256"
+        if self.ok:
+            return (
+                f"ok: {len(m.shards)} shards, {m.num_samples} samples, "
+                f"{self.checked_bytes / 1e6:.1f} MB checked ({how})"
+            )
+        lines = [f"{p.file}: {p.problem}" for p in self.problems]
+        lines.append(f"{len(self.problems)} of {len(m.shards)} shards are bad ({how} checked)")
+        return "\n".join(lines)
+
+
+def _check_shard(root: Path, manifest: Manifest, info: ShardInfo, quick: bool) -> str | None:
+    try:
+        path = shard_path(root, info)
+    except CacheError as exc:
+        return str(exc)
+    size = path_size(path)
+    if size != info.bytes:
+        return f"size {size} bytes, manifest says {info.bytes} (truncated or replaced)"
+    if not quick:
+        try:
+            digest = sha256_path(path)
+        except OSError as exc:
+            return f"unreadable ({exc.strerror or exc})"
+        if digest != info.sha256:
+            return "sha256 mismatch (the file's bytes changed)"
+    try:
+        store = manifest.format_options.get("store", "pixels")
+        reader = get_format(manifest.format, reading=True).open(path, manifest.sample, info.samples, store)
+    except CacheError as exc:
+        return str(exc).removeprefix(f"{info.file}: ")
+    try:
+        if len(reader) != info.samples:
+            return f"holds {len(reader)} samples, manifest says {info.samples}"
+    finally:
+        reader.close()
+    return None
+
+
+def verify(cache_dir: str | os.PathLike, *, quick: bool = False) -> VerifyReport:
+    """Check every shard of the cache; a broken manifest raises CacheError, bad shards are reported."""
+    root = Path(cache_dir)
+    manifest = read_manifest(root)
+    problems = []
+    checked = 0
+    for info in manifest.shards:
+        problem = _check_shard(root, manifest, info, quick)
+        if problem is None:
+            checked += info.bytes
+        else:
+            problems.append(ShardProblem(info.file, problem))
+    return VerifyReport(manifest, tuple(problems), checked, quick)

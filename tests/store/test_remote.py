@@ -1,0 +1,114 @@
+"""Caches on S3: a real S3-compatible server (moto's, on loopback), read through fsspec/s3fs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from cachekit import CachedDataset, CacheError, make_loader, read_manifest
+from cachekit.store.atomic import path_size
+
+s3fs = pytest.importorskip("s3fs")
+moto_server = pytest.importorskip("moto.server")
+
+
+@pytest.fixture(scope="module")
+def s3(small_cache):
+    """A loopback S3 server holding ``small_cache`` at s3://datasets/small; yields its filesystem."""
+    mp = pytest.MonkeyPatch()
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    endpoint = f"http://{host}:{port}"
+    # credentials and endpoint come from the environment, as they would for a real bucket
+    for key, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL": endpoint,
+    }.items():
+        mp.setenv(key, value)
+    s3fs.S3FileSystem.clear_instance_cache()
+    fs = s3fs.S3FileSystem(anon=False)
+    fs.mkdir("datasets")
+    fs.put(str(small_cache) + "/", "datasets/small", recursive=True)
+    yield fs
+    s3fs.S3FileSystem.clear_instance_cache()
+    server.stop()
+    mp.undo()
+
+
+def test_shuffled_read_of_an_s3_cache_matches_the_local_one(s3, small_cache, tmp_path):
+    remote = CachedDataset("s3://datasets/small", local_cache=tmp_path / "lc")
+    local = CachedDataset(small_cache)
+    assert len(remote) == len(local) and remote.classes == local.classes
+    assert remote.manifest == read_manifest(small_cache)
+    loader = make_loader(remote, batch_size=8, seed=4)
+    seen = {}
+    reference = local.read_batch(np.arange(len(local)))[0]
+    for images, labels in loader:
+        for image, label in zip(images, labels.tolist()):
+            match = [i for i in range(len(local)) if torch.equal(reference[i], image)]
+            assert len(match) == 1 and local[match[0]][1] == label
+            seen[match[0]] = True
+    assert sorted(seen) == list(range(len(local)))
+    fetched = list((tmp_path / "lc").rglob("shard-*"))
+    assert len(fetched) == remote.num_shards  # each shard fetched once into the local cache
+
+
+def test_the_local_cache_is_bounded_lru(s3, small_cache, tmp_path):
+    shard_bytes = max(s.bytes for s in read_manifest(small_cache).shards)
+    bound = 2 * shard_bytes + 1
+    ds = CachedDataset("s3://datasets/small", local_cache=tmp_path / "lc", local_cache_bytes=bound)
+    for i in range(0, len(ds), 7):  # touch every shard in turn
+        ds[i]
+    kept = list((tmp_path / "lc").rglob("shard-*"))
+    assert sum(path_size(p) for p in kept) <= bound and len(kept) == 2
+    assert torch.equal(ds[0][0], CachedDataset(small_cache)[0][0])  # evicted, fetched again
+
+
+def test_a_tampered_remote_shard_is_refused(s3, small_cache, tmp_path):
+    s3.put(str(small_cache) + "/", "datasets/tampered", recursive=True)
+    victim = read_manifest(small_cache).shards[0].file
+    data = bytearray(s3.cat_file(f"datasets/tampered/{victim}"))
+    data[len(data) // 2] ^= 0xFF
+    s3.pipe_file(f"datasets/tampered/{victim}", bytes(data))
+    ds = CachedDataset("s3://datasets/tampered", local_cache=tmp_path / "lc")
+    with pytest.raises(CacheError, match="sha256"):
+        ds[0]
+    assert not list((tmp_path / "lc").rglob("shard-*"))
+
+
+def test_missing_remote_cache_is_a_cache_error(s3):
+    with pytest.raises(CacheError, match="no manifest.json"):
+        CachedDataset("s3://datasets/nothing-here")
+
+
+def test_build_from_s3_raw_into_an_s3_cache(s3, small_tree, small_cache, tmp_path):
+    from cachekit import BuildConfig, build
+
+    s3.put(str(small_tree) + "/", "datasets/raw", recursive=True)
+    config = BuildConfig(size=32, shard_size=7, workers=2, progress=False)
+    result = build("s3://datasets/raw", "s3://datasets/built", config)
+    assert result.status == "built" and result.path == "s3://datasets/built"
+    local = read_manifest(small_cache)
+    m = result.manifest
+    assert m.classes == local.classes and m.num_samples == local.num_samples
+    # the same shard bytes as the local build (names differ: they hash the inputs' mtimes)
+    assert [s.sha256 for s in m.shards] == [s.sha256 for s in local.shards]
+    assert sorted(s3.ls("datasets/built", detail=False)) == sorted(
+        f"datasets/built/{name}" for name in ["manifest.json", *(s.file for s in m.shards)]
+    )
+    remote = CachedDataset("s3://datasets/built", local_cache=tmp_path / "lc")
+    assert torch.equal(remote.read_batch(range(40))[0], CachedDataset(small_cache).read_batch(range(40))[0])
+    from click.testing import CliRunner
+
+    from cachekit.cli import main
+
+    info = CliRunner().invoke(main, ["info", "s3://datasets/built"])
+    assert info.exit_code == 0 and "40 (0 inputs skipped)" in info.output.replace("samples:   ", "")
+    again = build("s3://datasets/raw", "s3://datasets/built", config)
+    assert again.status == "up to date"
+    with pytest.raises(Exception, match="not empty"):
+        build("s3://datasets/raw", "s3://datasets/built", BuildConfig(size=48, progress=False))
