@@ -265,7 +265,7 @@ def rss(args, root):
     """Worker memory while a 2-worker DataLoader reads a whole epoch of 10k and 100k tiny samples."""
     from torch.utils.data import DataLoader
 
-    from cachekit.feed.dataset import collate_batch
+    from cachekit.feed.batch import collate_batch
     from cachekit.tools.synthetic import write_synthetic_cache
 
     out = {}

@@ -1,13 +1,16 @@
 """cachekit: decode and preprocess an image dataset once into a sharded cache, then feed training fast."""
 
+from . import transforms
 from .build.run import BuildConfig, BuildResult, build
 from .build.sources import Source, discover
 from .constants import VERSION as __version__
 from .cpus import available_cpus
 from .errors import BuildError, CacheError, CachekitError, UsageError
-from .feed.dataset import CachedDataset, SampleBatch, collate_batch, pad_collate
+from .feed.batch import SampleBatch, collate_batch, pad_collate
+from .feed.dataset import CachedDataset
 from .feed.loader import CacheLoader, make_loader, suggest_num_workers
 from .feed.sampler import ShardAwareDistributedSampler
+from .feed.transforms import CenterCrop, ColorJitter, RandomHorizontalFlip, RandomResizedCrop, Resize
 from .image.recipes import Pipeline, load_pipeline
 from .store.location import read_manifest
 from .store.manifest import Manifest, SampleSpec, ShardInfo
@@ -40,6 +43,12 @@ __all__ = [
     "CacheLoader",
     "make_loader",
     "suggest_num_workers",
+    "transforms",
+    "RandomResizedCrop",
+    "RandomHorizontalFlip",
+    "ColorJitter",
+    "CenterCrop",
+    "Resize",
     "available_cpus",
     "autobatch",
     "discover",

@@ -16,7 +16,7 @@ __all__ = [
     "MIN_SHARD_SAMPLES",
     "MAX_SHARD_SAMPLES",
     "IMAGE_EXTENSIONS",
-    "SHUFFLE_WINDOW_SHARDS",
+    "SHUFFLE_WINDOW_SAMPLES",
     "env_int",
     "START_METHOD_ENV",
 ]
@@ -50,8 +50,9 @@ MAX_SHARD_SAMPLES = 100_000
 #: Raw image extensions recognised by discovery (compared case-insensitively).
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp")
 
-#: Shards whose samples the sampler mixes at a time when shuffling.
-SHUFFLE_WINDOW_SHARDS = env_int("CACHEKIT_SHUFFLE_WINDOW", 4)
+#: Samples the sampler shuffles together on caches whose shards are class-mixed (about 18 ImageNet
+#: shards): reads stay within those shards; other caches are shuffled whole.
+SHUFFLE_WINDOW_SAMPLES = env_int("CACHEKIT_SHUFFLE_WINDOW_SAMPLES", 16384)
 
 #: Environment variable choosing how build worker processes start (fork, forkserver, spawn).
 START_METHOD_ENV = "CACHEKIT_START_METHOD"

@@ -14,92 +14,20 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset, default_collate
+from torch.utils.data import Dataset
 
 from ..errors import CacheError
-from ..store.encoding import STORES, decode_rows, read_sample
+from ..store.encoding import STORES, read_sample
 from ..store.formats import ShardReader, get_format
 from ..store.location import read_manifest
 from ..store.manifest import Manifest, shard_path
 from ..store.remote import filesystem, is_url
+from .assemble import BatchRequest, assemble
+from .batch import SampleBatch, stack_images
 from .buffers import BufferPool
 from .shardcache import ShardCache
 
-__all__ = ["CachedDataset", "SampleBatch", "collate_batch", "pad_collate", "stack_images"]
-
-
-class SampleBatch(list):
-    """A batch read in one go: ``.images`` uint8 ``[B, C, H, W]`` and ``.labels`` int64 ``[B]``.
-
-    It is also a list of ``(image, label)`` pairs (built on first use), so torch's default collate
-    works unchanged; ``collate_batch`` skips that and returns the stacked tensors directly.
-    """
-
-    def __init__(self, images: torch.Tensor, labels: torch.Tensor) -> None:
-        super().__init__()
-        self.images = images
-        self.labels = labels
-        self._filled = False
-
-    def _fill(self) -> None:
-        if not self._filled:
-            self._filled = True
-            super().extend(zip(self.images, self.labels.tolist()))
-
-    def __len__(self) -> int:
-        return len(self.labels)
-
-    def __iter__(self):
-        self._fill()
-        return super().__iter__()
-
-    def __getitem__(self, i):
-        self._fill()
-        return super().__getitem__(i)
-
-    def __reduce__(self):
-        return (SampleBatch, (self.images, self.labels))
-
-
-def stack_images(images: Sequence[torch.Tensor]) -> torch.Tensor:
-    """``torch.stack`` for images, with an error that says what to do when their sizes differ."""
-    shapes = {tuple(t.shape) for t in images}
-    if len(shapes) > 1:
-        some = ", ".join(str(list(s)) for s in sorted(shapes)[:3])
-        raise ValueError(
-            f"cannot stack images of different sizes ({some}, ...): this cache keeps every sample at "
-            "its own size; use make_loader(..., pad=True) or collate_fn=cachekit.pad_collate, "
-            "batch_size=1, or build with a fixed-size recipe"
-        )
-    return torch.stack(list(images)) if images else torch.empty(0, dtype=torch.uint8)
-
-
-def collate_batch(batch: Any) -> Any:
-    """Collate for DataLoaders over a CachedDataset: a SampleBatch is already stacked."""
-    if isinstance(batch, SampleBatch):
-        return batch.images, batch.labels
-    if batch and isinstance(batch[0], tuple) and isinstance(batch[0][0], torch.Tensor):
-        images = stack_images([b[0] for b in batch])
-        return images, default_collate([b[1] for b in batch])
-    return default_collate(batch)
-
-
-def pad_collate(batch: Sequence[tuple[torch.Tensor, Any]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Images of different sizes zero-padded (bottom and right) to the largest in the batch.
-
-    Returns ``(images [B, C, Hmax, Wmax], labels [B], sizes [B, 2])``: each image's own height and
-    width, so the padding can be masked.
-    """
-    images = [b[0] for b in batch]
-    sizes = torch.tensor([list(t.shape[-2:]) for t in images], dtype=torch.int64)
-    h, w = (int(v) for v in sizes.max(dim=0).values) if len(images) else (0, 0)
-    out = torch.zeros(
-        (len(images), images[0].shape[0] if images else 0, h, w),
-        dtype=images[0].dtype if images else torch.uint8,
-    )
-    for i, t in enumerate(images):
-        out[i, :, : t.shape[-2], : t.shape[-1]] = t
-    return out, default_collate([b[1] for b in batch]), sizes
+__all__ = ["CachedDataset"]
 
 
 class CachedDataset(Dataset):
@@ -262,38 +190,34 @@ class CachedDataset(Dataset):
             labels[j] = reader.column("labels", [i])[0]
         return images, torch.from_numpy(labels)
 
-    def read_batch(self, indices: Sequence[int] | np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-        """Images ``[B, C, H, W]`` uint8 and labels ``[B]`` int64 for ``indices``, in that order."""
+    def read_batch(
+        self, indices: Sequence[int] | np.ndarray, *, threads: int = 1
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Images ``[B, C, H, W]`` uint8 and labels ``[B]`` int64 for ``indices``, in that order.
+
+        Pixel rows are copied straight from the memory-mapped shards into a recycled batch buffer;
+        encoded samples are decoded, on ``threads`` threads over the batch.
+        """
         if self.ragged:
             images, labels = self.read_samples(indices)
             return stack_images(images), labels
-        idx, shards = self._locate(indices)
+        batch = self.read_request(BatchRequest(indices, threads=threads))
+        return batch.images, batch.labels
+
+    def read_request(self, request: BatchRequest) -> SampleBatch:
+        """A batch as ``make_loader`` asks for it: read, and augmented if its plan says so."""
+        idx, shards = self._locate(request)
         self._check_process()
-        out_images = self._buffers.get((len(idx), *self.sample_shape))
-        out_labels = np.empty(len(idx), dtype=np.int64)
-        images, labels = torch.from_numpy(out_images), torch.from_numpy(out_labels)
-        local_all = idx - self.shard_offsets[shards]
-        direct = {}
+        local = idx - self.shard_offsets[shards]
+        labels = np.empty(len(idx), dtype=np.int64)
+        readers: list = [None] * len(idx)
         for shard in np.unique(shards).tolist():
             pos = np.flatnonzero(shards == shard)
-            local = local_all[pos]
             reader = self._reader(shard)
-            out_labels[pos] = reader.column("labels", local)
-            array = reader.image_array
-            if array is not None:
-                direct[shard] = array
-            elif self.store != "pixels":  # encoded bytes: decoded here, the same for every backend
-                out_images[pos] = decode_rows(reader.column, local, self.sample_shape)
-            else:
-                out_images[pos] = reader.images(local)
-        if direct:
-            # One memcpy per sample straight into the batch: measured ~2x faster than numpy fancy
-            # indexing (which copies twice) and than torch.index_select on memory-mapped shards.
-            for j, (shard, local) in enumerate(zip(shards.tolist(), local_all.tolist())):
-                array = direct.get(shard)
-                if array is not None:
-                    out_images[j] = array[local]
-        return images, labels
+            labels[pos] = reader.column("labels", local[pos])
+            for j in pos.tolist():
+                readers[j] = reader
+        return assemble(self, request, readers, local, labels)
 
     def extras(self, index: int) -> dict[str, np.ndarray]:
         """Per-sample extras of one sample (``orig_size``; ``scale`` and ``pad`` for letterbox)."""
@@ -314,25 +238,22 @@ class CachedDataset(Dataset):
         return image, label
 
     def __getitems__(self, indices: Sequence[int]) -> list:
-        if self.ragged:  # each at its own size: collate pads them or says why it cannot stack
+        plain = self.transform is None and self.target_transform is None
+        request = indices if isinstance(indices, BatchRequest) else BatchRequest(indices)
+        if not self.ragged or request.plan is not None or (plain and request is indices):
+            batch = self.read_request(request)
+            if self.transform is None and self.target_transform is None:
+                return batch
+            images, labels = batch.images, batch.labels.tolist()
+        else:  # each at its own size: collate pads them or says why it cannot stack
             images, labels = self.read_samples(indices)
-            pairs = []
-            for image, label in zip(images, labels.tolist()):
-                image = self.transform(image) if self.transform is not None else image
-                label = self.target_transform(label) if self.target_transform is not None else label
-                pairs.append((image, label))
-            return pairs
-        images, labels = self.read_batch(indices)
-        if self.transform is None and self.target_transform is None:
-            return SampleBatch(images, labels)
-        out = []
-        for image, label in zip(images, labels.tolist()):
-            if self.transform is not None:
-                image = self.transform(image)
-            if self.target_transform is not None:
-                label = self.target_transform(label)
-            out.append((image, label))
-        return out
+            labels = labels.tolist()
+        pairs = []
+        for image, label in zip(images, labels):
+            image = self.transform(image) if self.transform is not None else image
+            label = self.target_transform(label) if self.target_transform is not None else label
+            pairs.append((image, label))
+        return pairs
 
     def close(self) -> None:
         for reader in self._readers.values():

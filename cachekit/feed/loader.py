@@ -1,18 +1,16 @@
-"""``make_loader``: a real DataLoader over a cache, in the fastest mode for that cache.
+"""``make_loader``: a real DataLoader over a cache, in the fastest honest mode for that cache.
 
-For a pixel cache a batch read is one memory copy per shard, and worker processes cost more than
-they save (every batch is copied into shared memory and out again). So a pixel cache is read in
-this process, with a background thread fetching the next batch while the step runs; worker
-processes are used where reading costs CPU (encoded stores, per-sample transforms).
+A pixel read is a memory copy and CPU work (decoding an encoded store, cropping, flipping,
+colour) runs in OpenCV, which releases the GIL: so batches are read in this process, by threads
+over the batch writing into recycled buffers, one batch ahead in a background thread, and worker
+processes (every batch copied into shared memory and out again) are kept for per-sample Python
+transforms and codecs whose library serialises (HDF5's gzip, lzf). With a CUDA device, random
+crops, flips and colour run on the GPU as one batched kernel after a side-stream copy.
 """
 
 from __future__ import annotations
 
-import atexit
 import logging
-import queue
-import threading
-import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,158 +18,126 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader
 
-from ..cpus import available_cpus
-from .dataset import collate_batch, pad_collate
+from ..cpus import available_cpus, local_world_size
+from .assemble import BatchRequest
+from .batch import collate_batch, pad_collate
+from .device import DeviceStage
+from .prefetch import Prefetcher
 from .sampler import ShardAwareDistributedSampler
+from .transforms import Plan, compile_plan
 
-__all__ = ["CacheLoader", "make_loader", "suggest_num_workers"]
+__all__ = ["CacheLoader", "make_loader", "suggest_num_workers", "suggest_threads"]
 
 log = logging.getLogger("cachekit")
 
-
-def _world_size() -> int:
-    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+#: Codecs whose decoding serialises in its library (h5py holds one lock): worker processes pay off.
+_SERIAL_CODECS = ("gzip", "lzf", "zstd")
 
 
 def suggest_num_workers(
     batch_size: int, max_workers: int | None = None, world_size: int | None = None
 ) -> int:
-    """``min(cpus // world_size, batch_size if batch_size > 1 else 0, max_workers)`` for decode-heavy loading.
+    """``min(cpus // ranks_here, batch_size if batch_size > 1 else 0, max_workers)`` worker processes.
 
     ``cpus`` is what this process may really use (affinity, capped by the cgroup CPU quota);
-    ``world_size`` defaults to the initialised process group's, so ranks on one node share the CPUs.
+    ``world_size`` is how many processes share this node's CPUs (default: ``local_world_size()``:
+    ``LOCAL_WORLD_SIZE``, else the GPUs in use here), not the job's global world size.
     """
-    world = _world_size() if world_size is None else world_size
-    candidates = [available_cpus() // max(world, 1), batch_size if batch_size > 1 else 0]
+    ranks = local_world_size() if world_size is None else world_size
+    candidates = [available_cpus() // max(ranks, 1), batch_size if batch_size > 1 else 0]
     if max_workers is not None:
         candidates.append(max_workers)
     return max(0, min(candidates))
 
 
-_LIVE_PREFETCHERS: weakref.WeakSet = weakref.WeakSet()
+def suggest_threads(world_size: int | None = None) -> int:
+    """Threads over a batch for in-process decoding and augmentation: this rank's share of the CPUs."""
+    ranks = local_world_size() if world_size is None else world_size
+    return max(1, available_cpus() // max(ranks, 1))
 
 
-@atexit.register
-def _stop_prefetchers() -> None:
-    """Let prefetch threads finish their current read before the interpreter goes away.
+class _Requests:
+    """Wraps a batch sampler: each batch of indices becomes a ``BatchRequest`` of the current epoch."""
 
-    A daemon thread still inside torch's C++ code when Python finalises aborts the process
-    ("terminate called without an active exception"), so each is stopped and joined first.
-    """
-    for prefetcher in list(_LIVE_PREFETCHERS):
-        prefetcher.stop(timeout=30)
+    def __init__(self, batches, sampler, *, seed: int, plan: Plan | None, threads: int, on_device: bool):
+        self.batches, self.sampler = batches, sampler
+        self.options = {"seed": seed, "plan": plan, "threads": threads, "on_device": on_device}
 
+    def __iter__(self) -> Iterator[BatchRequest]:
+        for batch in self.batches:  # the sampler has begun its pass, so its epoch is this pass's
+            yield BatchRequest(batch, epoch=getattr(self.sampler, "epoch", 0), **self.options)
 
-class _Prefetcher:
-    """Runs an iterator in a daemon thread, ``depth`` items ahead; errors are re-raised in the caller."""
-
-    _END = object()
-
-    def __init__(self, it: Iterator, depth: int) -> None:
-        self._queue: queue.Queue = queue.Queue(maxsize=max(1, depth))
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, args=(it,), daemon=True, name="cachekit-prefetch")
-        _LIVE_PREFETCHERS.add(self)
-        self._thread.start()
-
-    def stop(self, timeout: float | None = None) -> None:
-        self._stop.set()
-        if self._thread.is_alive() and self._thread is not threading.current_thread():
-            self._thread.join(timeout)
-
-    def _put(self, item) -> bool:
-        while not self._stop.is_set():
-            try:
-                self._queue.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def _run(self, it: Iterator) -> None:
-        try:
-            for item in it:
-                if not self._put((True, item)):
-                    return
-        except BaseException as exc:  # handed to the consumer
-            self._put((False, exc))
-            return
-        self._put((True, self._END))
-
-    def __iter__(self) -> Iterator:
-        try:
-            while True:
-                ok, item = self._queue.get()
-                if not ok:
-                    raise item
-                if item is self._END:
-                    return
-                yield item
-        finally:
-            self._stop.set()
+    def __len__(self) -> int:
+        return len(self.batches)
 
 
 class CacheLoader(DataLoader):
-    """A DataLoader that can prefetch in a thread and hand batches over on a device, normalised.
+    """A DataLoader that reads ahead in a thread and finishes batches on a device.
 
-    ``mode`` says how it reads ("in-process + prefetch thread", "N worker processes", ...).
-    ``state_dict()`` records how far the current epoch got, from batches actually delivered.
+    ``mode`` says how it reads. Each pass is the sampler's next epoch (unless ``set_epoch`` said
+    otherwise); ``state_dict()`` records how far the current epoch got, from batches delivered.
     """
 
     def __init__(
         self,
         *args: Any,
         prefetch_thread: int = 0,
-        device: torch.device | str | None = None,
-        dtype: torch.dtype | None = None,
-        mean: Any = None,
-        std: Any = None,
+        stage: DeviceStage | None = None,
+        requests: dict | None = None,
         mode: str = "",
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
         self.prefetch_thread = prefetch_thread
-        self.device = torch.device(device) if device is not None else None
-        self.out_dtype = dtype
-        self._mean = None if mean is None else torch.tensor(mean, dtype=torch.float32).view(1, -1, 1, 1)
-        self._std = None if std is None else torch.tensor(std, dtype=torch.float32).view(1, -1, 1, 1)
+        self.stage = stage or DeviceStage()
+        self.device = self.stage.device
+        self._request_options = requests
         self.mode = mode
         self._delivered = 0
-        self._epoch_start = 0
+        self._prefetcher: Prefetcher | None = None
 
-    def _finish(self, batch):
-        images, labels, *rest = batch
-        if self.device is not None:
-            images = images.to(self.device, non_blocking=True)
-            labels = labels.to(self.device, non_blocking=True)
-        if self.out_dtype is not None or self._mean is not None:
-            images = images.to(self.out_dtype or torch.float32).div_(255.0)
-            if self._mean is not None:
-                mean = self._mean.to(images.device, images.dtype)
-                std = self._std.to(images.device, images.dtype)
-                images = images.sub_(mean).div_(std)
-        return (images, labels, *rest)
+    @property
+    def _index_sampler(self):
+        base = super()._index_sampler
+        if self._request_options is None or not self._auto_collation:
+            return base
+        return _Requests(base, self.sampler, **self._request_options)
 
     def __iter__(self) -> Iterator:
-        sampler = self.sampler if isinstance(self.sampler, ShardAwareDistributedSampler) else None
-        self._epoch_start = sampler._start if sampler is not None else 0
+        if self._prefetcher is not None:  # a pass abandoned part-way: stop its reader first
+            self._prefetcher.stop(timeout=30)
+            self._prefetcher = None
         self._delivered = 0
         it = super().__iter__()
         if self.prefetch_thread:
-            it = iter(_Prefetcher(it, self.prefetch_thread))
-        for batch in it:
+            self._prefetcher = Prefetcher(it, self.prefetch_thread)
+            it = iter(self._prefetcher)
+        for batch in self.stage.run(it):
             self._delivered += 1
-            yield self._finish(batch)
+            yield batch
+
+    def set_epoch(self, epoch: int) -> None:
+        """Make the next pass epoch ``epoch`` (it is the next one by default)."""
+        self.sampler.set_epoch(epoch)
 
     def state_dict(self) -> dict:
-        """Resume point of the current epoch (for the shard-aware sampler)."""
+        """Resume point of the current epoch, from the batches the loop actually received."""
         if not isinstance(self.sampler, ShardAwareDistributedSampler):
             raise TypeError("state_dict needs the loader's sampler to be a ShardAwareDistributedSampler")
-        consumed = min(self._epoch_start + self._delivered * (self.batch_size or 1), self.sampler.num_samples)
-        return self.sampler.state_dict(consumed=consumed)
+        return self.sampler.state_dict(consumed=self._delivered * (self.batch_size or 1))
 
     def load_state_dict(self, state: dict) -> None:
         self.sampler.load_state_dict(state)
+
+
+def _choose_augment_on(augment_on: str, device: torch.device | None, plan: Plan | None) -> bool:
+    if augment_on not in ("auto", "threads", "device"):
+        raise ValueError(f"augment_on must be 'auto', 'threads' or 'device', got {augment_on!r}")
+    if augment_on == "device" and device is None:
+        raise ValueError("augment_on='device' needs a device (device='cuda', or 'cpu' to test that path)")
+    if plan is None:
+        return False
+    return augment_on == "device" or (augment_on == "auto" and device is not None and device.type == "cuda")
 
 
 def make_loader(
@@ -190,50 +156,105 @@ def make_loader(
     normalize: bool = False,
     prefetch_thread: bool | None = None,
     pad: bool = False,
+    augment: list | None = None,
+    augment_on: str = "auto",
+    threads: int | None = None,
+    channels_last: bool = False,
+    window: int | None = None,
 ) -> CacheLoader:
-    """A DataLoader for ``dataset`` (a CachedDataset) with the sampler, workers and pinning chosen.
+    """A DataLoader for ``dataset`` (a CachedDataset) with sampler, reading mode and pinning chosen.
 
-    - ``distributed`` (default: a process group is initialised): a ShardAwareDistributedSampler
-      over this rank's share; otherwise the same sampler for one replica (shard-local shuffling).
-    - ``workers`` (default: 0 with a prefetch thread for pixel caches; ``suggest_num_workers``
-      when samples need decoding or a transform).
-    - ``pin_memory`` (default: CUDA is available).
-    - ``device``: batches are moved there with ``non_blocking=True``; ``dtype`` converts uint8 to a
-      float type in [0, 1] there, and ``normalize`` also applies the cache's mean/std.
-    - ``pad``: for caches of variable-sized samples, batches are zero-padded to their largest
-      image and come as ``(images, labels, sizes)``; without it such a batch is an error.
+    - Shuffling: ``ShardAwareDistributedSampler`` (class-mixed, a new order every pass; ``window``
+      samples shuffled together, default per the cache), over this rank's share when
+      ``distributed`` (default: a process group is initialised).
+    - ``augment``: ``cachekit.transforms`` run per batch, each sample's draws from (``seed``, epoch,
+      index); on the GPU when ``device`` is CUDA (``augment_on="auto"``), else by ``threads``
+      threads (default: this rank's share of the CPUs) in this process.
+    - ``workers`` (default 0: in-process reads with a prefetch thread; ``suggest_num_workers`` for
+      per-sample ``transform=`` functions and codecs that decode serially).
+    - ``pin_memory`` (default: CUDA is available and batches go to it).
+    - ``device``: batches are moved there (side stream on CUDA); ``dtype`` (a float type) scales
+      uint8 to [0, 1] there, ``normalize`` applies the cache's mean/std in fp32 (default dtype
+      float32), ``channels_last`` sets that memory format.
+    - ``pad``: variable-sized samples zero-padded to the batch's largest, as ``(images, labels,
+      sizes)``; an ``augment`` ending in a fixed size needs no padding.
     """
     if batch_size < 1:
         raise ValueError("batch_size must be at least 1")
     if distributed is None:
         distributed = dist.is_available() and dist.is_initialized()
-    world = _world_size() if distributed else 1
-    decode_heavy = (
-        bool(getattr(dataset, "decode_heavy", False)) or getattr(dataset, "transform", None) is not None
-    )
+    world = dist.get_world_size() if distributed else 1
+    rank = dist.get_rank() if distributed else 0
+    device = torch.device(device) if device is not None else None
+    plan = compile_plan(augment)
+    on_device = _choose_augment_on(augment_on, device, plan)
+    per_sample = getattr(dataset, "transform", None) is not None
+    ragged = bool(getattr(dataset, "ragged", False))
+    if per_sample and on_device:
+        raise ValueError(
+            "augment on the device cannot run before a per-sample transform=; use augment_on='threads'"
+        )
+    if ragged and not pad and (plan is None or plan.fixed_size() is None):
+        raise ValueError(
+            "this cache keeps every sample at its own size: pass pad=True (batches come zero-padded "
+            "with their sizes) or an augment ending in a fixed size (RandomResizedCrop, CenterCrop)"
+        )
+    codec = getattr(getattr(dataset, "manifest", None), "format_options", {}).get("compression", "none")
     if workers is None:
-        workers = suggest_num_workers(batch_size, world_size=world) if decode_heavy else 0
+        workers = suggest_num_workers(batch_size) if per_sample or codec in _SERIAL_CODECS else 0
+    if threads is None:
+        threads = 1 if workers > 0 else suggest_threads()
     if prefetch_thread is None:
         prefetch_thread = workers == 0
     if pin_memory is None:
-        pin_memory = torch.cuda.is_available()
+        pin_memory = torch.cuda.is_available() and (device is None or device.type == "cuda")
     sampler = ShardAwareDistributedSampler(
         dataset,
-        num_replicas=world if distributed else 1,
-        rank=(dist.get_rank() if distributed else 0),
+        num_replicas=world,
+        rank=rank,
         shuffle=shuffle,
         seed=seed,
         drop_last=drop_last and distributed,
+        window=window,
     )
     mean = std = None
     if normalize:
-        manifest = dataset.manifest
-        mean, std = manifest.mean, manifest.std
-        dtype = dtype or torch.float32
+        mean, std = dataset.manifest.mean, dataset.manifest.std
+    stage = DeviceStage(device, dtype=dtype, mean=mean, std=std, channels_last=channels_last)
     if workers > 0:
         mode = f"{workers} worker processes"
     else:
         mode = "in-process batched reads" + (" + prefetch thread" if prefetch_thread else "")
+        if threads > 1:
+            mode += f", {threads} threads over each batch"
+    if plan is not None:
+        mode += f"; augment on {device}" if on_device else "; augment on CPU threads"
+    requests = None
+    if hasattr(dataset, "read_request"):  # a CachedDataset: batches are read as requests
+        requests = {"seed": seed, "plan": plan, "threads": threads, "on_device": on_device}
+    elif plan is not None:
+        raise TypeError("augment needs a cachekit CachedDataset")
+    extra = {"persistent_workers": True, "prefetch_factor": prefetch_factor} if workers > 0 else {}
+    loader = CacheLoader(
+        dataset,
+        batch_size=batch_size,
+        sampler=sampler,
+        num_workers=workers,
+        collate_fn=pad_collate if (pad and requests is None) else collate_batch,
+        pin_memory=pin_memory,
+        drop_last=drop_last,
+        prefetch_thread=prefetch_factor if (prefetch_thread and workers == 0) else 0,
+        stage=stage,
+        requests=requests,
+        mode=mode,
+        **extra,
+    )
+    if len(loader) == 0:
+        raise ValueError(
+            f"rank {rank} of {world} would get no batches ({len(sampler)} of {len(dataset)} samples, "
+            f"batch_size {batch_size}, drop_last={drop_last}): every rank would skip the epoch; use a "
+            "smaller batch_size or drop_last=False"
+        )
     log.info(
         "make_loader: %s, batch %d, pin_memory=%s, %s",
         mode,
@@ -241,20 +262,4 @@ def make_loader(
         pin_memory,
         f"distributed over {world} ranks" if distributed else "one process",
     )
-    extra = {"persistent_workers": True, "prefetch_factor": prefetch_factor} if workers > 0 else {}
-    return CacheLoader(
-        dataset,
-        batch_size=batch_size,
-        sampler=sampler,
-        num_workers=workers,
-        collate_fn=pad_collate if pad else collate_batch,
-        pin_memory=pin_memory,
-        drop_last=drop_last,
-        prefetch_thread=prefetch_factor if (prefetch_thread and workers == 0) else 0,
-        device=device,
-        dtype=dtype,
-        mean=mean,
-        std=std,
-        mode=mode,
-        **extra,
-    )
+    return loader

@@ -1,9 +1,14 @@
-"""``ShardAwareDistributedSampler``: DistributedSampler semantics with shard-local shuffling.
+"""``ShardAwareDistributedSampler``: DistributedSampler semantics, class-mixed batches, a new order every pass.
 
-Each epoch the shard order is shuffled, then samples are shuffled inside windows of a few shards
-at a time, so a rank's reads stay within a handful of shards (sequential I/O, warm page cache)
-while every sample still moves around from epoch to epoch. Ranks get contiguous runs of that
-order, so each rank touches mostly its own shards.
+An epoch's order is one global sequence of sample indices, a function of (seed, epoch) alone:
+the shards in a shuffled order, their samples shuffled within windows of ``window`` samples, so
+reads stay within a few shards at a time (sequential I/O, a warm page cache, few downloads). That
+is only safe when every shard is itself a mix of classes (caches built in the default shuffled
+order); for other caches the window is the whole dataset, a uniform shuffle.
+
+Position ``p`` of the sequence goes to rank ``p % world``, as in torch's ``DistributedSampler``.
+After every rank has consumed ``c`` samples the global position is ``c * world``, so a job resumed
+with another world size continues from there and consumes each remaining sample exactly once.
 """
 
 from __future__ import annotations
@@ -15,41 +20,85 @@ import numpy as np
 import torch.distributed as dist
 from torch.utils.data import Sampler
 
-from ..constants import SHUFFLE_WINDOW_SHARDS
+from ..constants import SHUFFLE_WINDOW_SAMPLES
 
-__all__ = ["ShardAwareDistributedSampler", "epoch_order"]
+__all__ = ["ShardAwareDistributedSampler", "epoch_order", "default_window"]
+
+#: Samples a rank reads between two variants of one input (augmented caches), so they land in different batches.
+_GROUP_SPREAD = 64
+_STATE_VERSION = 2
+
+
+def default_window(dataset, samples: int) -> int:
+    """``SHUFFLE_WINDOW_SAMPLES`` for caches whose shards are class-mixed, else all ``samples``."""
+    return SHUFFLE_WINDOW_SAMPLES if getattr(dataset, "shards_mixed", False) else max(1, samples)
+
+
+def _units_in_shard_order(offsets: np.ndarray, group: int, rng: np.random.Generator) -> np.ndarray:
+    """Every unit (a run of ``group`` samples) once, shard by shard, the shards in a random order."""
+    starts, counts = offsets[:-1] // group, np.diff(offsets) // group
+    perm = rng.permutation(len(counts))
+    starts, counts = starts[perm], counts[perm]
+    total = int(counts.sum())
+    if total == 0:
+        return np.zeros(0, dtype=np.int64)
+    shift = np.repeat(starts - (np.cumsum(counts) - counts), counts)  # unit k of the run -> its index
+    return np.arange(total, dtype=np.int64) + shift
+
+
+def _spread(units: np.ndarray, group: int) -> np.ndarray:
+    """One rank's units as samples: variant-major within blocks, so one input's variants are
+    ``_GROUP_SPREAD`` samples apart (in different batches) yet all on this rank."""
+    variants = np.arange(group, dtype=np.int64)
+    parts = [
+        (units[start : start + _GROUP_SPREAD][None, :] * group + variants[:, None]).reshape(-1)
+        for start in range(0, len(units), _GROUP_SPREAD)
+    ]
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
 
 def epoch_order(
-    shard_offsets: np.ndarray, seed: int, epoch: int, shuffle: bool, window: int, group: int = 1
+    shard_offsets: np.ndarray,
+    seed: int,
+    epoch: int,
+    shuffle: bool = True,
+    window: int | None = None,
+    group: int = 1,
 ) -> np.ndarray:
-    """The global sample order of one epoch, before it is split between ranks.
+    """The order of one epoch's units (runs of ``group`` samples: one input's augmented variants;
+    samples when ``group`` is 1), before they are dealt out to ranks.
 
-    With ``group`` > 1, runs of ``group`` consecutive samples (one input's variants) move together.
+    Shards come in a random order and their units are shuffled within windows of ``window``
+    samples (None: all of them), from (seed, epoch) alone.
     """
-    n = int(shard_offsets[-1])
+    offsets = np.asarray(shard_offsets, dtype=np.int64)
+    units_total = int(offsets[-1]) // group
     if not shuffle:
-        return np.arange(n, dtype=np.int64)
-    rng = np.random.default_rng([seed, epoch])
-    shards = rng.permutation(len(shard_offsets) - 1)
-    parts = []
-    for start in range(0, len(shards), max(1, window)):
-        members = shards[start : start + window]
-        idx = np.concatenate([np.arange(shard_offsets[s], shard_offsets[s + 1]) for s in members])
-        parts.append(rng.permutation(idx.reshape(-1, group)).reshape(-1))
-    return np.concatenate(parts).astype(np.int64) if parts else np.arange(0, dtype=np.int64)
+        return np.arange(units_total, dtype=np.int64)
+    rng = np.random.default_rng([seed % 2**64, epoch % 2**64])
+    units = _units_in_shard_order(offsets, group, rng)
+    span = max(1, (window or int(offsets[-1])) // group)
+    if span >= len(units):
+        return rng.permutation(units)
+    keys = np.arange(len(units)) // span + rng.random(len(units))  # sort by (window, random key)
+    return units[np.argsort(keys, kind="stable")]
 
 
 class ShardAwareDistributedSampler(Sampler[int]):
     """Like ``torch.utils.data.DistributedSampler``, for a dataset with ``shard_offsets``.
 
     Every rank yields the same number of indices; together they cover the dataset, padded by
-    repeating the start of the order when it does not divide evenly (as torch does) or truncated
-    with ``drop_last``. The order is a function of (seed, epoch, world size) alone.
-    ``state_dict``/``load_state_dict`` resume in the middle of an epoch.
+    repeating the start of the order when it does not divide evenly (as torch does), or truncated
+    with ``drop_last``. The order is a function of (seed, epoch) alone.
 
-    ``group_size`` (default: the dataset's, i.e. the augmented variants per input) keeps each run
-    of that many consecutive samples on one rank in an epoch; each rank then shuffles its share.
+    - ``window``: samples shuffled together (default: ``default_window``: a few shards' worth for
+      class-mixed caches, the whole dataset otherwise).
+    - ``auto_epoch`` (default True): each new pass over the sampler is the next epoch, so a plain
+      ``for epoch ...: for batch in loader`` reshuffles; ``set_epoch(e)`` still sets it exactly.
+    - ``group_size`` (default: the dataset's augmented variants per input) keeps each input's
+      variants on one rank in an epoch, never in one batch.
+    - ``state_dict``/``load_state_dict`` resume mid-epoch exactly; with another world size too
+      (for caches with variants, at an epoch boundary).
     """
 
     def __init__(
@@ -61,8 +110,9 @@ class ShardAwareDistributedSampler(Sampler[int]):
         seed: int = 0,
         drop_last: bool = False,
         *,
-        window: int = SHUFFLE_WINDOW_SHARDS,
+        window: int | None = None,
         group_size: int | None = None,
+        auto_epoch: bool = True,
     ) -> None:
         if num_replicas is None:
             num_replicas = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
@@ -76,67 +126,152 @@ class ShardAwareDistributedSampler(Sampler[int]):
         self.shard_offsets = np.asarray(offsets, dtype=np.int64)
         self.dataset_len = int(self.shard_offsets[-1])
         self.num_replicas, self.rank = num_replicas, rank
-        self.shuffle, self.seed, self.drop_last, self.window = shuffle, seed, drop_last, window
-        self.epoch = 0
+        self.shuffle, self.seed, self.drop_last = shuffle, int(seed), drop_last
+        self.window = int(window) if window is not None else default_window(dataset, self.dataset_len)
+        if self.window < 1:
+            raise ValueError(f"window must be at least 1 sample, got {window}")
         self.group_size = int(group_size or getattr(dataset, "group_size", 1))
         if self.group_size < 1 or self.dataset_len % self.group_size:
             raise ValueError(f"group_size {self.group_size} does not divide the {self.dataset_len} samples")
-        groups = self.dataset_len // self.group_size
-        per_rank = groups // num_replicas if drop_last else math.ceil(groups / num_replicas)
-        self.num_samples = per_rank * self.group_size
+        manifest = getattr(dataset, "manifest", None)
+        self.fingerprint = getattr(manifest, "fingerprint", None)
+        self.auto_epoch = auto_epoch
+        self.epoch = 0
+        self.num_samples = self._per_rank(self.dataset_len)  # a whole epoch's share of one rank
         self.total_size = self.num_samples * num_replicas
-        self._start = 0  # samples of the current epoch already consumed (set by load_state_dict)
-        self._yielded = 0
+        self._start = 0  # global position the next pass starts from (set by load_state_dict)
+        self._fresh = True  # no pass has started since construction, set_epoch or load_state_dict
+        self._pass_start = self._pass_len = self._yielded = 0
+
+    def _per_rank(self, remaining: int) -> int:
+        """Samples per rank for ``remaining`` samples: whole units of ``group_size`` each."""
+        units, world = remaining // self.group_size, self.num_replicas
+        return (units // world if self.drop_last else math.ceil(units / world)) * self.group_size
 
     def set_epoch(self, epoch: int) -> None:
+        """Make the next pass epoch ``epoch`` (a resumed epoch keeps its resume position)."""
         if epoch != self.epoch:
             self._start = 0
-        self.epoch = epoch
+        self.epoch = int(epoch)
+        self._fresh = True
+
+    def order(self) -> np.ndarray:
+        """The current epoch's unit order, before dealing (every rank computes the same)."""
+        return epoch_order(
+            self.shard_offsets, self.seed, self.epoch, self.shuffle, self.window, self.group_size
+        )
+
+    def _dealt(self) -> np.ndarray:
+        """Variants of one input per rank: position ``p`` of the result belongs to rank ``p % world``."""
+        units, world, g = self.order(), self.num_replicas, self.group_size
+        per = self.num_samples
+        seqs = []
+        for r in range(world):
+            seq = _spread(units[r::world][: per // g], g)  # drop_last drops whole units
+            if len(seq) < per:  # pad by repeating the start of this rank's share (or of all)
+                seq = np.resize(seq if len(seq) else _spread(units, g), per)
+            seqs.append(seq)
+        return np.stack(seqs, axis=1).reshape(-1) if seqs and per else np.zeros(0, dtype=np.int64)
 
     def indices(self) -> np.ndarray:
-        """This rank's indices for the current epoch, in order."""
-        g = self.group_size
-        order = epoch_order(self.shard_offsets, self.seed, self.epoch, self.shuffle, self.window, g)
-        if self.drop_last:
-            order = order[: self.total_size]
-        elif len(order) < self.total_size:
-            pad = self.total_size - len(order)  # whole groups, since both sizes are multiples of g
-            order = np.concatenate([order, np.tile(order, math.ceil(pad / max(1, len(order))))[:pad]])
-        begin = self.rank * self.num_samples
-        mine = order[begin : begin + self.num_samples]
-        if g > 1 and self.shuffle:  # don't hand a batch one image's variants in a row
-            mine = np.random.default_rng([self.seed, self.epoch, self.rank]).permutation(mine)
-        return mine
+        """This rank's indices for the next pass, in order (from the resume position, if any)."""
+        world, start = self.num_replicas, self._start
+        if self.group_size > 1:
+            return self._dealt()[start + self.rank :: world]
+        order = self.order()
+        rest = order[min(start, len(order)) :]
+        total = self._per_rank(len(rest)) * world
+        if len(rest) < total:  # pad by repeating the start of the epoch's order, as torch does
+            rest = np.concatenate([rest, np.resize(order, total - len(rest))])
+        return rest[self.rank : total : world]
 
     def __iter__(self) -> Iterator[int]:
-        start, self._start = self._start, 0
-        self._yielded = start
-        for i in self.indices()[start:].tolist():
+        if not self._fresh:  # a new pass with no set_epoch since the last one
+            if self.auto_epoch:
+                self.epoch += 1
+            self._start = 0
+        self._fresh = False
+        mine = self.indices()
+        self._pass_start, self._pass_len, self._yielded = self._start, len(mine), 0
+        self._start = 0  # the resume position is used up: running this epoch again starts it over
+        for i in mine.tolist():
             self._yielded += 1
             yield i
 
     def __len__(self) -> int:
-        return self.num_samples - self._start
+        start = self._start if self._fresh else 0
+        if self.group_size > 1:
+            return max(0, self.num_samples - start // self.num_replicas)
+        return self._per_rank(max(0, self.dataset_len - start))
+
+    def _end(self) -> int:
+        """The position at which the epoch is over."""
+        return self.total_size if self.group_size > 1 else self.dataset_len
 
     def state_dict(self, consumed: int | None = None) -> dict:
-        """Where this rank is: pass ``consumed`` (samples the training loop actually used) when a
-        loader prefetches ahead of it; by default, the indices this sampler has handed out."""
+        """Where the job is in the current epoch, for ``load_state_dict`` in this or another world size.
+
+        ``consumed``: samples of this pass the training loop actually used on this rank (a loader
+        that reads ahead knows it); by default, the indices this sampler has handed out. Every rank
+        is assumed to have consumed as many (DDP steps in lockstep), so the global position is
+        ``consumed * world`` past where the pass started.
+        """
+        if self._fresh:  # no pass since set_epoch or load_state_dict: nothing consumed yet
+            position = self._start
+        else:
+            used = self._yielded if consumed is None else min(int(consumed), self._pass_len)
+            position = min(self._end(), self._pass_start + used * self.num_replicas)
         return {
+            "version": _STATE_VERSION,
             "epoch": self.epoch,
+            "position": position,
             "seed": self.seed,
+            "shuffle": self.shuffle,
+            "window": self.window,
+            "group_size": self.group_size,
+            "drop_last": self.drop_last,
             "num_replicas": self.num_replicas,
-            "consumed": self._yielded if consumed is None else int(consumed),
+            "num_samples": self.dataset_len,
+            "fingerprint": self.fingerprint,
         }
 
     def load_state_dict(self, state: dict) -> None:
-        if state.get("num_replicas") != self.num_replicas or state.get("seed") != self.seed:
+        """Continue the saved epoch from its global position (the world size may differ)."""
+        if not isinstance(state, dict) or state.get("version") != _STATE_VERSION:
             raise ValueError(
-                f"sampler state is for seed {state.get('seed')} and {state.get('num_replicas')} replicas, "
-                f"not seed {self.seed} and {self.num_replicas}"
+                "sampler state is not from this version of cachekit (it has no global position); "
+                "start the epoch again"
             )
-        consumed = int(state["consumed"])
-        if not 0 <= consumed <= self.num_samples:
-            raise ValueError(f"consumed={consumed} is outside this epoch's {self.num_samples} samples")
+        if self.fingerprint and state.get("fingerprint") and state["fingerprint"] != self.fingerprint:
+            raise ValueError(
+                "sampler state was saved on another cache (its fingerprint differs): the same "
+                "position would be other samples; resume on the cache it was saved with"
+            )
+        if state.get("num_samples") != self.dataset_len:
+            raise ValueError(
+                f"sampler state is for a dataset of {state.get('num_samples')} samples, not {self.dataset_len}"
+            )
+        mine = {
+            "seed": self.seed,
+            "shuffle": self.shuffle,
+            "window": self.window,
+            "group_size": self.group_size,
+        }
+        differ = [f"{k}={state.get(k)!r} (here {v!r})" for k, v in mine.items() if state.get(k) != v]
+        if differ:
+            raise ValueError(f"sampler state has another order: {', '.join(differ)}")
+        position, world = state.get("position"), state.get("num_replicas")
+        end = self._end() if world == self.num_replicas else self.dataset_len
+        if not isinstance(position, int) or not 0 <= position <= max(end, self.dataset_len):
+            raise ValueError(f"sampler state position {position!r} is outside the epoch")
+        if world != self.num_replicas and self.group_size > 1 and 0 < position < self.dataset_len:
+            raise ValueError(
+                f"this cache's augmented variants are dealt to ranks per epoch: resume mid-epoch with "
+                f"the {world} ranks the state was saved with, or from the start of an epoch"
+            )
         self.epoch = int(state["epoch"])
-        self._start = consumed
-        self._yielded = consumed
+        if world == self.num_replicas or self.group_size == 1:
+            self._start = position
+        else:  # at an epoch boundary: the start, or nothing left
+            self._start = self._end() if position >= self.dataset_len else 0
+        self._fresh = True

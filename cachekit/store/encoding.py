@@ -16,7 +16,7 @@ import numpy as np
 
 from ..errors import CacheError, UsageError
 
-__all__ = ["STORES", "encode_images", "decode_rows", "read_sample", "check_store"]
+__all__ = ["STORES", "encode_images", "decode_rows", "decode_sample", "read_sample", "check_store"]
 
 STORES = ("pixels", "jpeg", "png")
 
@@ -61,18 +61,10 @@ def encode_images(images, store: str, quality: int = 90) -> tuple[np.ndarray, np
     return data.astype(np.uint8, copy=False), offsets
 
 
-def read_sample(
-    column: Callable[[str, object], np.ndarray], i: int, store: str, channels: int = 3
-) -> np.ndarray:
-    """Sample ``i`` of a variable-length shard as ``[C, H, W]`` uint8, at its own size."""
+def decode_sample(column: Callable[[str, object], np.ndarray], i: int, channels: int = 3) -> np.ndarray:
+    """Encoded sample ``i`` decoded to channels-last ``[H, W, C]`` uint8 (OpenCV releases the GIL)."""
     offsets = column("image_offsets", slice(i, i + 2))
-    start, stop = int(offsets[0]), int(offsets[1])
-    buf = np.asarray(column("image_bytes", slice(start, stop)))
-    if store == "pixels":
-        c, h, w = (int(v) for v in column("image_shape", slice(i, i + 1))[0])
-        if c * h * w != buf.size:
-            raise CacheError(f"sample {i} holds {buf.size} bytes, its shape {[c, h, w]} needs {c * h * w}")
-        return buf.reshape(c, h, w)
+    buf = np.asarray(column("image_bytes", slice(int(offsets[0]), int(offsets[1]))))
     img = (
         cv2.imdecode(buf, cv2.IMREAD_COLOR_RGB if channels == 3 else cv2.IMREAD_GRAYSCALE)
         if buf.size
@@ -80,7 +72,21 @@ def read_sample(
     )
     if img is None:
         raise CacheError(f"sample {i} of a shard does not decode")
-    return img.reshape(img.shape[0], img.shape[1], -1).transpose(2, 0, 1)
+    return img.reshape(img.shape[0], img.shape[1], -1)
+
+
+def read_sample(
+    column: Callable[[str, object], np.ndarray], i: int, store: str, channels: int = 3
+) -> np.ndarray:
+    """Sample ``i`` of a variable-length shard as ``[C, H, W]`` uint8, at its own size."""
+    if store != "pixels":
+        return decode_sample(column, i, channels).transpose(2, 0, 1)
+    offsets = column("image_offsets", slice(i, i + 2))
+    buf = np.asarray(column("image_bytes", slice(int(offsets[0]), int(offsets[1]))))
+    c, h, w = (int(v) for v in column("image_shape", slice(i, i + 1))[0])
+    if c * h * w != buf.size:
+        raise CacheError(f"sample {i} holds {buf.size} bytes, its shape {[c, h, w]} needs {c * h * w}")
+    return buf.reshape(c, h, w)
 
 
 def decode_rows(

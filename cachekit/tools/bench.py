@@ -25,7 +25,8 @@ from torch.utils.data import DataLoader
 from ..constants import VERSION
 from ..cpus import available_cpus
 from ..errors import UsageError
-from ..feed.dataset import CachedDataset, collate_batch
+from ..feed.batch import collate_batch
+from ..feed.dataset import CachedDataset
 from ..feed.loader import make_loader
 from ..store.atomic import path_size
 from .baselines import RawImageDataset

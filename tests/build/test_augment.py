@@ -163,3 +163,5 @@ def test_sampler_keeps_variants_of_an_image_on_one_rank(augmented):
         for indices in ranks:
             groups = [i // K for i in indices]
             assert groups != sorted(groups)  # the rank's share is shuffled, not K in a row
+            # one image's variants are spread out: no batch of 8 holds two of them
+            assert all(len(set(groups[i : i + 8])) == len(groups[i : i + 8]) for i in range(len(groups)))

@@ -92,15 +92,26 @@ def test_device_conversion_normalises_with_the_cache_stats(small_cache):
 def test_loader_state_resumes_from_delivered_batches(small_cache):
     ds = CachedDataset(small_cache)
     loader = make_loader(ds, batch_size=4, seed=2)
-    full = torch.cat([y for _, y in loader]).tolist()
     batches = iter(loader)
     first = [next(batches)[1] for _ in range(3)]  # the prefetch thread has read further than this
     state = loader.state_dict()
-    assert state["consumed"] == 12
+    assert state["position"] == 12 and state["epoch"] == 0
+    full = torch.cat([y for _, y in make_loader(ds, batch_size=4, seed=2)]).tolist()
     again = make_loader(ds, batch_size=4, seed=2)
     again.load_state_dict(state)
     rest = torch.cat([y for _, y in again]).tolist()
     assert torch.cat(first).tolist() + rest == full
+
+
+def test_each_pass_over_the_loader_is_a_new_epoch(small_cache):
+    ds = CachedDataset(small_cache)
+    loader = make_loader(ds, batch_size=8, seed=1)
+    orders = [torch.cat([y for _, y in loader]).tolist() for _ in range(3)]
+    images = [torch.cat([x for x, _ in loader]) for _ in range(1)]
+    assert len({tuple(o) for o in orders}) == 3 and loader.sampler.epoch == 3 and images
+    for epoch in (0, 2):
+        loader.set_epoch(epoch)
+        assert torch.cat([y for _, y in loader]).tolist() == orders[epoch]
 
 
 def test_prefetch_thread_propagates_errors(small_cache):
@@ -159,3 +170,124 @@ def test_train_ddp_example_under_torchrun(learnable_cache):
     done = [line for line in proc.stdout.splitlines() if line.startswith("done:")]
     first, last = (float(v) for v in done[0].split("loss")[1].split("->"))
     assert last < first * 0.9, proc.stdout
+
+
+# -- augmentation through make_loader -------------------------------------------------------------
+
+
+def _epoch(loader) -> tuple[torch.Tensor, torch.Tensor]:
+    images, labels = zip(*[(x, y) for x, y, *_ in loader])
+    return torch.cat(images), torch.cat(labels)
+
+
+def test_augment_is_reproducible_new_each_epoch_and_independent_of_threads(small_cache):
+    from cachekit.transforms import RandomHorizontalFlip, RandomResizedCrop
+
+    ds = CachedDataset(small_cache)
+    augment = [RandomResizedCrop(24), RandomHorizontalFlip()]
+    one = make_loader(ds, batch_size=8, seed=3, augment=augment, threads=1)
+    two = make_loader(ds, batch_size=8, seed=3, augment=augment, threads=2)
+    assert "augment on CPU threads" in two.mode and "2 threads" in two.mode
+    a0, y0 = _epoch(one)
+    b0, z0 = _epoch(two)
+    assert a0.shape == (40, 3, 24, 24) and a0.dtype == torch.uint8
+    assert torch.equal(a0, b0) and torch.equal(y0, z0)  # same draws whatever the thread count
+    a1, y1 = _epoch(one)  # the next pass: another order and other crops
+    assert not torch.equal(y0, y1)
+    one.set_epoch(0)
+    again, _ = _epoch(one)
+    assert torch.equal(again, a0)
+    forked = make_loader(ds, batch_size=8, seed=3, augment=augment, workers=2)  # worker processes
+    assert forked.num_workers == 2
+    c0, w0 = _epoch(forked)
+    assert torch.equal(c0, a0) and torch.equal(w0, y0)
+
+
+def test_device_path_on_cpu_matches_the_threads_path(small_cache):
+    from cachekit.transforms import ColorJitter, RandomHorizontalFlip, RandomResizedCrop
+
+    ds = CachedDataset(small_cache)
+    augment = [RandomResizedCrop(24), RandomHorizontalFlip(), ColorJitter(0.3, 0.3, 0.3, 0.05)]
+    common = dict(batch_size=8, seed=1, augment=augment, device="cpu", normalize=True)
+    threads = make_loader(ds, **common, augment_on="threads")
+    device = make_loader(ds, **common, augment_on="device", channels_last=True)
+    assert "augment on cpu" in device.mode
+    x, y = _epoch(threads)
+    d, z = _epoch(device)
+    assert torch.equal(y, z) and d.dtype == torch.float32 and x.shape == d.shape
+    assert d.is_contiguous(memory_format=torch.channels_last)
+    std = torch.tensor(ds.manifest.std).view(1, 3, 1, 1)
+    diff = ((x - d) * std * 255).abs()  # back in 8-bit levels
+    assert diff.mean() < 1.0 and diff.max() <= 12
+
+
+def test_mid_epoch_resume_with_augmentation_yields_exactly_the_remaining_batches(small_cache):
+    from cachekit.transforms import RandomHorizontalFlip, RandomResizedCrop
+
+    ds = CachedDataset(small_cache)
+    augment = [RandomResizedCrop(16), RandomHorizontalFlip()]
+    loader = make_loader(ds, batch_size=6, seed=8, augment=augment)
+    _epoch(loader)  # epoch 0
+    batches = iter(loader)  # epoch 1
+    first = [next(batches) for _ in range(3)]
+    state = loader.state_dict()
+    assert state["epoch"] == 1 and state["position"] == 18
+    full = make_loader(ds, batch_size=6, seed=8, augment=augment)
+    full.set_epoch(1)
+    expected = list(full)
+    resumed = make_loader(ds, batch_size=6, seed=8, augment=augment)
+    resumed.load_state_dict(state)
+    got = first + list(resumed)
+    assert len(got) == len(expected)
+    for (a, y), (b, z) in zip(got, expected):
+        assert torch.equal(a, b) and torch.equal(y, z)
+
+
+def test_output_dtype_layout_and_scaling(small_cache):
+    ds = CachedDataset(small_cache)
+    raw = ds.read_batch(range(8))[0].float() / 255
+    half = make_loader(
+        ds, batch_size=8, shuffle=False, device="cpu", dtype=torch.bfloat16, channels_last=True
+    )
+    x, _ = next(iter(half))
+    assert x.dtype == torch.bfloat16 and x.is_contiguous(memory_format=torch.channels_last)
+    torch.testing.assert_close(x.float(), raw, atol=4e-3, rtol=0)
+    norm = make_loader(ds, batch_size=8, shuffle=False, device="cpu", dtype=torch.float16, normalize=True)
+    mean = torch.tensor(ds.manifest.mean).view(1, 3, 1, 1)
+    std = torch.tensor(ds.manifest.std).view(1, 3, 1, 1)
+    torch.testing.assert_close(next(iter(norm))[0].float(), (raw - mean) / std, atol=2e-2, rtol=1e-2)
+    floats = CachedDataset(small_cache, transform=lambda t: t.float() / 255)  # already in [0, 1]
+    loader = make_loader(floats, batch_size=8, shuffle=False, workers=0, device="cpu", dtype=torch.float32)
+    torch.testing.assert_close(next(iter(loader))[0], raw)  # not divided by 255 a second time
+    with pytest.raises(ValueError, match="floating point"):
+        make_loader(ds, batch_size=8, dtype=torch.int32)
+
+
+def test_a_rank_without_batches_is_an_error_not_a_hang(small_cache):
+    ds = CachedDataset(small_cache)
+    with pytest.raises(ValueError, match="no batches"):
+        make_loader(ds, batch_size=64, drop_last=True)
+    assert len(make_loader(ds, batch_size=64)) == 1
+
+
+def test_variable_sized_samples_train_with_crops_and_evaluate_with_center_crops(mixed_tree, tmp_path):
+    from cachekit import BuildConfig, build
+    from cachekit.transforms import CenterCrop, RandomResizedCrop, Resize
+
+    build(mixed_tree, tmp_path / "c", BuildConfig(pipeline="train-256", size=48, workers=1, progress=False))
+    ds = CachedDataset(tmp_path / "c")
+    assert ds.ragged
+    train = make_loader(ds, batch_size=3, augment=[RandomResizedCrop(32)])
+    x, y = _epoch(train)
+    assert x.shape == (len(ds), 3, 32, 32)
+    val = make_loader(ds, batch_size=3, shuffle=False, augment=[Resize(48), CenterCrop(40)])
+    v, labels = _epoch(val)
+    for i in range(len(ds)):
+        img = ds[i][0]
+        h, w = img.shape[1:]
+        top, left = int(round((h - 40) / 2)), int(round((w - 40) / 2))
+        assert torch.equal(v[i], img[:, top : top + 40, left : left + 40])  # the short side is 48 already
+    on_device = make_loader(
+        ds, batch_size=3, shuffle=False, augment=[CenterCrop(40)], device="cpu", augment_on="device"
+    )
+    assert torch.equal(_epoch(on_device)[0], v)

@@ -11,6 +11,7 @@ import torch.distributed as dist
 import torch.multiprocessing as tmp_mp
 
 from cachekit import CachedDataset, ShardAwareDistributedSampler
+from cachekit.constants import SHUFFLE_WINDOW_SAMPLES
 
 
 def _free_port() -> int:
@@ -60,6 +61,20 @@ def test_ranks_in_a_gloo_group_are_disjoint_covering_and_equal(small_cache, worl
     assert got[0]["epochs"][0] != got[0]["epochs"][1]  # set_epoch changes it
 
 
+class FakeCache:
+    """Just what the sampler reads: shard offsets, labels per sample and whether shards are mixed."""
+
+    def __init__(self, labels, shard_size: int, mixed: bool, fingerprint: str = "f" * 64) -> None:
+        self.labels = np.asarray(labels)
+        n = len(self.labels)
+        self.shard_offsets = np.array([*range(0, n, shard_size), n], dtype=np.int64)
+        self.shards_mixed = mixed
+        self.manifest = type("M", (), {"fingerprint": fingerprint})()
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+
 def test_order_matches_torch_padding_and_is_deterministic(small_cache):
     ds = CachedDataset(small_cache)
     a = ShardAwareDistributedSampler(ds, num_replicas=3, rank=1, seed=5)
@@ -70,18 +85,50 @@ def test_order_matches_torch_padding_and_is_deterministic(small_cache):
     unshuffled = [
         list(ShardAwareDistributedSampler(ds, num_replicas=3, rank=r, shuffle=False)) for r in range(3)
     ]
-    order = list(range(40)) + [0, 1]  # torch pads by repeating the start of the order
-    assert unshuffled == [order[0:14], order[14:28], order[28:42]]
+    order = list(range(40)) + [0, 1]  # torch pads by repeating the start, and deals out strided
+    assert unshuffled == [order[0::3], order[1::3], order[2::3]]
 
 
-def test_reads_stay_within_a_window_of_shards(small_cache):
-    ds = CachedDataset(small_cache)  # 6 shards of 7 samples (the last has 5)
-    sampler = ShardAwareDistributedSampler(ds, num_replicas=1, rank=0, seed=1, window=2)
-    shards = np.searchsorted(ds.shard_offsets, np.array(list(sampler)), side="right") - 1
-    # The order is three windows of two shards each: every window's samples are contiguous.
-    windows = [set(shards[i : i + 14].tolist()) for i in range(0, 28, 14)]
-    assert all(len(w) == 2 for w in windows)
-    assert sorted(shards.tolist()) == sorted(np.repeat(np.arange(6), np.diff(ds.shard_offsets)).tolist())
+def test_mixed_caches_read_a_window_of_shards_at_a_time():
+    cache = FakeCache(np.arange(400) % 10, shard_size=20, mixed=True)
+    sampler = ShardAwareDistributedSampler(cache, num_replicas=1, rank=0, seed=1, window=60)
+    order = np.array(list(sampler))
+    shards = np.searchsorted(cache.shard_offsets, order, side="right") - 1
+    # every 60 consecutive samples come from the 3 (or, across a window edge, 4) shards of a window
+    assert all(len(set(shards[i : i + 60].tolist())) == 3 for i in range(0, 400, 60)[:-1])
+    assert sorted(order.tolist()) == list(range(400))
+    assert ShardAwareDistributedSampler(cache).window == SHUFFLE_WINDOW_SAMPLES
+
+
+def test_class_pure_shards_get_a_uniform_shuffle():
+    cache = FakeCache(np.repeat(np.arange(20), 40), shard_size=40, mixed=False)  # one class per shard
+    sampler = ShardAwareDistributedSampler(cache, seed=0)
+    assert sampler.window == len(cache)  # not known to be mixed: shuffled whole
+    mix = _distinct_per_batch(cache.labels[np.array(list(sampler))], 64)
+    uniform = np.mean(
+        [_distinct_per_batch(cache.labels[np.random.default_rng(s).permutation(800)], 64) for s in range(5)]
+    )
+    assert mix >= 0.9 * uniform
+    narrow = ShardAwareDistributedSampler(cache, seed=0, window=160)  # what a 4-shard window gave
+    assert _distinct_per_batch(cache.labels[np.array(list(narrow))], 64) < 0.5 * uniform
+
+
+def _distinct_per_batch(labels: np.ndarray, batch: int) -> float:
+    return float(
+        np.mean([len(set(labels[i : i + batch].tolist())) for i in range(0, len(labels) - batch + 1, batch)])
+    )
+
+
+def test_each_pass_is_a_new_epoch_and_set_epoch_wins(small_cache):
+    ds = CachedDataset(small_cache)
+    sampler = ShardAwareDistributedSampler(ds, num_replicas=2, rank=0, seed=4)
+    passes = [list(sampler) for _ in range(3)]
+    assert sampler.epoch == 2 and len({tuple(p) for p in passes}) == 3
+    for epoch, expected in enumerate(passes):
+        sampler.set_epoch(epoch)
+        assert list(sampler) == expected
+    fixed = ShardAwareDistributedSampler(ds, num_replicas=2, rank=0, seed=4, auto_epoch=False)
+    assert list(fixed) == list(fixed) == passes[0]  # torch's behaviour, when asked for
 
 
 def test_resume_mid_epoch_yields_exactly_the_rest(small_cache):
@@ -89,14 +136,56 @@ def test_resume_mid_epoch_yields_exactly_the_rest(small_cache):
     sampler = ShardAwareDistributedSampler(ds, num_replicas=2, rank=1, seed=9)
     sampler.set_epoch(4)
     full = list(sampler)
+    sampler.set_epoch(4)
     it = iter(sampler)
     consumed = [next(it) for _ in range(7)]
     state = sampler.state_dict()
+    assert state["position"] == 14 and state["epoch"] == 4
     fresh = ShardAwareDistributedSampler(ds, num_replicas=2, rank=1, seed=9)
     fresh.load_state_dict(state)
     assert fresh.epoch == 4 and len(fresh) == len(full) - 7
+    fresh.set_epoch(4)  # the usual loop calls set_epoch first: the resume position is kept
     rest = list(fresh)
     assert consumed + rest == full
-    assert len(fresh) == len(full) and list(fresh) == full  # the next pass is a whole epoch again
-    with pytest.raises(ValueError):
-        ShardAwareDistributedSampler(ds, num_replicas=3, rank=0, seed=9).load_state_dict(state)
+    assert list(fresh) != full and fresh.epoch == 5  # the next pass is the next whole epoch
+    fresh.set_epoch(4)
+    assert list(fresh) == full  # running the epoch again starts it over
+
+
+@pytest.mark.parametrize("worlds", [(2, 3, 2), (3, 1, 4)])
+def test_elastic_resume_consumes_each_remaining_sample_once(small_cache, worlds):
+    ds = CachedDataset(small_cache)
+    seen: list[int] = []
+    state = None
+    for step, world in enumerate(worlds):
+        ranks = [ShardAwareDistributedSampler(ds, num_replicas=world, rank=r, seed=2) for r in range(world)]
+        iters = []
+        for s in ranks:
+            if state is not None:
+                s.load_state_dict(state)
+            iters.append(iter(s))
+        take = 5 if step < len(worlds) - 1 else len(ranks[0])  # the last job runs to the end
+        for it in iters:
+            seen += [next(it) for _ in range(take)]
+        state = ranks[0].state_dict()
+    counts = np.bincount(seen, minlength=len(ds))
+    assert counts.min() == 1  # every sample of the epoch, across three differently sized jobs
+    assert counts.sum() - len(ds) < worlds[-1]  # repeats only as the last job's padding
+
+
+def test_state_from_another_cache_or_order_is_refused(small_cache):
+    ds = CachedDataset(small_cache)
+    sampler = ShardAwareDistributedSampler(ds, seed=1)
+    next(iter(sampler))
+    state = sampler.state_dict()
+    other = FakeCache(np.zeros(len(ds)), 7, mixed=False, fingerprint="0" * 64)
+    with pytest.raises(ValueError, match="another cache"):
+        ShardAwareDistributedSampler(other, seed=1).load_state_dict(state)
+    with pytest.raises(ValueError, match="seed=1"):
+        ShardAwareDistributedSampler(ds, seed=2).load_state_dict(state)
+    with pytest.raises(ValueError, match="samples"):
+        ShardAwareDistributedSampler(FakeCache(np.zeros(8), 4, False), seed=1).load_state_dict(
+            state | {"fingerprint": None}
+        )
+    with pytest.raises(ValueError, match="version"):
+        sampler.load_state_dict({"epoch": 0, "seed": 1, "num_replicas": 1, "consumed": 3})

@@ -159,10 +159,13 @@ def test_jpeg_cache_is_smaller_and_converts_without_re_encoding(mixed_tree, tmp_
     assert torch.equal(a[0], b[0]) and read_manifest(tmp_path / "z").format_options["store"] == "jpeg"
 
 
-def test_make_loader_uses_workers_for_encoded_stores(small_tree, tmp_path):
+def test_make_loader_decodes_encoded_stores_in_process(small_tree, tmp_path):
     from cachekit import make_loader
 
     build(small_tree, tmp_path / "j", BuildConfig(store="jpeg", size=32, workers=1, progress=False))
-    loader = make_loader(CachedDataset(tmp_path / "j"), batch_size=8)
-    assert loader.num_workers > 0 and "worker processes" in loader.mode
-    assert sum(len(labels) for _, labels in loader) == 40
+    ds = CachedDataset(tmp_path / "j")
+    loader = make_loader(ds, batch_size=8, threads=2, shuffle=False)
+    assert loader.num_workers == 0 and "2 threads over each batch" in loader.mode
+    images, labels = map(torch.cat, zip(*loader))
+    one_by_one = torch.stack([ds[i][0] for i in range(len(ds))])  # decoded on their own
+    assert torch.equal(images, one_by_one) and labels.tolist() == [ds[i][1] for i in range(len(ds))]

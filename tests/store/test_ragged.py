@@ -45,8 +45,8 @@ def test_batches_of_ragged_samples_pad_or_say_why_not(mixed_tree, tmp_path):
     assert len(set(sizes)) > 1 and all(max(s[1:]) == 64 for s in sizes)
     with pytest.raises(ValueError, match="pad=True"):
         ds.read_batch([0, 1, 2])
-    with pytest.raises(ValueError, match="different sizes"):
-        next(iter(make_loader(ds, batch_size=4, shuffle=False)))
+    with pytest.raises(ValueError, match="own size: pass pad=True"):
+        make_loader(ds, batch_size=4, shuffle=False)  # said at once, not at the first batch
     loader = make_loader(ds, batch_size=4, shuffle=False, pad=True)
     seen = 0
     for images, labels, hw in loader:

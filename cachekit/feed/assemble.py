@@ -1,0 +1,173 @@
+"""Reading a batch in the process that trains: threads over the batch write straight into a recycled buffer.
+
+``make_loader``'s batch sampler hands the dataset a ``BatchRequest``: the indices plus the epoch,
+the augmentation plan and a thread count, so a request reads the same batch wherever it runs (in
+this process, or in a worker process it was pickled to). Each thread takes a contiguous slice of
+the batch and, per sample, copies the memory-mapped row, decodes an encoded one, or crops,
+resizes, flips and colours it with OpenCV (which releases the GIL) into its row of the output.
+When the plan runs on the device instead, the batch is read as it is stored and its parameters
+travel with it (``SampleBatch.aux``) to the loader's device stage.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import torch
+
+from ..errors import CacheError
+from ..store.encoding import decode_sample, read_sample
+from .batch import SampleBatch
+from .colour import jitter_planes
+from .transforms import Plan
+from .warp import warp_hwc, warp_planes
+
+__all__ = ["BatchRequest", "run_chunks", "assemble"]
+
+
+class BatchRequest(list):
+    """The indices of one batch and how to read them (a list, so any Dataset sees plain indices)."""
+
+    def __init__(
+        self,
+        indices=(),
+        *,
+        epoch: int = 0,
+        seed: int = 0,
+        plan: Plan | None = None,
+        threads: int = 1,
+        on_device: bool = False,
+    ) -> None:
+        super().__init__(indices)
+        self.epoch, self.seed, self.plan = epoch, seed, plan
+        self.threads, self.on_device = threads, on_device
+
+    def __reduce__(self):
+        options = (self.epoch, self.seed, self.plan, self.threads, self.on_device)
+        return (_restore, (list(self), *options))
+
+
+def _restore(indices, epoch, seed, plan, threads, on_device) -> BatchRequest:
+    return BatchRequest(indices, epoch=epoch, seed=seed, plan=plan, threads=threads, on_device=on_device)
+
+
+_pools: dict[int, ThreadPoolExecutor] = {}
+_pools_lock = threading.Lock()
+
+
+def _pool(threads: int) -> ThreadPoolExecutor:
+    """This process's pool (a forked child makes its own: threads do not survive a fork)."""
+    with _pools_lock:
+        pool = _pools.get(os.getpid())
+        if pool is None or pool._max_workers < threads:
+            _pools.clear()
+            pool = _pools[os.getpid()] = ThreadPoolExecutor(
+                max_workers=threads, thread_name_prefix="cachekit-read"
+            )
+        return pool
+
+
+def run_chunks(n: int, threads: int, fn: Callable[[int, int], None]) -> None:
+    """``fn(lo, hi)`` over ``threads`` contiguous slices of ``range(n)``; the caller takes the first."""
+    threads = max(1, min(int(threads), n))
+    if threads == 1:
+        fn(0, n)
+        return
+    bounds = np.linspace(0, n, threads + 1).round().astype(int).tolist()
+    futures = [_pool(threads - 1).submit(fn, bounds[k], bounds[k + 1]) for k in range(1, threads)]
+    error = None
+    try:
+        fn(bounds[0], bounds[1])
+    except BaseException as exc:  # every slice finishes before the error goes on
+        error = exc
+    for future in futures:
+        try:
+            future.result()
+        except BaseException as exc:
+            error = error or exc
+    if error is not None:
+        raise error
+
+
+def _sizes(dataset, readers: list, local: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each sample's stored height and width (variable-sized caches record them per sample)."""
+    if not dataset.ragged:
+        _, h, w = dataset.sample_shape
+        return np.full(len(local), h, np.int64), np.full(len(local), w, np.int64)
+    shapes = np.array([r.column("image_shape", slice(i, i + 1))[0] for r, i in zip(readers, local.tolist())])
+    return shapes[:, 1].astype(np.int64), shapes[:, 2].astype(np.int64)
+
+
+def _source(dataset, reader, i: int) -> tuple[np.ndarray, bool]:
+    """Sample ``i`` of a shard as stored: (array, channels_last). Pixel rows are zero-copy views."""
+    channels = dataset.sample_shape[0]
+    if dataset.store != "pixels":
+        return decode_sample(reader.column, i, channels), True
+    if dataset.ragged:
+        return read_sample(reader.column, i, "pixels", channels), False
+    array = reader.image_array
+    return (array[i] if array is not None else reader.images(np.array([i]))[0]), False
+
+
+def _aux(draws, inside: np.ndarray) -> dict:
+    aux = {
+        "boxes": torch.from_numpy(draws.boxes),
+        "flips": torch.from_numpy(draws.flips),
+        "inside": torch.from_numpy(inside),
+        "out_size": torch.tensor(draws.out_size, dtype=torch.int64),
+    }
+    if draws.jitter is not None:
+        aux["jitter"] = torch.from_numpy(draws.jitter)
+    return aux
+
+
+def assemble(
+    dataset, request: BatchRequest, readers: list, local: np.ndarray, labels: np.ndarray
+) -> SampleBatch:
+    """Read (and, on threads, augment) the samples at ``readers[j]``, row ``local[j]``, into one batch."""
+    n = len(local)
+    channels = dataset.sample_shape[0]
+    heights, widths = _sizes(dataset, readers, local)
+    plan = request.plan
+    draws = (
+        plan.draw(request.seed, request.epoch, np.asarray(request, dtype=np.int64), heights, widths)
+        if plan
+        else None
+    )
+    if draws is not None and draws.jitter is not None and channels != 3:
+        raise CacheError(f"ColorJitter needs RGB samples; this cache stores {channels} channel(s)")
+    on_threads = draws is not None and not request.on_device
+    inside = draws.inside(heights, widths) if draws is not None else None
+    if on_threads:
+        out = dataset._buffers.get((n, channels, *draws.out_size))
+    elif dataset.ragged:  # padded to the largest, with zeros: padding is never sampled as data
+        out = dataset._buffers.get((n, channels, int(heights.max(initial=0)), int(widths.max(initial=0))))
+        out.fill(0)
+    else:
+        out = dataset._buffers.get((n, *dataset.sample_shape))
+    local_list = local.tolist()
+
+    def work(lo: int, hi: int) -> None:
+        for j in range(lo, hi):
+            src, hwc = _source(dataset, readers[j], local_list[j])
+            if on_threads:
+                (warp_hwc if hwc else warp_planes)(
+                    src, draws.boxes[j], bool(draws.flips[j]), bool(inside[j]), out[j]
+                )
+                if draws.jitter is not None:
+                    jitter_planes(out[j], draws.jitter[j])
+            else:
+                dst = out[j, :, : heights[j], : widths[j]]
+                dst[...] = src.transpose(2, 0, 1) if hwc else src
+
+    run_chunks(n, request.threads, work)
+    aux = None
+    if draws is not None and request.on_device:
+        aux = _aux(draws, inside)
+    elif draws is None and dataset.ragged:
+        aux = {"sizes": torch.from_numpy(np.stack([heights, widths], axis=1))}
+    return SampleBatch(torch.from_numpy(out), torch.from_numpy(labels), aux)

@@ -1,0 +1,95 @@
+"""What a batch is: ``SampleBatch`` (a batch read in one go) and the collate functions for it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch.utils.data import default_collate
+
+__all__ = ["SampleBatch", "collate_batch", "pad_collate", "stack_images"]
+
+
+class SampleBatch(list):
+    """A batch read in one go: ``.images`` uint8 ``[B, C, H, W]`` and ``.labels`` int64 ``[B]``.
+
+    It is also a list of ``(image, label)`` pairs (built on first use), so torch's default collate
+    works unchanged; ``collate_batch`` skips that and returns the stacked tensors directly.
+    ``.aux``: what the loader still has to do on the device (augmentation parameters), or padded
+    samples' own sizes; None for a plain batch.
+    """
+
+    def __init__(self, images: torch.Tensor, labels: torch.Tensor, aux: dict | None = None) -> None:
+        super().__init__()
+        self.images = images
+        self.labels = labels
+        self.aux = aux
+        self._filled = False
+
+    def _fill(self) -> None:
+        if not self._filled:
+            self._filled = True
+            super().extend(zip(self.images, self.labels.tolist()))
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __iter__(self):
+        self._fill()
+        return super().__iter__()
+
+    def __getitem__(self, i):
+        self._fill()
+        return super().__getitem__(i)
+
+    def __reduce__(self):
+        return (SampleBatch, (self.images, self.labels, self.aux))
+
+
+def stack_images(images: Sequence[torch.Tensor]) -> torch.Tensor:
+    """``torch.stack`` for images, with an error that says what to do when their sizes differ."""
+    shapes = {tuple(t.shape) for t in images}
+    if len(shapes) > 1:
+        some = ", ".join(str(list(s)) for s in sorted(shapes)[:3])
+        raise ValueError(
+            f"cannot stack images of different sizes ({some}, ...): this cache keeps every sample at "
+            "its own size; use make_loader(..., pad=True) or collate_fn=cachekit.pad_collate, "
+            "batch_size=1, or build with a fixed-size recipe"
+        )
+    return torch.stack(list(images)) if images else torch.empty(0, dtype=torch.uint8)
+
+
+def collate_batch(batch: Any) -> Any:
+    """Collate for DataLoaders over a CachedDataset: a SampleBatch is already stacked.
+
+    A batch with work left for the loader's device stage comes as ``(images, labels, aux)``.
+    """
+    if isinstance(batch, SampleBatch):
+        if batch.aux is None:
+            return batch.images, batch.labels
+        if set(batch.aux) == {"sizes"}:  # variable-sized samples, already padded: as pad_collate gives
+            return batch.images, batch.labels, batch.aux["sizes"]
+        return batch.images, batch.labels, batch.aux
+    if batch and isinstance(batch[0], tuple) and isinstance(batch[0][0], torch.Tensor):
+        images = stack_images([b[0] for b in batch])
+        return images, default_collate([b[1] for b in batch])
+    return default_collate(batch)
+
+
+def pad_collate(batch: Sequence[tuple[torch.Tensor, Any]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Images of different sizes zero-padded (bottom and right) to the largest in the batch.
+
+    Returns ``(images [B, C, Hmax, Wmax], labels [B], sizes [B, 2])``: each image's own height and
+    width, so the padding can be masked.
+    """
+    images = [b[0] for b in batch]
+    sizes = torch.tensor([list(t.shape[-2:]) for t in images], dtype=torch.int64)
+    h, w = (int(v) for v in sizes.max(dim=0).values) if len(images) else (0, 0)
+    out = torch.zeros(
+        (len(images), images[0].shape[0] if images else 0, h, w),
+        dtype=images[0].dtype if images else torch.uint8,
+    )
+    for i, t in enumerate(images):
+        out[i, :, : t.shape[-2], : t.shape[-1]] = t
+    return out, default_collate([b[1] for b in batch]), sizes

@@ -1,0 +1,127 @@
+"""The loader's last stage: batches to the device, finished there (augmentation, dtype, normalisation, layout).
+
+On CUDA the copy of batch t+1 and its transforms run on a side stream while the model works on
+batch t; the training stream waits for that stream's event before it touches the batch, and the
+batch's memory is recorded on the training stream so the allocator does not hand it out early.
+Everywhere else (``device="cpu"``, or no device) the very same code runs without streams.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+from .colour import jitter_batch
+from .warp import warp_batch
+
+__all__ = ["DeviceStage"]
+
+
+class DeviceStage:
+    """Finishes host batches ``(images, labels[, aux | sizes])`` into what the training step gets."""
+
+    def __init__(
+        self,
+        device: torch.device | str | None = None,
+        *,
+        dtype: torch.dtype | None = None,
+        mean: Any = None,
+        std: Any = None,
+        channels_last: bool = False,
+    ) -> None:
+        self.device = torch.device(device) if device is not None else None
+        if dtype is not None and not dtype.is_floating_point:
+            raise ValueError(f"dtype must be a floating point type (images come in [0, 1]), got {dtype}")
+        self.dtype = dtype
+        self.mean = None if mean is None else torch.tensor(mean, dtype=torch.float32).view(1, -1, 1, 1)
+        self.std = None if std is None else torch.tensor(std, dtype=torch.float32).view(1, -1, 1, 1)
+        self.channels_last = channels_last
+        cuda = self.device is not None and self.device.type == "cuda"
+        self.stream = torch.cuda.Stream(self.device) if cuda else None
+
+    # -- per batch ----------------------------------------------------------------------------
+
+    def _move(self, value):
+        if self.device is None:
+            return value
+        if isinstance(value, torch.Tensor):
+            return value.to(self.device, non_blocking=True)
+        if isinstance(value, dict):  # the output size stays on the host: reading it must not sync
+            return {k: v if k == "out_size" else self._move(v) for k, v in value.items()}
+        return value
+
+    def _images(self, images: torch.Tensor, aux: dict | None) -> tuple[torch.Tensor, bool]:
+        """Apply the augmentation left to do; returns (images, scaled_0_255_float)."""
+        if aux is None or "boxes" not in aux:
+            return images, False
+        out_size = tuple(int(v) for v in aux["out_size"].tolist())
+        x = warp_batch(images, aux["boxes"], aux["flips"], aux["inside"], out_size)
+        if "jitter" in aux:
+            x = jitter_batch(x, aux["jitter"], hue=aux["hue"])
+        return x, True
+
+    def _convert(self, x: torch.Tensor, scaled_255: bool) -> torch.Tensor:
+        """uint8 (or float in [0, 255] from augmentation) to [0, 1]; floats from elsewhere as they are."""
+        wanted = self.dtype or (torch.float32 if self.mean is not None else None)
+        if wanted is None:
+            return x.round_().clamp_(0, 255).to(torch.uint8) if scaled_255 else x
+        if x.dtype == torch.uint8 or scaled_255:
+            x = x.to(torch.float32).div_(255.0)
+        elif self.mean is not None and x.dtype != torch.float32:
+            x = x.to(torch.float32)  # normalisation is computed in fp32 whatever the output type
+        if self.mean is not None:
+            x = (x - self.mean.to(x.device)) / self.std.to(x.device)
+        return x.to(wanted)
+
+    def process(self, batch) -> tuple:
+        """One batch, start to finish, on the current stream."""
+        images, labels, *rest = batch
+        aux = rest[0] if rest and isinstance(rest[0], dict) else None
+        if aux is not None and "jitter" in aux:  # decided on the host: a device read would sync
+            aux = {**aux, "hue": bool((aux["jitter"][:, 3] != 0).any())}
+        images, labels = self._move(images), self._move(labels)
+        aux = self._move(aux)
+        extra = [] if aux is not None or not rest else [self._move(rest[0])]
+        x, scaled = self._images(images, aux)
+        x = self._convert(x, scaled)
+        if self.channels_last and x.dim() == 4:
+            x = x.contiguous(memory_format=torch.channels_last)
+        return (x, labels, *extra)
+
+    # -- the pipeline -------------------------------------------------------------------------
+
+    def _stage(self, batch) -> tuple[tuple, Any]:
+        context = torch.cuda.stream(self.stream) if self.stream is not None else contextlib.nullcontext()
+        with context:
+            out = self.process(batch)
+        event = self.stream.record_event() if self.stream is not None else None
+        return out, event
+
+    def _deliver(self, staged: tuple[tuple, Any]) -> tuple:
+        out, event = staged
+        if event is not None:
+            current = torch.cuda.current_stream(self.device)
+            current.wait_event(event)
+            for t in out:
+                if isinstance(t, torch.Tensor) and t.is_cuda:
+                    t.record_stream(current)
+        return out
+
+    def run(self, batches: Iterator) -> Iterator[tuple]:
+        """Yield finished batches; with a device the next batch is copied and transformed one step
+        ahead (on CUDA, on the side stream while the model runs; elsewhere the same code, in turn)."""
+        if self.device is None:
+            for batch in batches:
+                yield self.process(batch)
+            return
+        pending = None
+        for batch in batches:
+            staged = self._stage(batch)
+            if pending is not None:
+                yield self._deliver(pending)
+            pending = staged
+        if pending is not None:
+            yield self._deliver(pending)

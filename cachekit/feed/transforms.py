@@ -1,0 +1,287 @@
+"""Batched on-the-fly augmentation: torchvision-style transforms that ``make_loader(augment=[...])`` runs.
+
+The transforms are descriptions, not functions: ``make_loader`` compiles a list of them into a
+``Plan`` that draws every sample's parameters for a whole batch at once, from (seed, epoch, sample
+index) alone, so a run reproduces exactly whatever the thread or worker count, and a resumed epoch
+gets the same crops. The geometry of a list (resizes, crops, flips) folds into one crop box and
+one resize per sample; the loader runs it with OpenCV in threads over the batch, or as one
+``grid_sample`` kernel on the device (``cachekit.feed.warp``); colour jitter follows
+(``cachekit.feed.colour``).
+
+Crop boxes are whole source pixels; resizing is bilinear, sampling inside the box (OpenCV's
+``INTER_LINEAR`` on the box); a crop larger than its image is padded with zeros, as torchvision's.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .draws import uniforms
+
+__all__ = [
+    "RandomResizedCrop",
+    "RandomHorizontalFlip",
+    "ColorJitter",
+    "CenterCrop",
+    "Resize",
+    "Plan",
+    "Draws",
+    "compile_plan",
+]
+
+_ATTEMPTS = 10  # torchvision's RandomResizedCrop tries 10 boxes before its central fallback
+
+
+def _size(value, name: str) -> tuple[int, int]:
+    pair = (value, value) if isinstance(value, int) and not isinstance(value, bool) else value
+    if (
+        not isinstance(pair, (tuple, list))
+        or len(pair) != 2
+        or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in pair)
+    ):
+        raise ValueError(f"{name}: size must be a positive int or (height, width), got {value!r}")
+    return int(pair[0]), int(pair[1])
+
+
+def _range(value, name: str, low: float = 0.0) -> tuple[float, float]:
+    a, b = (float(v) for v in value)
+    if not (low < a <= b) or not math.isfinite(b):
+        raise ValueError(f"{name}: expected {low} < min <= max, got {value!r}")
+    return a, b
+
+
+@dataclass(frozen=True)
+class RandomResizedCrop:
+    """A random box of ``scale`` x the area and aspect ``ratio``, resized to ``size`` (torchvision's)."""
+
+    size: int | tuple[int, int]
+    scale: tuple[float, float] = (0.08, 1.0)
+    ratio: tuple[float, float] = (3 / 4, 4 / 3)
+
+    def __post_init__(self) -> None:
+        _size(self.size, "RandomResizedCrop")
+        _range(self.scale, "RandomResizedCrop scale")
+        _range(self.ratio, "RandomResizedCrop ratio")
+
+
+@dataclass(frozen=True)
+class RandomHorizontalFlip:
+    """Mirror left-right with probability ``p``."""
+
+    p: float = 0.5
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.p <= 1.0:
+            raise ValueError(f"RandomHorizontalFlip: p must be in [0, 1], got {self.p}")
+
+
+@dataclass(frozen=True)
+class ColorJitter:
+    """Brightness, contrast and saturation factors in [1 - x, 1 + x], hue shift in [-hue, hue] turns.
+
+    Applied in that order (as FFCV does; torchvision shuffles the order per sample).
+    """
+
+    brightness: float = 0.0
+    contrast: float = 0.0
+    saturation: float = 0.0
+    hue: float = 0.0
+
+    def __post_init__(self) -> None:
+        if min(self.brightness, self.contrast, self.saturation) < 0:
+            raise ValueError("ColorJitter: brightness, contrast and saturation must not be negative")
+        if not 0.0 <= self.hue <= 0.5:
+            raise ValueError(f"ColorJitter: hue must be in [0, 0.5], got {self.hue}")
+
+
+@dataclass(frozen=True)
+class CenterCrop:
+    """The central ``size`` region (padded with zeros where the image is smaller)."""
+
+    size: int | tuple[int, int]
+
+    def __post_init__(self) -> None:
+        _size(self.size, "CenterCrop")
+
+
+@dataclass(frozen=True)
+class Resize:
+    """An int resizes the shorter side to ``size`` keeping the aspect ratio; a pair sets (height, width)."""
+
+    size: int | tuple[int, int]
+
+    def __post_init__(self) -> None:
+        _size(self.size, "Resize")
+
+
+TRANSFORMS = (RandomResizedCrop, RandomHorizontalFlip, ColorJitter, CenterCrop, Resize)
+
+
+@dataclass(frozen=True)
+class Draws:
+    """One batch's parameters: where each output comes from, and how it is coloured.
+
+    ``boxes``: int64 ``[B, 4]`` (top, left, height, width) in source pixels, possibly reaching
+    outside the image (zero padding); ``flips``: bool ``[B]``; ``jitter``: float32 ``[B, 4]``
+    (brightness, contrast, saturation factors, hue shift in turns) or None.
+    """
+
+    boxes: np.ndarray
+    flips: np.ndarray
+    out_size: tuple[int, int]
+    jitter: np.ndarray | None
+
+    def inside(self, heights: np.ndarray, widths: np.ndarray) -> np.ndarray:
+        """Which boxes lie within their image (the others need zero padding)."""
+        t, left, h, w = self.boxes.T
+        return (t >= 0) & (left >= 0) & (t + h <= heights) & (left + w <= widths)
+
+
+def _rrc_boxes(step: RandomResizedCrop, u: np.ndarray, vh: np.ndarray, vw: np.ndarray) -> np.ndarray:
+    """torchvision's ``RandomResizedCrop.get_params`` for every sample at once: (top, left, h, w)."""
+    area = (vh * vw)[:, None]
+    log_lo, log_hi = math.log(step.ratio[0]), math.log(step.ratio[1])
+    target = area * (step.scale[0] + u[:, :, 0] * (step.scale[1] - step.scale[0]))
+    aspect = np.exp(log_lo + u[:, :, 1] * (log_hi - log_lo))
+    w = np.round(np.sqrt(target * aspect))
+    h = np.round(np.sqrt(target / aspect))
+    ok = (w > 0) & (w <= vw[:, None]) & (h > 0) & (h <= vh[:, None])
+    first = np.argmax(ok, axis=1)
+    rows = np.arange(len(vh))
+    h, w = h[rows, first], w[rows, first]
+    top = np.floor(u[rows, first, 2] * (vh - h + 1))
+    left = np.floor(u[rows, first, 3] * (vw - w + 1))
+    # no attempt fit: the central crop of the closest allowed aspect ratio
+    fallback = ~ok.any(axis=1)
+    if fallback.any():
+        in_ratio = vw / vh
+        fw = np.where(
+            in_ratio < step.ratio[0], vw, np.where(in_ratio > step.ratio[1], np.round(vh * step.ratio[1]), vw)
+        )
+        fh = np.where(in_ratio < step.ratio[0], np.round(vw / step.ratio[0]), vh)
+        h, w = np.where(fallback, fh, h), np.where(fallback, fw, w)
+        top = np.where(fallback, (vh - fh) // 2, top)
+        left = np.where(fallback, (vw - fw) // 2, left)
+    return np.stack([top, left, h, w], axis=1)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A compiled list of transforms: its geometry folds into one box per sample, then colour."""
+
+    steps: tuple
+
+    @property
+    def jitter(self) -> ColorJitter | None:
+        found = [s for s in self.steps if isinstance(s, ColorJitter)]
+        return found[-1] if found else None
+
+    @property
+    def geometric(self) -> bool:
+        return any(
+            isinstance(s, (RandomResizedCrop, CenterCrop, Resize, RandomHorizontalFlip)) for s in self.steps
+        )
+
+    def fixed_size(self) -> tuple[int, int] | None:
+        """The output size whatever the input's, or None when it follows the input."""
+        size = None
+        for step in self.steps:
+            if isinstance(step, (RandomResizedCrop, CenterCrop)):
+                size = _size(step.size, type(step).__name__)
+            elif isinstance(step, Resize):
+                size = None if isinstance(step.size, int) else _size(step.size, "Resize")
+        return size
+
+    def draw(self, seed: int, epoch: int, indices, heights, widths) -> Draws:
+        """Every sample's parameters; ``heights``/``widths`` are the stored images' sizes."""
+        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
+        n = len(idx)
+        vh = np.asarray(heights, dtype=np.float64).reshape(-1)
+        vw = np.asarray(widths, dtype=np.float64).reshape(-1)
+        top, left = np.zeros(n), np.zeros(n)  # the current view's box in source pixels
+        bh, bw = vh.copy(), vw.copy()
+        flips = np.zeros(n, dtype=bool)
+        jitter = None
+        for k, step in enumerate(self.steps):
+            stream = k + 1
+            if isinstance(step, Resize):
+                if isinstance(step.size, int):  # shorter side to size, torchvision's truncation for the other
+                    portrait = vw <= vh
+                    vh, vw = (
+                        np.where(portrait, np.floor(step.size * vh / vw), step.size),
+                        np.where(portrait, step.size, np.floor(step.size * vw / vh)),
+                    )
+                else:
+                    vh, vw = np.full(n, float(step.size[0])), np.full(n, float(step.size[1]))
+                continue
+            if isinstance(step, RandomHorizontalFlip):
+                flips ^= uniforms(seed, epoch, idx, stream, 1)[:, 0] < step.p
+                continue
+            if isinstance(step, ColorJitter):
+                jitter = self._jitter(step, uniforms(seed, epoch, idx, stream, 4))
+                continue
+            out_h, out_w = _size(step.size, type(step).__name__)
+            if isinstance(step, CenterCrop):
+                crop = np.stack(
+                    [
+                        np.round((vh - out_h) / 2),
+                        np.round((vw - out_w) / 2),
+                        np.full(n, out_h),
+                        np.full(n, out_w),
+                    ],
+                    axis=1,
+                ).astype(np.float64)
+            else:
+                u = uniforms(seed, epoch, idx, stream, _ATTEMPTS * 4).reshape(n, _ATTEMPTS, 4)
+                crop = _rrc_boxes(step, u, vh, vw)
+            ct, cl, ch, cw = crop.T
+            cl = np.where(flips, vw - cl - cw, cl)  # a crop of the mirrored view, in unmirrored terms
+            sy, sx = bh / vh, bw / vw
+            top, left, bh, bw = top + ct * sy, left + cl * sx, ch * sy, cw * sx
+            vh, vw = np.full(n, float(out_h)), np.full(n, float(out_w))
+        if n and (np.ptp(vh) or np.ptp(vw)):
+            raise ValueError(
+                "augment gives outputs of different sizes for images of different sizes: end it with "
+                "RandomResizedCrop, CenterCrop or Resize((height, width))"
+            )
+        y0, x0 = np.round(top), np.round(left)
+        boxes = np.stack(
+            [y0, x0, np.maximum(1, np.round(top + bh) - y0), np.maximum(1, np.round(left + bw) - x0)], axis=1
+        )
+        out = (int(vh[0]), int(vw[0])) if n else (0, 0)
+        return Draws(boxes=boxes.astype(np.int64), flips=flips, out_size=out, jitter=jitter)
+
+    @staticmethod
+    def _jitter(step: ColorJitter, u: np.ndarray) -> np.ndarray:
+        def factor(strength: float, col: np.ndarray) -> np.ndarray:
+            return max(0.0, 1 - strength) + col * (1 + strength - max(0.0, 1 - strength))
+
+        return np.stack(
+            [
+                factor(step.brightness, u[:, 0]),
+                factor(step.contrast, u[:, 1]),
+                factor(step.saturation, u[:, 2]),
+                (u[:, 3] * 2 - 1) * step.hue,
+            ],
+            axis=1,
+        ).astype(np.float32)
+
+
+def compile_plan(transforms) -> Plan | None:
+    """Check a list of cachekit transforms and compile it; None for an empty list."""
+    if transforms is None:
+        return None
+    steps = tuple(transforms) if isinstance(transforms, (list, tuple)) else (transforms,)
+    for step in steps:
+        if not isinstance(step, TRANSFORMS):
+            names = ", ".join(t.__name__ for t in TRANSFORMS)
+            raise TypeError(
+                f"augment takes cachekit.transforms ({names}), not {type(step).__name__}; "
+                "a per-sample function goes in CachedDataset(transform=...)"
+            )
+    if sum(isinstance(s, ColorJitter) for s in steps) > 1:
+        raise ValueError("augment: give at most one ColorJitter")
+    return Plan(steps) if steps else None
