@@ -12,6 +12,7 @@ Suites (sizes are flags; defaults fit a 2-core laptop in a few minutes):
           crop) against a per-image PIL implementation of the same transforms
   size    cache size vs raw size, and load samples/s, for each format, codec and store
   rss     DataLoader worker memory over 10k- and 100k-sample caches (no copy-on-read growth)
+  feed, jpeg, ffcv   the read path (augmentation at read time, encoded stores, FFCV): feed_suites.py
 
 Every figure is a median (or best) over repeats inside one run and is printed with the command
 that reproduced it; ratios, not absolute numbers, are what carry over to other machines.
@@ -26,11 +27,12 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import cv2
 import numpy as np
+from registry import SUITES, suite
+from registry import synthetic_raw as _raw
 
 from cachekit import BuildConfig, CachedDataset, build
 from cachekit.build.shardjob import _reduce_for
@@ -40,22 +42,6 @@ from cachekit.image.recipes import load_pipeline
 from cachekit.tools.baselines import pil_classification
 from cachekit.tools.bench import BenchConfig, format_table, run_bench
 from cachekit.tools.doctor import child_pids
-from cachekit.tools.synthetic import make_synthetic_folder
-
-SUITES: dict[str, Callable[[argparse.Namespace, Path], dict]] = {}
-
-
-def suite(fn):
-    SUITES[fn.__name__] = fn
-    return fn
-
-
-def _raw(args, root: Path, n: int | None = None, size=(375, 500), name="raw") -> Path:
-    n = n or args.images
-    raw = root / f"{name}-{n}-{size[0]}x{size[1]}"
-    if not raw.is_dir():
-        make_synthetic_folder(raw, n, classes=10, size=size)
-    return raw
 
 
 def _cache(raw: Path, root: Path, fmt: str, compression: str = "none") -> Path:
@@ -297,6 +283,9 @@ def rss(args, root):
     return out
 
 
+import feed_suites  # noqa: E402,F401  (registers the read-path suites: feed, jpeg, mix, ffcv)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("suites", nargs="+", help=f"{', '.join(SUITES)} or all")
@@ -304,6 +293,7 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--rss-samples", type=int, nargs="+", default=[10_000, 100_000])
+    parser.add_argument("--ffcv-python", default=None, help="ffcv suite: an interpreter that can import ffcv")
     parser.add_argument("--json", default=None, help="write every figure here")
     parser.add_argument("--workdir", default=None, help="keep generated data here between runs")
     args = parser.parse_args()

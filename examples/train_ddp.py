@@ -56,10 +56,9 @@ def main() -> None:
     if rank == 0:
         print(f"world {world}, {len(ds)} samples, loader: {loader.mode}", flush=True)
 
-    step, epoch, losses = 0, 0, []
+    step, losses = 0, []
     while step < args.steps:
-        loader.sampler.set_epoch(epoch)
-        for images, labels in loader:
+        for images, labels in loader:  # each pass is a new epoch: a new order on every rank
             loss = F.cross_entropy(model(images), labels.clamp(min=0))
             opt.zero_grad(set_to_none=True)
             loss.backward()
@@ -73,7 +72,6 @@ def main() -> None:
             step += 1
             if step >= args.steps:
                 break
-        epoch += 1
     if rank == 0:
         k = max(1, min(5, len(losses) // 2))  # mean of the first and last few steps
         first, last = sum(losses[:k]) / k, sum(losses[-k:]) / k

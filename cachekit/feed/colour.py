@@ -20,42 +20,47 @@ GRAY = (0.299, 0.587, 0.114)
 _LEVELS = np.arange(256, dtype=np.float32)
 
 
-def _gray_plane(chw: np.ndarray) -> np.ndarray:
-    gray = cv2.addWeighted(chw[0], GRAY[0], chw[1], GRAY[1], 0.0, dtype=cv2.CV_32F)
-    return cv2.scaleAdd(chw[2].astype(np.float32), GRAY[2], gray)
+def _lut(values: np.ndarray) -> np.ndarray:
+    return np.clip(values + 0.5, 0, 255).astype(np.uint8)
 
 
-def _blend(plane: np.ndarray, factor: float, other: np.ndarray | float) -> None:
-    """plane = clamp(factor * plane + (1 - factor) * other), rounded, in place."""
-    if isinstance(other, np.ndarray):
-        mixed = cv2.addWeighted(plane.astype(np.float32), factor, other, 1.0 - factor, 0.5)
-        np.copyto(plane, np.clip(mixed, 0, 255).astype(np.uint8))
-    else:
-        lut = np.clip(_LEVELS * factor + (1.0 - factor) * other + 0.5, 0, 255).astype(np.uint8)
-        cv2.LUT(plane, lut, dst=plane)
+def _gray_u8(chw: np.ndarray) -> np.ndarray:
+    """The gray image of a uint8 sample, rounded to 8 bits."""
+    gray = cv2.addWeighted(chw[0], GRAY[0], chw[1], GRAY[1], 0.5, dtype=cv2.CV_32F)
+    gray = cv2.scaleAdd(chw[2].astype(np.float32), GRAY[2], gray)
+    return gray.astype(np.uint8)  # non-negative: truncating x + 0.5 rounds
 
 
 def jitter_planes(chw: np.ndarray, factors: np.ndarray) -> None:
-    """Jitter one uint8 ``[3, H, W]`` sample in place; ``factors`` = (brightness, contrast, saturation, hue)."""
+    """Jitter one uint8 ``[3, H, W]`` sample in place; ``factors`` = (brightness, contrast, saturation, hue).
+
+    Brightness and contrast fold into one lookup table per channel (the mean gray level after
+    brightness comes from the channels' histograms), saturation is one 8-bit weighted sum per
+    channel with the gray image, hue one trip through OpenCV's 8-bit HSV.
+    """
     brightness, contrast, saturation, hue = (float(v) for v in factors)
-    if brightness != 1.0:
-        lut = np.clip(_LEVELS * brightness + 0.5, 0, 255).astype(np.uint8)
+    if brightness != 1.0 or contrast != 1.0:
+        bright = _lut(_LEVELS * brightness) if brightness != 1.0 else _LEVELS.astype(np.uint8)
+        luts = [bright] * 3
+        if contrast != 1.0:
+            pixels = chw.shape[1] * chw.shape[2]
+            means = [
+                float(cv2.calcHist([chw[c]], [0], None, [256], [0, 256]).reshape(-1) @ bright) / pixels
+                for c in range(3)
+            ]
+            mean = sum(w * m for w, m in zip(GRAY, means))
+            luts = [_lut(bright.astype(np.float32) * contrast + (1.0 - contrast) * mean)] * 3
         for c in range(3):
-            cv2.LUT(chw[c], lut, dst=chw[c])
-    if contrast != 1.0:
-        mean = float(_gray_plane(chw).mean())
-        for c in range(3):
-            _blend(chw[c], contrast, mean)
+            cv2.LUT(chw[c], luts[c], dst=chw[c])
     if saturation != 1.0:
-        gray = _gray_plane(chw)
+        gray = _gray_u8(chw)
         for c in range(3):
-            _blend(chw[c], saturation, gray)
+            cv2.addWeighted(chw[c], saturation, gray, 1.0 - saturation, 0.0, dst=chw[c])
     if hue != 0.0:
         hsv = cv2.cvtColor(cv2.merge([chw[0], chw[1], chw[2]]), cv2.COLOR_RGB2HSV_FULL)
-        shift = (np.arange(256, dtype=np.int32) + int(round(hue * 256))) % 256
-        hsv[..., 0] = cv2.LUT(hsv[..., 0], shift.astype(np.uint8))
-        rgb = cv2.cvtColor(hsv, cv2.COLOR_HSV2RGB_FULL)
-        chw[...] = rgb.transpose(2, 0, 1)
+        shift = ((np.arange(256, dtype=np.int32) + int(round(hue * 256))) % 256).astype(np.uint8)
+        hsv[..., 0] = cv2.LUT(hsv[..., 0], shift)
+        cv2.split(cv2.cvtColor(hsv, cv2.COLOR_HSV2RGB_FULL), [chw[0], chw[1], chw[2]])
 
 
 def _gray(x: torch.Tensor) -> torch.Tensor:

@@ -11,49 +11,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from cachekit import CachedDataset, cpus, make_loader, suggest_num_workers
-
-
-@pytest.fixture
-def fake_cgroup(tmp_path, monkeypatch):
-    root = tmp_path / "cgroup"
-    root.mkdir()
-    proc = tmp_path / "proc_cgroup"
-    proc.write_text("0::/\n")
-    monkeypatch.setattr(cpus, "CGROUP_ROOT", str(root))
-    monkeypatch.setattr(cpus, "PROC_CGROUP", str(proc))
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)))
-    return root
-
-
-def test_cpus_follow_affinity_without_a_quota(fake_cgroup):
-    (fake_cgroup / "cpu.max").write_text("max 100000\n")
-    assert cpus.available_cpus() == 8
-
-
-def test_cgroup_v2_quota_caps_the_cpus(fake_cgroup):
-    (fake_cgroup / "cpu.max").write_text("250000 100000\n")  # 2.5 CPUs
-    assert cpus.available_cpus() == 3
-    assert suggest_num_workers(64) == 3
-    assert suggest_num_workers(64, world_size=2) == 1
-    assert suggest_num_workers(64, max_workers=2) == 2
-    assert suggest_num_workers(1) == 0
-
-
-def test_cgroup_v2_quota_of_the_process_own_group(fake_cgroup, tmp_path):
-    (tmp_path / "proc_cgroup").write_text("0::/kubepods/pod1\n")
-    (fake_cgroup / "kubepods" / "pod1").mkdir(parents=True)
-    (fake_cgroup / "kubepods" / "pod1" / "cpu.max").write_text("100000 100000\n")
-    assert cpus.available_cpus() == 1
-
-
-def test_cgroup_v1_quota_caps_the_cpus(fake_cgroup):
-    (fake_cgroup / "cpu").mkdir()
-    (fake_cgroup / "cpu" / "cpu.cfs_quota_us").write_text("400000\n")
-    (fake_cgroup / "cpu" / "cpu.cfs_period_us").write_text("100000\n")
-    assert cpus.available_cpus() == 4
-    (fake_cgroup / "cpu" / "cpu.cfs_quota_us").write_text("-1\n")  # unlimited
-    assert cpus.available_cpus() == 8
+from cachekit import CachedDataset, make_loader, suggest_num_workers
 
 
 def test_pixel_cache_reads_in_process_with_a_prefetch_thread(small_cache):
@@ -291,3 +249,59 @@ def test_variable_sized_samples_train_with_crops_and_evaluate_with_center_crops(
         ds, batch_size=3, shuffle=False, augment=[CenterCrop(40)], device="cpu", augment_on="device"
     )
     assert torch.equal(_epoch(on_device)[0], v)
+
+
+def _augmenting_rank(rank, world, port, cache, results):
+    import torch.distributed as dist
+
+    from cachekit.transforms import RandomHorizontalFlip, RandomResizedCrop
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        ds = CachedDataset(cache)
+        loader = make_loader(
+            ds, batch_size=4, seed=5, augment=[RandomResizedCrop(16), RandomHorizontalFlip()]
+        )
+        epochs = []
+        for _ in range(2):  # no set_epoch: the ranks advance together by themselves
+            batches = [(x.clone(), y.clone()) for x, y in loader]
+            count = torch.tensor([len(batches)])
+            dist.all_reduce(count, op=dist.ReduceOp.MAX)
+            epochs.append((batches, int(count)))
+        results[rank] = (epochs, loader.sampler.epoch)
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_ranks_of_a_gloo_group_augment_their_own_share_in_step(small_cache):
+    import socket
+
+    import torch.multiprocessing as tmp_mp
+
+    from cachekit.feed.assemble import BatchRequest
+    from cachekit.feed.sampler import ShardAwareDistributedSampler
+    from cachekit.feed.transforms import compile_plan
+    from cachekit.transforms import RandomHorizontalFlip, RandomResizedCrop
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    results = tmp_mp.Manager().dict()
+    tmp_mp.spawn(_augmenting_rank, args=(2, port, str(small_cache), results), nprocs=2)
+    ds = CachedDataset(small_cache)
+    plan = compile_plan([RandomResizedCrop(16), RandomHorizontalFlip()])
+    for rank in range(2):
+        epochs, last_epoch = results[rank]
+        assert last_epoch == 1
+        for epoch, (batches, most) in enumerate(epochs):
+            assert len(batches) == most == 5  # 40 samples / 2 ranks / batch 4: every rank in step
+            sampler = ShardAwareDistributedSampler(ds, num_replicas=2, rank=rank, seed=5)
+            sampler.set_epoch(epoch)
+            indices = list(sampler)
+            for k, (x, y) in enumerate(batches):
+                expected = ds.read_request(
+                    BatchRequest(indices[4 * k : 4 * k + 4], epoch=epoch, seed=5, plan=plan)
+                )
+                assert torch.equal(x, expected.images) and torch.equal(y, expected.labels)

@@ -1,0 +1,50 @@
+"""The README's code runs as written (with a test cache and the CPU) and does what it says."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from cachekit import BuildConfig, build
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def _python_block(heading: str) -> str:
+    text = README.read_text(encoding="utf-8")
+    section = text[text.index(heading) :]
+    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+
+
+def _substitute(code: str, replacements: dict[str, str]) -> str:
+    for old, new in replacements.items():
+        assert old in code, f"README changed: {old!r} is no longer in its example"
+        code = code.replace(old, new)
+    return code
+
+
+@pytest.mark.slow
+def test_the_train_val_loop_of_feeding_gpus_reshuffles_every_epoch(mixed_tree, tmp_path):
+    cache = tmp_path / "cache"
+    build(mixed_tree, cache, BuildConfig(pipeline="train-256", size=48, workers=1, progress=False))
+    code = _substitute(
+        _python_block("## Feeding GPUs"),
+        {
+            '"cache/"': repr(str(cache)),
+            'device="cuda"': 'device="cpu"',
+            "256,": "4,",
+            "range(90)": "range(3)",
+            "        ...": "        seen.append((epoch, labels.tolist(), images.shape, images.dtype))",
+        },
+    )
+    scope = {"seen": []}
+    exec(compile(code, str(README), "exec"), scope)
+    seen = scope["seen"]
+    orders = [[y for e, labels, *_ in seen if e == epoch for y in labels] for epoch in range(3)]
+    assert all(sorted(o) == sorted(orders[0]) for o in orders) and len({tuple(o) for o in orders}) == 3
+    assert {tuple(shape[1:]) for _, _, shape, _ in seen} == {(3, 224, 224)}
+    val = scope["val"]
+    images, _ = next(iter(val))
+    assert tuple(images.shape[1:]) == (3, 224, 224) and str(images.dtype) == "torch.float32"
