@@ -26,7 +26,17 @@ from .augment import AugmentConfig, VariantParams, colour_batch, crop_variant, v
 #: Augmented variants whose flip and colour jitter run together, as one batch.
 _COLOUR_BATCH = 64
 
-__all__ = ["ShardJob", "ShardResult", "run_shard_job", "read_input", "jpeg_truncated", "jpeg_size"]
+__all__ = [
+    "ShardJob",
+    "ShardResult",
+    "run_shard_job",
+    "read_input",
+    "decode_input",
+    "skip_reason",
+    "INPUT_ERRORS",
+    "jpeg_truncated",
+    "jpeg_size",
+]
 
 
 @dataclass(frozen=True)
@@ -114,12 +124,29 @@ def _needed_short_side(pipeline: Pipeline) -> int:
     return max(int(s.params.get("size", 0)) for s in pipeline.steps) if pipeline.steps else 0
 
 
-def _decode_input(job: ShardJob, data: bytes) -> np.ndarray:
+def decode_input(data: bytes, pipeline: Pipeline, *, fast_decode: bool = False) -> np.ndarray:
+    """Decode one raw input's bytes as a build does; DecodeError (saying why) for what a build skips.
+
+    ``cachekit bench`` decodes its raw rows through this too, so both skip the same files.
+    """
     if not data:
         raise DecodeError("empty file")
     if data.startswith(b"\xff\xd8") and jpeg_truncated(data):
         raise DecodeError("truncated JPEG (no end-of-image marker)")
-    return decode(data, reduce=_reduce_for(data, job.pipeline) if job.fast_decode else 1)
+    return decode(data, reduce=_reduce_for(data, pipeline) if fast_decode else 1)
+
+
+#: What reading, decoding or preprocessing one input may raise: that input is skipped, not fatal.
+INPUT_ERRORS: tuple[type[Exception], ...] = (DecodeError, OSError)
+
+
+def skip_reason(exc: Exception) -> str:
+    """The reason a build records for an input whose reading, decoding or preprocessing raised ``exc``."""
+    if isinstance(exc, DecodeError):
+        return str(exc)
+    if isinstance(exc, OSError):
+        return f"unreadable: {exc.strerror or exc}"
+    return f"cannot be used: {exc}"
 
 
 def _samples(
@@ -189,12 +216,10 @@ def run_shard_job(job: ShardJob, progress: Callable[[int], None] | None = None) 
     done = 0
     for offset, (rel, label) in enumerate(zip(job.paths, job.labels)):
         try:
-            img = _decode_input(job, read(rel))
+            img = decode_input(read(rel), job.pipeline, fast_decode=job.fast_decode)
             samples = _samples(job, job.first_index + offset, img)
-        except DecodeError as exc:
-            skipped.append(SkippedInput(rel, str(exc)))
-        except OSError as exc:
-            skipped.append(SkippedInput(rel, f"unreadable: {exc.strerror or exc}"))
+        except INPUT_ERRORS as exc:
+            skipped.append(SkippedInput(rel, skip_reason(exc)))
         else:
             shape = samples[0][0].transpose(2, 0, 1).shape
             if not _fits(shape, spec.shape):
