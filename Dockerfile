@@ -9,7 +9,7 @@ ARG TORCH="torch --index-url https://download.pytorch.org/whl/cpu"
 
 ENV PIP_NO_CACHE_DIR=1 PYTHONUNBUFFERED=1
 WORKDIR /opt/cachekit
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md LICENSE ./
 COPY cachekit ./cachekit
 COPY pipelines ./pipelines
 RUN if [ "$TORCH" != "skip" ]; then pip install $TORCH; fi \

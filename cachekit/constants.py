@@ -6,6 +6,7 @@ import os
 
 __all__ = [
     "VERSION",
+    "DIST_NAME",
     "MANIFEST_NAME",
     "MANIFEST_VERSION",
     "LOCK_NAME",
@@ -22,6 +23,8 @@ __all__ = [
 ]
 
 VERSION = "0.1.0"
+#: The distribution name on the package index (the import package and the command are ``cachekit``).
+DIST_NAME = "cachekit-vision"
 
 #: Name of the file that makes a folder a cache; written last, atomically.
 MANIFEST_NAME = "manifest.json"

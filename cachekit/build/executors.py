@@ -126,7 +126,7 @@ def _run_dask(fn, jobs, workers, on_progress, scheduler: str | None = None) -> I
     try:
         from dask.distributed import Client, LocalCluster, as_completed
     except ImportError:
-        raise UsageError("--executor dask needs dask.distributed: pip install 'cachekit[dask]'") from None
+        raise UsageError("--executor dask needs dask: pip install 'cachekit-vision[dask]'") from None
     cluster = None
     try:
         if scheduler:

@@ -24,11 +24,11 @@ def filesystem(url: str):
     try:
         from fsspec.core import url_to_fs
     except ImportError:
-        raise UsageError(f"{url}: remote caches need fsspec: pip install 'cachekit[remote]'") from None
+        raise UsageError(f"{url}: remote caches need fsspec: pip install 'cachekit-vision[remote]'") from None
     try:
         fs, path = url_to_fs(url)
     except ImportError as exc:
-        raise UsageError(f"{url}: {exc} (for s3:// pip install 'cachekit[remote]')") from None
+        raise UsageError(f"{url}: {exc} (for s3:// pip install 'cachekit-vision[remote]')") from None
     except ValueError as exc:
         raise UsageError(f"{url}: {exc}") from None
     return fs, path.rstrip("/")
