@@ -5,7 +5,7 @@ from .build.run import BuildConfig, BuildResult, build
 from .build.sources import Source, discover
 from .constants import VERSION as __version__
 from .cpus import available_cpus
-from .errors import BuildError, CacheError, CachekitError, UsageError
+from .errors import BuildError, CacheError, CachekitError, NotACacheError, UsageError
 from .feed.batch import SampleBatch, collate_batch, pad_collate
 from .feed.dataset import CachedDataset
 from .feed.loader import CacheLoader, make_loader, suggest_num_workers
@@ -30,6 +30,7 @@ __all__ = [
     "pad_collate",
     "CachekitError",
     "CacheError",
+    "NotACacheError",
     "BuildError",
     "UsageError",
     "Manifest",

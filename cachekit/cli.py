@@ -9,8 +9,18 @@ import click
 
 from .constants import DEFAULT_FORMAT, DEFAULT_PIPELINE, VERSION
 from .errors import CachekitError
+from .image.recipes import builtin_pipelines
 
 __all__ = ["main"]
+
+#: The exit codes every command uses, shown at the end of ``--help``.
+EXIT_CODES = """\b
+Exit codes:
+  0    ok
+  1    a problem found in a cache or a build: a damaged shard or manifest,
+       inputs skipped under --strict, a write that failed (disk full)
+  2    usage: a bad option or argument, or a path that is not a cache
+  130  interrupted (Ctrl-C)"""
 
 
 def _friendly(fn):
@@ -30,13 +40,13 @@ def _friendly(fn):
     return wrapper
 
 
-@click.group()
+@click.group(epilog=EXIT_CODES)
 @click.version_option(VERSION, prog_name="cachekit")
 def main() -> None:
     """Decode and preprocess an image dataset once into a sharded cache; train from the cache."""
 
 
-@main.command("build")
+@main.command("build", epilog=EXIT_CODES)
 @click.argument("raw", type=click.Path(path_type=str))
 @click.option("--out", required=True, type=click.Path(path_type=str), help="Cache folder to write.")
 @click.option(
@@ -46,7 +56,8 @@ def main() -> None:
     "--pipeline",
     default=DEFAULT_PIPELINE,
     show_default=True,
-    help="Built-in recipe name (classification-224, letterbox-640) or a path to a .toml recipe.",
+    help=f"Preprocessing recipe: a built-in ({', '.join(builtin_pipelines())}; see `cachekit recipes`) "
+    "or a path to your own .toml.",
 )
 @click.option("--size", type=int, default=None, help="Override the recipe's output side in pixels.")
 @click.option(
@@ -174,7 +185,7 @@ def build_cmd(
     click.echo(result.summary())
 
 
-@main.command("info")
+@main.command("info", epilog=EXIT_CODES)
 @click.argument("cache", type=click.Path(path_type=str))
 @_friendly
 def info_cmd(cache) -> None:
@@ -185,7 +196,7 @@ def info_cmd(cache) -> None:
     click.echo(describe(read_manifest(cache)))
 
 
-@main.command("convert")
+@main.command("convert", epilog=EXIT_CODES)
 @click.argument("cache", type=click.Path(path_type=str))
 @click.option("--to", "to", required=True, help="Target format: pt, hdf5 or zarr.")
 @click.option("--out", required=True, type=click.Path(path_type=str), help="Folder of the new cache.")
@@ -205,12 +216,23 @@ def convert_cmd(cache, to, out, compression, overwrite) -> None:
     )
 
 
-@main.command("verify")
+@main.command(
+    "verify",
+    epilog="""\b
+Exit codes:
+  0    every shard matches the manifest
+  1    problems found: each bad shard is named (missing, truncated, changed,
+       unreadable), or the manifest itself is damaged or of another format
+       version (rebuild the cache)
+  2    CACHE is not a cache: missing, not a folder, no manifest.json, or a
+       manifest.json that is not cachekit's; or a bad option
+  130  interrupted (Ctrl-C)""",
+)
 @click.argument("cache", type=click.Path(path_type=str))
 @click.option("--quick", is_flag=True, help="Check sizes and shard headers only, not every byte's sha256.")
 @_friendly
 def verify_cmd(cache, quick) -> None:
-    """Check every shard of CACHE against its manifest; exit 1 naming each bad shard."""
+    """Check every shard of CACHE against its manifest, naming each bad shard."""
     from .tools.verify import verify
 
     report = verify(cache, quick=quick)
@@ -306,7 +328,7 @@ def bench_cmd(
         plot_result(result, plot)
 
 
-@main.command("doctor")
+@main.command("doctor", epilog=EXIT_CODES)
 @click.argument("cache", type=click.Path(path_type=str))
 @click.option("--batch-size", type=int, default=256, show_default=True)
 @click.option("--steps", type=int, default=50, show_default=True, help="Steps timed (after 2 warm-up steps).")
@@ -343,6 +365,20 @@ def doctor_cmd(cache, batch_size, steps, step_ms, model, workers, prefetch_facto
     if json_out:
         with open(json_out, "w") as fh:
             json.dump(report.to_json(), fh, indent=1)
+
+
+@main.command("recipes", epilog=EXIT_CODES)
+@click.argument("name", required=False)
+@_friendly
+def recipes_cmd(name) -> None:
+    """List the built-in preprocessing recipes and the operations a recipe may use.
+
+    With NAME, print that recipe's TOML: a starting point for your own (build --pipeline FILE.toml).
+    """
+    from .image.recipes import builtin_recipe_text
+    from .tools.report import describe_recipes
+
+    click.echo(builtin_recipe_text(name).rstrip("\n") if name else describe_recipes())
 
 
 @main.command("env")

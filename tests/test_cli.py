@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import json
+import shutil
 import subprocess
 import sys
+import tomllib
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 from conftest import BAD_FILES
 
 from cachekit.cli import main
+from cachekit.image.recipes import OPS, builtin_pipelines, load_pipeline
 
 
 def run(*args):
@@ -72,6 +77,103 @@ def test_user_errors_exit_2_with_one_line(case, message, small_tree, tmp_path):
         assert (out / "precious.txt").read_text() == "mine"
 
 
-def test_info_on_a_non_cache_exits_1(tmp_path):
+def test_info_on_a_non_cache_exits_2(tmp_path):
     code, out = run("info", tmp_path)
-    assert code == 1 and "no manifest.json" in out
+    assert code == 2 and "no manifest.json" in out
+
+
+def _damage(case: str, cache):
+    """Turn a copy of a good cache into the case's folder; returns the path to give to verify."""
+    manifest = cache / "manifest.json"
+    shards = [s["file"] for s in json.loads(manifest.read_text())["shards"]]
+    if case == "missing":
+        return cache.parent / "nope"
+    if case == "a-file":
+        return manifest
+    if case == "no-manifest":
+        manifest.unlink()
+    elif case == "someone-elses-manifest":
+        manifest.write_text(json.dumps({"name": "my-web-app", "icons": []}))
+    elif case == "manifest-not-json":
+        manifest.write_text(manifest.read_text()[:-40])
+    elif case == "manifest-invalid":
+        obj = json.loads(manifest.read_text())
+        obj["num_samples"] += 1
+        manifest.write_text(json.dumps(obj))
+    elif case == "other-format-version":
+        obj = json.loads(manifest.read_text())
+        obj["format_version"] = 1
+        manifest.write_text(json.dumps(obj))
+    elif case == "shard-flipped":
+        data = bytearray((cache / shards[0]).read_bytes())
+        data[len(data) // 2] ^= 0x01
+        (cache / shards[0]).write_bytes(bytes(data))
+    elif case == "shard-missing":
+        (cache / shards[-1]).unlink()
+    return cache
+
+
+@pytest.mark.parametrize(
+    "case, code, words",
+    [
+        ("good", 0, "ok:"),
+        ("missing", 2, "no such cache folder"),
+        ("a-file", 2, "not a folder"),
+        ("no-manifest", 2, "no manifest.json"),
+        ("someone-elses-manifest", 2, "not a cachekit manifest"),
+        ("manifest-not-json", 1, "not valid JSON"),
+        ("manifest-invalid", 1, "num_samples"),
+        ("other-format-version", 1, "cache format mismatch"),
+        ("shard-flipped", 1, "sha256 mismatch"),
+        ("shard-missing", 1, "missing"),
+    ],
+)
+def test_verify_exit_codes(case, code, words, small_cache, tmp_path):
+    """0 ok; 1 a problem found in a cache (rebuild it); 2 not a cache at all (wrong path)."""
+    shutil.copytree(small_cache, tmp_path / "c")
+    target = _damage(case, tmp_path / "c")
+    result = CliRunner().invoke(main, ["verify", str(target)])
+    assert result.exit_code == code, result.output
+    assert words in result.output and "Traceback" not in result.output
+    if code == 2:  # the same for every command that takes a cache
+        assert run("info", target)[0] == 2
+
+
+def test_exit_codes_are_in_every_help():
+    for command in ([], ["build"], ["verify"], ["info"], ["recipes"]):
+        code, out = run(*command, "--help")
+        assert code == 0 and "Exit codes:" in out and "not a cache" in out, command
+    assert run("verify", "--nope")[0] == 2
+
+
+def test_recipes_lists_every_builtin_with_its_description():
+    code, out = run("recipes")
+    assert code == 0
+    folder = Path(__file__).resolve().parents[1] / "pipelines"
+    tomls = sorted(folder.glob("*.toml"))
+    assert len(tomls) >= 4
+    lines = out.splitlines()
+    for toml in tomls:
+        recipe = tomllib.loads(toml.read_text())
+        line = next(line for line in lines if line.split()[:1] == [toml.stem])
+        assert recipe["description"] in line
+    for op in OPS:
+        assert any(line.strip().startswith(f"{op}(size") for line in lines), op
+    assert "224x224" in out and "own size" in out
+
+
+def test_build_help_names_every_builtin_recipe():
+    code, out = run("build", "--help")
+    flat = " ".join(out.split())
+    for name in builtin_pipelines():
+        assert name in flat, name
+
+
+def test_recipes_name_prints_a_toml_that_builds_the_same_recipe(tmp_path):
+    code, out = run("recipes", "letterbox-640")
+    assert code == 0
+    (tmp_path / "mine.toml").write_text(out)
+    assert load_pipeline(str(tmp_path / "mine.toml")) == load_pipeline("letterbox-640")
+    code, out = run("recipes", "sepia-9000")
+    assert code == 2 and "unknown pipeline" in out
+

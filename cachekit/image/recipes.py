@@ -22,7 +22,15 @@ import numpy as np
 from ..errors import UsageError
 from . import ops
 
-__all__ = ["Pipeline", "Step", "ExtraSpec", "load_pipeline", "builtin_pipelines", "OPS"]
+__all__ = [
+    "Pipeline",
+    "Step",
+    "ExtraSpec",
+    "load_pipeline",
+    "builtin_pipelines",
+    "builtin_recipe_text",
+    "OPS",
+]
 
 #: Shape and dtype string (``"<f4"``) of a per-sample extra a step records; the manifest stores it.
 ExtraSpec = tuple[tuple[int, ...], str]
@@ -111,6 +119,13 @@ def builtin_pipelines() -> list[str]:
     return sorted(p.name[: -len(".toml")] for p in folder.iterdir() if p.name.endswith(".toml"))
 
 
+def builtin_recipe_text(name: str) -> str:
+    """The TOML text of the built-in recipe ``name`` (a starting point for one's own)."""
+    if name not in builtin_pipelines():
+        raise UsageError(f"unknown pipeline {name!r} (built-in: {', '.join(builtin_pipelines())})")
+    return _builtin_folder().joinpath(f"{name}.toml").read_text(encoding="utf-8")
+
+
 def _resolve(value: Any, size: int, where: str) -> Any:
     if not isinstance(value, str):
         return value
@@ -158,8 +173,7 @@ def load_pipeline(name_or_path: str, size: int | None = None) -> Pipeline:
             raise UsageError(f"pipeline file {path} does not exist")
         origin, text = str(path), path.read_text(encoding="utf-8")
     elif name_or_path in builtin_pipelines():
-        origin = name_or_path
-        text = _builtin_folder().joinpath(f"{name_or_path}.toml").read_text(encoding="utf-8")
+        origin, text = name_or_path, builtin_recipe_text(name_or_path)
     else:
         known = ", ".join(builtin_pipelines())
         raise UsageError(f"unknown pipeline {name_or_path!r} (built-in: {known}; or a path to a .toml)")

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..constants import MANIFEST_NAME
-from ..errors import BuildError, CacheError, UsageError
+from ..errors import BuildError, CacheError, NotACacheError, UsageError
 from .atomic import commit_file, path_size, remove_path, sha256_path
 from .lock import BuildLock
 from .manifest import Manifest, parse_manifest, read_local_manifest
@@ -196,7 +196,9 @@ def read_manifest(cache: str | os.PathLike) -> Manifest:
     try:
         text = fs.cat_file(f"{root}/{MANIFEST_NAME}").decode("utf-8")
     except FileNotFoundError:
-        raise CacheError(f"{url}: no {MANIFEST_NAME} (not a cache, or its build has not finished)") from None
+        raise NotACacheError(
+            f"{url}: no {MANIFEST_NAME} (not a cache, or its build has not finished)"
+        ) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise CacheError(f"{url}/{MANIFEST_NAME}: cannot be read: {exc}") from None
     return parse_manifest(text, f"{url}/{MANIFEST_NAME}")

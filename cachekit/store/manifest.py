@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..constants import MANIFEST_NAME, MANIFEST_VERSION, VERSION
-from ..errors import CacheError
+from ..errors import CacheError, NotACacheError
 from .atomic import commit_file
 
 __all__ = [
@@ -370,6 +370,8 @@ def parse_manifest(text: str, where: str) -> Manifest:
         obj = json.loads(text)
     except json.JSONDecodeError as exc:
         raise CacheError(f"{where}: not valid JSON ({exc})") from None
+    if not isinstance(obj, dict) or "format_version" not in obj:
+        raise NotACacheError(f"{where}: not a cachekit manifest (no format_version)")
     try:
         return Manifest.from_json(obj)
     except RecursionError:
@@ -383,12 +385,12 @@ def read_local_manifest(cache_dir: str | os.PathLike) -> Manifest:
     """
     root = Path(cache_dir)
     if not root.exists():
-        raise CacheError(f"{root}: no such cache folder")
+        raise NotACacheError(f"{root}: no such cache folder")
     if not root.is_dir():
-        raise CacheError(f"{root}: not a folder")
+        raise NotACacheError(f"{root}: not a folder")
     path = root / MANIFEST_NAME
     if not path.is_file():
-        raise CacheError(f"{root}: no {MANIFEST_NAME} (not a cache, or its build has not finished)")
+        raise NotACacheError(f"{root}: no {MANIFEST_NAME} (not a cache, or its build has not finished)")
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:

@@ -1,16 +1,19 @@
-"""Human-readable summaries of caches, for ``cachekit info``."""
+"""Human-readable summaries: a cache (``cachekit info``), the environment (``cachekit env``) and the
+built-in recipes with the operations a recipe may use (``cachekit recipes``)."""
 
 from __future__ import annotations
 
+import inspect
 import platform
 import sys
 from importlib import metadata
 
 from ..constants import VERSION
 from ..cpus import available_cpus
+from ..image.recipes import OPS, builtin_pipelines, load_pipeline
 from ..store.manifest import Manifest
 
-__all__ = ["describe", "environment", "human_bytes"]
+__all__ = ["describe", "environment", "human_bytes", "describe_recipes", "op_signature"]
 
 
 def human_bytes(n: float) -> str:
@@ -87,3 +90,38 @@ def environment() -> str:
         rows.append(("gpus", "none (torch.cuda.is_available() is False)"))
     width = max(len(k) for k, _ in rows) + 2
     return "\n".join(f"{k + ':':<{width}}{v}" for k, v in rows)
+
+
+def op_signature(name: str) -> str:
+    """``op(param, param=default)``: the parameters a recipe step of op ``name`` takes."""
+    params = inspect.signature(OPS[name].fn).parameters
+    shown = []
+    for p in params.values():
+        if p.name not in OPS[name].params:
+            continue
+        shown.append(p.name if p.default is inspect.Parameter.empty else f"{p.name}={p.default!r}")
+    return f"{name}({', '.join(shown)})"
+
+
+def describe_recipes() -> str:
+    """The built-in recipes (name, output, one line each) and every op a recipe may use."""
+    from ..build.run import probe_shape
+
+    rows = []
+    for name in builtin_pipelines():
+        pipeline = load_pipeline(name)
+        _, h, w = probe_shape(pipeline)
+        output = "own size" if h is None else f"{h}x{w}"
+        rows.append((name, output, pipeline.description or "(no description)"))
+    width = [max(len(r[i]) for r in rows) for i in range(2)]
+    lines = ["Built-in recipes (cachekit build RAW --out CACHE --pipeline NAME [--size N]):"]
+    lines += [f"  {n:<{width[0]}}  {o:<{width[1]}}  {d}" for n, o, d in rows]
+    lines += ["", 'Operations a recipe\'s [[steps]] may use (sizes: a number, "size" or "size*A/B"):']
+    ops = [(op_signature(op), (inspect.getdoc(OPS[op].fn) or "").splitlines()[0]) for op in OPS]
+    op_width = max(len(sig) for sig, _ in ops)
+    lines += [f"  {sig:<{op_width}}  {doc.replace('``', '')}" for sig, doc in ops]
+    lines += [
+        "",
+        "cachekit recipes NAME prints a recipe's TOML: copy it to start your own (--pipeline FILE.toml).",
+    ]
+    return "\n".join(lines)

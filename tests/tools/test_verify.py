@@ -94,9 +94,9 @@ def test_a_header_that_does_not_match_the_manifest(cache_copy):
     assert code == 1 and info["file"] in out and "manifest says" in out
 
 
-def test_verify_on_a_non_cache_exits_1_with_one_line(tmp_path):
+def test_verify_on_a_non_cache_exits_2_with_one_line(tmp_path):
     code, out = _cli(tmp_path)
-    assert code == 1 and out.strip().count("\n") == 0 and "no manifest.json" in out
+    assert code == 2 and out.strip().count("\n") == 0 and "no manifest.json" in out
 
 
 def test_a_damaged_zarr_shard_folder_is_named(mixed_tree, tmp_path):
