@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from functools import wraps
 
@@ -251,10 +252,13 @@ def _int_list(ctx, param, value: str) -> tuple[int, ...]:
     return out
 
 
-@main.command("bench")
+@main.command("bench", epilog=EXIT_CODES)
 @click.argument("paths", nargs=-1, type=click.Path(path_type=str))
 @click.option(
-    "--synthetic", type=int, default=None, help="Generate N ImageNet-like JPEGs, build caches, compare."
+    "--synthetic",
+    type=int,
+    default=None,
+    help="Generate N ImageNet-like JPEGs, build pt, hdf5 and zarr caches, compare.",
 )
 @click.option(
     "--workdir", type=click.Path(path_type=str), default=None, help="--synthetic: where to keep its files."
@@ -271,7 +275,13 @@ def _int_list(ctx, param, value: str) -> tuple[int, ...]:
 @click.option(
     "--json", "json_out", type=click.Path(path_type=str), default=None, help="Write every figure here."
 )
-@click.option("--plot", type=click.Path(path_type=str), default=None, help="Write a PNG bar chart here.")
+@click.option(
+    "--plot",
+    type=click.Path(path_type=str),
+    default=None,
+    help="Write a PNG chart here: speed-up over the best raw loader (needs matplotlib).",
+)
+@click.option("--quiet", is_flag=True, help="No progress bars.")
 @_friendly
 def bench_cmd(
     paths,
@@ -286,15 +296,26 @@ def bench_cmd(
     raw_backends,
     json_out,
     plot,
+    quiet,
 ) -> None:
     """Load speed of RAW (PIL and OpenCV) and each CACHE, side by side: cachekit bench RAW CACHE [CACHE ...]
 
-    With --synthetic N no paths are needed: it writes N JPEGs, builds pt, hdf5 and zarr caches and compares.
+    RAW's files that a build would skip (empty, truncated, undecodable, unreadable) are left out of
+    every row and counted; every row reads the same samples. With --synthetic N no paths are
+    needed: it writes N JPEGs, builds pt, hdf5 and zarr caches and compares.
     """
     import json
 
     from .errors import UsageError
-    from .tools.bench import BenchConfig, bench_synthetic, format_table, plot_result, run_bench
+    from .tools.bench import BenchConfig, bench_synthetic, format_table, run_bench
+    from .tools.benchview import plot_result, require_matplotlib
+
+    # Everything that could fail after a long run is checked before it starts.
+    if plot:
+        require_matplotlib()
+    for flag, target in (("--json", json_out), ("--plot", plot)):
+        if target and not os.path.isdir(os.path.dirname(os.path.abspath(target))):
+            raise UsageError(f"{flag} {target}: its folder does not exist")
 
     config = BenchConfig(
         batch_size=batch_size,
@@ -312,13 +333,15 @@ def bench_cmd(
     if synthetic is not None:
         if paths:
             raise UsageError("--synthetic makes its own raw folder and caches; give no paths with it")
-        result = bench_synthetic(synthetic, config, workdir=workdir, keep=workdir is not None, log=log)
+        result = bench_synthetic(
+            synthetic, config, workdir=workdir, keep=workdir is not None, log=log, progress=not quiet
+        )
     else:
         if len(paths) < 2:
             raise UsageError(
                 "give a raw folder and at least one cache (cachekit bench RAW CACHE), or --synthetic N"
             )
-        result = run_bench(paths[0], paths[1:], config, log=log)
+        result = run_bench(paths[0], paths[1:], config, log=log, progress=not quiet)
     result["command"] = "cachekit " + " ".join(sys.argv[1:])
     click.echo(format_table(result))
     if json_out:
@@ -326,6 +349,7 @@ def bench_cmd(
             json.dump(result, fh, indent=1)
     if plot:
         plot_result(result, plot)
+        log(f"chart written to {plot}")
 
 
 @main.command("doctor", epilog=EXIT_CODES)

@@ -140,7 +140,7 @@ def test_verify_exit_codes(case, code, words, small_cache, tmp_path):
 
 
 def test_exit_codes_are_in_every_help():
-    for command in ([], ["build"], ["verify"], ["info"], ["recipes"]):
+    for command in ([], ["build"], ["verify"], ["bench"], ["info"], ["recipes"]):
         code, out = run(*command, "--help")
         assert code == 0 and "Exit codes:" in out and "not a cache" in out, command
     assert run("verify", "--nope")[0] == 2

@@ -1,13 +1,22 @@
 """``cachekit bench``: the raw folder (PIL, OpenCV) and each cache, loaded side by side in one run.
 
-Every loader reads the same samples in the same shuffled order with the same batch size and worker
-count, except the "make_loader" row, which is the cache through ``make_loader``'s defaults (its own
-shard-aware shuffle over the same number of samples): the setting a user gets without tuning.
+Every row reads the same samples (``benchsamples``), in one seeded shuffled order, with the same
+batch size and worker count; the raw rows only the inputs a build keeps, since every raw file is
+first read and decoded once through the build's own code (``baselines.check_raw_inputs``), and
+those a build skips are counted and listed with a build's reasons. The "make_loader" row is the
+cache through ``make_loader``'s defaults (its own shard-aware shuffle, stopped after the same
+number of samples): the setting a user gets without tuning; a fixed-size cache's samples all cost
+the same to read.
+
 Epoch 1 starts from a cold page cache where the OS allows dropping it; later epochs are warm.
+OpenCV runs on one thread per process throughout, as in a build's workers and like PIL, so
+"N workers" means N cores for every loader.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import gc
 import os
 import platform
@@ -15,22 +24,23 @@ import shutil
 import statistics
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 from torch.utils.data import DataLoader
 
-from ..constants import VERSION
+from ..constants import DEFAULT_PIPELINE, VERSION
 from ..cpus import available_cpus
-from ..errors import UsageError
+from ..errors import BuildError, CachekitError, UsageError
 from ..feed.batch import collate_batch
 from ..feed.dataset import CachedDataset
 from ..feed.loader import make_loader
-from ..store.atomic import path_size
-from .baselines import RawImageDataset
-from .report import human_bytes
+from ..image.recipes import load_pipeline
+from .baselines import BACKENDS, RawImageDataset, RawInputs, check_raw_inputs
+from .benchsamples import align_samples, cache_pipeline
+from .benchview import cache_names, format_table, plot_result, workers_text
 
 __all__ = [
     "BenchConfig",
@@ -45,6 +55,8 @@ __all__ = [
 
 @dataclass(frozen=True)
 class BenchConfig:
+    """What ``run_bench`` measures: batch size, worker counts, samples and epochs per row, backends."""
+
     batch_size: int = 256
     workers: tuple[int, ...] = (0, 2)
     samples: int | None = None  # None: every sample
@@ -88,11 +100,24 @@ def memcpy_bandwidth(nbytes: int = 256 * 1024 * 1024, repeats: int = 5) -> float
     return nbytes / best
 
 
+@contextlib.contextmanager
+def _opencv_one_thread() -> Iterator[None]:
+    """OpenCV on one thread per process while loaders run (and no thread pool alive at a fork)."""
+    import cv2
+
+    threads = cv2.getNumThreads()
+    cv2.setNumThreads(1)
+    try:
+        yield
+    finally:
+        cv2.setNumThreads(threads)
+
+
 def _files(path: Path) -> list[Path]:
     return [p for p in path.rglob("*") if p.is_file()]
 
 
-def _epoch(loader, limit: int) -> dict:
+def _epoch(loader, limit: int, bar) -> dict:
     """Time one pass that delivers ``limit`` samples: total seconds and time to the first batch."""
     t0 = time.perf_counter()
     first, samples, nbytes = None, 0, 0
@@ -101,25 +126,48 @@ def _epoch(loader, limit: int) -> dict:
             first = time.perf_counter() - t0
         samples += len(labels)
         nbytes += images.numel() * images.element_size()
+        bar.update(len(labels))
         if samples >= limit:
             break
     seconds = time.perf_counter() - t0
     return {"seconds": seconds, "samples": samples, "bytes": nbytes, "first_batch_s": first or seconds}
 
 
+def _one_line(exc: CachekitError) -> CachekitError:
+    """A CachekitError raised in a DataLoader worker arrives wrapped in a traceback; keep its own line."""
+    text = str(exc)
+    if "Original Traceback" not in text:
+        return exc
+    last = [line for line in text.splitlines() if line.strip()][-1]
+    return type(exc)(last.split(": ", 1)[1] if ": " in last else last)
+
+
 def _measure(
-    name: str, workers: int | str, make: Callable, files: list[Path], config: BenchConfig, limit: int
-):
+    name: str,
+    workers: int | str,
+    make: Callable,
+    files: list[Path],
+    config: BenchConfig,
+    limit: int,
+    progress: bool,
+) -> dict:
+    from tqdm import tqdm
+
     cold = drop_page_cache(files) if config.cold else False
     loader, extra = make()
     epochs = []
-    for e in range(config.epochs):
-        rec = _epoch(loader, limit)
-        rec["epoch"] = e + 1
-        rec["cold"] = cold and e == 0
-        rec["samples_per_s"] = rec["samples"] / rec["seconds"]
-        rec["MB_per_s"] = rec["bytes"] / rec["seconds"] / 1e6
-        epochs.append(rec)
+    desc = f"{name}, {workers_text({'workers': workers, **extra})}"
+    with tqdm(total=config.epochs * limit, unit="img", desc=desc, disable=not progress, leave=False) as bar:
+        for e in range(config.epochs):
+            try:
+                rec = _epoch(loader, limit, bar)
+            except CachekitError as exc:
+                raise _one_line(exc) from None
+            rec["epoch"] = e + 1
+            rec["cold"] = cold and e == 0
+            rec["samples_per_s"] = rec["samples"] / rec["seconds"]
+            rec["MB_per_s"] = rec["bytes"] / rec["seconds"] / 1e6
+            epochs.append(rec)
     dataset = loader.dataset
     del loader
     gc.collect()  # shut persistent workers down and unmap their files before the next row
@@ -147,22 +195,60 @@ def run_bench(
     config: BenchConfig = BenchConfig(),
     *,
     log: Callable[[str], None] = lambda line: None,
+    progress: bool = False,
 ) -> dict:
     """Measure every loader; return a JSON-able dict of the figures, the machine and the ratios."""
     if config.batch_size < 1 or config.epochs < 1:
         raise UsageError("--batch-size and --epochs must be at least 1")
+    if config.samples is not None and config.samples < 1:
+        raise UsageError("--samples must be at least 1")
+    unknown = set(config.raw_backends) - set(BACKENDS)
+    if unknown:
+        raise UsageError(f"unknown raw backend {sorted(unknown)[0]!r} (choose from {', '.join(BACKENDS)})")
+    if not caches and (raw is None or not config.raw_backends):
+        raise UsageError("nothing to benchmark: give a raw folder and/or caches")
     datasets = [CachedDataset(c) for c in caches]
+    try:
+        with _opencv_one_thread():
+            return _run(raw, caches, datasets, config, log, progress)
+    finally:
+        for d in datasets:
+            d.close()
+
+
+def _run(raw, caches, datasets, config: BenchConfig, log, progress: bool) -> dict:
     for path, d in zip(caches, datasets):
         if d.ragged:
             raise UsageError(f"{path}: its samples have different sizes; bench compares fixed-size caches")
-    raw_ds = {b: RawImageDataset(raw, backend=b) for b in config.raw_backends} if raw is not None else {}
-    lengths = [len(d) for d in [*datasets, *raw_ds.values()]]
-    if not lengths:
-        raise UsageError("nothing to benchmark: give a raw folder and/or caches")
-    n = min([*lengths, config.samples or min(lengths)])
-    order = np.random.default_rng(config.seed).permutation(min(lengths))[:n].tolist()
+    names = cache_names(caches, [d.manifest.format for d in datasets])
+    inputs = None
+    if raw is not None and config.raw_backends:
+        pipeline = cache_pipeline(datasets[0]) if datasets else load_pipeline(DEFAULT_PIPELINE)
+        inputs = check_raw_inputs(
+            raw,
+            pipeline,
+            pil="pil" in config.raw_backends,
+            workers=available_cpus(),
+            progress=progress,
+        )
+        for path, reason in inputs.skipped[:10]:
+            log(f"skipped {path}: {reason}")
+        if len(inputs.skipped) > 10:
+            log(f"... and {len(inputs.skipped) - 10} more skipped (see --json)")
+        for path, reason in inputs.refused[:10]:
+            log(f"left out {path}: {reason}")
+        log(
+            f"raw: {inputs.found} image files, {len(inputs.skipped)} skipped as a build would skip them"
+            + (f", {len(inputs.refused)} more left out for PIL" if inputs.refused else "")
+        )
+    raw_ds = {b: RawImageDataset(inputs, backend=b) for b in config.raw_backends} if inputs else {}
+    align = align_samples(inputs, datasets, samples=config.samples, seed=config.seed)
+    n = len(align)
+    if n == 0:
+        raise UsageError(f"{raw}: no image a build could use, nothing to compare")
+    log(f"{n} samples per epoch in every row, matched by {align.by}")
 
-    def plain(open_dataset, workers, collate=None):
+    def plain(open_dataset, order, workers, collate=None):
         extra = {"persistent_workers": True} if workers else {}
         kwargs = {"collate_fn": collate} if collate else {}
         return lambda: (
@@ -175,36 +261,39 @@ def run_bench(
     rows = []
 
     def add(name, workers, make, files):
-        log(f"{name}, workers={workers} ...")
-        rows.append(_measure(name, workers, make, files, config, n))
+        rows.append(_measure(name, workers, make, files, config, n, progress))
         r = rows[-1]
-        log(f"  {r['samples_per_s']:.0f} samples/s warm, first batch {r['first_batch_s']:.2f} s")
+        log(
+            f"{name}, {workers_text(r)}: {r['samples_per_s']:,.0f} samples/s warm, "
+            f"first batch {r['first_batch_s']:.2f} s"
+        )
 
     for backend, ds in raw_ds.items():
         for w in config.workers:
-            add(f"raw-{backend}", w, plain(lambda ds=ds: ds, w), [Path(p) for p in ds.paths])
-    for path, ds in zip(caches, datasets):
-        label = f"cache-{ds.manifest.format}:{Path(path).name}"
+            add(f"raw-{backend}", w, plain(lambda ds=ds: ds, align.raw, w), [Path(p) for p in ds.paths])
+    for path, name, order in zip(caches, names, align.caches):
         files = _files(Path(path))
         # Each row opens the cache afresh (and closes it after), so no earlier row's memory map
         # keeps the files in the page cache when epoch 1 is meant to be cold.
         for w in config.workers:
-            add(label, w, plain(lambda path=path: CachedDataset(path), w, collate_batch), files)
+            add(name, w, plain(lambda path=path: CachedDataset(path), order, w, collate_batch), files)
 
         def defaults(path=path):
             loader = make_loader(CachedDataset(path), config.batch_size, seed=config.seed)
             return loader, {"mode": loader.mode}
 
-        add(label, "make_loader", defaults, files)
+        add(name, "make_loader", defaults, files)
 
-    baseline = _best(rows, "raw-pil") or _best(rows, "raw-opencv")
+    raw_rows = [r for r in rows if r["loader"].startswith("raw-")]
+    baseline = max(raw_rows, key=lambda r: r["samples_per_s"]) if raw_rows else None
     for r in rows:
         r["speedup"] = r["samples_per_s"] / baseline["samples_per_s"] if baseline else None
     memcpy = memcpy_bandwidth()
-    result = {
+    return {
         "cachekit_version": VERSION,
         "config": asdict(config),
         "samples": n,
+        "aligned_by": align.by,
         "machine": {
             "cpus_usable": available_cpus(),
             "cpu_count": os.cpu_count(),
@@ -212,31 +301,36 @@ def run_bench(
             "processor": platform.processor() or platform.machine(),
             "memcpy_MB_per_s": memcpy / 1e6,
         },
-        "raw": {"path": str(raw), "bytes": path_size(Path(raw)), "files": lengths[-1]}
-        if raw is not None
-        else None,
+        "raw": _raw_summary(raw, inputs),
         "caches": [
             {
+                "name": name,
                 "path": str(p),
                 "format": d.manifest.format,
                 "bytes": d.manifest.total_bytes,
                 "samples": len(d),
                 "shape": list(d.sample_shape),
             }
-            for p, d in zip(caches, datasets)
+            for name, p, d in zip(names, caches, datasets)
         ],
         "rows": rows,
         "baseline": {k: baseline[k] for k in ("loader", "workers", "samples_per_s")} if baseline else None,
         "ratios": _ratios(rows, baseline, memcpy),
     }
-    for d in datasets:
-        d.close()
-    return result
 
 
-def _best(rows: list[dict], loader: str) -> dict | None:
-    found = [r for r in rows if r["loader"] == loader]
-    return max(found, key=lambda r: r["samples_per_s"]) if found else None
+def _raw_summary(raw, inputs: RawInputs | None) -> dict | None:
+    if inputs is None:
+        return None
+    return {
+        "path": str(raw),
+        "bytes": inputs.bytes,
+        "found": inputs.found,
+        "usable": len(inputs),
+        "pipeline": inputs.pipeline.name,
+        "skipped": [{"path": p, "reason": r} for p, r in inputs.skipped],
+        "left_out_for_pil": [{"path": p, "reason": r} for p, r in inputs.refused],
+    }
 
 
 def _ratios(rows: list[dict], baseline: dict | None, memcpy: float) -> dict:
@@ -261,6 +355,7 @@ def bench_synthetic(
     formats: Sequence[str] = ("pt", "hdf5", "zarr"),
     keep: bool = False,
     log: Callable[[str], None] = lambda line: None,
+    progress: bool = False,
 ) -> dict:
     """Generate ``n`` ImageNet-like JPEGs, build a cache per format, and run the comparison."""
     from ..build.run import BuildConfig, build
@@ -273,13 +368,17 @@ def bench_synthetic(
         raw = root / "raw"
         if not raw.is_dir() or sum(1 for _ in raw.rglob("*.jpg")) != n:
             shutil.rmtree(raw, ignore_errors=True)
-            log(f"writing {n} synthetic JPEGs (about 500x375) to {raw} ...")
-            make_synthetic_folder(raw, n, classes=min(10, n))
+            log(f"writing {n} synthetic JPEGs (about 500x375) to {raw}")
+            try:
+                make_synthetic_folder(raw, n, classes=min(10, n), progress=progress)
+            except OSError as exc:
+                reason = "disk full" if exc.errno == errno.ENOSPC else (exc.strerror or str(exc))
+                raise BuildError(f"cannot write the synthetic images to {raw}: {reason}") from None
         caches, builds = [], []
         for fmt in formats:
             out = root / f"cache-{fmt}"
-            log(f"building the {fmt} cache ...")
-            result = build(raw, out, BuildConfig(format=fmt, overwrite=True, progress=False))
+            log(f"building the {fmt} cache in {out}")
+            result = build(raw, out, BuildConfig(format=fmt, overwrite=True, progress=progress))
             caches.append(out)
             builds.append(
                 {
@@ -290,74 +389,10 @@ def bench_synthetic(
                     "bytes": result.manifest.total_bytes,
                 }
             )
-        report = run_bench(raw, caches, config, log=log)
+        report = run_bench(raw, caches, config, log=log, progress=progress)
         report["builds"] = builds
         report["synthetic"] = {"images": n, "workdir": str(root), "kept": keep}
         return report
     finally:
         if not keep and not workdir:
             shutil.rmtree(root, ignore_errors=True)
-
-
-def format_table(result: dict) -> str:
-    """The figures as a plain-text table, one row per loader and worker setting."""
-    head = ["loader", "workers", "epoch 1/s", "warm/s", "MB/s", "1st batch", "speed-up"]
-    lines = []
-    for r in result["rows"]:
-        workers = r.get("mode", r["workers"]) if r["workers"] == "make_loader" else r["workers"]
-        speed = f"{r['speedup']:.1f}x" if r.get("speedup") else "-"
-        lines.append(
-            [
-                r["loader"],
-                f"{'make_loader: ' if r['workers'] == 'make_loader' else ''}{workers}",
-                f"{r['epoch1_samples_per_s']:.0f}",
-                f"{r['samples_per_s']:.0f}",
-                f"{r['MB_per_s']:.0f}",
-                f"{r['first_batch_s']:.3f} s",
-                speed,
-            ]
-        )
-    widths = [max(len(str(x)) for x in col) for col in zip(head, *lines)]
-    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
-    out = [fmt.format(*head), fmt.format(*("-" * w for w in widths))]
-    out += [fmt.format(*row) for row in lines]
-    m = result["machine"]
-    out.append("")
-    out.append(
-        f"{result['samples']} samples, batch {result['config']['batch_size']}, "
-        f"{m['cpus_usable']} usable CPUs, memcpy {m['memcpy_MB_per_s']:.0f} MB/s"
-    )
-    if result.get("raw"):
-        out.append(f"raw:   {human_bytes(result['raw']['bytes'])} in {result['raw']['files']} files")
-    for c in result["caches"]:
-        out.append(f"cache: {human_bytes(c['bytes'])} ({c['format']}, {c['samples']} samples) {c['path']}")
-    for key, value in result["ratios"].items():
-        out.append(f"{key}: {value:.2f}")
-    return "\n".join(out)
-
-
-def plot_result(result: dict, path: str | os.PathLike) -> Path:
-    """A PNG bar chart of warm samples/s per loader (log scale)."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise UsageError("--plot needs matplotlib: pip install 'cachekit[plot]'") from None
-    rows = result["rows"]
-    labels = [f"{r['loader']} ({r['workers']})" for r in rows]
-    values = [r["samples_per_s"] for r in rows]
-    colours = ["#c0504d" if r["loader"].startswith("raw") else "#4f81bd" for r in rows]
-    fig, ax = plt.subplots(figsize=(8, 0.45 * len(rows) + 1.5))
-    ax.barh(labels[::-1], values[::-1], color=colours[::-1])
-    ax.set_xscale("log")
-    ax.set_xlabel("samples/s (warm epochs, log scale)")
-    ax.set_title(f"cachekit bench: {result['samples']} samples, batch {result['config']['batch_size']}")
-    for y, v in enumerate(values[::-1]):
-        ax.text(v, y, f" {v:,.0f}", va="center", fontsize=8)
-    fig.tight_layout()
-    out = Path(path)
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return out

@@ -39,7 +39,9 @@ def synthetic_image(rng: np.random.Generator, height: int = 375, width: int = 50
     return np.clip(img, 0, 255).astype(np.uint8)
 
 
-def _write_images(root: Path, start: int, stop: int, classes: int, size, quality: int, seed: int) -> None:
+def _write_images(
+    root: Path, start: int, stop: int, classes: int, size, quality: int, seed: int, progress=None
+) -> None:
     for i in range(start, stop):
         rng = np.random.default_rng([seed, i])  # image i is the same whoever writes it
         h = int(size[0] * rng.uniform(0.85, 1.15))
@@ -53,6 +55,8 @@ def _write_images(root: Path, start: int, stop: int, classes: int, size, quality
         if not ok:  # pragma: no cover - OpenCV always encodes JPEG
             raise RuntimeError("JPEG encoding failed")
         (root / f"class_{i % classes:03d}" / f"img_{i:07d}.jpg").write_bytes(buf.tobytes())
+        if progress is not None:
+            progress(1)
 
 
 def make_synthetic_folder(
@@ -64,11 +68,15 @@ def make_synthetic_folder(
     quality: int = 90,
     seed: int = 0,
     workers: int | None = None,
+    progress: bool = False,
 ) -> Path:
     """Write ``n`` JPEGs into ``root/<class>/`` (ImageFolder layout), sizes jittered around ``size``.
 
     Written by ``workers`` processes (default: the usable CPUs); the files do not depend on it.
+    ``progress`` shows a bar on stderr.
     """
+    from tqdm import tqdm
+
     from ..build.executors import run_jobs
     from ..cpus import available_cpus
 
@@ -79,8 +87,10 @@ def make_synthetic_folder(
     step = max(16, -(-n // (4 * workers)))
     jobs = [(start, min(n, start + step)) for start in range(0, n, step)]
 
-    for _ in run_jobs(_WriteJob(root, classes, tuple(size), quality, seed), jobs, workers=workers):
-        pass
+    job = _WriteJob(root, classes, tuple(size), quality, seed)
+    with tqdm(total=n, unit="img", desc="writing JPEGs", disable=not progress, leave=False) as bar:
+        for _ in run_jobs(job, jobs, workers=workers, on_progress=bar.update):
+            pass
     return root
 
 
@@ -92,7 +102,7 @@ class _WriteJob:
 
     def __call__(self, job: tuple[int, int], progress=None) -> None:
         root, classes, size, quality, seed = self.args
-        _write_images(root, job[0], job[1], classes, size, quality, seed)
+        _write_images(root, job[0], job[1], classes, size, quality, seed, progress)
 
 
 def write_synthetic_cache(

@@ -1,0 +1,232 @@
+"""Showing a ``cachekit bench`` result: the text table, the chart, and the words rows are named with.
+
+The chart answers "how much faster is the cache?" at a glance: one bar per row, the speed-up over the
+best raw loader on a linear axis (a log axis makes 150x look like 2x), labelled with that factor and
+the samples/s behind it, coloured by kind with a legend. matplotlib is optional
+(``require_matplotlib`` says how to get it, and the CLI asks before any work starts).
+"""
+
+from __future__ import annotations
+
+import os
+import textwrap
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..constants import DIST_NAME
+from ..errors import UsageError
+from .report import human_bytes
+
+if TYPE_CHECKING:  # pragma: no cover
+    from matplotlib.figure import Figure
+
+__all__ = [
+    "cache_names",
+    "format_table",
+    "require_matplotlib",
+    "bench_figure",
+    "plot_result",
+    "workers_text",
+    "loader_text",
+]
+
+#: Bar colours by kind of row, and the legend's words for them.
+KINDS = {
+    "raw": ("#d9603b", "raw files, decoded every epoch"),
+    "cache": ("#9cc3e6", "cache, plain DataLoader"),
+    "make_loader": ("#1f5fa8", "cache, make_loader defaults"),
+}
+
+
+def format_table(result: dict) -> str:
+    """The figures as a plain-text table, one row per loader and worker setting."""
+    head = ["loader", "workers", "epoch 1/s", "warm/s", "MB/s", "1st batch", "speed-up"]
+    lines = []
+    for r in result["rows"]:
+        speed = f"{r['speedup']:.1f}x" if r.get("speedup") else "-"
+        lines.append(
+            [
+                r["loader"],
+                workers_text(r),
+                f"{r['epoch1_samples_per_s']:,.0f}",
+                f"{r['samples_per_s']:,.0f}",
+                f"{r['MB_per_s']:,.0f}",
+                f"{r['first_batch_s']:.3f} s",
+                speed,
+            ]
+        )
+    widths = [max(len(str(x)) for x in col) for col in zip(head, *lines)]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    out = [fmt.format(*head), fmt.format(*("-" * w for w in widths))]
+    out += [fmt.format(*row) for row in lines]
+    m = result["machine"]
+    out.append("")
+    out.append(
+        f"{result['samples']} samples per epoch in every row (matched by {result['aligned_by']}), "
+        f"batch {result['config']['batch_size']}, {m['cpus_usable']} usable CPUs, "
+        f"memcpy {m['memcpy_MB_per_s']:,.0f} MB/s"
+    )
+    if result.get("baseline"):
+        b = result["baseline"]
+        out.append(
+            f"speed-up: warm samples/s over the best raw loader ({b['loader']}, {workers_text(b)}, "
+            f"{b['samples_per_s']:,.0f} samples/s)"
+        )
+    raw = result.get("raw")
+    if raw:
+        out.append(
+            f"raw:   {raw['found']} image files: a build keeps {raw['usable']} "
+            f"({human_bytes(raw['bytes'])}) and skips {len(raw['skipped'])}"
+            + (
+                f"; {len(raw['left_out_for_pil'])} left out of every row (PIL cannot read them)"
+                if raw["left_out_for_pil"]
+                else ""
+            )
+        )
+    for c in result["caches"]:
+        out.append(f"cache: {human_bytes(c['bytes'])} ({c['format']}, {c['samples']} samples) {c['path']}")
+    for key, value in result["ratios"].items():
+        out.append(f"{key}: {value:.2f}")
+    return "\n".join(out)
+
+
+def require_matplotlib() -> None:
+    """Raise a one-line UsageError with the install command when matplotlib is missing."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise UsageError(f"--plot needs matplotlib: pip install '{DIST_NAME}[plot]'") from None
+
+
+def cache_names(caches: Sequence[str | os.PathLike], formats: Sequence[str]) -> list[str]:
+    """``cache-<format>``, plus the shortest end of the path that tells apart caches of one format."""
+    base = [f"cache-{f}" for f in formats]
+    parts = [str(p).rstrip("/").split("/") for p in caches]
+    names = []
+    for i, b in enumerate(base):
+        rivals = [parts[j] for j in range(len(base)) if j != i and base[j] == b]
+        if not rivals:
+            names.append(b)
+            continue
+        k = 1
+        while k < len(parts[i]) and any(r[-k:] == parts[i][-k:] for r in rivals):
+            k += 1
+        names.append(f"{b} ({'/'.join(parts[i][-k:])})")
+    return [n if names.count(n) == 1 else f"{n} #{i + 1}" for i, n in enumerate(names)]
+
+
+def workers_text(row: dict) -> str:
+    """How a row loads: "in-process", "2 workers", or make_loader's choice in words."""
+    workers = row["workers"]
+    if workers == "make_loader":
+        mode = str(row.get("mode", "")).replace(" batched reads", "").replace("worker processes", "workers")
+        return f"make_loader ({mode})" if mode else "make_loader"
+    if workers == 0:
+        return "in-process"
+    return f"{workers} worker" + ("s" if workers != 1 else "")
+
+
+def loader_text(name: str) -> str:
+    """A row's loader in words: ``raw-pil`` -> "raw files, PIL", ``cache-pt (a)`` -> "pt cache (a)"."""
+    if name.startswith("raw-"):
+        backend = name[len("raw-") :]
+        return "raw files, " + {"pil": "PIL", "opencv": "OpenCV"}.get(backend, backend)
+    if name.startswith("cache-"):
+        fmt, _, rest = name[len("cache-") :].partition(" ")
+        return f"{fmt} cache" + (f" {rest}" if rest else "")
+    return name
+
+
+def _kind(row: dict) -> str:
+    if row["loader"].startswith("raw-"):
+        return "raw"
+    return "make_loader" if row["workers"] == "make_loader" else "cache"
+
+
+def _factor(x: float) -> str:
+    return f"{x:,.0f}x" if x >= 10 else f"{x:.1f}x" if x >= 1 else f"{x:.2f}x"
+
+
+def bench_figure(result: dict) -> Figure:
+    """The chart of a ``run_bench`` result, as a matplotlib Figure (not drawn on any screen)."""
+    require_matplotlib()
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Patch
+
+    rows = result["rows"]
+    baseline = result.get("baseline")
+    relative = baseline is not None and all(r.get("speedup") for r in rows)
+    values = [r["speedup"] if relative else r["samples_per_s"] for r in rows]
+    labels = [f"{loader_text(r['loader'])}, {workers_text(r)}" for r in rows]
+    kinds = [_kind(r) for r in rows]
+    bar_text = [
+        f"{_factor(v)}  ({r['samples_per_s']:,.0f} samples/s)" if relative else f"{v:,.0f} samples/s"
+        for v, r in zip(values, rows)
+    ]
+
+    labels = [textwrap.fill(label, 52) for label in labels]
+    longest = max(len(line) for label in labels for line in label.splitlines())
+    width = min(16.0, max(10.0, 6.0 + 0.08 * longest))
+    fig = Figure(figsize=(width, 1.9 + 0.42 * len(rows)), layout="constrained", dpi=120)
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
+    y = list(range(len(rows)))[::-1]  # first row at the top
+    bars = ax.barh(y, values, color=[KINDS[k][0] for k in kinds], height=0.7)
+    ax.set_yticks(y, labels)
+    ax.bar_label(bars, bar_text, padding=4, fontsize=9)
+    ax.set_ylim(-0.6, len(rows) - 0.4)
+    ax.spines[["top", "right"]].set_visible(False)
+    ax.grid(axis="x", alpha=0.3)
+    ax.set_axisbelow(True)
+    if relative:
+        ax.set_xlabel("speed-up over the best raw loader (x, linear scale)")
+    else:
+        ax.set_xlabel("samples/s (linear scale)")
+    present = [k for k in KINDS if k in kinds]
+    fig.legend(
+        handles=[Patch(color=KINDS[k][0], label=KINDS[k][1]) for k in present],
+        loc="outside lower center",
+        ncols=len(present),
+        frameon=False,
+        fontsize=9,
+    )
+    cfg, machine = result["config"], result["machine"]
+    shape = result["caches"][0]["shape"] if result.get("caches") else None
+    what = f"{result['samples']:,} samples" + (f" of {shape[1]}x{shape[2]}" if shape else "")
+    title = f"cachekit bench: {what}, batch {cfg['batch_size']}, warm epochs, {machine['cpus_usable']} usable CPUs"
+    if relative:
+        who = f"{loader_text(baseline['loader'])}, {workers_text(baseline)}"
+        title += f"\n1x = the best raw loader: {who}, {baseline['samples_per_s']:,.0f} samples/s"
+    fig.suptitle(title, fontsize=11)
+    _fit_labels(fig, ax, bars.patches, ax.texts)
+    return fig
+
+
+def _fit_labels(fig: Figure, ax, patches, texts) -> None:
+    """Set the x range so every bar's label ends inside the axes, with little to spare.
+
+    Repeated a few times: the layout moves the axes when tick labels change.
+    """
+    widest = max(p.get_width() for p in patches) or 1.0
+    ax.set_xlim(0, widest * 1.05)
+    for _ in range(4):
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        box = ax.get_window_extent(renderer)
+        need = widest * 1.02
+        for patch, text in zip(patches, texts):
+            room = box.width - text.get_window_extent(renderer).width - 10  # the label's padding, a margin
+            need = max(need, patch.get_width() * box.width / max(room, 1.0))
+        if abs(need - ax.get_xlim()[1]) <= 0.005 * need:
+            return
+        ax.set_xlim(0, need)
+
+
+def plot_result(result: dict, path: str | os.PathLike) -> Path:
+    """Write the chart of a ``run_bench`` result as a PNG at ``path``."""
+    fig = bench_figure(result)
+    out = Path(path)
+    fig.savefig(out)
+    return out

@@ -1,0 +1,282 @@
+"""``cachekit bench``: bad raw files skipped exactly as a build skips them, rows aligned on the same
+images (checked pixel for pixel), and a chart whose words say what it shows."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+import struct
+import sys
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from conftest import BAD_FILES, GOOD_FILES
+from PIL import Image, PngImagePlugin
+
+from cachekit import BuildConfig, CachedDataset, build
+from cachekit.cli import main
+from cachekit.constants import DIST_NAME
+from cachekit.tools.baselines import RawImageDataset, check_raw_inputs
+from cachekit.tools.bench import BenchConfig, run_bench
+from cachekit.tools.benchsamples import align_samples, cache_pipeline
+from cachekit.tools.benchview import bench_figure, plot_result
+
+QUICK = BenchConfig(batch_size=4, workers=(0,), epochs=1, cold=False)
+
+
+def _build(raw, out):
+    build(raw, out, BuildConfig(size=32, workers=1, progress=False))
+    return out
+
+
+@pytest.fixture(scope="module")
+def mixed_cache(mixed_tree, tmp_path_factory):
+    return _build(mixed_tree, tmp_path_factory.mktemp("bench") / "cache")
+
+
+@pytest.fixture(scope="module")
+def mixed_result(mixed_tree, mixed_cache):
+    """Both raw backends, in-process and one worker, a cold first epoch and a warm one."""
+    return run_bench(mixed_tree, [mixed_cache], BenchConfig(batch_size=4, workers=(0, 1), epochs=2))
+
+
+def _pil_unreadable_png() -> bytes:
+    """A PNG whose text chunk has a bad CRC: libpng (a build) decodes it, PIL refuses it."""
+    img = Image.fromarray(np.random.default_rng(3).integers(0, 256, (40, 50, 3), np.uint8))
+    info = PngImagePlugin.PngInfo()
+    info.add_text("comment", "hello")
+    buf = io.BytesIO()
+    img.save(buf, "PNG", pnginfo=info)
+    data = bytearray(buf.getvalue())
+    at = data.find(b"tEXt")
+    data[at + 4 + struct.unpack(">I", data[at - 4 : at])[0]] ^= 0xFF
+    return bytes(data)
+
+
+def _assert_same_images(inputs, cache, alignment):
+    """Every aligned pair is the same image: OpenCV on the raw file gives the cache's exact pixels."""
+    raw_ds, ds = RawImageDataset(inputs, backend="opencv"), CachedDataset(cache)
+    assert len(alignment.raw) == len(alignment.caches[0]) > 0
+    for r, c in zip(alignment.raw, alignment.caches[0]):
+        image, label = raw_ds[r]
+        cached, cached_label = ds[c]
+        assert np.array_equal(image.numpy(), cached.numpy()) and label == cached_label
+    ds.close()
+
+
+def test_bad_raw_files_are_skipped_as_a_build_skips_them(mixed_result, mixed_cache):
+    manifest = CachedDataset(mixed_cache).manifest
+    skipped = {s["path"]: s["reason"] for s in mixed_result["raw"]["skipped"]}
+    assert skipped == {s.path: s.reason for s in manifest.skipped}  # same files, same words
+    for path, word in BAD_FILES.items():
+        assert word in skipped[path]
+    assert mixed_result["raw"]["usable"] == len(GOOD_FILES) == mixed_result["samples"]
+    assert mixed_result["aligned_by"] == "position"
+
+
+@pytest.mark.parametrize("backend", ["pil", "opencv"])
+def test_every_row_of_each_backend_reads_the_same_number_of_samples(mixed_result, backend):
+    raw_rows = [r for r in mixed_result["rows"] if r["loader"] == f"raw-{backend}"]
+    assert [r["workers"] for r in raw_rows] == [0, 1]
+    for row in mixed_result["rows"]:
+        counts = {e["samples"] for e in row["epochs"]}
+        assert counts == {len(GOOD_FILES)}, row["loader"]
+        assert row["samples_per_s"] > 0 and row["speedup"] > 0
+    assert mixed_result["baseline"]["loader"].startswith("raw-")
+
+
+def test_rows_read_the_same_images_by_position(mixed_tree, mixed_cache):
+    ds = CachedDataset(mixed_cache)
+    inputs = check_raw_inputs(mixed_tree, cache_pipeline(ds), pil=True)
+    alignment = align_samples(inputs, [ds])
+    assert alignment.by == "position" and sorted(alignment.raw) == list(range(len(GOOD_FILES)))
+    _assert_same_images(inputs, mixed_cache, alignment)
+
+
+def test_a_file_pil_cannot_read_is_left_out_of_every_row(mixed_tree, tmp_path):
+    raw = tmp_path / "raw"
+    shutil.copytree(mixed_tree, raw, symlinks=True)
+    (raw / "cat" / "bad_crc.png").write_bytes(_pil_unreadable_png())
+    cache = _build(raw, tmp_path / "cache")
+    assert len(CachedDataset(cache)) == len(GOOD_FILES) + 1  # a build keeps it
+    ds = CachedDataset(cache)
+    inputs = check_raw_inputs(raw, cache_pipeline(ds), pil=True, workers=2)
+    assert [p for p, _ in inputs.refused] == ["cat/bad_crc.png"] and "PIL" in inputs.refused[0][1]
+    alignment = align_samples(inputs, [ds])
+    refused = inputs.paths.index("cat/bad_crc.png")
+    assert refused not in alignment.raw and refused not in alignment.caches[0]
+    _assert_same_images(inputs, cache, alignment)
+    result = run_bench(raw, [cache], BenchConfig(batch_size=4, workers=(0,), epochs=1, raw_backends=("pil",)))
+    assert result["samples"] == len(GOOD_FILES)
+    assert [s["path"] for s in result["raw"]["left_out_for_pil"]] == ["cat/bad_crc.png"]
+    # without a PIL row nothing is left out: the OpenCV loader reads what a build reads
+    result = run_bench(
+        raw, [cache], BenchConfig(batch_size=4, workers=(0,), epochs=1, raw_backends=("opencv",))
+    )
+    assert result["samples"] == len(GOOD_FILES) + 1 and not result["raw"]["left_out_for_pil"]
+
+
+def test_rows_are_matched_by_source_path_when_the_cache_names_sources(
+    mixed_tree, mixed_cache, tmp_path, monkeypatch
+):
+    if not hasattr(CachedDataset, "source"):  # a cache built in sorted path order: sample i is GOOD_FILES[i]
+        monkeypatch.setattr(CachedDataset, "source", lambda self, i: GOOD_FILES[i], raising=False)
+    raw = tmp_path / "raw"
+    shutil.copytree(mixed_tree, raw, symlinks=True)
+    gone = ["cat/alpha.png", "dog/rotated.jpg"]
+    for rel in gone:
+        (raw / rel).unlink()
+    ds = CachedDataset(mixed_cache)
+    inputs = check_raw_inputs(raw, cache_pipeline(ds))
+    alignment = align_samples(inputs, [ds])
+    assert alignment.by == "source path" and len(alignment) == len(GOOD_FILES) - len(gone)
+    _assert_same_images(inputs, mixed_cache, alignment)
+    few = align_samples(inputs, [ds], samples=3)
+    assert len(few) == 3 and few.raw == alignment.raw[:3]
+
+
+def _assert_nothing_clipped(fig):
+    """Every text lies inside the figure, and every bar's label inside the axes."""
+    ax = fig.axes[0]
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    whole, frame = fig.bbox, ax.get_window_extent(renderer)
+    texts = [*ax.get_yticklabels(), *ax.texts, ax.xaxis.label, fig._suptitle]
+    texts += [t for legend in fig.legends for t in legend.get_texts()]
+    for t in texts:
+        box = t.get_window_extent(renderer)
+        assert whole.x0 <= box.x0 and box.x1 <= whole.x1 and whole.y0 <= box.y0 and box.y1 <= whole.y1, t
+    for t in ax.texts:
+        assert t.get_window_extent(renderer).x1 <= frame.x1 + 1, t.get_text()
+
+
+@pytest.mark.filterwarnings("error")  # a layout that collapses warns
+def test_the_chart_says_what_it_shows(mixed_result, tmp_path):
+    fig = bench_figure(mixed_result)
+    ax = fig.axes[0]
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    assert labels == [
+        "raw files, PIL, in-process",
+        "raw files, PIL, 1 worker",
+        "raw files, OpenCV, in-process",
+        "raw files, OpenCV, 1 worker",
+        "pt cache, in-process",
+        "pt cache, 1 worker",
+        "pt cache, make_loader (in-process + prefetch thread)",
+    ]
+    assert len(set(labels)) == len(labels) and not any(":" in label for label in labels)
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert legend == [
+        "raw files, decoded every epoch",
+        "cache, plain DataLoader",
+        "cache, make_loader defaults",
+    ]
+    assert ax.get_xscale() == "linear" and "speed-up over the best raw loader" in ax.get_xlabel()
+    bar_labels = [t.get_text() for t in ax.texts]
+    for row, text in zip(mixed_result["rows"], bar_labels, strict=True):
+        assert text.endswith(f"({row['samples_per_s']:,.0f} samples/s)") and "x  (" in text
+    assert "1x = the best raw loader" in fig.get_suptitle()
+    _assert_nothing_clipped(fig)
+    out = plot_result(mixed_result, tmp_path / "bench.png")
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.filterwarnings("error")
+def test_caches_of_one_format_get_distinct_short_names(small_cache, tmp_path):
+    for parent in ("a", "b"):
+        shutil.copytree(small_cache, tmp_path / parent / "cache")
+    result = run_bench(None, [tmp_path / "a" / "cache", tmp_path / "b" / "cache"], QUICK)
+    names = [c["name"] for c in result["caches"]]
+    assert names == ["cache-pt (a/cache)", "cache-pt (b/cache)"]
+    fig = bench_figure(result)
+    labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
+    assert len(set(labels)) == len(labels) == 4
+    assert "pt cache (b/cache), in-process" in labels
+    assert "samples/s" in fig.axes[0].get_xlabel()  # no raw rows: plain samples/s
+    _assert_nothing_clipped(fig)
+
+
+def _cli(*args):
+    result = CliRunner().invoke(main, ["bench", *map(str, args)])
+    return result.exit_code, result.stdout, result.stderr
+
+
+@pytest.mark.parametrize("backend", ["pil", "opencv"])
+def test_cli_says_how_many_were_skipped(mixed_tree, mixed_cache, backend, tmp_path):
+    code, out, err = _cli(
+        mixed_tree, mixed_cache, "--raw-backends", backend, "--workers", "0", "--epochs", "1",
+        "--batch-size", "4", "--warm-only", "--json", tmp_path / "r.json",
+    )  # fmt: skip
+    assert code == 0, err
+    assert f"a build keeps {len(GOOD_FILES)}" in out and f"skips {len(BAD_FILES)}" in out
+    for path in BAD_FILES:
+        assert f"skipped {path}" in err
+    assert f"raw-{backend}" in out and "Traceback" not in out + err
+    assert json.loads((tmp_path / "r.json").read_text())["samples"] == len(GOOD_FILES)
+
+
+def test_plot_without_matplotlib_fails_before_any_work(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib raises ImportError
+    code, out, err = _cli("--synthetic", 4, "--workdir", tmp_path / "w", "--plot", tmp_path / "p.png")
+    assert code == 2 and err.strip() == f"error: --plot needs matplotlib: pip install '{DIST_NAME}[plot]'"
+    assert not (tmp_path / "w").exists()
+
+
+@pytest.mark.parametrize("flag", ["--json", "--plot"])
+def test_an_output_in_a_missing_folder_fails_before_any_work(tmp_path, flag):
+    code, _, err = _cli("--synthetic", 4, "--workdir", tmp_path / "w", flag, tmp_path / "nope" / "out")
+    assert code == 2 and "its folder does not exist" in err and not (tmp_path / "w").exists()
+
+
+@pytest.mark.slow
+def test_synthetic_shows_progress_and_compares_every_format(tmp_path):
+    w = tmp_path / "w"
+    code, out, err = _cli(
+        "--synthetic", 6, "--workdir", w, "--workers", "0", "--epochs", "1", "--batch-size", "3",
+        "--warm-only", "--json", tmp_path / "r.json", "--plot", tmp_path / "p.png",
+    )  # fmt: skip
+    assert code == 0, err
+    for bar in ("writing JPEGs", "build", "checking raw files", "cache-zarr, in-process"):
+        assert bar in err, bar
+    result = json.loads((tmp_path / "r.json").read_text())
+    assert {c["format"] for c in result["caches"]} == {"pt", "hdf5", "zarr"}
+    assert result["samples"] == 6 and (tmp_path / "p.png").stat().st_size > 0
+
+
+@pytest.mark.parametrize("workers", ["0", "1"])
+def test_a_raw_file_that_vanishes_mid_run_is_one_line(
+    mixed_tree, mixed_cache, tmp_path, monkeypatch, workers
+):
+    import cachekit.tools.bench as bench
+
+    raw = tmp_path / "raw"
+    shutil.copytree(mixed_tree, raw, symlinks=True)
+    checked = bench.check_raw_inputs
+
+    def check_then_delete(*args, **kwargs):
+        inputs = checked(*args, **kwargs)
+        (raw / "cat" / "photo.jpg").unlink()
+        return inputs
+
+    monkeypatch.setattr(bench, "check_raw_inputs", check_then_delete)
+    code, out, err = _cli(raw, mixed_cache, "--workers", workers, "--epochs", "1", "--warm-only", "--quiet")
+    last = err.strip().splitlines()[-1]
+    assert code == 1 and "Traceback" not in err, err
+    assert last.startswith("error: ") and "cat/photo.jpg changed while the benchmark ran" in last
+
+
+def test_an_augmented_cache_is_matched_on_its_inputs_first_variant(mixed_tree, tmp_path):
+    from cachekit import discover
+
+    cache = tmp_path / "aug"
+    build(mixed_tree, cache, BuildConfig(size=32, workers=1, augment=3, progress=False))
+    ds = CachedDataset(cache)
+    inputs = check_raw_inputs(mixed_tree, cache_pipeline(ds))
+    alignment = align_samples(inputs, [ds])
+    everything = discover(mixed_tree).paths  # source_index counts every input a build was given
+    assert len(alignment) == len(GOOD_FILES)
+    for r, c in zip(alignment.raw, alignment.caches[0]):
+        extras = ds.extras(c)
+        assert int(extras["variant"]) == 0 and everything[int(extras["source_index"])] == inputs.paths[r]
