@@ -44,7 +44,7 @@ def format_table(result: dict) -> str:
     head = ["loader", "workers", "epoch 1/s", "warm/s", "MB/s", "1st batch", "speed-up"]
     lines = []
     for r in result["rows"]:
-        speed = f"{r['speedup']:.1f}x" if r.get("speedup") else "-"
+        speed = _factor(r["speedup"]) if r.get("speedup") else "-"
         lines.append(
             [
                 r["loader"],
@@ -120,7 +120,12 @@ def workers_text(row: dict) -> str:
     """How a row loads: "in-process", "2 workers", or make_loader's choice in words."""
     workers = row["workers"]
     if workers == "make_loader":
-        mode = str(row.get("mode", "")).replace(" batched reads", "").replace("worker processes", "workers")
+        mode = (
+            str(row.get("mode", ""))
+            .replace(" batched reads", "")
+            .replace(" prefetch thread", " prefetch")
+            .replace("worker processes", "workers")
+        )
         return f"make_loader ({mode})" if mode else "make_loader"
     if workers == 0:
         return "in-process"
@@ -166,17 +171,20 @@ def bench_figure(result: dict) -> Figure:
         for v, r in zip(values, rows)
     ]
 
-    labels = [textwrap.fill(label, 52) for label in labels]
+    labels = [textwrap.fill(label, 60) for label in labels]
     longest = max(len(line) for label in labels for line in label.splitlines())
     width = min(16.0, max(10.0, 6.0 + 0.08 * longest))
-    fig = Figure(figsize=(width, 1.9 + 0.42 * len(rows)), layout="constrained", dpi=120)
+    # one row per bar, half a row more between loaders, the first row at the top
+    steps = [0.0] + [1.5 if a["loader"] != b["loader"] else 1.0 for a, b in zip(rows, rows[1:])]
+    depth = [sum(steps[: i + 1]) for i in range(len(rows))]
+    y = [depth[-1] - d for d in depth]
+    fig = Figure(figsize=(width, 1.9 + 0.42 * (depth[-1] + 1)), layout="constrained", dpi=120)
     FigureCanvasAgg(fig)
     ax = fig.subplots()
-    y = list(range(len(rows)))[::-1]  # first row at the top
     bars = ax.barh(y, values, color=[KINDS[k][0] for k in kinds], height=0.7)
     ax.set_yticks(y, labels)
     ax.bar_label(bars, bar_text, padding=4, fontsize=9)
-    ax.set_ylim(-0.6, len(rows) - 0.4)
+    ax.set_ylim(-0.6, depth[-1] + 0.6)
     ax.spines[["top", "right"]].set_visible(False)
     ax.grid(axis="x", alpha=0.3)
     ax.set_axisbelow(True)

@@ -164,7 +164,7 @@ def test_the_chart_says_what_it_shows(mixed_result, tmp_path):
         "raw files, OpenCV, 1 worker",
         "pt cache, in-process",
         "pt cache, 1 worker",
-        "pt cache, make_loader (in-process + prefetch thread)",
+        "pt cache, make_loader (in-process + prefetch)",
     ]
     assert len(set(labels)) == len(labels) and not any(":" in label for label in labels)
     legend = [t.get_text() for t in fig.legends[0].get_texts()]
