@@ -177,3 +177,13 @@ def test_recipes_name_prints_a_toml_that_builds_the_same_recipe(tmp_path):
     code, out = run("recipes", "sepia-9000")
     assert code == 2 and "unknown pipeline" in out
 
+
+def test_readme_documents_every_builtin_recipe_and_op():
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    for name in builtin_pipelines():
+        assert f"| `{name}` |" in readme, name
+    for op, definition in OPS.items():
+        row = next((line for line in readme.splitlines() if line.startswith(f"| `{op}` |")), None)
+        assert row is not None, op
+        for param in definition.params:
+            assert f"`{param}`" in row, (op, param)
