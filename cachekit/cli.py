@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from functools import wraps
 
@@ -35,7 +34,8 @@ def _friendly(fn):
             click.echo(f"error: {exc}", err=True)
             sys.exit(exc.exit_code)
         except KeyboardInterrupt:
-            click.echo("interrupted; re-run the same command to resume", err=True)
+            resumes = fn.__name__ in ("build_cmd", "convert_cmd")  # the others have nothing to resume
+            click.echo("interrupted" + ("; re-run the same command to resume" if resumes else ""), err=True)
             sys.exit(130)
 
     return wrapper
@@ -304,18 +304,11 @@ def bench_cmd(
     every row and counted; every row reads the same samples. With --synthetic N no paths are
     needed: it writes N JPEGs, builds pt, hdf5 and zarr caches and compares.
     """
-    import json
-
     from .errors import UsageError
     from .tools.bench import BenchConfig, bench_synthetic, format_table, run_bench
-    from .tools.benchview import plot_result, require_matplotlib
+    from .tools.benchview import check_outputs, write_outputs
 
-    # Everything that could fail after a long run is checked before it starts.
-    if plot:
-        require_matplotlib()
-    for flag, target in (("--json", json_out), ("--plot", plot)):
-        if target and not os.path.isdir(os.path.dirname(os.path.abspath(target))):
-            raise UsageError(f"{flag} {target}: its folder does not exist")
+    check_outputs(json_out, plot)  # what could fail after a long run is checked before it starts
 
     config = BenchConfig(
         batch_size=batch_size,
@@ -344,12 +337,8 @@ def bench_cmd(
         result = run_bench(paths[0], paths[1:], config, log=log, progress=not quiet)
     result["command"] = "cachekit " + " ".join(sys.argv[1:])
     click.echo(format_table(result))
-    if json_out:
-        with open(json_out, "w") as fh:
-            json.dump(result, fh, indent=1)
-    if plot:
-        plot_result(result, plot)
-        log(f"chart written to {plot}")
+    for path in write_outputs(result, json_out, plot):
+        log(f"written: {path}")
 
 
 @main.command("doctor", epilog=EXIT_CODES)

@@ -8,6 +8,8 @@ the samples/s behind it, coloured by kind with a legend. matplotlib is optional
 
 from __future__ import annotations
 
+import errno
+import json
 import os
 import textwrap
 from collections.abc import Sequence
@@ -15,13 +17,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..constants import DIST_NAME
-from ..errors import UsageError
+from ..errors import CachekitError, UsageError
 from .report import human_bytes
 
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.figure import Figure
 
 __all__ = [
+    "check_outputs",
+    "write_outputs",
     "cache_names",
     "format_table",
     "require_matplotlib",
@@ -89,6 +93,45 @@ def format_table(result: dict) -> str:
     for key, value in result["ratios"].items():
         out.append(f"{key}: {value:.2f}")
     return "\n".join(out)
+
+
+def check_outputs(json_path: str | None, plot_path: str | None) -> None:
+    """Refuse, before a long run, outputs that could not be written after it (UsageError)."""
+    if plot_path:
+        require_matplotlib()
+    for flag, target in (("--json", json_path), ("--plot", plot_path)):
+        if not target:
+            continue
+        folder = os.path.dirname(os.path.abspath(target))
+        if not os.path.isdir(folder):
+            raise UsageError(f"{flag} {target}: its folder does not exist")
+        if os.path.isdir(target):
+            raise UsageError(f"{flag} {target}: is a folder; give a file name")
+        if not os.access(folder, os.W_OK) or (os.path.exists(target) and not os.access(target, os.W_OK)):
+            raise UsageError(f"{flag} {target}: not writable")
+
+
+def write_outputs(result: dict, json_path: str | None, plot_path: str | None) -> list[str]:
+    """Write the JSON figures and the chart; return what was written. A failed write is one line."""
+    written = []
+    for target, write in ((json_path, _write_json), (plot_path, plot_result)):
+        if not target:
+            continue
+        existed = os.path.exists(target)
+        try:
+            write(result, target)
+        except OSError as exc:
+            if not existed and os.path.isfile(target):
+                os.remove(target)  # no half-written file left behind
+            reason = "disk full" if exc.errno == errno.ENOSPC else (exc.strerror or str(exc))
+            raise CachekitError(f"cannot write {target}: {reason}") from None
+        written.append(target)
+    return written
+
+
+def _write_json(result: dict, path: str | os.PathLike) -> None:
+    with open(path, "w") as fh:
+        json.dump(result, fh, indent=1)
 
 
 def require_matplotlib() -> None:

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import shutil
 import struct
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -280,3 +282,27 @@ def test_an_augmented_cache_is_matched_on_its_inputs_first_variant(mixed_tree, t
     for r, c in zip(alignment.raw, alignment.caches[0]):
         extras = ds.extras(c)
         assert int(extras["variant"]) == 0 and everything[int(extras["source_index"])] == inputs.paths[r]
+
+
+def test_a_full_disk_for_the_json_is_one_line_after_the_table(small_tree, small_cache):
+    code, out, err = _cli(
+        small_tree, small_cache, "--raw-backends", "opencv", "--workers", "0", "--epochs", "1",
+        "--samples", "8", "--warm-only", "--quiet", "--json", "/dev/full",
+    )  # fmt: skip
+    assert code == 1 and "raw-opencv" in out  # the figures were printed before
+    assert err.strip().splitlines()[-1] == "error: cannot write /dev/full: disk full"
+    assert Path("/dev/full").exists()
+
+
+@pytest.mark.parametrize("target", ["folder", "read-only"])
+def test_an_unwritable_output_fails_before_any_work(tmp_path, target):
+    out = tmp_path / "out"
+    if target == "folder":
+        out.mkdir()
+    else:
+        out.write_text("old")
+        out.chmod(0o444)
+        if os.access(out, os.W_OK):
+            pytest.skip("running as a user who may write anything")
+    code, _, err = _cli("--synthetic", 4, "--workdir", tmp_path / "w", "--json", out)
+    assert code == 2 and not (tmp_path / "w").exists(), err
