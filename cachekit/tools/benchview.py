@@ -167,6 +167,7 @@ def workers_text(row: dict) -> str:
             str(row.get("mode", ""))
             .replace(" batched reads", "")
             .replace(" prefetch thread", " prefetch")
+            .replace(" threads over each batch", " threads")
             .replace("worker processes", "workers")
         )
         return f"make_loader ({mode})" if mode else "make_loader"
