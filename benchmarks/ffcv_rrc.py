@@ -38,7 +38,9 @@ def write_beton(cache: str, out: Path) -> int:
 
     if not out.exists():
         writer = DatasetWriter(
-            str(out), {"image": RGBImageField(write_mode="raw", max_resolution=512), "label": IntField()}, num_workers=2
+            str(out),
+            {"image": RGBImageField(write_mode="raw", max_resolution=512), "label": IntField()},
+            num_workers=2,
         )
         writer.from_indexed_dataset(HWC())
     return len(ds)
