@@ -19,6 +19,7 @@ __all__ = [
     "SHUFFLE_WINDOW_SAMPLES",
     "env_int",
     "START_METHOD_ENV",
+    "MAX_OPEN_SHARDS",
 ]
 
 VERSION = "0.1.0"
@@ -26,7 +27,7 @@ VERSION = "0.1.0"
 #: Name of the file that makes a folder a cache; written last, atomically.
 MANIFEST_NAME = "manifest.json"
 #: Bumped whenever the on-disk contract changes incompatibly.
-MANIFEST_VERSION = 2
+MANIFEST_VERSION = 3
 #: Lock file held while a build writes into a cache folder.
 LOCK_NAME = ".cachekit.lock"
 #: Folder inside a cache where a build in progress keeps per-shard records (for resume).
@@ -56,3 +57,6 @@ SHUFFLE_WINDOW_SAMPLES = env_int("CACHEKIT_SHUFFLE_WINDOW_SAMPLES", 16384)
 
 #: Environment variable choosing how build worker processes start (fork, forkserver, spawn).
 START_METHOD_ENV = "CACHEKIT_START_METHOD"
+
+#: Shard readers one process keeps open at most (0: derived from the open-file limit, RLIMIT_NOFILE).
+MAX_OPEN_SHARDS = env_int("CACHEKIT_MAX_OPEN_SHARDS", 0)

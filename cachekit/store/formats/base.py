@@ -2,16 +2,28 @@
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 from pathlib import Path
 from typing import Protocol
 
 import numpy as np
 
 from ...errors import CacheError
-from ..manifest import SampleSpec
+from ..manifest import SHARD_NAME_COLUMN, SampleSpec
 
-__all__ = ["ShardFormat", "ShardReader", "check_arrays", "prefetch_file"]
+__all__ = [
+    "ShardFormat",
+    "ShardReader",
+    "OpenFilesExhausted",
+    "check_arrays",
+    "check_identity",
+    "check_regular_file",
+    "identity_column",
+    "out_of_files",
+    "prefetch_file",
+]
 
 
 class ShardReader(Protocol):
@@ -43,6 +55,8 @@ class ShardFormat(Protocol):
 
     name: str
     extension: str
+    #: File descriptors an open reader holds (bounds how many shards a process keeps open).
+    files_per_reader: int
 
     def write(self, path: Path, arrays: dict[str, np.ndarray], options: dict) -> None:
         """Write the shard ``arrays`` (``images``, ``labels``, extras) to ``path`` in one go."""
@@ -52,6 +66,65 @@ class ShardFormat(Protocol):
 
         ``store`` is how images are kept: ``"pixels"``, or encoded (``image_bytes`` + offsets).
         """
+
+
+class OpenFilesExhausted(CacheError):
+    """The process hit its limit of open files (EMFILE/ENFILE) while opening a shard.
+
+    Raised by readers so that a pool of open shards can close some and try again, instead of
+    reporting the shard as unreadable.
+    """
+
+
+def out_of_files(exc: BaseException) -> bool:
+    """True when ``exc`` says the process or system ran out of file descriptors."""
+    if isinstance(exc, OSError) and exc.errno in (errno.EMFILE, errno.ENFILE):
+        return True
+    text = str(exc)  # HDF5 and torch wrap the OS error in their own message
+    return "Too many open files" in text or "errno = 24" in text
+
+
+def check_regular_file(path: Path) -> None:
+    """Raise CacheError unless ``path`` is a regular file (a FIFO would block ``open`` forever)."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise CacheError(f"{path.name}: shard file is missing") from None
+    except OSError as exc:
+        raise CacheError(f"{path.name}: cannot be read ({exc.strerror or exc})") from None
+    if not stat.S_ISREG(mode):
+        raise CacheError(f"{path.name}: not a regular file")
+
+
+def identity_column(name: str) -> np.ndarray:
+    """The ``shard_name`` column a writer stores in shard ``name``: its file name as UTF-8 bytes.
+
+    Shard file names are content keys (a hash of the build options and the shard's inputs), so
+    the name is the shard's identity; it survives ``--update`` (a reused shard keeps its name
+    wherever it moves in the shard list) and fetches into a local shard cache (same name).
+    """
+    return np.frombuffer(name.encode("utf-8"), dtype=np.uint8).copy()
+
+
+def check_identity(path: Path, stored) -> None:
+    """Raise CacheError unless the shard's ``shard_name`` column names the file it was opened as.
+
+    ``stored`` is the column as an array-like (numpy, HDF5 or zarr), or None if the shard has
+    none; its shape and dtype are checked before it is read. This is how a reader tells a shard
+    swapped for another (or renamed) without a full sha256.
+    """
+    if stored is None:
+        raise CacheError(
+            f"{path.name}: shard has no {SHARD_NAME_COLUMN!r} column (written by another version of cachekit?)"
+        )
+    if len(stored.shape) != 1 or stored.shape[0] > 1024 or np.dtype(stored.dtype) != np.uint8:
+        raise CacheError(f"{path.name}: {SHARD_NAME_COLUMN!r} is not a short uint8 string")
+    name = np.asarray(stored[...]).tobytes().decode("utf-8", errors="replace")
+    if name != path.name:
+        raise CacheError(
+            f"{path.name}: the file holds shard {name!r}, not {path.name!r} "
+            "(a shard file was swapped or renamed)"
+        )
 
 
 def prefetch_file(path: Path) -> None:
@@ -77,7 +150,12 @@ def prefetch_file(path: Path) -> None:
 def check_arrays(
     path: Path, arrays: dict[str, np.ndarray], spec: SampleSpec, samples: int, store: str = "pixels"
 ) -> None:
-    """Raise CacheError unless a shard's arrays have the shapes and dtypes the manifest promises."""
+    """Raise CacheError unless a shard's arrays are the shard it is named and the manifest describes.
+
+    ``arrays`` maps column names to array-likes (numpy arrays, HDF5 or zarr arrays); only their
+    ``shape`` and ``dtype`` are looked at, except the small identity column, which is read.
+    """
+    check_identity(path, arrays.get(SHARD_NAME_COLUMN))
     expected = {"labels": ((samples,), np.dtype(spec.label_dtype))}
     if spec.ragged:
         expected["image_shape"] = ((samples, 3), np.dtype("<i4"))

@@ -1,4 +1,9 @@
-"""HDF5 shards: one dataset per column, images chunked one sample per chunk for random reads."""
+"""HDF5 shards: one dataset per column, images chunked one sample per chunk for random reads.
+
+HDF5 can make a file read other files: external links, external raw storage, virtual datasets.
+A shard may hold none of them: its root holds datasets by hard links only, each stored inside the
+file, and anything else is refused before it is followed.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +13,7 @@ import numpy as np
 
 from ...errors import CacheError, UsageError
 from ..manifest import SampleSpec
-from .base import check_arrays, prefetch_file
+from .base import OpenFilesExhausted, check_arrays, check_regular_file, out_of_files, prefetch_file
 
 __all__ = ["Hdf5Format", "Hdf5Reader"]
 
@@ -52,29 +57,71 @@ def _mapped_images(path: Path, dataset) -> np.ndarray | None:
     if len(found) != dataset.shape[0] or any(size != row or mask for _, _, size, mask in found):
         return None
     offsets = np.array([offset for _, offset, _, _ in found], dtype=np.int64)
-    if (np.diff(offsets) != row).any() or offsets[-1] + row > path.stat().st_size:
+    if (offsets < 0).any() or (np.diff(offsets) != row).any() or offsets[-1] + row > path.stat().st_size:
         return None
     prefetch_file(path)
-    mapped = np.memmap(path, dtype=dataset.dtype, mode="r", offset=int(offsets[0]), shape=dataset.shape)
-    return mapped
+    try:
+        return np.memmap(path, dtype=dataset.dtype, mode="r", offset=int(offsets[0]), shape=dataset.shape)
+    except OSError as exc:
+        if out_of_files(exc):
+            raise OpenFilesExhausted(f"{path.name}: cannot map the images ({exc})") from None
+        return None
+
+
+def _datasets(path: Path, file) -> dict:
+    """The root's datasets by name, after refusing anything that could read outside the file."""
+    h5py = _h5py()
+    found = {}
+    for name in file.keys():  # link names: nothing is followed yet
+        kind = file.id.links.get_info(name.encode()).type
+        if kind == h5py.h5l.TYPE_EXTERNAL:
+            target = file.get(name, getlink=True)
+            raise CacheError(
+                f"{path.name}: {name!r} is an external link to {target.filename!r} "
+                "(a shard may not read other files)"
+            )
+        if kind != h5py.h5l.TYPE_HARD:
+            raise CacheError(f"{path.name}: {name!r} is a soft or user-defined link (a shard holds its data)")
+        obj = file[name]
+        if not isinstance(obj, h5py.Dataset):
+            raise CacheError(f"{path.name}: {name!r} is a group (a shard holds only datasets)")
+        if obj.is_virtual:
+            raise CacheError(
+                f"{path.name}: {name!r} is a virtual dataset (its data would be read from other files)"
+            )
+        if obj.external:
+            raise CacheError(
+                f"{path.name}: {name!r} keeps its data in external files {[e[0] for e in obj.external]} "
+                "(a shard may not read other files)"
+            )
+        found[name] = obj
+    return found
 
 
 class Hdf5Reader:
     def __init__(self, path: Path, spec: SampleSpec, samples: int, store: str = "pixels") -> None:
         h5py = _h5py()
-        if not path.is_file():
-            raise CacheError(f"{path.name}: shard file is missing")
+        check_regular_file(path)
         try:
             self._file = h5py.File(path, "r")
-            arrays = {k: self._file[k] for k in self._file.keys() if isinstance(self._file[k], h5py.Dataset)}
         except OSError as exc:
+            if out_of_files(exc):
+                raise OpenFilesExhausted(f"{path.name}: cannot be opened ({exc})") from None
             raise CacheError(f"{path.name}: not a readable HDF5 shard ({exc})") from None
-        check_arrays(path, arrays, spec, samples, store)
-        self._images = arrays.get("images")
-        self._columns = {k: v[()] for k, v in arrays.items() if k != "images"}
-        self._len = samples
-        variable = store != "pixels" or spec.ragged  # bytes + offsets, no images array
-        self.image_array = _mapped_images(path, self._images) if samples and not variable else None
+        try:
+            try:
+                arrays = _datasets(path, self._file)
+                check_arrays(path, arrays, spec, samples, store)
+                self._columns = {k: v[()] for k, v in arrays.items() if k != "images"}
+            except (OSError, KeyError, ValueError, TypeError) as exc:  # damaged object headers
+                raise CacheError(f"{path.name}: not a readable HDF5 shard ({exc})") from None
+            self._images = arrays.get("images")
+            self._len = samples
+            variable = store != "pixels" or spec.ragged  # bytes + offsets, no images array
+            self.image_array = _mapped_images(path, self._images) if samples and not variable else None
+        except BaseException:
+            self._file.close()
+            raise
 
     def __len__(self) -> int:
         return self._len
@@ -95,7 +142,10 @@ class Hdf5Reader:
         return self._columns[name][index]
 
     def close(self) -> None:
+        """Close the file; the memory map goes with the last array that views it (a batch never does)."""
         self.image_array = None
+        self._images = None
+        self._columns = {}
         try:
             self._file.close()
         except Exception:
@@ -105,6 +155,7 @@ class Hdf5Reader:
 class Hdf5Format:
     name = "hdf5"
     extension = ".h5"
+    files_per_reader = 2  # the HDF5 file and the images' memory map
 
     def check_options(self, options: dict) -> None:
         codec = options.get("compression", "none")
