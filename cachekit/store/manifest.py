@@ -10,7 +10,6 @@ import json
 import math
 import os
 import re
-import stat
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,21 @@ from typing import Any
 from ..constants import MANIFEST_NAME, MANIFEST_VERSION, VERSION
 from ..errors import CacheError
 from .atomic import commit_file
+from .limits import (
+    MAX_DEPTH,
+    MAX_EXTRA_BYTES,
+    MAX_EXTRAS,
+    MAX_INT,
+    MAX_MANIFEST_BYTES,
+    MAX_SAMPLE_BYTES,
+    MAX_SAMPLES,
+    MAX_SHARD_BYTES,
+    MAX_SHARD_ROWS,
+    MAX_VARIANTS,
+    check_depth,
+    short,
+)
+from .shardfiles import check_plain_tree, check_shard_name, shard_path  # re-exported: the contract
 
 __all__ = [
     "MANIFEST_VERSION",
@@ -34,97 +48,16 @@ __all__ = [
     "check_plain_tree",
     "shard_path",
     "SHARD_NAME_COLUMN",
-    "MAX_SAMPLES",
-    "MAX_SHARD_ROWS",
-    "MAX_SAMPLE_BYTES",
-    "MAX_DEPTH",
 ]
 
 _DTYPES = {"|u1", "<u2", "<i4", "<i8", "<f4", "<f8"}
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
-_SHARD_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,200}$")
 
 #: The column every shard carries with its own file name (UTF-8 bytes), so that a reader can tell
 #: a shard from another one swapped in under its name without hashing it (see formats/base.py).
 SHARD_NAME_COLUMN = "shard_name"
 #: Columns a shard stores besides the per-sample extras; no extra may take one of these names.
 _RESERVED_COLUMNS = {"images", "labels", "image_bytes", "image_offsets", "image_shape", SHARD_NAME_COLUMN}
-
-# Bounds on everything a manifest counts: far above any real cache, far below what overflows int64
-# arithmetic or asks numpy for an impossible allocation. A manifest past one is refused whole.
-#: Samples in one cache (LAION-5B has ~2**32).
-MAX_SAMPLES = 2**40
-#: Rows (samples) or inputs in one shard.
-MAX_SHARD_ROWS = 2**31 - 1
-#: Bytes of one shard file or folder.
-MAX_SHARD_BYTES = 2**48
-#: Bytes of one image (channels x height x width); a 16k x 16k RGB image is 2**29.5.
-MAX_SAMPLE_BYTES = 2**31
-#: Bytes of one per-sample extra, and how many extras a sample may have.
-MAX_EXTRA_BYTES = 2**20
-MAX_EXTRAS = 64
-#: Offline-augmented variants per input.
-MAX_VARIANTS = 2**16
-#: Nesting of JSON arrays and objects (the manifest itself needs 5).
-MAX_DEPTH = 32
-#: Size of manifest.json (an ImageNet cache's is ~1 MB).
-MAX_MANIFEST_BYTES = 1 << 30
-_MAX_INT = 2**62  # any other integer field
-
-
-def check_shard_name(name: object, where: str = "shard file") -> str:
-    """Return ``name`` if it is a plain file name inside the cache folder, else raise CacheError."""
-    if not isinstance(name, str) or not name:
-        raise CacheError(f"{where}: expected a file name, got {name!r}")
-    if "/" in name or "\\" in name or name in (".", "..") or os.path.isabs(name) or "\x00" in name:
-        raise CacheError(f"{where}: {name!r} is not a plain file name inside the cache folder")
-    if not _SHARD_NAME.match(name) or ".." in name:
-        raise CacheError(f"{where}: {name!r} has characters not allowed in a shard name")
-    return name
-
-
-def check_plain_tree(folder: Path) -> None:
-    """Raise CacheError unless ``folder`` holds only folders and regular files, no links.
-
-    Checked from the entries' own types (``lstat``) before anything is opened: a FIFO would block
-    the first ``open``, a device or socket would be read as data, a symlink could lead anywhere.
-    """
-    stack = [folder]
-    while stack:
-        current = stack.pop()
-        try:
-            entries = list(os.scandir(current))
-        except OSError as exc:
-            raise CacheError(f"cannot be listed ({exc.strerror or exc})") from None
-        for entry in entries:
-            rel = Path(entry.path).relative_to(folder).as_posix()
-            if entry.is_symlink():
-                raise CacheError(f"holds a symlink, {rel} (shard folders must hold plain files)")
-            if entry.is_dir(follow_symlinks=False):
-                stack.append(Path(entry.path))
-            elif not entry.is_file(follow_symlinks=False):
-                raise CacheError(
-                    f"holds {rel}, which is not a regular file (shard folders must hold plain files)"
-                )
-
-
-def shard_path(root: Path, info: ShardInfo) -> Path:
-    """The shard's path, refusing anything but a regular file or folder of files inside ``root``."""
-    path = root / info.file
-    if path.is_symlink() and path.resolve().parent != root.resolve():
-        raise CacheError("is a symlink out of the cache folder")
-    try:
-        mode = path.stat().st_mode
-    except FileNotFoundError:
-        raise CacheError("missing") from None
-    except OSError as exc:
-        raise CacheError(f"cannot be read ({exc.strerror or exc})") from None
-    if stat.S_ISDIR(mode):
-        check_plain_tree(path)
-    elif not stat.S_ISREG(mode):
-        raise CacheError("not a regular file or folder")
-    return path
-
 
 # -- tiny typed readers: each raises CacheError naming the field -------------------------------
 
@@ -137,19 +70,13 @@ def _get(obj: dict, key: str, where: str) -> Any:
     return obj[key]
 
 
-def _int(obj: dict, key: str, where: str, minimum: int = 0, maximum: int = _MAX_INT) -> int:
+def _int(obj: dict, key: str, where: str, minimum: int = 0, maximum: int = MAX_INT) -> int:
     value = _get(obj, key, where)
     if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
         raise CacheError(
-            f"{where}.{key}: expected an integer from {minimum} to {maximum}, got {_short(value)}"
+            f"{where}.{key}: expected an integer from {minimum} to {maximum}, got {short(value)}"
         )
     return value
-
-
-def _short(value: Any) -> str:
-    """``repr(value)`` cut to a readable length (a hostile field may be megabytes long)."""
-    text = repr(value)
-    return text if len(text) <= 80 else f"{text[:60]}... ({len(text)} characters)"
 
 
 def _str(obj: dict, key: str, where: str) -> str:
@@ -176,7 +103,7 @@ def _shape(value: Any, where: str, max_bytes: int, itemsize: int = 1) -> tuple[i
         or len(value) > 8
         or not all(isinstance(v, int) and not isinstance(v, bool) and 0 < v < 2**31 for v in value)
     ):
-        raise CacheError(f"{where}: expected a list of up to 8 positive integers, got {_short(value)}")
+        raise CacheError(f"{where}: expected a list of up to 8 positive integers, got {short(value)}")
     if math.prod(value) * itemsize > max_bytes:
         raise CacheError(
             f"{where}: {value} is {math.prod(value) * itemsize} bytes a sample, over {max_bytes}"
@@ -207,7 +134,7 @@ class ArraySpec:
     @classmethod
     def from_json(cls, obj: Any, where: str) -> ArraySpec:
         if not isinstance(obj, dict):
-            raise CacheError(f"{where}: expected an object, got {_short(obj)}")
+            raise CacheError(f"{where}: expected an object, got {short(obj)}")
         dtype = _dtype(_get(obj, "dtype", where), f"{where}.dtype")
         shape = _shape(_get(obj, "shape", where), f"{where}.shape", MAX_EXTRA_BYTES, _itemsize(dtype))
         return cls(shape=shape, dtype=dtype)
@@ -444,23 +371,6 @@ class Manifest:
         )
 
 
-def _check_depth(obj: Any, where: str) -> None:
-    """Raise CacheError if JSON arrays and objects nest deeper than MAX_DEPTH (walked without recursion).
-
-    Whatever later walks the manifest recursively (``json.dumps``, equality, a report) then stays
-    far from Python's recursion limit.
-    """
-    stack = [(obj, 1)]
-    while stack:
-        node, depth = stack.pop()
-        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else None
-        if children is None:
-            continue
-        if depth > MAX_DEPTH:
-            raise CacheError(f"{where}: nested deeper than {MAX_DEPTH} levels")
-        stack.extend((child, depth + 1) for child in children)
-
-
 def parse_manifest(text: str, where: str) -> Manifest:
     """Validate the text of a ``manifest.json`` (``where`` names it in errors)."""
     if len(text) > MAX_MANIFEST_BYTES:
@@ -475,7 +385,7 @@ def parse_manifest(text: str, where: str) -> Manifest:
         raise CacheError(f"{where}: nested deeper than {MAX_DEPTH} levels") from None
     except ValueError as exc:  # e.g. an integer of more than 4,300 digits
         raise CacheError(f"{where}: not valid JSON ({exc})") from None
-    _check_depth(obj, where)
+    check_depth(obj, where)
     return Manifest.from_json(obj)
 
 
