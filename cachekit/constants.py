@@ -20,6 +20,7 @@ __all__ = [
     "env_int",
     "START_METHOD_ENV",
     "MAX_OPEN_SHARDS",
+    "DEFAULT_STEP_MS",
 ]
 
 VERSION = "0.1.0"
@@ -60,3 +61,6 @@ START_METHOD_ENV = "CACHEKIT_START_METHOD"
 
 #: Shard readers one process keeps open at most (0: derived from the open-file limit, RLIMIT_NOFILE).
 MAX_OPEN_SHARDS = env_int("CACHEKIT_MAX_OPEN_SHARDS", 0)
+
+#: ``cachekit doctor``'s simulated training step, in milliseconds, when no model is given.
+DEFAULT_STEP_MS = 100.0
