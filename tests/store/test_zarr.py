@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -174,3 +175,59 @@ def test_an_all_black_sample_is_stored_and_read(tmp_path, codec):
     assert torch.equal(
         torch.from_numpy(reader.images(np.array([2]))), torch.zeros(1, 3, 8, 8, dtype=torch.uint8)
     )
+
+
+def test_zarr_v2_metadata_with_a_pickle_codec_never_runs(cache, tmp_path):
+    import pickle
+
+    manifest = _manifest(cache)
+    name = manifest["shards"][0]["file"]
+    shard = cache / name
+    shutil.rmtree(shard)
+    shard.mkdir()
+    marker = tmp_path / "pwned"
+
+    class Payload:
+        def __reduce__(self):
+            return (Path.touch, (marker,))
+
+    (shard / ".zgroup").write_text(json.dumps({"zarr_format": 2}))
+    for column, dtype in (("labels", "|O"), ("shard_name", "|O")):
+        (shard / column).mkdir()
+        meta = {
+            "zarr_format": 2,
+            "shape": [7],
+            "chunks": [7],
+            "dtype": dtype,
+            "compressor": None,
+            "filters": [{"id": "pickle"}],
+            "fill_value": None,
+            "order": "C",
+        }
+        (shard / column / ".zarray").write_text(json.dumps(meta))
+        (shard / column / "0").write_bytes(pickle.dumps([Payload()] * 7))
+    _agree(cache, manifest)
+    with pytest.raises(CacheError, match=name):
+        CachedDataset(cache)[0]
+    assert name in {p.file for p in verify(cache).problems}
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("name", ["blosc", "zstd", "gzip"])
+def test_a_chunk_is_never_decompressed_past_the_sample_size(name):
+    import numcodecs
+
+    from cachekit.store.formats.zarr import _decoder
+
+    codec = {"blosc": numcodecs.Blosc(cname="zstd"), "zstd": numcodecs.Zstd(), "gzip": numcodecs.GZip()}[name]
+    decode = _decoder([{"name": "bytes"}, {"name": name}])
+    sample = np.arange(192, dtype=np.uint8)
+    out = np.empty(192, dtype=np.uint8)
+    decode(np.frombuffer(codec.encode(sample), dtype=np.uint8), out)
+    assert np.array_equal(out, sample)
+    bomb = np.frombuffer(codec.encode(np.zeros(50_000_000, dtype=np.uint8)), dtype=np.uint8)
+    with pytest.raises(ValueError):  # 50 MB declared for a 192-byte sample: refused, not allocated
+        decode(bomb, out)
+    cut = np.frombuffer(codec.encode(sample), dtype=np.uint8)[:-8].copy()
+    with pytest.raises(Exception):  # noqa: B017 - each codec has its own error for a cut chunk
+        decode(cut, out)

@@ -18,6 +18,8 @@ import json
 import mmap
 import os
 import stat
+import zlib
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -54,21 +56,62 @@ def _compressor(name: str):
     return GzipCodec(level=5)
 
 
-def _decoder(codecs: list[dict]):
-    """A function bytes -> bytes undoing the inner chunk codecs, or None if they are raw bytes."""
-    names = [c.get("name") for c in codecs]
+def _decoder(codecs: list[dict]) -> Callable[[np.ndarray, np.ndarray], None] | None:
+    """``decode(raw, out)`` undoing the inner chunk codecs into ``out``, or None for raw bytes.
+
+    ``decode`` raises unless ``raw`` decompresses to exactly ``out.size`` bytes, and never
+    allocates more than that: a chunk claiming gigabytes is an error, not an allocation.
+    """
+    names = [c.get("name") if isinstance(c, dict) else None for c in codecs]
     if names == ["bytes"]:
         return None
-    if len(names) == 2 and names[0] == "bytes":
-        import numcodecs
-
-        if names[1] == "blosc":
-            return numcodecs.Blosc().decode
-        if names[1] == "zstd":
-            return numcodecs.Zstd().decode
-        if names[1] == "gzip":
-            return numcodecs.GZip().decode
+    if len(names) == 2 and names[0] == "bytes" and names[1] in ("blosc", "zstd", "gzip"):
+        return {"blosc": _unblosc, "zstd": _unzstd, "gzip": _gunzip}[names[1]]
     raise CacheError(f"unsupported zarr codecs {names[:4]}")
+
+
+def _unblosc(raw: np.ndarray, out: np.ndarray) -> None:
+    import numcodecs
+
+    # Blosc's 16-byte header: version, versionlz, flags, typesize, then uint32 LE nbytes,
+    # blocksize and cbytes. Blosc trusts cbytes: a chunk cut short would be read past its end.
+    if raw.size < 16 or int.from_bytes(raw[12:16].tobytes(), "little") != raw.size:
+        raise ValueError("its Blosc header does not match its size")
+    declared = int.from_bytes(raw[4:8].tobytes(), "little")
+    if declared != out.size:
+        raise ValueError(f"it holds {declared} bytes, not {out.size}")
+    numcodecs.Blosc().decode(raw, out=out)
+
+
+def _unzstd(raw: np.ndarray, out: np.ndarray) -> None:
+    import numcodecs
+
+    declared = _zstd_content_size(raw.tobytes()[:18])
+    if declared != out.size:
+        raise ValueError(f"it holds {declared} bytes, not {out.size}")
+    numcodecs.Zstd().decode(raw, out=out)
+
+
+def _zstd_content_size(header: bytes) -> int | None:
+    """The decompressed size a zstd frame header declares (RFC 8878, 3.1.1.1), or None."""
+    if len(header) < 6 or header[:4] != b"\x28\xb5\x2f\xfd":
+        return None
+    flags = header[4]
+    single, fcs, dict_id = (flags >> 5) & 1, flags >> 6, flags & 3
+    pos = 5 + (0 if single else 1) + (0, 1, 2, 4)[dict_id]
+    width = (1 if single else 0, 2, 4, 8)[fcs]
+    if width == 0 or len(header) < pos + width:
+        return None
+    value = int.from_bytes(header[pos : pos + width], "little")
+    return value + 256 if width == 2 else value
+
+
+def _gunzip(raw: np.ndarray, out: np.ndarray) -> None:
+    inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)  # a gzip member, as numcodecs writes it
+    data = inflate.decompress(raw.tobytes(), out.size + 1)
+    if len(data) != out.size or not inflate.eof:
+        raise ValueError(f"it does not decompress to {out.size} bytes")
+    out[:] = np.frombuffer(data, dtype=np.uint8)
 
 
 class ZarrReader:
@@ -88,7 +131,9 @@ class ZarrReader:
             raise CacheError(f"{path.name}: {exc}") from None
         self._name = path.name
         try:
-            group = zarr.open_group(store=zarr.storage.LocalStore(path, read_only=True), mode="r")
+            # zarr v3 only: its codecs only decompress, where v2 metadata may name a pickle codec
+            local = zarr.storage.LocalStore(path, read_only=True)
+            group = zarr.open_group(store=local, mode="r", zarr_format=3)
             arrays = {name: group[name] for name in group.array_keys()}
             check_arrays(path, arrays, spec, samples, store)
             self._columns = {k: np.asarray(v[...]) for k, v in arrays.items() if k != "images"}
@@ -161,9 +206,10 @@ class ZarrReader:
             raw = self._data[self._offsets[i] : self._offsets[i] + self._sizes[i]]
             if self._decode is not None:
                 try:
-                    raw = np.frombuffer(self._decode(raw), dtype=np.uint8)
+                    self._decode(raw, out[j].reshape(-1))
                 except Exception as exc:  # each codec raises its own kinds for damaged bytes
                     raise CacheError(f"{self._name}: sample {i} does not decompress ({exc})") from None
+                continue
             if raw.size != out[j].size:
                 raise CacheError(f"{self._name}: sample {i} decodes to {raw.size} bytes, not {out[j].size}")
             out[j] = raw.reshape(self._row_shape)
