@@ -6,6 +6,7 @@ a device or socket would be read as data, a symlink could lead anywhere.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import stat
@@ -17,9 +18,25 @@ from ..errors import CacheError
 if TYPE_CHECKING:
     from .manifest import ShardInfo
 
-__all__ = ["check_shard_name", "check_plain_tree", "shard_path"]
+__all__ = ["OpenFilesExhausted", "check_shard_name", "check_plain_tree", "out_of_files", "shard_path"]
 
 _SHARD_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,200}$")
+
+
+class OpenFilesExhausted(CacheError):
+    """The process hit its limit of open files (EMFILE/ENFILE) while opening a shard.
+
+    Raised by readers so that a pool of open shards can close some and try again, instead of
+    reporting the shard as unreadable.
+    """
+
+
+def out_of_files(exc: BaseException) -> bool:
+    """True when ``exc`` says the process or system ran out of file descriptors."""
+    if isinstance(exc, OSError) and exc.errno in (errno.EMFILE, errno.ENFILE):
+        return True
+    text = str(exc)  # HDF5 and torch wrap the OS error in their own message
+    return "Too many open files" in text or "errno = 24" in text
 
 
 def check_shard_name(name: object, where: str = "shard file") -> str:
@@ -45,6 +62,8 @@ def check_plain_tree(folder: Path) -> None:
         try:
             entries = list(os.scandir(current))
         except OSError as exc:
+            if out_of_files(exc):
+                raise OpenFilesExhausted(f"{folder.name}: cannot be listed ({exc.strerror})") from None
             raise CacheError(f"cannot be listed ({exc.strerror or exc})") from None
         for entry in entries:
             rel = Path(entry.path).relative_to(folder).as_posix()

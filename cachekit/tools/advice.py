@@ -51,10 +51,11 @@ def _in_process(r: DoctorReport, share: float | None) -> str:
         disk = f"little was read from storage ({human_bytes(r.disk_read_bytes)}, {share:.0%} of the batches)"
     loader = r.cpu_percent.get("loader thread", r.cpu_percent.get("main process", 0.0))
     wait = 1e3 * statistics.median(r.wait_s) if r.wait_s else 0.0
-    gil = (
-        "the step holds the GIL, so the loader thread reads only in its gaps; "
-        if r.step_kind != "sleep"
-        else ""
+    gil = {
+        "busy": "the step holds the GIL, so the loader thread reads only in its gaps; ",
+        "sleep": "",
+    }.get(
+        r.step_kind, "a step that runs Python holds the GIL, and the loader thread reads only in its gaps; "
     )
     n = max(1, suggest_num_workers(r.batch_size))
     return (

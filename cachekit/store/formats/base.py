@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import errno
 import os
 import stat
 from pathlib import Path
@@ -12,6 +11,7 @@ import numpy as np
 
 from ...errors import CacheError
 from ..manifest import SHARD_NAME_COLUMN, SampleSpec
+from ..shardfiles import OpenFilesExhausted, out_of_files
 
 __all__ = [
     "ShardFormat",
@@ -66,22 +66,6 @@ class ShardFormat(Protocol):
 
         ``store`` is how images are kept: ``"pixels"``, or encoded (``image_bytes`` + offsets).
         """
-
-
-class OpenFilesExhausted(CacheError):
-    """The process hit its limit of open files (EMFILE/ENFILE) while opening a shard.
-
-    Raised by readers so that a pool of open shards can close some and try again, instead of
-    reporting the shard as unreadable.
-    """
-
-
-def out_of_files(exc: BaseException) -> bool:
-    """True when ``exc`` says the process or system ran out of file descriptors."""
-    if isinstance(exc, OSError) and exc.errno in (errno.EMFILE, errno.ENFILE):
-        return True
-    text = str(exc)  # HDF5 and torch wrap the OS error in their own message
-    return "Too many open files" in text or "errno = 24" in text
 
 
 def check_regular_file(path: Path) -> None:

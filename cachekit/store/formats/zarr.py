@@ -127,6 +127,8 @@ class ZarrReader:
             raise CacheError(f"{path.name}: not a folder (a zarr shard is a folder)")
         try:  # before zarr opens anything: a FIFO in the folder would block its first read
             check_plain_tree(path)
+        except OpenFilesExhausted:
+            raise
         except CacheError as exc:
             raise CacheError(f"{path.name}: {exc}") from None
         self._name = path.name
@@ -173,6 +175,8 @@ class ZarrReader:
         except CacheError:
             raise
         except (OSError, ValueError, RecursionError, KeyError, IndexError, TypeError, AttributeError) as exc:
+            if out_of_files(exc):
+                raise OpenFilesExhausted(f"{name}: cannot read the images metadata ({exc})") from None
             raise CacheError(f"{name}: unreadable images metadata ({type(exc).__name__}: {exc})") from None
         if not layout_ok:
             raise CacheError(f"{name}: unexpected sharding layout {str(config)[:200]}")
