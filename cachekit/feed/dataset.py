@@ -222,7 +222,10 @@ class CachedDataset(Dataset):
             labels[pos] = reader.column("labels", local[pos])
             for j in pos.tolist():
                 readers[j] = reader
-        return assemble(self, request, readers, local, labels)
+        batch = assemble(self, request, readers, local, labels)
+        del readers
+        self._readers.tidy()  # close the readers evicted while this batch still held them
+        return batch
 
     def extras(self, index: int) -> dict[str, np.ndarray]:
         """Per-sample extras of one sample (``orig_size``; ``scale`` and ``pad`` for letterbox)."""

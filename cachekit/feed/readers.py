@@ -1,12 +1,12 @@
 """A bounded pool of open shard readers: the least recently used is closed first, sized by the open-file limit.
 
-A shard reader holds file descriptors (HDF5: the file and its memory map, zarr: the map; ``.pt``
-none, but a memory map) until it is closed. A dataset that kept every shard it touched open would
-fail at the ~500th HDF5 shard under the usual limit of 1,024 descriptors (ImageNet at the default
-shard size has ~1,440). The pool keeps at most ``capacity`` readers, closing the least recently used
-when it needs room. Closing never pulls data from under a caller: batches are copies, and a memory
-map is unmapped only when the last array viewing it is gone, and a reader still in use when it is
-evicted is closed only once its user lets go of it.
+An open shard reader holds a memory map and, for compressed HDF5, its open file. A dataset that
+kept every shard it touched open would run out of descriptors (HDF5 failed at ~500 shards under
+the usual limit of 1,024; ImageNet at the default shard size has ~1,440) and gather maps without
+end. The pool keeps at most ``capacity`` readers, closing the least recently used when it needs
+room. Closing never pulls data from under a caller: a reader still in use when it is evicted (a
+batch being assembled holds the readers of its samples) is closed only once its user lets go of
+it, batches are copies, and a memory map goes only with the last array viewing it.
 """
 
 from __future__ import annotations
@@ -41,8 +41,8 @@ def open_file_limit() -> int:
 def default_max_open(files_per_reader: int) -> int:
     """How many readers of a format holding ``files_per_reader`` descriptors each may stay open.
 
-    ``CACHEKIT_MAX_OPEN_SHARDS`` overrides it; else half the open-file limit's worth, at least 2
-    and at most 1,024 (HDF5 under the usual 1,024: 256 shards).
+    ``CACHEKIT_MAX_OPEN_SHARDS`` overrides it; else half the open-file limit's worth (a format
+    that keeps none counts as one), at least 2 and at most 1,024.
     """
     if MAX_OPEN_SHARDS > 0:
         return MAX_OPEN_SHARDS
@@ -81,11 +81,12 @@ class ReaderPool:
     def get(self, shard: int, open_reader: Callable[[], ShardReader]) -> ShardReader:
         """The open reader of ``shard``, opening it with ``open_reader()`` (closing others) if needed."""
         with self._lock:
+            if self._retired:
+                self._close_retired()
             reader = self._readers.get(shard)
             if reader is not None:
                 self._readers.move_to_end(shard)
                 return reader
-            self._close_retired()
             while len(self._readers) >= self.capacity:
                 self._evict_one()
             try:
@@ -123,6 +124,11 @@ class ReaderPool:
             else:
                 keep.append(reader)
         self._retired = keep
+
+    def tidy(self) -> None:
+        """Close the evicted readers nothing uses any more (a reader asks for none of them)."""
+        with self._lock:
+            self._close_retired()
 
     def close(self) -> None:
         """Close every open reader (a caller must not be reading from this pool meanwhile)."""

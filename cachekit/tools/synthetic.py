@@ -104,8 +104,9 @@ def write_synthetic_cache(
     classes: int = 10,
     seed: int = 0,
     format: str = "pt",
+    compression: str = "none",
 ) -> Path:
-    """A valid cache of ``n`` random samples in ``format``, written directly without decoding anything.
+    """A valid cache of ``n`` random samples in ``format`` (and ``compression``), written without decoding.
 
     For benchmarks and tests that need many samples or shards (memory, sampler scale, open-file
     limits), not real pictures.
@@ -121,6 +122,8 @@ def write_synthetic_cache(
     rng = np.random.default_rng(seed)
     spec = SampleSpec(shape=(3, side, side), extras={"orig_size": ArraySpec((2,), "<i4")})
     fmt = get_format(format)
+    options = {"compression": compression}
+    fmt.check_options(options)
     shards = []
     for start in range(0, n, shard_size):
         k = min(shard_size, n - start)
@@ -132,7 +135,7 @@ def write_synthetic_cache(
         }
         name = f"shard-{start // shard_size:06d}{fmt.extension}"
         arrays[SHARD_NAME_COLUMN] = identity_column(name)
-        size, digest = commit_file(root / name, lambda tmp, a=arrays: fmt.write(tmp, a, {}))
+        size, digest = commit_file(root / name, lambda tmp, a=arrays: fmt.write(tmp, a, options))
         flat = images.transpose(1, 0, 2, 3).reshape(3, -1).astype(np.float64)
         shards.append(
             ShardInfo(
@@ -160,7 +163,7 @@ def write_synthetic_cache(
         ).hexdigest(),
         mean=(0.5, 0.5, 0.5),
         std=(0.2887, 0.2887, 0.2887),
-        format_options={"compression": "none", "store": "pixels", "shard_size": shard_size},
+        format_options={**options, "store": "pixels", "shard_size": shard_size},
         source={"layout": "synthetic", "inputs": n},
     )
     write_manifest(root, manifest)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Protocol
 
 import numpy as np
+import torch
 
 from ...errors import CacheError
 from ..manifest import SHARD_NAME_COLUMN, SampleSpec
@@ -21,6 +22,7 @@ __all__ = [
     "check_identity",
     "check_regular_file",
     "identity_column",
+    "map_file",
     "out_of_files",
     "prefetch_file",
 ]
@@ -78,6 +80,42 @@ def check_regular_file(path: Path) -> None:
         raise CacheError(f"{path.name}: cannot be read ({exc.strerror or exc})") from None
     if not stat.S_ISREG(mode):
         raise CacheError(f"{path.name}: not a regular file")
+
+
+def map_file(path: Path, what: str) -> np.ndarray:
+    """The whole regular file ``path`` as a read-only uint8 array over a private memory map.
+
+    The map holds no file descriptor (torch closes it once mapped, as for ``.pt`` shards), so an
+    open shard costs address space, not one of the process's descriptors; it is unmapped when the
+    last array viewing it goes. The file is opened non-blocking and checked with ``fstat`` first,
+    then mapped through that descriptor: a FIFO swapped in meanwhile cannot block. ``what`` names
+    the file in errors.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise CacheError(f"{what} is missing") from None
+    except OSError as exc:
+        if out_of_files(exc):
+            raise OpenFilesExhausted(f"{what}: cannot be opened ({exc})") from None
+        raise CacheError(f"{what}: cannot be opened ({exc.strerror or exc})") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise CacheError(f"{what} is not a regular file")
+        if st.st_size == 0:
+            raise CacheError(f"{what} is empty")
+        via = f"/proc/self/fd/{fd}" if os.path.exists(f"/proc/self/fd/{fd}") else os.fspath(path)
+        storage = torch.UntypedStorage.from_file(via, shared=False, nbytes=st.st_size)
+    except (OSError, RuntimeError) as exc:
+        if out_of_files(exc):
+            raise OpenFilesExhausted(f"{what}: cannot be mapped ({exc})") from None
+        raise CacheError(f"{what}: cannot be mapped ({exc})") from None
+    finally:
+        os.close(fd)
+    array = torch.empty(0, dtype=torch.uint8).set_(storage).numpy()
+    array.flags.writeable = False  # a private map: a write would only copy the page, never reach the file
+    return array
 
 
 def identity_column(name: str) -> np.ndarray:

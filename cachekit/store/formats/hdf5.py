@@ -13,7 +13,7 @@ import numpy as np
 
 from ...errors import CacheError, UsageError
 from ..manifest import SampleSpec
-from .base import OpenFilesExhausted, check_arrays, check_regular_file, out_of_files, prefetch_file
+from .base import OpenFilesExhausted, check_arrays, check_regular_file, map_file, out_of_files, prefetch_file
 
 __all__ = ["Hdf5Format", "Hdf5Reader"]
 
@@ -59,13 +59,9 @@ def _mapped_images(path: Path, dataset) -> np.ndarray | None:
     offsets = np.array([offset for _, offset, _, _ in found], dtype=np.int64)
     if (offsets < 0).any() or (np.diff(offsets) != row).any() or offsets[-1] + row > path.stat().st_size:
         return None
+    mapped = map_file(path, path.name)
     prefetch_file(path)
-    try:
-        return np.memmap(path, dtype=dataset.dtype, mode="r", offset=int(offsets[0]), shape=dataset.shape)
-    except OSError as exc:
-        if out_of_files(exc):
-            raise OpenFilesExhausted(f"{path.name}: cannot map the images ({exc})") from None
-        return None
+    return np.ndarray(dataset.shape, dtype=dataset.dtype, buffer=mapped, offset=int(offsets[0]))
 
 
 def _datasets(path: Path, file) -> dict:
@@ -122,6 +118,11 @@ class Hdf5Reader:
         except BaseException:
             self._file.close()
             raise
+        if self.image_array is not None or self._images is None:
+            # the columns are in memory and the images mapped (or stored as bytes): the file is
+            # not read again, so it keeps no descriptor; only compressed images stay with h5py
+            self._file.close()
+            self._images = None
 
     def __len__(self) -> int:
         return self._len
@@ -130,6 +131,8 @@ class Hdf5Reader:
         # One read per row: h5py's fancy indexing builds a point selection that is ~60x slower
         # (measured here on gzip shards).
         index = np.asarray(index, dtype=np.int64)
+        if self.image_array is not None:
+            return self.image_array[index]
         out = np.empty((len(index), *self._images.shape[1:]), dtype=self._images.dtype)
         try:
             for j, i in enumerate(index.tolist()):
@@ -155,7 +158,7 @@ class Hdf5Reader:
 class Hdf5Format:
     name = "hdf5"
     extension = ".h5"
-    files_per_reader = 2  # the HDF5 file and the images' memory map
+    files_per_reader = 1  # compressed images are read through the open file; others keep none
 
     def check_options(self, options: dict) -> None:
         codec = options.get("compression", "none")

@@ -15,7 +15,6 @@ offset and size is checked as unsigned against the file's size.
 from __future__ import annotations
 
 import json
-import mmap
 import os
 import stat
 import zlib
@@ -26,7 +25,7 @@ import numpy as np
 
 from ...errors import CacheError, UsageError
 from ..manifest import SampleSpec, check_plain_tree
-from .base import OpenFilesExhausted, check_arrays, out_of_files, prefetch_file
+from .base import OpenFilesExhausted, check_arrays, map_file, out_of_files, prefetch_file
 
 __all__ = ["ZarrFormat", "ZarrReader", "CODECS"]
 
@@ -183,7 +182,7 @@ class ZarrReader:
         if isinstance(fill, bool) or not isinstance(fill, int) or not 0 <= fill <= 255:
             raise CacheError(f"{name}: images fill_value {fill!r} is not a uint8")
         self._decode = decode
-        data = _map_file(folder / "c" / "0" / "0" / "0" / "0", name)
+        data = map_file(folder / "c" / "0" / "0" / "0" / "0", f"{name}: the images shard file")
         offsets, sizes, empty = _read_index(data, samples, name)
         self._data, self._offsets, self._sizes, self._empty, self._fill = data, offsets, sizes, empty, fill
         row = int(np.prod(self._row_shape))
@@ -226,36 +225,6 @@ class ZarrReader:
         """Drop the map; it is unmapped with the last array viewing it (a batch is a copy, never one)."""
         self.image_array = self._data = None
         self._columns = {}
-
-
-def _map_file(path: Path, name: str) -> np.ndarray:
-    """A read-only memory map of the regular file ``path`` as uint8, refusing any other kind of file.
-
-    Opened non-blocking and checked with ``fstat``: a FIFO swapped in after the folder was checked
-    still cannot block the read.
-    """
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except FileNotFoundError:
-        raise CacheError(f"{name}: the images shard file is missing") from None
-    except OSError as exc:
-        if out_of_files(exc):
-            raise OpenFilesExhausted(f"{name}: cannot open the images shard ({exc})") from None
-        raise CacheError(f"{name}: cannot open the images shard ({exc.strerror or exc})") from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise CacheError(f"{name}: the images shard is not a regular file")
-        if st.st_size == 0:
-            raise CacheError(f"{name}: images shard is truncated")
-        mapped = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)  # keeps its own duplicate of fd
-    except OSError as exc:
-        if out_of_files(exc):
-            raise OpenFilesExhausted(f"{name}: cannot map the images shard ({exc})") from None
-        raise CacheError(f"{name}: cannot map the images shard ({exc.strerror or exc})") from None
-    finally:
-        os.close(fd)
-    return np.frombuffer(mapped, dtype=np.uint8)
 
 
 def _crc32c(data: bytes) -> int:
@@ -303,7 +272,7 @@ def _read_index(data: np.ndarray, samples: int, name: str) -> tuple[np.ndarray, 
 class ZarrFormat:
     name = "zarr"
     extension = ".zarr"
-    files_per_reader = 1  # the images' memory map
+    files_per_reader = 0  # the images are mapped without keeping a descriptor
 
     def check_options(self, options: dict) -> None:
         codec = options.get("compression", "none")
