@@ -11,11 +11,15 @@ it, batches are copies, and a memory map goes only with the last array viewing i
 
 from __future__ import annotations
 
-import resource
 import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
+
+try:
+    import resource
+except ImportError:  # not on Windows, whose C runtime allows 512 open files by default
+    resource = None
 
 from ..constants import MAX_OPEN_SHARDS
 from ..errors import CacheError, UsageError
@@ -34,6 +38,8 @@ _FREE_REFS = 3
 
 def open_file_limit() -> int:
     """The process's soft limit on open file descriptors (``RLIMIT_NOFILE``)."""
+    if resource is None:
+        return 512
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     return 1 << 20 if soft == resource.RLIM_INFINITY else int(soft)
 

@@ -8,9 +8,13 @@ storage device and major faults; a warm one as neither.
 from __future__ import annotations
 
 import os
-import resource
 from dataclasses import dataclass
 from pathlib import Path
+
+try:
+    import resource
+except ImportError:  # Windows
+    resource = None
 
 __all__ = ["ProcessCounters", "child_pids", "process_counters"]
 
@@ -57,7 +61,7 @@ def process_counters(pid: int | None = None) -> ProcessCounters:
         cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
         major: int | None = int(fields[9])
     except (OSError, IndexError, ValueError):
-        if pid != os.getpid():
+        if pid != os.getpid() or resource is None:
             return ProcessCounters(0.0, None, None)
         usage = resource.getrusage(resource.RUSAGE_SELF)  # no /proc: this process only
         cpu, major = usage.ru_utime + usage.ru_stime, usage.ru_majflt
