@@ -7,7 +7,7 @@ from functools import wraps
 
 import click
 
-from .constants import DEFAULT_FORMAT, DEFAULT_PIPELINE, VERSION
+from .constants import DEFAULT_FORMAT, DEFAULT_PIPELINE, DEFAULT_STEP_MS, VERSION
 from .errors import CachekitError
 from .image.recipes import builtin_pipelines
 
@@ -346,9 +346,24 @@ def bench_cmd(
 @click.option("--batch-size", type=int, default=256, show_default=True)
 @click.option("--steps", type=int, default=50, show_default=True, help="Steps timed (after 2 warm-up steps).")
 @click.option(
-    "--step-ms", type=float, default=None, help="Simulate a training step of this many milliseconds."
+    "--step-ms",
+    type=float,
+    default=None,
+    help=f"Simulate a training step of this many milliseconds [default: {DEFAULT_STEP_MS:g} without --model].",
 )
-@click.option("--model", default=None, help="MODULE:FUNCTION building a torch model to train instead.")
+@click.option(
+    "--step-kind",
+    type=click.Choice(["busy", "sleep"]),
+    default="busy",
+    show_default=True,
+    help="Simulated step: busy holds the GIL like a Python-heavy step; sleep releases it like a step "
+    "waiting on the GPU.",
+)
+@click.option(
+    "--model",
+    default=None,
+    help="MODULE:FUNCTION building a torch model to train instead (MODULE may be in the current folder).",
+)
 @click.option("--workers", type=int, default=None, help="Loader workers [default: make_loader's choice].")
 @click.option("--prefetch-factor", type=int, default=2, show_default=True)
 @click.option("--device", default=None, help="Device for --model [default: cuda if available, else cpu].")
@@ -356,19 +371,20 @@ def bench_cmd(
     "--json", "json_out", type=click.Path(path_type=str), default=None, help="Write the figures here."
 )
 @_friendly
-def doctor_cmd(cache, batch_size, steps, step_ms, model, workers, prefetch_factor, device, json_out) -> None:
-    """Is training waiting for data? Times the loader against a step and says what to change."""
+def doctor_cmd(
+    cache, batch_size, steps, step_ms, step_kind, model, workers, prefetch_factor, device, json_out
+) -> None:
+    """Is training waiting for data? Times the loader against a step, measures disk and CPU, says what to change."""
     import json
 
     from .tools.doctor import diagnose, load_model
 
-    if step_ms is None and model is None:
-        step_ms = 100.0
     report = diagnose(
         cache,
         batch_size=batch_size,
         steps=steps,
         step_ms=step_ms,
+        step_kind=step_kind,
         model=load_model(model) if model else None,
         workers=workers,
         prefetch_factor=prefetch_factor,

@@ -20,6 +20,8 @@ __all__ = [
     "SHUFFLE_WINDOW_SAMPLES",
     "env_int",
     "START_METHOD_ENV",
+    "MAX_OPEN_SHARDS",
+    "DEFAULT_STEP_MS",
 ]
 
 VERSION = "0.1.0"
@@ -29,7 +31,7 @@ DIST_NAME = "cachekit-vision"
 #: Name of the file that makes a folder a cache; written last, atomically.
 MANIFEST_NAME = "manifest.json"
 #: Bumped whenever the on-disk contract changes incompatibly.
-MANIFEST_VERSION = 2
+MANIFEST_VERSION = 3
 #: Lock file held while a build writes into a cache folder.
 LOCK_NAME = ".cachekit.lock"
 #: Folder inside a cache where a build in progress keeps per-shard records (for resume).
@@ -59,3 +61,9 @@ SHUFFLE_WINDOW_SAMPLES = env_int("CACHEKIT_SHUFFLE_WINDOW_SAMPLES", 16384)
 
 #: Environment variable choosing how build worker processes start (fork, forkserver, spawn).
 START_METHOD_ENV = "CACHEKIT_START_METHOD"
+
+#: Shard readers one process keeps open at most (0: derived from the open-file limit, RLIMIT_NOFILE).
+MAX_OPEN_SHARDS = env_int("CACHEKIT_MAX_OPEN_SHARDS", 0)
+
+#: ``cachekit doctor``'s simulated training step, in milliseconds, when no model is given.
+DEFAULT_STEP_MS = 100.0

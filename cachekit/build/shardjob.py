@@ -17,7 +17,7 @@ from ..errors import BuildError
 from ..image.ops import DecodeError, decode
 from ..image.recipes import Pipeline
 from ..store.encoding import encode_images
-from ..store.formats import get_format
+from ..store.formats import SHARD_NAME_COLUMN, get_format, identity_column
 from ..store.location import open_location
 from ..store.manifest import SampleSpec, ShardInfo, SkippedInput
 from ..store.remote import filesystem, is_url
@@ -249,6 +249,7 @@ def run_shard_job(job: ShardJob, progress: Callable[[int], None] | None = None) 
         if images is None:
             arrays["image_shape"] = np.array([r.shape for r in rows], dtype=np.int32).reshape(-1, 3)
     arrays.update({name: value[:kept] for name, value in extras.items()})
+    arrays[SHARD_NAME_COLUMN] = identity_column(job.file)  # what a reader checks the file against
     fmt = get_format(job.format)
     out = open_location(job.out)
     try:

@@ -25,6 +25,7 @@ from ..store.remote import filesystem, is_url
 from .assemble import BatchRequest, assemble
 from .batch import SampleBatch, stack_images
 from .buffers import BufferPool
+from .readers import ReaderPool, default_max_open
 from .shardcache import ShardCache
 
 __all__ = ["CachedDataset"]
@@ -39,6 +40,9 @@ class CachedDataset(Dataset):
     ``path`` may be an fsspec URL (``s3://bucket/cache``): each shard is then fetched whole on first
     use, checked against the manifest, and kept in ``local_cache`` (default: a folder in the temp
     dir) up to ``local_cache_bytes`` (default 20 GB), least recently used first out.
+
+    At most ``max_open_shards`` shard readers stay open per process (default: from the open-file
+    limit, see ``cachekit.feed.readers``); the least recently used is closed to open another.
     """
 
     def __init__(
@@ -49,6 +53,7 @@ class CachedDataset(Dataset):
         target_transform: Callable | None = None,
         local_cache: str | os.PathLike | None = None,
         local_cache_bytes: int | None = None,
+        max_open_shards: int | None = None,
     ) -> None:
         self.url = str(path) if is_url(path) else None
         self._fs = self._remote_root = None
@@ -73,7 +78,8 @@ class CachedDataset(Dataset):
         self.shard_offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         self.transform = transform
         self.target_transform = target_transform
-        self._readers: dict[int, ShardReader] = {}
+        self.max_open_shards = max_open_shards or default_max_open(self._format.files_per_reader)
+        self._readers = ReaderPool(self.max_open_shards)
         self._buffers = BufferPool()
         self._pid = os.getpid()
         self._check_files()
@@ -141,28 +147,27 @@ class CachedDataset(Dataset):
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
-        state["_readers"] = {}
+        state["_readers"] = ReaderPool(self.max_open_shards)
         state["_buffers"] = BufferPool()
         return state
 
     def _check_process(self) -> None:
         if self._pid != os.getpid():  # forked into a worker: never use the parent's handles
-            self._readers = {}
+            self._readers.forget()  # the parent's readers: dropped, the parent goes on using them
             self._buffers = BufferPool()
             self._pid = os.getpid()
 
     def _reader(self, shard: int) -> ShardReader:
         self._check_process()
-        reader = self._readers.get(shard)
-        if reader is None:
-            info = self.manifest.shards[shard]
-            if self.url is None:
-                path = self.root / info.file
-            else:
-                path = self._shards.local(self._fs, self._remote_root, self.manifest.fingerprint, info)
-            reader = self._format.open(path, self.manifest.sample, info.samples, self.store)
-            self._readers[shard] = reader
-        return reader
+        return self._readers.get(shard, lambda: self._open_reader(shard))
+
+    def _open_reader(self, shard: int) -> ShardReader:
+        info = self.manifest.shards[shard]
+        if self.url is None:
+            path = self.root / info.file
+        else:
+            path = self._shards.local(self._fs, self._remote_root, self.manifest.fingerprint, info)
+        return self._format.open(path, self.manifest.sample, info.samples, self.store)
 
     def _locate(self, indices: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         idx = np.asarray(indices)
@@ -217,7 +222,10 @@ class CachedDataset(Dataset):
             labels[pos] = reader.column("labels", local[pos])
             for j in pos.tolist():
                 readers[j] = reader
-        return assemble(self, request, readers, local, labels)
+        batch = assemble(self, request, readers, local, labels)
+        del readers
+        self._readers.tidy()  # close the readers evicted while this batch still held them
+        return batch
 
     def extras(self, index: int) -> dict[str, np.ndarray]:
         """Per-sample extras of one sample (``orig_size``; ``scale`` and ``pad`` for letterbox)."""
@@ -256,6 +264,4 @@ class CachedDataset(Dataset):
         return pairs
 
     def close(self) -> None:
-        for reader in self._readers.values():
-            reader.close()
-        self._readers = {}
+        self._readers.close()

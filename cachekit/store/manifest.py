@@ -17,6 +17,21 @@ from typing import Any
 from ..constants import MANIFEST_NAME, MANIFEST_VERSION, VERSION
 from ..errors import CacheError, NotACacheError
 from .atomic import commit_file
+from .limits import (
+    MAX_DEPTH,
+    MAX_EXTRA_BYTES,
+    MAX_EXTRAS,
+    MAX_INT,
+    MAX_MANIFEST_BYTES,
+    MAX_SAMPLE_BYTES,
+    MAX_SAMPLES,
+    MAX_SHARD_BYTES,
+    MAX_SHARD_ROWS,
+    MAX_VARIANTS,
+    check_depth,
+    short,
+)
+from .shardfiles import check_plain_tree, check_shard_name, shard_path  # re-exported: the contract
 
 __all__ = [
     "MANIFEST_VERSION",
@@ -30,40 +45,19 @@ __all__ = [
     "write_manifest",
     "manifest_text",
     "check_shard_name",
+    "check_plain_tree",
     "shard_path",
+    "SHARD_NAME_COLUMN",
 ]
 
 _DTYPES = {"|u1", "<u2", "<i4", "<i8", "<f4", "<f8"}
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
-_SHARD_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,200}$")
 
-
-def check_shard_name(name: object, where: str = "shard file") -> str:
-    """Return ``name`` if it is a plain file name inside the cache folder, else raise CacheError."""
-    if not isinstance(name, str) or not name:
-        raise CacheError(f"{where}: expected a file name, got {name!r}")
-    if "/" in name or "\\" in name or name in (".", "..") or os.path.isabs(name) or "\x00" in name:
-        raise CacheError(f"{where}: {name!r} is not a plain file name inside the cache folder")
-    if not _SHARD_NAME.match(name) or ".." in name:
-        raise CacheError(f"{where}: {name!r} has characters not allowed in a shard name")
-    return name
-
-
-def shard_path(root: Path, info: ShardInfo) -> Path:
-    """The shard's path, refusing anything but a regular file or folder of files inside ``root``."""
-    path = root / info.file
-    if path.is_symlink() and path.resolve().parent != root.resolve():
-        raise CacheError("is a symlink out of the cache folder")
-    if not path.exists():
-        raise CacheError("missing")
-    if path.is_dir():
-        for dirpath, dirnames, filenames in os.walk(path):
-            if any(os.path.islink(os.path.join(dirpath, n)) for n in [*dirnames, *filenames]):
-                raise CacheError("holds a symlink (shard folders must hold plain files)")
-    elif not path.is_file():
-        raise CacheError("not a regular file or folder")
-    return path
-
+#: The column every shard carries with its own file name (UTF-8 bytes), so that a reader can tell
+#: a shard from another one swapped in under its name without hashing it (see formats/base.py).
+SHARD_NAME_COLUMN = "shard_name"
+#: Columns a shard stores besides the per-sample extras; no extra may take one of these names.
+_RESERVED_COLUMNS = {"images", "labels", "image_bytes", "image_offsets", "image_shape", SHARD_NAME_COLUMN}
 
 # -- tiny typed readers: each raises CacheError naming the field -------------------------------
 
@@ -76,10 +70,12 @@ def _get(obj: dict, key: str, where: str) -> Any:
     return obj[key]
 
 
-def _int(obj: dict, key: str, where: str, minimum: int = 0) -> int:
+def _int(obj: dict, key: str, where: str, minimum: int = 0, maximum: int = MAX_INT) -> int:
     value = _get(obj, key, where)
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise CacheError(f"{where}.{key}: expected an integer >= {minimum}, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+        raise CacheError(
+            f"{where}.{key}: expected an integer from {minimum} to {maximum}, got {short(value)}"
+        )
     return value
 
 
@@ -101,12 +97,22 @@ def _floats(obj: dict, key: str, where: str, length: int | None = None) -> tuple
     return tuple(float(v) for v in value)
 
 
-def _shape(value: Any, where: str) -> tuple[int, ...]:
-    if not isinstance(value, list) or not all(
-        isinstance(v, int) and not isinstance(v, bool) and 0 < v < 2**31 for v in value
+def _shape(value: Any, where: str, max_bytes: int, itemsize: int = 1) -> tuple[int, ...]:
+    if (
+        not isinstance(value, list)
+        or len(value) > 8
+        or not all(isinstance(v, int) and not isinstance(v, bool) and 0 < v < 2**31 for v in value)
     ):
-        raise CacheError(f"{where}: expected a list of positive integers, got {value!r}")
+        raise CacheError(f"{where}: expected a list of up to 8 positive integers, got {short(value)}")
+    if math.prod(value) * itemsize > max_bytes:
+        raise CacheError(
+            f"{where}: {value} is {math.prod(value) * itemsize} bytes a sample, over {max_bytes}"
+        )
     return tuple(value)
+
+
+def _itemsize(dtype: str) -> int:
+    return int(dtype[2:])
 
 
 def _dtype(value: Any, where: str) -> str:
@@ -128,9 +134,10 @@ class ArraySpec:
     @classmethod
     def from_json(cls, obj: Any, where: str) -> ArraySpec:
         if not isinstance(obj, dict):
-            raise CacheError(f"{where}: expected an object, got {obj!r}")
-        shape = _shape(_get(obj, "shape", where), f"{where}.shape")
-        return cls(shape=shape, dtype=_dtype(_get(obj, "dtype", where), f"{where}.dtype"))
+            raise CacheError(f"{where}: expected an object, got {short(obj)}")
+        dtype = _dtype(_get(obj, "dtype", where), f"{where}.dtype")
+        shape = _shape(_get(obj, "shape", where), f"{where}.shape", MAX_EXTRA_BYTES, _itemsize(dtype))
+        return cls(shape=shape, dtype=dtype)
 
 
 @dataclass(frozen=True)
@@ -169,9 +176,9 @@ class SampleSpec:
         if not isinstance(raw, list) or len(raw) != 3 or (raw[1] is None) != (raw[2] is None):
             raise CacheError(f"{where}.shape: expected [channels, height, width], got {raw!r}")
         if raw[1] is None:  # ragged: every sample has its own height and width
-            shape = (*_shape(raw[:1], f"{where}.shape"), None, None)
+            shape = (*_shape(raw[:1], f"{where}.shape", MAX_SAMPLE_BYTES), None, None)
         else:
-            shape = _shape(raw, f"{where}.shape")
+            shape = _shape(raw, f"{where}.shape", MAX_SAMPLE_BYTES)
         if shape[0] not in (1, 3):
             raise CacheError(f"{where}.shape: expected [channels, height, width], got {raw!r}")
         dtype = _dtype(_get(obj, "dtype", where), f"{where}.dtype")
@@ -179,11 +186,11 @@ class SampleSpec:
             raise CacheError(f"{where}.dtype: images are stored as '|u1', got {dtype!r}")
         label_dtype = _dtype(_get(obj, "label_dtype", where), f"{where}.label_dtype")
         extras_obj = _get(obj, "extras", where)
-        if not isinstance(extras_obj, dict):
-            raise CacheError(f"{where}.extras: expected an object, got {extras_obj!r}")
+        if not isinstance(extras_obj, dict) or len(extras_obj) > MAX_EXTRAS:
+            raise CacheError(f"{where}.extras: expected an object of at most {MAX_EXTRAS} extras")
         extras = {}
         for name, spec in extras_obj.items():
-            if not re.match(r"^[a-z][a-z0-9_]{0,63}$", str(name)) or name in ("images", "labels"):
+            if not re.match(r"^[a-z][a-z0-9_]{0,63}$", str(name)) or name in _RESERVED_COLUMNS:
                 raise CacheError(f"{where}.extras: bad extra name {name!r}")
             extras[name] = ArraySpec.from_json(spec, f"{where}.extras.{name}")
         return cls(shape=shape, dtype=dtype, extras=extras, label_dtype=label_dtype)
@@ -220,10 +227,10 @@ class ShardInfo:
                 raise CacheError(f"{where}.{key}: expected 64 lowercase hex digits, got {value!r}")
         info = cls(
             file=check_shard_name(_get(obj, "file", where), f"{where}.file"),
-            samples=_int(obj, "samples", where),
-            bytes=_int(obj, "bytes", where, minimum=1),
+            samples=_int(obj, "samples", where, maximum=MAX_SHARD_ROWS),
+            bytes=_int(obj, "bytes", where, minimum=1, maximum=MAX_SHARD_BYTES),
             sha256=sha,
-            inputs=_int(obj, "inputs", where),
+            inputs=_int(obj, "inputs", where, maximum=MAX_SHARD_ROWS),
             first=_str(obj, "first", where),
             last=_str(obj, "last", where),
             inputs_digest=digest,
@@ -318,9 +325,9 @@ class Manifest:
         )
         pipeline = _get(obj, "pipeline", where)
         augment = pipeline.get("augment") if isinstance(pipeline, dict) else None
-        variants = augment.get("variants", 1) if isinstance(augment, dict) else 1
-        if isinstance(variants, bool) or not isinstance(variants, int) or variants < 1:
-            raise CacheError(f"{where}.pipeline.augment.variants: expected an integer >= 1, got {variants!r}")
+        variants = (
+            1 if augment is None else _int(augment, "variants", f"{where}.pipeline.augment", 1, MAX_VARIANTS)
+        )
         for i, info in enumerate(shards):
             if info.samples > info.inputs * variants:
                 raise CacheError(
@@ -330,7 +337,7 @@ class Manifest:
         names = [s.file for s in shards]
         if len(set(names)) != len(names):
             raise CacheError(f"{where}.shards: a shard file is listed twice")
-        num_samples = _int(obj, "num_samples", where)
+        num_samples = _int(obj, "num_samples", where, maximum=MAX_SAMPLES)
         if num_samples != sum(s.samples for s in shards):
             raise CacheError(
                 f"{where}.num_samples: {num_samples} does not match the shards' total "
@@ -366,16 +373,22 @@ class Manifest:
 
 def parse_manifest(text: str, where: str) -> Manifest:
     """Validate the text of a ``manifest.json`` (``where`` names it in errors)."""
+    if len(text) > MAX_MANIFEST_BYTES:
+        raise CacheError(
+            f"{where}: {len(text)} characters, over the {MAX_MANIFEST_BYTES} a manifest may have"
+        )
     try:
         obj = json.loads(text)
     except json.JSONDecodeError as exc:
         raise CacheError(f"{where}: not valid JSON ({exc})") from None
+    except RecursionError:  # the decoder recurses once per bracket
+        raise CacheError(f"{where}: nested deeper than {MAX_DEPTH} levels") from None
+    except ValueError as exc:  # e.g. an integer of more than 4,300 digits
+        raise CacheError(f"{where}: not valid JSON ({exc})") from None
     if not isinstance(obj, dict) or "format_version" not in obj:
         raise NotACacheError(f"{where}: not a cachekit manifest (no format_version)")
-    try:
-        return Manifest.from_json(obj)
-    except RecursionError:
-        raise CacheError(f"{where}: nested too deeply") from None
+    check_depth(obj, where)
+    return Manifest.from_json(obj)
 
 
 def read_local_manifest(cache_dir: str | os.PathLike) -> Manifest:
@@ -392,6 +405,8 @@ def read_local_manifest(cache_dir: str | os.PathLike) -> Manifest:
     if not path.is_file():
         raise NotACacheError(f"{root}: no {MANIFEST_NAME} (not a cache, or its build has not finished)")
     try:
+        if path.stat().st_size > MAX_MANIFEST_BYTES:
+            raise CacheError(f"{path}: larger than the {MAX_MANIFEST_BYTES} bytes a manifest may have")
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise CacheError(f"{path}: cannot be read: {exc}") from None

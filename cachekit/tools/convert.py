@@ -13,7 +13,7 @@ import numpy as np
 from ..constants import LOCK_NAME
 from ..errors import BuildError, UsageError
 from ..store.atomic import commit_file
-from ..store.formats import get_format
+from ..store.formats import SHARD_NAME_COLUMN, get_format, identity_column
 from ..store.location import read_manifest
 from ..store.lock import BuildLock
 from ..store.manifest import Manifest, shard_path, write_manifest
@@ -69,6 +69,7 @@ def convert(
         for i, info in enumerate(manifest.shards):
             arrays = _read_shard(src, manifest, i)
             name = f"{Path(info.file).stem}{fmt.extension}"
+            arrays[SHARD_NAME_COLUMN] = identity_column(name)
             try:
                 size, digest = commit_file(dst / name, lambda tmp, a=arrays: fmt.write(tmp, a, options))
             except OSError as exc:

@@ -1,33 +1,49 @@
 """``cachekit doctor``: is training waiting for data? Measure it, then say what to change and why.
 
-It runs the loader for some steps against a simulated step (``step_ms``: the time a GPU step
-takes) or a real model, and times how long each ``next(batch)`` waited. The share of time spent
-waiting is the stall: what a person reads off low GPU utilisation. CPU time of every loader
-process says whether more workers would help; with CUDA and nvidia-ml-py, GPU utilisation too.
+It runs the loader for some steps against a simulated step or a real model, and times how long
+each ``next(batch)`` waited: the share of time spent waiting is the stall, what a person reads off
+low GPU utilisation. Then it measures before it advises: bytes the loader processes read from
+storage and their major page faults (is the disk the limit, or is the cache in the page cache?),
+CPU time of the training process, its loader thread and each worker (is reading or decoding the
+limit?) and, with CUDA and nvidia-ml-py, GPU utilisation.
+
+The simulated step (``DEFAULT_STEP_MS`` = 100 ms unless ``--step-ms``) is ``busy`` by default: a
+Python loop that holds the GIL the way an eager PyTorch step does while it launches kernels, the
+hard case for a loader thread in the same process. ``sleep`` waits with the GIL released, as a
+step blocked on the GPU does: the easy case, which flatters an in-process loader.
 """
 
 from __future__ import annotations
 
 import importlib
+import math
 import os
 import statistics
+import sys
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
 
-from ..cpus import available_cpus
+from ..constants import DEFAULT_STEP_MS
 from ..errors import UsageError
 from ..feed.dataset import CachedDataset
-from ..feed.loader import make_loader, suggest_num_workers
+from ..feed.loader import make_loader
+from .advice import advise
+from .counters import ProcessCounters, child_pids, process_counters
+from .report import human_bytes
 
-__all__ = ["DoctorReport", "diagnose", "load_model", "child_pids"]
+__all__ = ["DoctorReport", "STEP_KINDS", "diagnose", "load_model", "simulated_step", "child_pids"]
 
-_STALL_OK = 0.10  # under this share of time waiting, data keeps up
 _WARMUP = 2  # steps not counted: worker start-up and first reads are the time to first batch
+
+#: Simulated step kinds and what each stands for.
+STEP_KINDS = {
+    "busy": "holds the GIL, like a Python-heavy eager training step",
+    "sleep": "waits with the GIL released, like a step blocked on the GPU",
+}
 
 
 @dataclass
@@ -42,7 +58,12 @@ class DoctorReport:
     first_batch_s: float
     wait_s: list[float]
     step_s: list[float]
-    cpu_percent: dict[str, float]  # per loader process, % of one core
+    cpu_percent: dict[str, float]  # per loader process (and the loader thread), % of one core
+    step: str = ""  # what each step was: a simulated one, or the model
+    step_kind: str | None = None  # "busy" or "sleep" for a simulated step
+    disk_read_bytes: int | None = None  # read from storage during the timed steps, all loader processes
+    major_faults: int | None = None
+    batch_bytes: int = 0  # cache bytes the timed batches held (stored size)
     gpu: dict | None = None
     recommendations: list[str] = field(default_factory=list)
 
@@ -56,11 +77,20 @@ class DoctorReport:
         total = sum(self.wait_s) + sum(self.step_s)
         return len(self.wait_s) * self.batch_size / total if total > 0 else 0.0
 
+    @property
+    def disk_share(self) -> float | None:
+        """Bytes read from storage per byte of batches delivered; None where not measurable."""
+        if self.disk_read_bytes is None or self.batch_bytes <= 0:
+            return None
+        return self.disk_read_bytes / self.batch_bytes
+
     def to_json(self) -> dict:
         return {
             "cache": self.cache,
             "batch_size": self.batch_size,
             "steps": self.steps,
+            "step": self.step,
+            "step_kind": self.step_kind,
             "mode": self.mode,
             "workers": self.workers,
             "prefetch_factor": self.prefetch_factor,
@@ -72,20 +102,35 @@ class DoctorReport:
             "wait_ms_max": 1e3 * max(self.wait_s, default=0.0),
             "step_ms_median": 1e3 * statistics.median(self.step_s) if self.step_s else 0.0,
             "cpu_percent": self.cpu_percent,
+            "disk_read_bytes": self.disk_read_bytes,
+            "major_faults": self.major_faults,
+            "batch_bytes": self.batch_bytes,
             "gpu": self.gpu,
             "recommendations": self.recommendations,
         }
+
+    def _disk_line(self) -> str:
+        if self.disk_read_bytes is None:
+            faults = f"{self.major_faults} major page faults; " if self.major_faults is not None else ""
+            return f"{faults}bytes read from storage not measurable here (no /proc/PID/io)"
+        share = self.disk_share or 0.0
+        return (
+            f"{human_bytes(self.disk_read_bytes)} read from storage ({share:.0%} of the "
+            f"{human_bytes(self.batch_bytes)} in the batches), {self.major_faults} major page faults"
+        )
 
     def summary(self) -> str:
         j = self.to_json()
         lines = [
             f"loader:      {self.mode}, batch {self.batch_size}, prefetch_factor {self.prefetch_factor}, "
             f"pin_memory={self.pin_memory}",
+            f"step:        {self.step}",
             f"steps:       {self.steps} ({_WARMUP} warm-up not counted); first batch after {self.first_batch_s:.2f} s",
             f"waiting:     {self.stall:.0%} of the time (median {j['wait_ms_median']:.1f} ms, "
             f"max {j['wait_ms_max']:.1f} ms per batch; step median {j['step_ms_median']:.1f} ms)",
             f"throughput:  {self.samples_per_s:,.0f} samples/s",
             "cpu:         " + ", ".join(f"{k} {v:.0f}%" for k, v in self.cpu_percent.items()),
+            f"disk:        {self._disk_line()}",
         ]
         if self.gpu:
             lines.append(
@@ -98,34 +143,48 @@ class DoctorReport:
 
 
 def load_model(spec: str) -> Callable[[], torch.nn.Module]:
-    """``"package.module:function"`` -> the function, which builds the model to time."""
+    """``"package.module:function"`` -> the function, which builds the model to time.
+
+    The module is looked up in the current folder first, as ``python -m`` does (an installed
+    ``cachekit`` command does not put the current folder on ``sys.path`` by itself).
+    """
     module, _, name = spec.partition(":")
     if not module or not name:
         raise UsageError(f"--model must be MODULE:FUNCTION, got {spec!r}")
+    here = os.getcwd()
+    if here not in sys.path and "" not in sys.path:
+        sys.path.insert(0, here)
     try:
-        return getattr(importlib.import_module(module), name)
+        fn = getattr(importlib.import_module(module), name)
     except (ImportError, AttributeError) as exc:
-        raise UsageError(f"--model {spec}: {exc}") from None
+        raise UsageError(f"--model {spec}: {exc} (looked in {here} and the installed packages)") from None
+    if not callable(fn):
+        raise UsageError(f"--model {spec}: {name} is not a function")
+    return fn
 
 
-def _cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of a process, from /proc (0 where unavailable)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+def simulated_step(step_ms: float, kind: str = "busy") -> Callable[[torch.Tensor, torch.Tensor], None]:
+    """A stand-in training step of ``step_ms`` milliseconds; ``kind`` is one of ``STEP_KINDS``."""
+    if kind not in STEP_KINDS:
+        raise UsageError(f"--step-kind must be one of {', '.join(STEP_KINDS)}, got {kind!r}")
+    if not (isinstance(step_ms, (int, float)) and math.isfinite(step_ms) and step_ms >= 0):
+        raise UsageError(f"--step-ms must be a number of milliseconds >= 0, got {step_ms!r}")
+    seconds = step_ms / 1e3
+    if kind == "sleep":
 
+        def step(images: torch.Tensor, labels: torch.Tensor) -> None:
+            time.sleep(seconds)  # the host waits; the GIL and the CPUs are free for the loader
 
-def child_pids() -> list[int]:
-    """Process ids of this process's children (DataLoader workers among them), from /proc."""
-    pids = []
-    try:
-        for task in Path(f"/proc/{os.getpid()}/task").iterdir():
-            pids += [int(p) for p in (task / "children").read_text().split()]
-    except OSError:
-        pass
-    return pids
+        return step
+
+    def step(images: torch.Tensor, labels: torch.Tensor) -> None:
+        # Python bytecode until the time is up: the GIL is handed to other threads only at the
+        # interpreter's switch interval, as in a step that spends its time in Python
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            pass
+
+    return step
 
 
 class _GpuSampler:
@@ -165,46 +224,29 @@ class _GpuSampler:
         }
 
 
-def _advise(r: DoctorReport, dataset: CachedDataset, cuda: bool) -> list[str]:
-    cpus = available_cpus()
-    heavy = dataset.decode_heavy or dataset.transform is not None
-    advice = []
-    if r.stall < _STALL_OK:
-        advice.append(
-            f"data keeps up: {r.stall:.0%} of the time is spent waiting, so the step is the bottleneck; "
-            "if memory allows, a larger batch (cachekit.autobatch) uses the device better"
+def _model_step(model: Callable[[], torch.nn.Module], target: torch.device):
+    net = model().to(target).train()
+    opt = torch.optim.SGD(net.parameters(), lr=1e-3)
+
+    def step(images, labels):
+        out = net(images.to(target, non_blocking=True).float().div_(255))
+        loss = (
+            out.float().mean()
+            if out.ndim != 2
+            else torch.nn.functional.cross_entropy(out.float(), labels.to(target).clamp(0, out.shape[1] - 1))
         )
-    else:
-        advice.append(f"data bottleneck: training waits for data {r.stall:.0%} of the time")
-        busy = [v for k, v in r.cpu_percent.items() if k.startswith("worker")]
-        if r.workers == 0 and heavy:
-            n = suggest_num_workers(r.batch_size)
-            advice.append(
-                f"samples need CPU work (a transform or decoding) and run inside the training process: "
-                f"use {n} worker processes (workers={n}; suggest_num_workers for {cpus} usable CPUs)"
-            )
-        elif r.workers == 0:
-            advice.append(
-                "a pixel cache read is a memory copy; if it still cannot keep up, the disk is the limit "
-                "(first epoch from a cold page cache?): put the cache on local NVMe or in RAM (/dev/shm)"
-            )
-        elif r.workers < cpus and busy and min(busy) > 70:
-            advice.append(f"every worker is busy: raise workers from {r.workers} to {cpus} (usable CPUs)")
-        elif busy and min(busy) > 70:
-            advice.append(
-                "every CPU is busy decoding: store decoded pixels (a pixel cache needs no workers), "
-                "move augmentation offline (cachekit build --augment) or to the GPU, or add CPUs"
-            )
-        waits = sorted(r.wait_s)
-        if r.workers > 0 and len(waits) >= 5 and waits[-1] > 5 * max(statistics.median(waits), 1e-4):
-            advice.append(
-                f"waits come in bursts (max {1e3 * waits[-1]:.0f} ms vs median "
-                f"{1e3 * statistics.median(waits):.1f} ms): raise prefetch_factor from {r.prefetch_factor} "
-                f"to {r.prefetch_factor * 2} to smooth them"
-            )
-    if cuda and not r.pin_memory:
-        advice.append("pin_memory=True: page-locked batches copy to the GPU asynchronously")
-    return advice
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        if target.type == "cuda":
+            torch.cuda.synchronize(target)
+
+    return step
+
+
+def _total(counters: list[ProcessCounters], key: str) -> int | None:
+    values = [getattr(c, key) for c in counters]
+    return None if not values or any(v is None for v in values) else sum(values)
 
 
 def diagnose(
@@ -213,54 +255,45 @@ def diagnose(
     batch_size: int = 256,
     steps: int = 50,
     step_ms: float | None = None,
+    step_kind: str = "busy",
     model: Callable[[], torch.nn.Module] | None = None,
     workers: int | None = None,
     prefetch_factor: int = 2,
     pin_memory: bool | None = None,
     device: str | None = None,
 ) -> DoctorReport:
-    """Run ``steps`` training steps on the cache's loader and report where the time went."""
-    if (step_ms is None) == (model is None):
-        raise UsageError("give exactly one of a simulated step time (--step-ms) or a model (--model)")
+    """Run ``steps`` training steps on the cache's loader and report where the time went.
+
+    Each step is ``model``'s (built by calling it, trained with SGD) or, without a model, a
+    simulated step of ``step_ms`` (default ``DEFAULT_STEP_MS``) of ``step_kind`` (``"busy"`` holds
+    the GIL, ``"sleep"`` releases it).
+    """
+    if model is not None and step_ms is not None:
+        raise UsageError("give a simulated step time (--step-ms) or a model (--model), not both")
     if steps < 1 or batch_size < 1:
         raise UsageError("--steps and --batch-size must be at least 1")
     dataset = cache if isinstance(cache, CachedDataset) else CachedDataset(cache)
     cuda = torch.cuda.is_available()
     target = torch.device(device or ("cuda" if cuda else "cpu"))
+    if model is None:
+        step_ms = DEFAULT_STEP_MS if step_ms is None else step_ms
+        step = simulated_step(step_ms, step_kind)
+        described = f"simulated {step_ms:g} ms, {step_kind} ({STEP_KINDS[step_kind]})"
     others = set(child_pids())  # processes that are not this loader's workers
     loader = make_loader(
         dataset, batch_size, workers=workers, pin_memory=pin_memory, prefetch_factor=prefetch_factor
     )
-    step: Callable[[torch.Tensor, torch.Tensor], None]
     if model is not None:
-        net = model().to(target).train()
-        opt = torch.optim.SGD(net.parameters(), lr=1e-3)
-
-        def step(images, labels):
-            out = net(images.to(target, non_blocking=True).float().div_(255))
-            loss = (
-                out.float().mean()
-                if out.ndim != 2
-                else torch.nn.functional.cross_entropy(
-                    out.float(), labels.to(target).clamp(0, out.shape[1] - 1)
-                )
-            )
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            if target.type == "cuda":
-                torch.cuda.synchronize(target)
-    else:
-
-        def step(images, labels):
-            time.sleep(step_ms / 1e3)  # a GPU step: the host waits, CPUs are free for the loader
+        step = _model_step(model, target)
+        name = f"{getattr(model, '__module__', '?')}:{getattr(model, '__qualname__', repr(model))}"
+        described, step_kind = f"model {name}, trained on {target}", None
 
     gpu = _GpuSampler(target.index or 0) if target.type == "cuda" else None
     waits, works = [], []
     start = time.perf_counter()
     first = None
-    cpu_before: dict[int, float] = {}
-    wall_before = 0.0
+    before: dict[int, ProcessCounters] = {}
+    thread_before = wall_before = 0.0
     done = 0
     while done < steps + _WARMUP:
         t0 = time.perf_counter()
@@ -270,8 +303,8 @@ def diagnose(
                 first = t1 - start
             if done == _WARMUP:
                 mine = [os.getpid(), *(p for p in child_pids() if p not in others)]
-                cpu_before = {pid: _cpu_seconds(pid) for pid in mine}
-                wall_before = t1
+                before = {pid: process_counters(pid) for pid in mine}
+                thread_before, wall_before = time.thread_time(), t1
             step(images, labels)
             t2 = time.perf_counter()
             if done >= _WARMUP:
@@ -282,10 +315,14 @@ def diagnose(
                 break
             t0 = time.perf_counter()
     wall = max(time.perf_counter() - wall_before, 1e-9)
-    cpu = {}
-    for pid in cpu_before:
-        name = "main process" if pid == os.getpid() else f"worker {len(cpu)}"
-        cpu[name] = 100 * (_cpu_seconds(pid) - cpu_before[pid]) / wall
+    main_thread = time.thread_time() - thread_before
+    used = {pid: process_counters(pid) - was for pid, was in before.items()}
+    cpu = {"main process": 100 * used[os.getpid()].cpu_s / wall}
+    if loader.num_workers == 0 and getattr(loader, "prefetch_thread", 0):
+        cpu["loader thread"] = 100 * max(0.0, used[os.getpid()].cpu_s - main_thread) / wall
+    for i, pid in enumerate(p for p in used if p != os.getpid()):
+        cpu[f"worker {i}"] = 100 * used[pid].cpu_s / wall
+    manifest = dataset.manifest
     report = DoctorReport(
         cache=str(dataset.root),
         batch_size=batch_size,
@@ -298,7 +335,12 @@ def diagnose(
         wait_s=waits,
         step_s=works,
         cpu_percent=cpu,
+        step=described,
+        step_kind=step_kind,
+        disk_read_bytes=_total(list(used.values()), "read_bytes"),
+        major_faults=_total(list(used.values()), "major_faults"),
+        batch_bytes=int(len(waits) * batch_size * manifest.total_bytes / max(1, manifest.num_samples)),
         gpu=gpu.result() if gpu else None,
     )
-    report.recommendations = _advise(report, dataset, cuda)
+    report.recommendations = advise(report, dataset, cuda)
     return report

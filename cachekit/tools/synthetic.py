@@ -113,22 +113,27 @@ def write_synthetic_cache(
     shard_size: int = 1000,
     classes: int = 10,
     seed: int = 0,
+    format: str = "pt",
+    compression: str = "none",
 ) -> Path:
-    """A valid ``.pt`` cache of ``n`` random samples written directly, without decoding anything.
+    """A valid cache of ``n`` random samples in ``format`` (and ``compression``), written without decoding.
 
-    For benchmarks and tests that need many samples (memory, sampler scale), not real pictures.
+    For benchmarks and tests that need many samples or shards (memory, sampler scale, open-file
+    limits), not real pictures.
     """
     import hashlib
 
     from ..store.atomic import commit_file
-    from ..store.formats import get_format
+    from ..store.formats import SHARD_NAME_COLUMN, get_format, identity_column
     from ..store.manifest import ArraySpec, Manifest, SampleSpec, ShardInfo, write_manifest
 
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
     spec = SampleSpec(shape=(3, side, side), extras={"orig_size": ArraySpec((2,), "<i4")})
-    fmt = get_format("pt")
+    fmt = get_format(format)
+    options = {"compression": compression}
+    fmt.check_options(options)
     shards = []
     for start in range(0, n, shard_size):
         k = min(shard_size, n - start)
@@ -138,8 +143,9 @@ def write_synthetic_cache(
             "labels": (np.arange(start, start + k) % classes).astype(np.int64),
             "orig_size": np.full((k, 2), side, dtype=np.int32),
         }
-        name = f"shard-{start // shard_size:06d}.pt"
-        size, digest = commit_file(root / name, lambda tmp, a=arrays: fmt.write(tmp, a, {}))
+        name = f"shard-{start // shard_size:06d}{fmt.extension}"
+        arrays[SHARD_NAME_COLUMN] = identity_column(name)
+        size, digest = commit_file(root / name, lambda tmp, a=arrays: fmt.write(tmp, a, options))
         flat = images.transpose(1, 0, 2, 3).reshape(3, -1).astype(np.float64)
         shards.append(
             ShardInfo(
@@ -157,15 +163,17 @@ def write_synthetic_cache(
             )
         )
     manifest = Manifest(
-        format="pt",
+        format=fmt.name,
         sample=spec,
         shards=tuple(shards),
         classes=tuple(f"class_{c:03d}" for c in range(classes)),
         pipeline={"name": "synthetic", "size": side, "steps": []},
-        fingerprint=hashlib.sha256(f"synthetic:{n}:{side}:{seed}".encode()).hexdigest(),
+        fingerprint=hashlib.sha256(
+            f"synthetic:{n}:{side}:{seed}:{shard_size}:{fmt.name}".encode()
+        ).hexdigest(),
         mean=(0.5, 0.5, 0.5),
         std=(0.2887, 0.2887, 0.2887),
-        format_options={"compression": "none", "store": "pixels", "shard_size": shard_size},
+        format_options={**options, "store": "pixels", "shard_size": shard_size},
         source={"layout": "synthetic", "inputs": n},
     )
     write_manifest(root, manifest)

@@ -66,7 +66,7 @@ def test_manifest_describes_the_cache(mixed_cache, mixed_tree):
     for shard in m.shards:
         assert path_size(mixed_cache / shard.file) == shard.bytes
     raw = json.loads((mixed_cache / "manifest.json").read_text())
-    assert raw["format_version"] == 2 and len(raw["fingerprint"]) == 64
+    assert raw["format_version"] == 3 and len(raw["fingerprint"]) == 64
 
 
 def test_letterbox_records_scale_and_padding(mixed_tree, tmp_path):

@@ -52,7 +52,7 @@ def test_pickles_without_open_readers(small_cache):
     ds = CachedDataset(small_cache)
     ds[0]
     clone = pickle.loads(pickle.dumps(ds))
-    assert clone._readers == {} and torch.equal(clone[7][0], ds[7][0])
+    assert len(clone._readers) == 0 and torch.equal(clone[7][0], ds[7][0])
 
 
 @pytest.mark.parametrize("workers", [0, 1, 2])

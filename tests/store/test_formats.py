@@ -169,3 +169,28 @@ def test_make_loader_decodes_encoded_stores_in_process(small_tree, tmp_path):
     images, labels = map(torch.cat, zip(*loader))
     one_by_one = torch.stack([ds[i][0] for i in range(len(ds))])  # decoded on their own
     assert torch.equal(images, one_by_one) and labels.tolist() == [ds[i][1] for i in range(len(ds))]
+
+
+@pytest.mark.parametrize("fmt", ["pt", "hdf5", "zarr"])
+def test_a_swapped_shard_is_refused_without_a_full_checksum(fmt, small_tree, tmp_path):
+    import json
+    import shutil
+
+    from cachekit import CacheError
+    from cachekit.store.atomic import path_size, remove_path, sha256_path
+
+    cache = tmp_path / "c"
+    build(small_tree, cache, BuildConfig(format=fmt, size=32, shard_size=7, workers=1, progress=False))
+    manifest = json.loads((cache / "manifest.json").read_text())
+    first, second = manifest["shards"][0], manifest["shards"][1]
+    assert first["samples"] == second["samples"]
+    remove_path(cache / first["file"])  # shard 0's file replaced by shard 1's bytes
+    (shutil.copytree if fmt == "zarr" else shutil.copy)(cache / second["file"], cache / first["file"])
+    first["bytes"], first["sha256"] = path_size(cache / first["file"]), sha256_path(cache / first["file"])
+    (cache / "manifest.json").write_text(json.dumps(manifest))  # even a manifest that agrees
+    ds = CachedDataset(cache)
+    with pytest.raises(CacheError, match=f"{first['file']}: the file holds shard '{second['file']}'"):
+        ds[0]
+    assert torch.equal(ds[7][0], ds[7][0])  # shard 1 itself is fine
+    problems = {p.file: p.problem for p in verify(cache, quick=True).problems}
+    assert list(problems) == [first["file"]] and "swapped" in problems[first["file"]]

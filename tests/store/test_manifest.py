@@ -6,6 +6,7 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
@@ -13,10 +14,21 @@ from hypothesis import strategies as st
 
 from cachekit import CachedDataset, CacheError, read_manifest
 from cachekit.store.atomic import sha256_file
-from cachekit.store.manifest import Manifest, check_shard_name
+from cachekit.store.formats import identity_column
+from cachekit.store.limits import MAX_SAMPLE_BYTES, MAX_SAMPLES, MAX_SHARD_ROWS
+from cachekit.store.manifest import Manifest, check_shard_name, manifest_text, parse_manifest
+from cachekit.tools.report import describe
 
+huge_integers = (
+    st.integers(2**31 - 2, 2**31 + 2) | st.integers(2**62, 10**30) | st.sampled_from([10**20, 2**64])
+)
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-(2**63), 2**63) | st.floats() | st.text(max_size=12),
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**63)
+    | huge_integers
+    | st.floats()
+    | st.text(max_size=12),
     lambda children: (
         st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
     ),
@@ -58,11 +70,37 @@ def test_malformed_manifests_raise_only_cache_error(good_manifest, data):
     path = data.draw(st.sampled_from(paths), label="path")
     value = data.draw(json_values, label="value")
     mutated = _replace(good_manifest, path, value)
+    _accepted_or_cache_error(json.dumps(mutated))
+
+
+def _accepted_or_cache_error(text: str) -> None:
+    """A manifest text is refused with a CacheError, or everything a reader does with it works."""
     try:
-        Manifest.from_json(mutated)
+        m = parse_manifest(text, "manifest.json")
     except CacheError as exc:
-        assert str(exc)  # a message that says what is wrong
-    # anything else (KeyError, TypeError, ...) fails the test
+        assert str(exc) and len(str(exc)) < 2000  # one line that says what is wrong
+        return
+    # anything else (KeyError, TypeError, OverflowError, RecursionError, ...) fails the test
+    assert 0 <= m.num_samples <= MAX_SAMPLES
+    assert all(s.samples <= MAX_SHARD_ROWS for s in m.shards)
+    if not m.sample.ragged:
+        assert m.sample.nbytes <= MAX_SAMPLE_BYTES
+    describe(m)  # what `cachekit info` prints
+    manifest_text(m)
+    np.concatenate([[0], np.cumsum([s.samples for s in m.shards], dtype=np.int64)])  # the dataset's offsets
+    augment = m.pipeline.get("augment")
+    if isinstance(augment, dict):
+        np.arange(int(augment["variants"]), dtype=np.int64)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_deeply_nested_values_anywhere_raise_only_cache_error(good_manifest, data):
+    path = data.draw(st.sampled_from(list(_paths(good_manifest))), label="path")
+    depth = data.draw(st.integers(1, 200_000), label="depth")
+    opener, closer = data.draw(st.sampled_from([("[", "]"), ('{"a":', "}")]), label="brackets")
+    mutated = json.dumps(_replace(good_manifest, path, "@@NESTED@@"))
+    _accepted_or_cache_error(mutated.replace('"@@NESTED@@"', opener * depth + "0" + closer * depth))
 
 
 @settings(max_examples=200, deadline=None)
@@ -123,7 +161,11 @@ def test_a_shard_with_other_shapes_is_refused(small_cache, tmp_path):
     cache, manifest = _copy(small_cache, tmp_path / "c")
     name = manifest["shards"][0]["file"]
     torch.save(
-        {"images": torch.zeros(7, 3, 16, 16, dtype=torch.uint8), "labels": torch.zeros(7, dtype=torch.int64)},
+        {
+            "images": torch.zeros(7, 3, 16, 16, dtype=torch.uint8),
+            "labels": torch.zeros(7, dtype=torch.int64),
+            "shard_name": torch.from_numpy(identity_column(name)),
+        },
         cache / name,
     )
     _rewrite(cache, manifest, 0)
@@ -136,3 +178,56 @@ def test_a_shard_with_other_shapes_is_refused(small_cache, tmp_path):
 def test_manifest_round_trips(small_cache):
     m = read_manifest(small_cache)
     assert Manifest.from_json(json.loads(json.dumps(m.to_json()))) == m
+
+
+def _set(path):
+    def mutate(m, value):
+        node = m
+        for key in path[:-1]:
+            node = node.setdefault(key, {}) if isinstance(key, str) else node[key]
+        node[path[-1]] = value
+
+    return mutate
+
+
+HUGE = {
+    "samples=10**20": (lambda m: (m["shards"][0].update(samples=10**20), m.update(num_samples=10**20 + 33))),
+    "shape [3, 2**31-1, 2**31-1]": (lambda m: m["sample"].update(shape=[3, 2**31 - 1, 2**31 - 1])),
+    "an extra of 2**40 bytes": (
+        lambda m: m["sample"]["extras"].update(big={"shape": [2**20, 2**20], "dtype": "|u1"})
+    ),
+    "augment.variants=10**30": (lambda m: m["pipeline"].update(augment={"variants": 10**30})),
+    "num_samples=10**30": (lambda m: m.update(num_samples=10**30)),
+    "shard bytes=2**70": (lambda m: m["shards"][0].update(bytes=2**70)),
+    "inputs=2**64": (lambda m: m["shards"][0].update(inputs=2**64)),
+    "an integer of 5,000 digits": (lambda m: m["shards"][0].update(pixel_count="@@DIGITS@@")),
+    "100,000 nested brackets": (lambda m: m["source"].update(nested="@@NESTED@@")),
+    "100,000 nested objects at the top": (lambda m: m.update(extra="@@OBJECTS@@")),
+}
+
+
+@pytest.mark.parametrize("case", list(HUGE))
+def test_huge_and_deep_manifests_are_one_line_errors(small_cache, tmp_path, case):
+    from click.testing import CliRunner
+
+    from cachekit.cli import main
+
+    cache = tmp_path / "c"
+    shutil.copytree(small_cache, cache)
+    manifest = json.loads((cache / "manifest.json").read_text())
+    HUGE[case](manifest)
+    text = (
+        json.dumps(manifest)
+        .replace('"@@NESTED@@"', "[" * 100_000 + "]" * 100_000)
+        .replace('"@@OBJECTS@@"', '{"a":' * 100_000 + "0" + "}" * 100_000)
+        .replace('"@@DIGITS@@"', "7" * 5000)
+    )
+    (cache / "manifest.json").write_text(text)
+    with pytest.raises(CacheError):
+        read_manifest(cache)
+    with pytest.raises(CacheError):
+        CachedDataset(cache)
+    for command in ("info", "verify"):
+        result = CliRunner().invoke(main, [command, str(cache)])
+        assert result.exit_code in (1, 2) and isinstance(result.exception, SystemExit), result.output
+        assert result.output.startswith("error: ") and result.output.count("\n") == 1

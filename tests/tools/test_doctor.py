@@ -1,16 +1,23 @@
-"""cachekit doctor: a slow step shows no stall, a fast step with in-process decoding a data bottleneck."""
+"""cachekit doctor: it measures the stall, the disk and the CPU before it advises."""
 
 from __future__ import annotations
 
 import json
+import os
+import sys
 import time
+from pathlib import Path
 
+import pytest
 import torch
 from click.testing import CliRunner
 
-from cachekit import CachedDataset
+from cachekit import CachedDataset, UsageError
 from cachekit.cli import main
-from cachekit.tools.doctor import diagnose
+from cachekit.tools.bench import drop_page_cache
+from cachekit.tools.counters import process_counters
+from cachekit.tools.doctor import diagnose, load_model, simulated_step
+from cachekit.tools.synthetic import write_synthetic_cache
 
 
 def tiny_model() -> torch.nn.Module:
@@ -64,3 +71,66 @@ def test_cli_with_a_real_model(small_cache, tmp_path):
     assert 0 <= figures["stall"] <= 1 and figures["steps"] == 5
     bad = CliRunner().invoke(main, ["doctor", str(small_cache), "--model", "nope"])
     assert bad.exit_code == 2 and "MODULE:FUNCTION" in bad.output
+
+
+def _page_cache_can_be_dropped(folder: Path) -> bool:
+    """True where dropping a file's pages makes the next read come from storage, as measured."""
+    probe = folder / "probe.bin"
+    probe.write_bytes(os.urandom(1 << 20))
+    if process_counters().read_bytes is None or not drop_page_cache([probe]):
+        return False
+    before = process_counters().read_bytes
+    probe.read_bytes()
+    return process_counters().read_bytes - before >= 1 << 19
+
+
+def test_the_disk_is_blamed_only_when_it_was_read(tmp_path):
+    # 50 shards: the loader keeps opening new ones through the timed steps
+    cache = write_synthetic_cache(tmp_path / "c", 800, side=64, shard_size=16)
+    warm = diagnose(cache, batch_size=16, steps=30, step_ms=0)  # just written: in the page cache
+    assert warm.stall > 0.10 and warm.disk_read_bytes in (0, None)
+    assert not any("disk is the limit" in a for a in warm.recommendations)
+    if not _page_cache_can_be_dropped(tmp_path):
+        pytest.skip("the page cache cannot be dropped (or storage reads measured) on this system")
+    assert drop_page_cache(sorted(cache.iterdir()))  # as bench makes an epoch cold
+    cold = diagnose(cache, batch_size=16, steps=30, step_ms=0)
+    assert cold.disk_share > 0.2 and cold.stall > 0.10
+    assert "the disk is the limit" in cold.recommendations[1]
+    assert "read from storage" in cold.summary() and "major page faults" in cold.summary()
+
+
+def test_a_busy_step_holds_the_cpu_and_a_sleeping_one_does_not():
+    used = {}
+    for kind in ("busy", "sleep"):
+        step = simulated_step(50, kind)
+        before = time.thread_time()
+        step(None, None)
+        used[kind] = time.thread_time() - before
+    assert used["busy"] > 10 * used["sleep"]
+    with pytest.raises(UsageError, match="step-kind"):
+        simulated_step(10, "nap")
+    with pytest.raises(UsageError, match="step-ms"):
+        simulated_step(float("nan"))
+
+
+def test_the_report_says_what_the_step_was(small_cache):
+    report = diagnose(small_cache, batch_size=8, steps=3)
+    assert report.step.startswith("simulated 100 ms, busy") and report.step_kind == "busy"
+    assert report.step_s and min(report.step_s) >= 0.09
+    assert "step:        simulated 100 ms, busy" in report.summary()
+    assert "--step-kind" in CliRunner().invoke(main, ["doctor", "--help"]).output
+    assert "default: 100" in CliRunner().invoke(main, ["doctor", "--help"]).output
+    with pytest.raises(UsageError, match="not both"):
+        diagnose(small_cache, step_ms=10, model=tiny_model)
+
+
+def test_model_modules_are_found_in_the_current_folder(tmp_path, monkeypatch):
+    (tmp_path / "doctor_model_here.py").write_text(
+        "import torch\n\ndef build():\n    return torch.nn.Flatten()\n"
+    )
+    # as under the installed command: neither the current folder nor "" on sys.path
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    monkeypatch.chdir(tmp_path)
+    assert isinstance(load_model("doctor_model_here:build")(), torch.nn.Flatten)
+    with pytest.raises(UsageError, match="no_such_module"):
+        load_model("no_such_module:build")

@@ -80,11 +80,16 @@ def test_a_header_that_does_not_match_the_manifest(cache_copy):
     import torch
 
     from cachekit.store.atomic import sha256_file
+    from cachekit.store.formats import identity_column
 
     manifest = json.loads((cache_copy / "manifest.json").read_text())
     info = manifest["shards"][0]
     torch.save(
-        {"images": torch.zeros(3, 3, 32, 32, dtype=torch.uint8), "labels": torch.zeros(3, dtype=torch.int64)},
+        {
+            "images": torch.zeros(3, 3, 32, 32, dtype=torch.uint8),
+            "labels": torch.zeros(3, dtype=torch.int64),
+            "shard_name": torch.from_numpy(identity_column(info["file"])),
+        },
         cache_copy / info["file"],
     )
     info["bytes"] = (cache_copy / info["file"]).stat().st_size

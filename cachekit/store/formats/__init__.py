@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 from ...errors import CacheError, UsageError
-from .base import ShardFormat, ShardReader
+from ..manifest import SHARD_NAME_COLUMN
+from .base import OpenFilesExhausted, ShardFormat, ShardReader, identity_column
 from .hdf5 import Hdf5Format
 from .pt import PtFormat
 from .zarr import ZarrFormat
 
-__all__ = ["FORMATS", "ShardFormat", "ShardReader", "get_format"]
+__all__ = [
+    "FORMATS",
+    "SHARD_NAME_COLUMN",
+    "OpenFilesExhausted",
+    "ShardFormat",
+    "ShardReader",
+    "get_format",
+    "identity_column",
+]
 
 FORMATS: dict[str, ShardFormat] = {"pt": PtFormat(), "hdf5": Hdf5Format(), "zarr": ZarrFormat()}
 

@@ -3,15 +3,29 @@
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 from typing import Protocol
 
 import numpy as np
+import torch
 
 from ...errors import CacheError
-from ..manifest import SampleSpec
+from ..manifest import SHARD_NAME_COLUMN, SampleSpec
+from ..shardfiles import OpenFilesExhausted, out_of_files
 
-__all__ = ["ShardFormat", "ShardReader", "check_arrays", "prefetch_file"]
+__all__ = [
+    "ShardFormat",
+    "ShardReader",
+    "OpenFilesExhausted",
+    "check_arrays",
+    "check_identity",
+    "check_regular_file",
+    "identity_column",
+    "map_file",
+    "out_of_files",
+    "prefetch_file",
+]
 
 
 class ShardReader(Protocol):
@@ -43,6 +57,8 @@ class ShardFormat(Protocol):
 
     name: str
     extension: str
+    #: File descriptors an open reader holds (bounds how many shards a process keeps open).
+    files_per_reader: int
 
     def write(self, path: Path, arrays: dict[str, np.ndarray], options: dict) -> None:
         """Write the shard ``arrays`` (``images``, ``labels``, extras) to ``path`` in one go."""
@@ -52,6 +68,85 @@ class ShardFormat(Protocol):
 
         ``store`` is how images are kept: ``"pixels"``, or encoded (``image_bytes`` + offsets).
         """
+
+
+def check_regular_file(path: Path) -> None:
+    """Raise CacheError unless ``path`` is a regular file (a FIFO would block ``open`` forever)."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise CacheError(f"{path.name}: shard file is missing") from None
+    except OSError as exc:
+        raise CacheError(f"{path.name}: cannot be read ({exc.strerror or exc})") from None
+    if not stat.S_ISREG(mode):
+        raise CacheError(f"{path.name}: not a regular file")
+
+
+def map_file(path: Path, what: str) -> np.ndarray:
+    """The whole regular file ``path`` as a read-only uint8 array over a private memory map.
+
+    The map holds no file descriptor (torch closes it once mapped, as for ``.pt`` shards), so an
+    open shard costs address space, not one of the process's descriptors; it is unmapped when the
+    last array viewing it goes. The file is opened non-blocking and checked with ``fstat`` first,
+    then mapped through that descriptor: a FIFO swapped in meanwhile cannot block. ``what`` names
+    the file in errors.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise CacheError(f"{what} is missing") from None
+    except OSError as exc:
+        if out_of_files(exc):
+            raise OpenFilesExhausted(f"{what}: cannot be opened ({exc})") from None
+        raise CacheError(f"{what}: cannot be opened ({exc.strerror or exc})") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise CacheError(f"{what} is not a regular file")
+        if st.st_size == 0:
+            raise CacheError(f"{what} is empty")
+        via = f"/proc/self/fd/{fd}" if os.path.exists(f"/proc/self/fd/{fd}") else os.fspath(path)
+        storage = torch.UntypedStorage.from_file(via, shared=False, nbytes=st.st_size)
+    except (OSError, RuntimeError) as exc:
+        if out_of_files(exc):
+            raise OpenFilesExhausted(f"{what}: cannot be mapped ({exc})") from None
+        raise CacheError(f"{what}: cannot be mapped ({exc})") from None
+    finally:
+        os.close(fd)
+    array = torch.empty(0, dtype=torch.uint8).set_(storage).numpy()
+    array.flags.writeable = False  # a private map: a write would only copy the page, never reach the file
+    return array
+
+
+def identity_column(name: str) -> np.ndarray:
+    """The ``shard_name`` column a writer stores in shard ``name``: its file name as UTF-8 bytes.
+
+    Shard file names are content keys (a hash of the build options and the shard's inputs), so
+    the name is the shard's identity; it survives ``--update`` (a reused shard keeps its name
+    wherever it moves in the shard list) and fetches into a local shard cache (same name).
+    """
+    return np.frombuffer(name.encode("utf-8"), dtype=np.uint8).copy()
+
+
+def check_identity(path: Path, stored) -> None:
+    """Raise CacheError unless the shard's ``shard_name`` column names the file it was opened as.
+
+    ``stored`` is the column as an array-like (numpy, HDF5 or zarr), or None if the shard has
+    none; its shape and dtype are checked before it is read. This is how a reader tells a shard
+    swapped for another (or renamed) without a full sha256.
+    """
+    if stored is None:
+        raise CacheError(
+            f"{path.name}: shard has no {SHARD_NAME_COLUMN!r} column (written by another version of cachekit?)"
+        )
+    if len(stored.shape) != 1 or stored.shape[0] > 1024 or np.dtype(stored.dtype) != np.uint8:
+        raise CacheError(f"{path.name}: {SHARD_NAME_COLUMN!r} is not a short uint8 string")
+    name = np.asarray(stored[...]).tobytes().decode("utf-8", errors="replace")
+    if name != path.name:
+        raise CacheError(
+            f"{path.name}: the file holds shard {name!r}, not {path.name!r} "
+            "(a shard file was swapped or renamed)"
+        )
 
 
 def prefetch_file(path: Path) -> None:
@@ -77,7 +172,12 @@ def prefetch_file(path: Path) -> None:
 def check_arrays(
     path: Path, arrays: dict[str, np.ndarray], spec: SampleSpec, samples: int, store: str = "pixels"
 ) -> None:
-    """Raise CacheError unless a shard's arrays have the shapes and dtypes the manifest promises."""
+    """Raise CacheError unless a shard's arrays are the shard it is named and the manifest describes.
+
+    ``arrays`` maps column names to array-likes (numpy arrays, HDF5 or zarr arrays); only their
+    ``shape`` and ``dtype`` are looked at, except the small identity column, which is read.
+    """
+    check_identity(path, arrays.get(SHARD_NAME_COLUMN))
     expected = {"labels": ((samples,), np.dtype(spec.label_dtype))}
     if spec.ragged:
         expected["image_shape"] = ((samples, 3), np.dtype("<i4"))

@@ -1,4 +1,9 @@
-"""HDF5 shards: one dataset per column, images chunked one sample per chunk for random reads."""
+"""HDF5 shards: one dataset per column, images chunked one sample per chunk for random reads.
+
+HDF5 can make a file read other files: external links, external raw storage, virtual datasets.
+A shard may hold none of them: its root holds datasets by hard links only, each stored inside the
+file, and anything else is refused before it is followed.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +13,7 @@ import numpy as np
 
 from ...errors import CacheError, UsageError
 from ..manifest import SampleSpec
-from .base import check_arrays, prefetch_file
+from .base import OpenFilesExhausted, check_arrays, check_regular_file, map_file, out_of_files, prefetch_file
 
 __all__ = ["Hdf5Format", "Hdf5Reader"]
 
@@ -52,29 +57,72 @@ def _mapped_images(path: Path, dataset) -> np.ndarray | None:
     if len(found) != dataset.shape[0] or any(size != row or mask for _, _, size, mask in found):
         return None
     offsets = np.array([offset for _, offset, _, _ in found], dtype=np.int64)
-    if (np.diff(offsets) != row).any() or offsets[-1] + row > path.stat().st_size:
+    if (offsets < 0).any() or (np.diff(offsets) != row).any() or offsets[-1] + row > path.stat().st_size:
         return None
+    mapped = map_file(path, path.name)
     prefetch_file(path)
-    mapped = np.memmap(path, dtype=dataset.dtype, mode="r", offset=int(offsets[0]), shape=dataset.shape)
-    return mapped
+    return np.ndarray(dataset.shape, dtype=dataset.dtype, buffer=mapped, offset=int(offsets[0]))
+
+
+def _datasets(path: Path, file) -> dict:
+    """The root's datasets by name, after refusing anything that could read outside the file."""
+    h5py = _h5py()
+    found = {}
+    for name in file.keys():  # link names: nothing is followed yet
+        kind = file.id.links.get_info(name.encode()).type
+        if kind == h5py.h5l.TYPE_EXTERNAL:
+            target = file.get(name, getlink=True)
+            raise CacheError(
+                f"{path.name}: {name!r} is an external link to {target.filename!r} "
+                "(a shard may not read other files)"
+            )
+        if kind != h5py.h5l.TYPE_HARD:
+            raise CacheError(f"{path.name}: {name!r} is a soft or user-defined link (a shard holds its data)")
+        obj = file[name]
+        if not isinstance(obj, h5py.Dataset):
+            raise CacheError(f"{path.name}: {name!r} is a group (a shard holds only datasets)")
+        if obj.is_virtual:
+            raise CacheError(
+                f"{path.name}: {name!r} is a virtual dataset (its data would be read from other files)"
+            )
+        if obj.external:
+            raise CacheError(
+                f"{path.name}: {name!r} keeps its data in external files {[e[0] for e in obj.external]} "
+                "(a shard may not read other files)"
+            )
+        found[name] = obj
+    return found
 
 
 class Hdf5Reader:
     def __init__(self, path: Path, spec: SampleSpec, samples: int, store: str = "pixels") -> None:
         h5py = _h5py()
-        if not path.is_file():
-            raise CacheError(f"{path.name}: shard file is missing")
+        check_regular_file(path)
         try:
             self._file = h5py.File(path, "r")
-            arrays = {k: self._file[k] for k in self._file.keys() if isinstance(self._file[k], h5py.Dataset)}
         except OSError as exc:
+            if out_of_files(exc):
+                raise OpenFilesExhausted(f"{path.name}: cannot be opened ({exc})") from None
             raise CacheError(f"{path.name}: not a readable HDF5 shard ({exc})") from None
-        check_arrays(path, arrays, spec, samples, store)
-        self._images = arrays.get("images")
-        self._columns = {k: v[()] for k, v in arrays.items() if k != "images"}
-        self._len = samples
-        variable = store != "pixels" or spec.ragged  # bytes + offsets, no images array
-        self.image_array = _mapped_images(path, self._images) if samples and not variable else None
+        try:
+            try:
+                arrays = _datasets(path, self._file)
+                check_arrays(path, arrays, spec, samples, store)
+                self._columns = {k: v[()] for k, v in arrays.items() if k != "images"}
+            except (OSError, KeyError, ValueError, TypeError) as exc:  # damaged object headers
+                raise CacheError(f"{path.name}: not a readable HDF5 shard ({exc})") from None
+            self._images = arrays.get("images")
+            self._len = samples
+            variable = store != "pixels" or spec.ragged  # bytes + offsets, no images array
+            self.image_array = _mapped_images(path, self._images) if samples and not variable else None
+        except BaseException:
+            self._file.close()
+            raise
+        if self.image_array is not None or self._images is None:
+            # the columns are in memory and the images mapped (or stored as bytes): the file is
+            # not read again, so it keeps no descriptor; only compressed images stay with h5py
+            self._file.close()
+            self._images = None
 
     def __len__(self) -> int:
         return self._len
@@ -83,6 +131,8 @@ class Hdf5Reader:
         # One read per row: h5py's fancy indexing builds a point selection that is ~60x slower
         # (measured here on gzip shards).
         index = np.asarray(index, dtype=np.int64)
+        if self.image_array is not None:
+            return self.image_array[index]
         out = np.empty((len(index), *self._images.shape[1:]), dtype=self._images.dtype)
         try:
             for j, i in enumerate(index.tolist()):
@@ -95,7 +145,10 @@ class Hdf5Reader:
         return self._columns[name][index]
 
     def close(self) -> None:
+        """Close the file; the memory map goes with the last array that views it (a batch never does)."""
         self.image_array = None
+        self._images = None
+        self._columns = {}
         try:
             self._file.close()
         except Exception:
@@ -105,6 +158,7 @@ class Hdf5Reader:
 class Hdf5Format:
     name = "hdf5"
     extension = ".h5"
+    files_per_reader = 1  # compressed images are read through the open file; others keep none
 
     def check_options(self, options: dict) -> None:
         codec = options.get("compression", "none")

@@ -15,25 +15,28 @@ import torch
 
 from ...errors import CacheError, UsageError
 from ..manifest import SampleSpec
-from .base import check_arrays, prefetch_file
+from .base import OpenFilesExhausted, check_arrays, check_regular_file, out_of_files, prefetch_file
 
 __all__ = ["PtFormat", "PtReader"]
 
 
 class PtReader:
     def __init__(self, path: Path, spec: SampleSpec, samples: int, store: str = "pixels") -> None:
+        check_regular_file(path)
         try:
             obj = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
         except FileNotFoundError:
             raise CacheError(f"{path.name}: shard file is missing") from None
         except (
             RuntimeError,
+            OSError,
             pickle.UnpicklingError,
             zipfile.BadZipFile,
             EOFError,
-            OSError,
             ValueError,
         ) as exc:
+            if out_of_files(exc):
+                raise OpenFilesExhausted(f"{path.name}: cannot be opened ({exc})") from None
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise CacheError(f"{path.name}: not a loadable .pt shard ({first})") from None
         if not isinstance(obj, dict) or not all(isinstance(v, torch.Tensor) for v in obj.values()):
@@ -64,6 +67,7 @@ class PtReader:
 class PtFormat:
     name = "pt"
     extension = ".pt"
+    files_per_reader = 0  # torch maps the file and closes it
 
     def check_options(self, options: dict) -> None:
         if options.get("compression", "none") != "none":

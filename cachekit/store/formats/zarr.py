@@ -6,18 +6,26 @@ single file (the inner chunks back to back, then an index of their offsets). Any
 opens it. cachekit reads that file itself: the index gives each sample's byte range, which is a
 memory-mapped view when uncompressed, or one codec call (Blosc, Zstd, gzip) when compressed:
 ~100x faster than going through zarr's chunk machinery per random row (measured here).
+
+Reading trusts nothing in the folder: every entry must be a folder or a regular file (checked
+before zarr opens anything: a FIFO would block), the sharding index must pass its crc32c and each
+offset and size is checked as unsigned against the file's size.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import stat
+import zlib
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
 from ...errors import CacheError, UsageError
-from ..manifest import SampleSpec
-from .base import check_arrays, prefetch_file
+from ..manifest import SampleSpec, check_plain_tree
+from .base import OpenFilesExhausted, check_arrays, map_file, out_of_files, prefetch_file
 
 __all__ = ["ZarrFormat", "ZarrReader", "CODECS"]
 
@@ -25,6 +33,7 @@ __all__ = ["ZarrFormat", "ZarrReader", "CODECS"]
 CODECS = {"none": None, "zstd": ("blosc", "zstd"), "lz4": ("blosc", "lz4"), "gzip": ("gzip", None)}
 _INDEX_ENTRY = 16  # (offset, nbytes) as two little-endian uint64
 _CRC = 4
+_MISSING = np.uint64(2**64 - 1)  # an inner chunk zarr did not write
 
 
 def _zarr():
@@ -46,74 +55,147 @@ def _compressor(name: str):
     return GzipCodec(level=5)
 
 
-def _decoder(codecs: list[dict]):
-    """A function bytes -> bytes undoing the inner chunk codecs, or None if they are raw bytes."""
-    names = [c.get("name") for c in codecs]
+def _decoder(codecs: list[dict]) -> Callable[[np.ndarray, np.ndarray], None] | None:
+    """``decode(raw, out)`` undoing the inner chunk codecs into ``out``, or None for raw bytes.
+
+    ``decode`` raises unless ``raw`` decompresses to exactly ``out.size`` bytes, and never
+    allocates more than that: a chunk claiming gigabytes is an error, not an allocation.
+    """
+    names = [c.get("name") if isinstance(c, dict) else None for c in codecs]
     if names == ["bytes"]:
         return None
-    if len(names) == 2 and names[0] == "bytes":
-        import numcodecs
+    if len(names) == 2 and names[0] == "bytes" and names[1] in ("blosc", "zstd", "gzip"):
+        return {"blosc": _unblosc, "zstd": _unzstd, "gzip": _gunzip}[names[1]]
+    raise CacheError(f"unsupported zarr codecs {names[:4]}")
 
-        if names[1] == "blosc":
-            return numcodecs.Blosc().decode
-        if names[1] == "zstd":
-            return numcodecs.Zstd().decode
-        if names[1] == "gzip":
-            return numcodecs.GZip().decode
-    raise CacheError(f"unsupported zarr codecs {names}")
+
+def _unblosc(raw: np.ndarray, out: np.ndarray) -> None:
+    import numcodecs
+
+    # Blosc's 16-byte header: version, versionlz, flags, typesize, then uint32 LE nbytes,
+    # blocksize and cbytes. Blosc trusts cbytes: a chunk cut short would be read past its end.
+    if raw.size < 16 or int.from_bytes(raw[12:16].tobytes(), "little") != raw.size:
+        raise ValueError("its Blosc header does not match its size")
+    declared = int.from_bytes(raw[4:8].tobytes(), "little")
+    if declared != out.size:
+        raise ValueError(f"it holds {declared} bytes, not {out.size}")
+    numcodecs.Blosc().decode(raw, out=out)
+
+
+def _unzstd(raw: np.ndarray, out: np.ndarray) -> None:
+    import numcodecs
+
+    declared = _zstd_content_size(raw.tobytes()[:18])
+    if declared != out.size:
+        raise ValueError(f"it holds {declared} bytes, not {out.size}")
+    numcodecs.Zstd().decode(raw, out=out)
+
+
+def _zstd_content_size(header: bytes) -> int | None:
+    """The decompressed size a zstd frame header declares (RFC 8878, 3.1.1.1), or None."""
+    if len(header) < 6 or header[:4] != b"\x28\xb5\x2f\xfd":
+        return None
+    flags = header[4]
+    single, fcs, dict_id = (flags >> 5) & 1, flags >> 6, flags & 3
+    pos = 5 + (0 if single else 1) + (0, 1, 2, 4)[dict_id]
+    width = (1 if single else 0, 2, 4, 8)[fcs]
+    if width == 0 or len(header) < pos + width:
+        return None
+    value = int.from_bytes(header[pos : pos + width], "little")
+    return value + 256 if width == 2 else value
+
+
+def _gunzip(raw: np.ndarray, out: np.ndarray) -> None:
+    inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)  # a gzip member, as numcodecs writes it
+    data = inflate.decompress(raw.tobytes(), out.size + 1)
+    if len(data) != out.size or not inflate.eof:
+        raise ValueError(f"it does not decompress to {out.size} bytes")
+    out[:] = np.frombuffer(data, dtype=np.uint8)
 
 
 class ZarrReader:
     def __init__(self, path: Path, spec: SampleSpec, samples: int, store: str = "pixels") -> None:
         zarr = _zarr()
-        if not path.is_dir():
-            raise CacheError(f"{path.name}: shard folder is missing")
         try:
-            group = zarr.open_group(store=zarr.storage.LocalStore(path, read_only=True), mode="r")
+            mode = os.stat(path).st_mode
+        except FileNotFoundError:
+            raise CacheError(f"{path.name}: shard folder is missing") from None
+        except OSError as exc:
+            raise CacheError(f"{path.name}: cannot be read ({exc.strerror or exc})") from None
+        if not stat.S_ISDIR(mode):
+            raise CacheError(f"{path.name}: not a folder (a zarr shard is a folder)")
+        try:  # before zarr opens anything: a FIFO in the folder would block its first read
+            check_plain_tree(path)
+        except OpenFilesExhausted:
+            raise
+        except CacheError as exc:
+            raise CacheError(f"{path.name}: {exc}") from None
+        self._name = path.name
+        try:
+            # zarr v3 only: its codecs only decompress, where v2 metadata may name a pickle codec
+            local = zarr.storage.LocalStore(path, read_only=True)
+            group = zarr.open_group(store=local, mode="r", zarr_format=3)
             arrays = {name: group[name] for name in group.array_keys()}
+            check_arrays(path, arrays, spec, samples, store)
+            self._columns = {k: np.asarray(v[...]) for k, v in arrays.items() if k != "images"}
+        except CacheError:
+            raise
         except Exception as exc:  # zarr raises many kinds for a damaged store
+            if out_of_files(exc):
+                raise OpenFilesExhausted(f"{path.name}: cannot be opened ({exc})") from None
             raise CacheError(
                 f"{path.name}: not a readable zarr shard ({type(exc).__name__}: {exc})"
             ) from None
-        check_arrays(path, arrays, spec, samples, store)
-        self._columns = {k: np.asarray(v[...]) for k, v in arrays.items() if k != "images"}
         self._len = samples
         self._row_shape = tuple(spec.shape)
         self.image_array = None
         self._offsets = self._sizes = self._data = self._decode = None
+        self._empty = None
+        self._fill = 0
         if samples and store == "pixels" and not spec.ragged:
             self._open_images(path / "images", samples)
 
     def _open_images(self, folder: Path, samples: int) -> None:
-        meta = json.loads((folder / "zarr.json").read_text())
-        codecs = meta.get("codecs", [])
-        if len(codecs) != 1 or codecs[0].get("name") != "sharding_indexed":
-            raise CacheError(f"{folder.parent.name}: images are not stored with the sharding codec")
-        config = codecs[0]["configuration"]
-        if config.get("index_location", "end") != "end" or list(config["chunk_shape"][1:]) != list(
-            self._row_shape
-        ):
-            raise CacheError(f"{folder.parent.name}: unexpected sharding layout {config}")
-        self._decode = _decoder(config["codecs"])
-        shard = folder / "c" / "0" / "0" / "0" / "0"
+        name = folder.parent.name
         try:
-            data = np.memmap(shard, dtype=np.uint8, mode="r")
-        except (OSError, ValueError) as exc:
-            raise CacheError(f"{folder.parent.name}: cannot map the images shard ({exc})") from None
-        index_bytes = samples * _INDEX_ENTRY
-        if len(data) < index_bytes + _CRC:
-            raise CacheError(f"{folder.parent.name}: images shard is truncated")
-        index = np.frombuffer(data[-(index_bytes + _CRC) : -_CRC].tobytes(), dtype="<u8").reshape(samples, 2)
-        offsets, sizes = index[:, 0].astype(np.int64), index[:, 1].astype(np.int64)
-        if (offsets + sizes > len(data) - index_bytes - _CRC).any() or (sizes <= 0).any():
-            raise CacheError(f"{folder.parent.name}: images shard index points outside the file")
-        self._data, self._offsets, self._sizes = data, offsets, sizes
+            meta = json.loads((folder / "zarr.json").read_text())
+            codecs = meta["codecs"]
+            if len(codecs) != 1 or codecs[0].get("name") != "sharding_indexed":
+                raise CacheError(f"{name}: images are not stored with the sharding codec")
+            config = codecs[0]["configuration"]
+            index_codecs = [(c.get("name"), c.get("configuration", {})) for c in config["index_codecs"]]
+            layout_ok = (
+                config.get("index_location", "end") == "end"
+                and list(config["chunk_shape"]) == [1, *self._row_shape]
+                and index_codecs == [("bytes", {"endian": "little"}), ("crc32c", {})]
+            )
+            fill = meta.get("fill_value", 0)
+            decode = _decoder(config["codecs"])
+        except CacheError:
+            raise
+        except (OSError, ValueError, RecursionError, KeyError, IndexError, TypeError, AttributeError) as exc:
+            if out_of_files(exc):
+                raise OpenFilesExhausted(f"{name}: cannot read the images metadata ({exc})") from None
+            raise CacheError(f"{name}: unreadable images metadata ({type(exc).__name__}: {exc})") from None
+        if not layout_ok:
+            raise CacheError(f"{name}: unexpected sharding layout {str(config)[:200]}")
+        if isinstance(fill, bool) or not isinstance(fill, int) or not 0 <= fill <= 255:
+            raise CacheError(f"{name}: images fill_value {fill!r} is not a uint8")
+        self._decode = decode
+        data = map_file(folder / "c" / "0" / "0" / "0" / "0", f"{name}: the images shard file")
+        offsets, sizes, empty = _read_index(data, samples, name)
+        self._data, self._offsets, self._sizes, self._empty, self._fill = data, offsets, sizes, empty, fill
         row = int(np.prod(self._row_shape))
-        if self._decode is None and (sizes == row).all() and (np.diff(offsets) == row).all():
+        if (
+            self._decode is None
+            and not empty.any()
+            and (sizes == row).all()
+            and (np.diff(offsets) == row).all()
+        ):
             self.image_array = np.ndarray(
                 (samples, *self._row_shape), dtype=np.uint8, buffer=data, offset=int(offsets[0])
             )
-        prefetch_file(shard)
+        prefetch_file(folder / "c" / "0" / "0" / "0" / "0")
 
     def __len__(self) -> int:
         return self._len
@@ -121,11 +203,18 @@ class ZarrReader:
     def images(self, index: np.ndarray) -> np.ndarray:
         out = np.empty((len(index), *self._row_shape), dtype=np.uint8)
         for j, i in enumerate(np.asarray(index, dtype=np.int64).tolist()):
+            if self._empty[i]:  # zarr leaves out chunks equal to the fill value
+                out[j] = self._fill
+                continue
             raw = self._data[self._offsets[i] : self._offsets[i] + self._sizes[i]]
             if self._decode is not None:
-                raw = np.frombuffer(self._decode(raw), dtype=np.uint8)
+                try:
+                    self._decode(raw, out[j].reshape(-1))
+                except Exception as exc:  # each codec raises its own kinds for damaged bytes
+                    raise CacheError(f"{self._name}: sample {i} does not decompress ({exc})") from None
+                continue
             if raw.size != out[j].size:
-                raise CacheError(f"zarr shard: sample {i} decodes to {raw.size} bytes, not {out[j].size}")
+                raise CacheError(f"{self._name}: sample {i} decodes to {raw.size} bytes, not {out[j].size}")
             out[j] = raw.reshape(self._row_shape)
         return out
 
@@ -133,12 +222,57 @@ class ZarrReader:
         return self._columns[name][index]
 
     def close(self) -> None:
+        """Drop the map; it is unmapped with the last array viewing it (a batch is a copy, never one)."""
         self.image_array = self._data = None
+        self._columns = {}
+
+
+def _crc32c(data: bytes) -> int:
+    """CRC-32C, as zarr's ``crc32c`` codec computes it (with the library zarr itself uses)."""
+    try:
+        import google_crc32c
+    except ImportError:  # zarr 3.0 used the crc32c package
+        from crc32c import crc32c
+
+        return crc32c(data)
+    return google_crc32c.value(data)
+
+
+def _read_index(data: np.ndarray, samples: int, name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Validated ``(offsets, sizes, empty)`` of each inner chunk from the sharding index at the end.
+
+    The index is ``samples`` pairs of little-endian uint64 then its CRC-32C. Every value is checked
+    as unsigned against the bytes before the index (an offset with its top bit set must not wrap
+    around to a negative number); ``(2**64 - 1, 2**64 - 1)`` marks a chunk zarr left out because it
+    equals the fill value.
+    """
+    index_bytes = samples * _INDEX_ENTRY
+    if len(data) < index_bytes + _CRC:
+        raise CacheError(f"{name}: images shard is truncated")
+    raw = data[len(data) - index_bytes - _CRC : len(data) - _CRC].tobytes()
+    stored = int.from_bytes(data[len(data) - _CRC :].tobytes(), "little")
+    if _crc32c(raw) != stored:
+        raise CacheError(f"{name}: images shard index fails its crc32c checksum (the file is damaged)")
+    index = np.frombuffer(raw, dtype="<u8").reshape(samples, 2)
+    offsets, sizes = index[:, 0], index[:, 1]
+    empty = (offsets == _MISSING) & (sizes == _MISSING)
+    limit = np.uint64(len(data) - index_bytes - _CRC)
+    bad = ~empty & ((sizes == 0) | (offsets > limit) | (sizes > limit - np.minimum(offsets, limit)))
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise CacheError(
+            f"{name}: images shard index points outside the file (sample {i}: "
+            f"{int(offsets[i])} + {int(sizes[i])} bytes, {int(limit)} available)"
+        )
+    offsets = np.where(empty, 0, offsets).astype(np.int64)
+    sizes = np.where(empty, 0, sizes).astype(np.int64)
+    return offsets, sizes, empty
 
 
 class ZarrFormat:
     name = "zarr"
     extension = ".zarr"
+    files_per_reader = 0  # the images are mapped without keeping a descriptor
 
     def check_options(self, options: dict) -> None:
         codec = options.get("compression", "none")
@@ -162,6 +296,8 @@ class ZarrFormat:
                     shards=(rows, *arr.shape[1:]),
                     compressors=[compressor] if compressor is not None else None,
                     fill_value=0,
+                    # every sample gets its bytes, an all-black one too, so the shard maps evenly
+                    config={"write_empty_chunks": True},
                 )
                 if len(arr):
                     images[...] = arr
