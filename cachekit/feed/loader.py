@@ -161,11 +161,13 @@ def make_loader(
     threads: int | None = None,
     channels_last: bool = False,
     window: int | None = None,
+    partitions: int | None = None,
 ) -> CacheLoader:
     """A DataLoader for ``dataset`` (a CachedDataset) with sampler, reading mode and pinning chosen.
 
     - Shuffling: ``ShardAwareDistributedSampler`` (class-mixed, a new order every pass; ``window``
-      samples shuffled together, default per the cache), over this rank's share when
+      samples shuffled together, default per the cache; ``partitions``: fixed shard sets per
+      node, default one per node for caches on object storage), over this rank's share when
       ``distributed`` (default: a process group is initialised).
     - ``augment``: ``cachekit.transforms`` run per batch, each sample's draws from (``seed``, epoch,
       index); on the GPU when ``device`` is CUDA (``augment_on="auto"``), else by ``threads``
@@ -216,6 +218,7 @@ def make_loader(
         seed=seed,
         drop_last=drop_last and distributed,
         window=window,
+        partitions=partitions,
     )
     mean = std = None
     if normalize:

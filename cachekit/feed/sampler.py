@@ -20,68 +20,12 @@ import numpy as np
 import torch.distributed as dist
 from torch.utils.data import Sampler
 
-from ..constants import SHUFFLE_WINDOW_SAMPLES
+from ..cpus import local_world_size
+from .order import default_window, epoch_order, node_partitions, slot_of_rank, spread_groups
 
 __all__ = ["ShardAwareDistributedSampler", "epoch_order", "default_window"]
 
-#: Samples a rank reads between two variants of one input (augmented caches), so they land in different batches.
-_GROUP_SPREAD = 64
 _STATE_VERSION = 2
-
-
-def default_window(dataset, samples: int) -> int:
-    """``SHUFFLE_WINDOW_SAMPLES`` for caches whose shards are class-mixed, else all ``samples``."""
-    return SHUFFLE_WINDOW_SAMPLES if getattr(dataset, "shards_mixed", False) else max(1, samples)
-
-
-def _units_in_shard_order(offsets: np.ndarray, group: int, rng: np.random.Generator) -> np.ndarray:
-    """Every unit (a run of ``group`` samples) once, shard by shard, the shards in a random order."""
-    starts, counts = offsets[:-1] // group, np.diff(offsets) // group
-    perm = rng.permutation(len(counts))
-    starts, counts = starts[perm], counts[perm]
-    total = int(counts.sum())
-    if total == 0:
-        return np.zeros(0, dtype=np.int64)
-    shift = np.repeat(starts - (np.cumsum(counts) - counts), counts)  # unit k of the run -> its index
-    return np.arange(total, dtype=np.int64) + shift
-
-
-def _spread(units: np.ndarray, group: int) -> np.ndarray:
-    """One rank's units as samples: variant-major within blocks, so one input's variants are
-    ``_GROUP_SPREAD`` samples apart (in different batches) yet all on this rank."""
-    variants = np.arange(group, dtype=np.int64)
-    parts = [
-        (units[start : start + _GROUP_SPREAD][None, :] * group + variants[:, None]).reshape(-1)
-        for start in range(0, len(units), _GROUP_SPREAD)
-    ]
-    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
-
-
-def epoch_order(
-    shard_offsets: np.ndarray,
-    seed: int,
-    epoch: int,
-    shuffle: bool = True,
-    window: int | None = None,
-    group: int = 1,
-) -> np.ndarray:
-    """The order of one epoch's units (runs of ``group`` samples: one input's augmented variants;
-    samples when ``group`` is 1), before they are dealt out to ranks.
-
-    Shards come in a random order and their units are shuffled within windows of ``window``
-    samples (None: all of them), from (seed, epoch) alone.
-    """
-    offsets = np.asarray(shard_offsets, dtype=np.int64)
-    units_total = int(offsets[-1]) // group
-    if not shuffle:
-        return np.arange(units_total, dtype=np.int64)
-    rng = np.random.default_rng([seed % 2**64, epoch % 2**64])
-    units = _units_in_shard_order(offsets, group, rng)
-    span = max(1, (window or int(offsets[-1])) // group)
-    if span >= len(units):
-        return rng.permutation(units)
-    keys = np.arange(len(units)) // span + rng.random(len(units))  # sort by (window, random key)
-    return units[np.argsort(keys, kind="stable")]
 
 
 class ShardAwareDistributedSampler(Sampler[int]):
@@ -97,6 +41,9 @@ class ShardAwareDistributedSampler(Sampler[int]):
       ``for epoch ...: for batch in loader`` reshuffles; ``set_epoch(e)`` still sets it exactly.
     - ``group_size`` (default: the dataset's augmented variants per input) keeps each input's
       variants on one rank in an epoch, never in one batch.
+    - ``partitions`` (default: one per node for caches on object storage, else 1): the shards
+      are split into that many fixed sets and each node's ranks read their own, so a node reads
+      the same shards every epoch and its node-local shard cache stays warm.
     - ``state_dict``/``load_state_dict`` resume mid-epoch exactly; with another world size too
       (for caches with variants, at an epoch boundary).
     """
@@ -113,6 +60,7 @@ class ShardAwareDistributedSampler(Sampler[int]):
         window: int | None = None,
         group_size: int | None = None,
         auto_epoch: bool = True,
+        partitions: int | None = None,
     ) -> None:
         if num_replicas is None:
             num_replicas = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
@@ -133,11 +81,21 @@ class ShardAwareDistributedSampler(Sampler[int]):
         self.group_size = int(group_size or getattr(dataset, "group_size", 1))
         if self.group_size < 1 or self.dataset_len % self.group_size:
             raise ValueError(f"group_size {self.group_size} does not divide the {self.dataset_len} samples")
+        local = local_world_size()
+        if partitions is None:
+            partitions = node_partitions(dataset, num_replicas, local) if self.group_size == 1 else 1
+        if partitions < 1:
+            raise ValueError(f"partitions must be at least 1, got {partitions}")
+        if partitions > 1 and self.group_size > 1:
+            raise ValueError("an augmented cache's variants are dealt per rank: use partitions=1")
+        self.partitions = min(int(partitions), max(1, len(self.shard_offsets) - 1))
+        self._slot = slot_of_rank(rank, num_replicas, self.partitions, local)
         manifest = getattr(dataset, "manifest", None)
         self.fingerprint = getattr(manifest, "fingerprint", None)
         self.auto_epoch = auto_epoch
         self.epoch = 0
-        self.num_samples = self._per_rank(self.dataset_len)  # a whole epoch's share of one rank
+        self.epoch_len = len(self.order()) * self.group_size  # partitions may pad it past the samples
+        self.num_samples = self._per_rank(self.epoch_len)  # a whole epoch's share of one rank
         self.total_size = self.num_samples * num_replicas
         self._start = 0  # global position the next pass starts from (set by load_state_dict)
         self._fresh = True  # no pass has started since construction, set_epoch or load_state_dict
@@ -158,7 +116,13 @@ class ShardAwareDistributedSampler(Sampler[int]):
     def order(self) -> np.ndarray:
         """The current epoch's unit order, before dealing (every rank computes the same)."""
         return epoch_order(
-            self.shard_offsets, self.seed, self.epoch, self.shuffle, self.window, self.group_size
+            self.shard_offsets,
+            self.seed,
+            self.epoch,
+            self.shuffle,
+            self.window,
+            self.group_size,
+            self.partitions,
         )
 
     def _dealt(self) -> np.ndarray:
@@ -167,9 +131,9 @@ class ShardAwareDistributedSampler(Sampler[int]):
         per = self.num_samples
         seqs = []
         for r in range(world):
-            seq = _spread(units[r::world][: per // g], g)  # drop_last drops whole units
+            seq = spread_groups(units[r::world][: per // g], g)  # drop_last drops whole units
             if len(seq) < per:  # pad by repeating the start of this rank's share (or of all)
-                seq = np.resize(seq if len(seq) else _spread(units, g), per)
+                seq = np.resize(seq if len(seq) else spread_groups(units, g), per)
             seqs.append(seq)
         return np.stack(seqs, axis=1).reshape(-1) if seqs and per else np.zeros(0, dtype=np.int64)
 
@@ -183,7 +147,7 @@ class ShardAwareDistributedSampler(Sampler[int]):
         total = self._per_rank(len(rest)) * world
         if len(rest) < total:  # pad by repeating the start of the epoch's order, as torch does
             rest = np.concatenate([rest, np.resize(order, total - len(rest))])
-        return rest[self.rank : total : world]
+        return rest[self._slot : total : world]
 
     def __iter__(self) -> Iterator[int]:
         if not self._fresh:  # a new pass with no set_epoch since the last one
@@ -202,11 +166,11 @@ class ShardAwareDistributedSampler(Sampler[int]):
         start = self._start if self._fresh else 0
         if self.group_size > 1:
             return max(0, self.num_samples - start // self.num_replicas)
-        return self._per_rank(max(0, self.dataset_len - start))
+        return self._per_rank(max(0, self.epoch_len - start))
 
     def _end(self) -> int:
         """The position at which the epoch is over."""
-        return self.total_size if self.group_size > 1 else self.dataset_len
+        return self.total_size if self.group_size > 1 else self.epoch_len
 
     def state_dict(self, consumed: int | None = None) -> dict:
         """Where the job is in the current epoch, for ``load_state_dict`` in this or another world size.
@@ -229,6 +193,7 @@ class ShardAwareDistributedSampler(Sampler[int]):
             "shuffle": self.shuffle,
             "window": self.window,
             "group_size": self.group_size,
+            "partitions": self.partitions,
             "drop_last": self.drop_last,
             "num_replicas": self.num_replicas,
             "num_samples": self.dataset_len,
@@ -256,13 +221,14 @@ class ShardAwareDistributedSampler(Sampler[int]):
             "shuffle": self.shuffle,
             "window": self.window,
             "group_size": self.group_size,
+            "partitions": self.partitions,
         }
         differ = [f"{k}={state.get(k)!r} (here {v!r})" for k, v in mine.items() if state.get(k) != v]
         if differ:
             raise ValueError(f"sampler state has another order: {', '.join(differ)}")
         position, world = state.get("position"), state.get("num_replicas")
-        end = self._end() if world == self.num_replicas else self.dataset_len
-        if not isinstance(position, int) or not 0 <= position <= max(end, self.dataset_len):
+        end = self._end() if world == self.num_replicas else self.epoch_len
+        if not isinstance(position, int) or not 0 <= position <= max(end, self.epoch_len):
             raise ValueError(f"sampler state position {position!r} is outside the epoch")
         if world != self.num_replicas and self.group_size > 1 and 0 < position < self.dataset_len:
             raise ValueError(

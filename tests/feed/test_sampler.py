@@ -189,3 +189,51 @@ def test_state_from_another_cache_or_order_is_refused(small_cache):
         )
     with pytest.raises(ValueError, match="version"):
         sampler.load_state_dict({"epoch": 0, "seed": 1, "num_replicas": 1, "consumed": 3})
+
+
+def test_partitions_keep_each_node_on_its_own_shards_every_epoch(monkeypatch):
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")  # 3 nodes of 2 ranks
+    cache = FakeCache(np.random.default_rng(0).integers(0, 10, 600), shard_size=20, mixed=True)
+    world, local = 6, 2
+    shards_of_node: list[list[set]] = [[], [], []]
+    for epoch in range(3):
+        seen = []
+        for rank in range(world):
+            s = ShardAwareDistributedSampler(
+                cache, num_replicas=world, rank=rank, seed=3, partitions=3, window=40
+            )
+            s.set_epoch(epoch)
+            mine = np.array(list(s))
+            seen.append(mine)
+            shards = set((np.searchsorted(cache.shard_offsets, mine, side="right") - 1).tolist())
+            if rank % local == 0:
+                shards_of_node[rank // local].append(shards)
+            else:
+                shards_of_node[rank // local][-1] |= shards
+        assert set(np.concatenate(seen).tolist()) == set(range(600))  # still every sample
+    for node in shards_of_node:
+        assert node[0] == node[1] == node[2]  # the same shards every epoch
+    all_sets = [node[0] for node in shards_of_node]
+    assert not (all_sets[0] & all_sets[1]) and not (all_sets[1] & all_sets[2])  # and nobody else's
+    assert len(set().union(*all_sets)) == 30
+    labels = cache.labels[np.array(list(ShardAwareDistributedSampler(cache, 6, 0, seed=3, partitions=3)))]
+    assert _distinct_per_batch(labels, 16) > 6  # class-mixed shards: batches stay mixed
+
+
+def test_partitions_resume_with_another_number_of_nodes(monkeypatch):
+    cache = FakeCache(np.arange(500) % 7, shard_size=25, mixed=True)
+    seen: list[int] = []
+    state = None
+    for world, local, take in ((4, 2, 20), (6, 3, 10), (2, 1, None)):
+        monkeypatch.setenv("LOCAL_WORLD_SIZE", str(local))
+        ranks = [ShardAwareDistributedSampler(cache, world, r, seed=1, partitions=2) for r in range(world)]
+        for s in ranks:
+            if state is not None:
+                s.load_state_dict(state)
+        iters = [iter(s) for s in ranks]
+        count = take if take is not None else len(ranks[0])
+        for it in iters:
+            seen += [next(it) for _ in range(count)]
+        state = ranks[0].state_dict()
+    counts = np.bincount(seen, minlength=500)
+    assert counts.min() >= 1 and state["partitions"] == 2
