@@ -157,9 +157,10 @@ class CachedDataset(Dataset):
             self._buffers = BufferPool()
             self._pid = os.getpid()
 
-    def _reader(self, shard: int) -> ShardReader:
+    def _reader(self, shard: int):
+        """``with self._reader(k) as reader``: shard ``k``'s reader, borrowed from the pool."""
         self._check_process()
-        return self._readers.get(shard, lambda: self._open_reader(shard))
+        return self._readers.using(shard, lambda: self._open_reader(shard))
 
     def _open_reader(self, shard: int) -> ShardReader:
         info = self.manifest.shards[shard]
@@ -190,9 +191,11 @@ class CachedDataset(Dataset):
         idx, shards = self._locate(indices)
         images, labels = [], np.empty(len(idx), dtype=np.int64)
         for j, (shard, i) in enumerate(zip(shards.tolist(), (idx - self.shard_offsets[shards]).tolist())):
-            reader = self._reader(shard)
-            images.append(torch.from_numpy(read_sample(reader.column, i, self.store, self.sample_shape[0])))
-            labels[j] = reader.column("labels", [i])[0]
+            with self._reader(shard) as reader:
+                images.append(
+                    torch.from_numpy(read_sample(reader.column, i, self.store, self.sample_shape[0]))
+                )
+                labels[j] = reader.column("labels", [i])[0]
         return images, torch.from_numpy(labels)
 
     def read_batch(
@@ -216,23 +219,26 @@ class CachedDataset(Dataset):
         local = idx - self.shard_offsets[shards]
         labels = np.empty(len(idx), dtype=np.int64)
         readers: list = [None] * len(idx)
-        for shard in np.unique(shards).tolist():
-            pos = np.flatnonzero(shards == shard)
-            reader = self._reader(shard)
-            labels[pos] = reader.column("labels", local[pos])
-            for j in pos.tolist():
-                readers[j] = reader
-        batch = assemble(self, request, readers, local, labels)
-        del readers
-        self._readers.tidy()  # close the readers evicted while this batch still held them
-        return batch
+        borrowed = []
+        try:
+            for shard in np.unique(shards).tolist():
+                pos = np.flatnonzero(shards == shard)
+                reader = self._readers.borrow(shard, lambda shard=shard: self._open_reader(shard))
+                borrowed.append(reader)
+                labels[pos] = reader.column("labels", local[pos])
+                for j in pos.tolist():
+                    readers[j] = reader
+            return assemble(self, request, readers, local, labels)
+        finally:
+            for reader in borrowed:  # an evicted reader closes here, with the batch read
+                self._readers.release(reader)
 
     def extras(self, index: int) -> dict[str, np.ndarray]:
         """Per-sample extras of one sample (``orig_size``; ``scale`` and ``pad`` for letterbox)."""
         idx, shards = self._locate([index])
-        reader = self._reader(int(shards[0]))
         local = idx - self.shard_offsets[shards[0]]
-        return {name: reader.column(name, local)[0] for name in self.manifest.sample.extras}
+        with self._reader(int(shards[0])) as reader:
+            return {name: np.array(reader.column(name, local)[0]) for name in self.manifest.sample.extras}
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, Any]:
         if isinstance(index, (bool, np.bool_)) or not isinstance(index, (int, np.integer)):

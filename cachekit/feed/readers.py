@@ -4,17 +4,18 @@ An open shard reader holds a memory map and, for compressed HDF5, its open file.
 kept every shard it touched open would run out of descriptors (HDF5 failed at ~500 shards under
 the usual limit of 1,024; ImageNet at the default shard size has ~1,440) and gather maps without
 end. The pool keeps at most ``capacity`` readers, closing the least recently used when it needs
-room. Closing never pulls data from under a caller: a reader still in use when it is evicted (a
-batch being assembled holds the readers of its samples) is closed only once its user lets go of
-it, batches are copies, and a memory map goes only with the last array viewing it.
+room. Closing never pulls data from under a caller: readers are borrowed and released
+explicitly (a batch being assembled borrows the readers of its samples), an evicted reader still
+borrowed is closed at its last release, batches are copies, and a memory map goes only with the
+last array viewing it. No reference counts are guessed (CPython 3.14 borrows stack references).
 """
 
 from __future__ import annotations
 
-import sys
+import contextlib
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 try:
     import resource
@@ -32,8 +33,6 @@ __all__ = ["ReaderPool", "default_max_open", "open_file_limit"]
 _SHARE = 0.5
 #: Upper bound whatever the limit says: past this many, open shards only cost memory maps.
 _MOST = 1024
-# getrefcount's argument, the loop variable and the retired list: the references of an unused reader.
-_FREE_REFS = 3
 
 
 def open_file_limit() -> int:
@@ -58,97 +57,115 @@ def default_max_open(files_per_reader: int) -> int:
 class ReaderPool:
     """At most ``capacity`` open shard readers, keyed by shard number, least recently used out first.
 
-    Thread-safe. A reader evicted while some caller still holds it (a read in flight in another
-    thread, or the caller's own local variable) is closed only once nothing but the pool refers
-    to it, the same proof of disuse ``BufferPool`` relies on: evicting never breaks a read.
+    Thread-safe. ``borrow`` hands out a reader and ``release`` gives it back; eviction picks the
+    least recently used reader nobody has borrowed, and a borrowed reader that must go anyway (all
+    are borrowed) is closed at its last release: evicting never breaks a read.
+    ``on_close(shard)`` runs after a reader is closed (a remote cache unpins its local copy).
     """
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, on_close: Callable[[int], None] | None = None) -> None:
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
             raise UsageError(f"max_open_shards must be a positive integer, got {capacity!r}")
         self.capacity = capacity
+        self.on_close = on_close
         self._readers: OrderedDict[int, ShardReader] = OrderedDict()
-        self._retired: list[ShardReader] = []  # evicted, waiting for their last user to let go
+        self._uses: dict[int, int] = {}  # id(reader) -> borrows outstanding
+        self._retired: dict[int, tuple[int, ShardReader]] = {}  # id -> (shard, reader) closing at release
         self._lock = threading.Lock()
         #: Readers opened and closed over the pool's life (a reopened shard counts again).
         self.opened = self.closed = 0
 
     def __reduce__(self):
         """A pool pickles empty: open readers never travel to another process."""
-        return (ReaderPool, (self.capacity,))
+        return (ReaderPool, (self.capacity, self.on_close))
 
     def __len__(self) -> int:
-        """Readers open now, those evicted but still in use included."""
+        """Readers open now, those evicted but still borrowed included."""
         return len(self._readers) + len(self._retired)
 
     def __contains__(self, shard: int) -> bool:
         return shard in self._readers
 
-    def get(self, shard: int, open_reader: Callable[[], ShardReader]) -> ShardReader:
-        """The open reader of ``shard``, opening it with ``open_reader()`` (closing others) if needed."""
+    def _close(self, shard: int, reader: ShardReader) -> None:
+        reader.close()
+        self.closed += 1
+        if self.on_close is not None:
+            self.on_close(shard)
+
+    def borrow(self, shard: int, open_reader: Callable[[], ShardReader]) -> ShardReader:
+        """The open reader of ``shard`` (opened with ``open_reader()`` if needed), borrowed until ``release``."""
         with self._lock:
-            if self._retired:
-                self._close_retired()
             reader = self._readers.get(shard)
             if reader is not None:
                 self._readers.move_to_end(shard)
-                return reader
-            while len(self._readers) >= self.capacity:
-                self._evict_one()
-            try:
-                reader = open_reader()
-            except OpenFilesExhausted:
-                # Something else holds descriptors too: make room among ours and try once more.
-                for _ in range(max(1, len(self._readers) // 2)):
-                    if self._readers:
-                        self._evict_one()
-                try:
-                    reader = open_reader()
-                except OpenFilesExhausted as exc:
-                    raise CacheError(
-                        f"{exc}: this process is out of file descriptors (limit {open_file_limit()}, "
-                        f"{len(self)} shards open); raise the limit (ulimit -n) or lower "
-                        "max_open_shards / CACHEKIT_MAX_OPEN_SHARDS"
-                    ) from None
-            self.opened += 1
-            self._readers[shard] = reader
+            else:
+                while len(self._readers) >= self.capacity:
+                    self._evict_one()
+                reader = self._open(open_reader)
+                self.opened += 1
+                self._readers[shard] = reader
+            self._uses[id(reader)] = self._uses.get(id(reader), 0) + 1
             return reader
 
-    def _evict_one(self) -> None:
-        _, reader = self._readers.popitem(last=False)
-        self._retired.append(reader)
-        del reader
-        self._close_retired()
-
-    def _close_retired(self) -> None:
-        keep = []
-        for reader in self._retired:
-            # references: the list, this loop's variable, getrefcount's argument
-            if sys.getrefcount(reader) <= _FREE_REFS:
-                reader.close()
-                self.closed += 1
-            else:
-                keep.append(reader)
-        self._retired = keep
-
-    def tidy(self) -> None:
-        """Close the evicted readers nothing uses any more (a reader asks for none of them)."""
+    def release(self, reader: ShardReader) -> None:
+        """Give back a reader from ``borrow``; an evicted one closes with its last release."""
         with self._lock:
-            self._close_retired()
+            key = id(reader)
+            left = self._uses.get(key, 0) - 1
+            if left > 0:
+                self._uses[key] = left
+                return
+            self._uses.pop(key, None)
+            retired = self._retired.pop(key, None)
+            if retired is not None:
+                self._close(*retired)
+
+    @contextlib.contextmanager
+    def using(self, shard: int, open_reader: Callable[[], ShardReader]) -> Iterator[ShardReader]:
+        reader = self.borrow(shard, open_reader)
+        try:
+            yield reader
+        finally:
+            self.release(reader)
+
+    def _open(self, open_reader: Callable[[], ShardReader]) -> ShardReader:
+        try:
+            return open_reader()
+        except OpenFilesExhausted:
+            # Something else holds descriptors too: make room among ours and try once more.
+            for _ in range(max(1, len(self._readers) // 2)):
+                if self._readers:
+                    self._evict_one()
+            try:
+                return open_reader()
+            except OpenFilesExhausted as exc:
+                raise CacheError(
+                    f"{exc}: this process is out of file descriptors (limit {open_file_limit()}, "
+                    f"{len(self)} shards open); raise the limit (ulimit -n) or lower "
+                    "max_open_shards / CACHEKIT_MAX_OPEN_SHARDS"
+                ) from None
+
+    def _evict_one(self) -> None:
+        idle = next((s for s, r in self._readers.items() if id(r) not in self._uses), None)
+        shard = idle if idle is not None else next(iter(self._readers))
+        reader = self._readers.pop(shard)
+        if id(reader) in self._uses:
+            self._retired[id(reader)] = (shard, reader)
+        else:
+            self._close(shard, reader)
 
     def close(self) -> None:
         """Close every open reader (a caller must not be reading from this pool meanwhile)."""
         with self._lock:
-            readers = [*self._retired, *self._readers.values()]
-            self._readers, self._retired = OrderedDict(), []
-            for reader in readers:
-                reader.close()
-                self.closed += 1
+            readers = [*self._retired.values(), *self._readers.items()]
+            self._readers, self._retired, self._uses = OrderedDict(), {}, {}
+            for shard, reader in readers:
+                self._close(shard, reader)
 
     def forget(self) -> None:
         """Drop the readers without closing them: they belong to the parent of a forked process.
 
         The lock is replaced too: another thread of the parent may have held it at the fork.
         """
-        self._readers, self._retired = OrderedDict(), []
+        self._readers, self._retired, self._uses = OrderedDict(), {}, {}
         self._lock = threading.Lock()

@@ -35,29 +35,36 @@ def test_least_recently_used_readers_are_closed_first():
     closed: list[int] = []
     pool = ReaderPool(3)
     for shard in (0, 1, 2, 0, 3, 4):  # 0 is used again before 3 comes: 1 and 2 go first
-        pool.get(shard, lambda shard=shard: FakeReader(shard, closed))
+        with pool.using(shard, lambda shard=shard: FakeReader(shard, closed)):
+            pass
     assert closed == [1, 2] and len(pool) == 3 and 0 in pool and 1 not in pool
     assert pool.opened == 5 and pool.closed == 2
     pool.close()
     assert sorted(closed) == [0, 1, 2, 3, 4] and len(pool) == 0
 
 
-def test_a_reader_still_in_use_is_closed_only_when_released():
+def test_a_reader_still_in_use_is_closed_only_when_released(monkeypatch):
+    monkeypatch.setattr(sys, "getrefcount", lambda obj: 1)  # nothing rests on reference counts
     closed: list[int] = []
-    pool = ReaderPool(1)
-    held = pool.get(0, lambda: FakeReader(0, closed))  # e.g. a read in flight in another thread
-    pool.get(1, lambda: FakeReader(1, closed))
-    assert not held.closed and 0 not in pool and len(pool) == 2
-    del held
-    pool.get(2, lambda: FakeReader(2, closed))
-    assert closed == [0, 1]
+    pool = ReaderPool(1, on_close=lambda shard: closed.append(-shard))
+    held = pool.borrow(0, lambda: FakeReader(0, closed))  # e.g. a read in flight in another thread
+    with pool.using(1, lambda: FakeReader(1, closed)):
+        assert not held.closed and 0 not in pool and len(pool) == 2
+    pool.release(held)
+    assert held.closed and closed == [0, 0]  # closed at its release, then on_close(0)
+    with pool.using(2, lambda: FakeReader(2, closed)):
+        pass
+    assert closed == [0, 0, 1, -1]
+    with pool.using(3, lambda: FakeReader(3, closed)), pool.using(4, lambda: FakeReader(4, closed)):
+        assert closed[-2:] == [2, -2]  # the idle reader goes, not the borrowed one
 
 
 def test_pool_settings_and_pickling(monkeypatch):
     with pytest.raises(UsageError, match="max_open_shards"):
         ReaderPool(0)
     pool = ReaderPool(5)
-    pool.get(0, lambda: FakeReader(0, []))
+    with pool.using(0, lambda: FakeReader(0, [])):
+        pass
     clone = pickle.loads(pickle.dumps(pool))
     assert clone.capacity == 5 and len(clone) == 0
     import resource
