@@ -21,12 +21,12 @@ from ..store.encoding import STORES, read_sample
 from ..store.formats import ShardReader, get_format
 from ..store.location import read_manifest
 from ..store.manifest import Manifest, shard_path
-from ..store.remote import filesystem, is_url
+from ..store.remote import is_url
 from .assemble import BatchRequest, assemble
 from .batch import SampleBatch, stack_images
 from .buffers import BufferPool
 from .readers import ReaderPool, default_max_open
-from .shardcache import ShardCache
+from .remotecache import RemoteShards
 
 __all__ = ["CachedDataset"]
 
@@ -37,12 +37,16 @@ class CachedDataset(Dataset):
     ``transform`` is applied to each image tensor and ``target_transform`` to each label; without
     them, ``__getitems__`` reads a whole batch with one gather per shard.
 
-    ``path`` may be an fsspec URL (``s3://bucket/cache``): each shard is then fetched whole on first
-    use, checked against the manifest, and kept in ``local_cache`` (default: a folder in the temp
-    dir) up to ``local_cache_bytes`` (default 20 GB), least recently used first out.
+    ``path`` may be an fsspec URL (``s3://bucket/cache``; ``storage_options`` such as
+    ``{"endpoint_url": ...}`` go to fsspec and nowhere else): each shard is fetched whole, once per
+    node, into ``local_cache`` (default: ``CACHEKIT_LOCAL_CACHE`` or a folder in the temp dir),
+    checked against the manifest, shared by every rank and worker of the node and kept within
+    ``local_cache_bytes`` (default 20 GB), least recently used first out; ``make_loader`` fetches
+    upcoming shards ahead of need.
 
     At most ``max_open_shards`` shard readers stay open per process (default: from the open-file
-    limit, see ``cachekit.feed.readers``); the least recently used is closed to open another.
+    limit, see ``cachekit.feed.readers``, and for remote caches what the byte limit allows); the
+    least recently used is closed to open another.
     """
 
     def __init__(
@@ -54,18 +58,23 @@ class CachedDataset(Dataset):
         local_cache: str | os.PathLike | None = None,
         local_cache_bytes: int | None = None,
         max_open_shards: int | None = None,
+        storage_options: dict | None = None,
     ) -> None:
-        self.url = str(path) if is_url(path) else None
-        self._fs = self._remote_root = None
+        self.url = str(path).rstrip("/") if is_url(path) else None
         if self.url is None:
             self.root = Path(path)
             self.manifest: Manifest = read_manifest(self.root)
-            self._shards = None
-        else:  # shards are fetched whole into a bounded local cache on first use
-            self._fs, self._remote_root = filesystem(self.url)
-            self.root = Path(self._remote_root)
-            self.manifest = read_manifest(self.url)
-            self._shards = ShardCache(local_cache, local_cache_bytes)
+            self._remote = None
+        else:
+            self.manifest = read_manifest(self.url, storage_options=storage_options)
+            self._remote = RemoteShards(
+                self.url,
+                self.manifest,
+                storage_options=storage_options,
+                local_cache=local_cache,
+                local_cache_bytes=local_cache_bytes,
+            )
+            self.root = self._remote.cache.folder
         self._format = get_format(self.manifest.format, reading=True)
         self.store = self.manifest.format_options.get("store", "pixels")
         self.ragged = self.manifest.sample.ragged
@@ -78,15 +87,18 @@ class CachedDataset(Dataset):
         self.shard_offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         self.transform = transform
         self.target_transform = target_transform
-        self.max_open_shards = max_open_shards or default_max_open(self._format.files_per_reader)
-        self._readers = ReaderPool(self.max_open_shards)
+        default = default_max_open(self._format.files_per_reader)
+        if self._remote is not None:  # every open reader pins its shard on the node
+            default = min(default, self._remote.readers_that_fit())
+        self.max_open_shards = max_open_shards or default
+        self._readers = ReaderPool(self.max_open_shards, on_close=self._closed)
         self._buffers = BufferPool()
         self._pid = os.getpid()
         self._check_files()
 
     def _check_files(self) -> None:
-        if self.url is not None:
-            return self._check_remote_files()
+        if self._remote is not None:
+            return self._remote.check_files()
         problems = []
         for info in self.manifest.shards:
             try:
@@ -96,16 +108,6 @@ class CachedDataset(Dataset):
         if problems:
             more = f" and {len(problems) - 3} more" if len(problems) > 3 else ""
             raise CacheError(f"{self.root}: bad shard files: {'; '.join(problems[:3])}{more}")
-
-    def _check_remote_files(self) -> None:
-        try:
-            listed = {Path(p).name: p for p in self._fs.ls(self._remote_root, detail=False)}
-        except OSError as exc:
-            raise CacheError(f"{self.url}: cannot be listed ({exc})") from None
-        missing = [s.file for s in self.manifest.shards if s.file not in listed]
-        if missing:
-            more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
-            raise CacheError(f"{self.url}: shard files missing: {', '.join(missing[:3])}{more}")
 
     # -- metadata -----------------------------------------------------------------------------
 
@@ -147,7 +149,7 @@ class CachedDataset(Dataset):
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
-        state["_readers"] = ReaderPool(self.max_open_shards)
+        state["_readers"] = ReaderPool(self.max_open_shards, on_close=self._closed)
         state["_buffers"] = BufferPool()
         return state
 
@@ -164,11 +166,30 @@ class CachedDataset(Dataset):
 
     def _open_reader(self, shard: int) -> ShardReader:
         info = self.manifest.shards[shard]
-        if self.url is None:
-            path = self.root / info.file
-        else:
-            path = self._shards.local(self._fs, self._remote_root, self.manifest.fingerprint, info)
-        return self._format.open(path, self.manifest.sample, info.samples, self.store)
+        if self._remote is None:
+            return self._format.open(self.root / info.file, self.manifest.sample, info.samples, self.store)
+        path = self._remote.pin(info)  # held until the pool closes this reader
+        try:
+            return self._format.open(path, self.manifest.sample, info.samples, self.store)
+        except BaseException:
+            self._remote.unpin(info)
+            raise
+
+    def _closed(self, shard: int) -> None:
+        if self._remote is not None:
+            self._remote.unpin(self.manifest.shards[shard])
+
+    # -- downloads ahead (caches on object storage) ---------------------------------------------
+
+    def plan_reads(self, indices) -> None:
+        """This process will read ``indices`` in this order: fetch their shards ahead of need."""
+        if self._remote is not None and len(indices):
+            self._remote.fetcher(self.shard_offsets).plan(indices)
+
+    def reading(self, indices) -> None:
+        """A batch of ``indices`` is being read now: the lookahead moves past its shards."""
+        if self._remote is not None and len(indices):
+            self._remote.fetcher(self.shard_offsets).advance(indices)
 
     def _locate(self, indices: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         idx = np.asarray(indices)

@@ -59,12 +59,20 @@ def suggest_threads(world_size: int | None = None) -> int:
 class _Requests:
     """Wraps a batch sampler: each batch of indices becomes a ``BatchRequest`` of the current epoch."""
 
-    def __init__(self, batches, sampler, *, seed: int, plan: Plan | None, threads: int, on_device: bool):
-        self.batches, self.sampler = batches, sampler
+    def __init__(
+        self, batches, sampler, dataset, *, seed: int, plan: Plan | None, threads: int, on_device: bool
+    ):
+        self.batches, self.sampler, self.dataset = batches, sampler, dataset
         self.options = {"seed": seed, "plan": plan, "threads": threads, "on_device": on_device}
 
     def __iter__(self) -> Iterator[BatchRequest]:
+        first = True
         for batch in self.batches:  # the sampler has begun its pass, so its epoch is this pass's
+            if first and hasattr(self.dataset, "plan_reads"):  # shards on object storage: fetch ahead
+                self.dataset.plan_reads(getattr(self.sampler, "last_indices", batch))
+            first = False
+            if hasattr(self.dataset, "reading"):
+                self.dataset.reading(batch)
             yield BatchRequest(batch, epoch=getattr(self.sampler, "epoch", 0), **self.options)
 
     def __len__(self) -> int:
@@ -101,7 +109,7 @@ class CacheLoader(DataLoader):
         base = super()._index_sampler
         if self._request_options is None or not self._auto_collation:
             return base
-        return _Requests(base, self.sampler, **self._request_options)
+        return _Requests(base, self.sampler, self.dataset, **self._request_options)
 
     def __iter__(self) -> Iterator:
         if self._prefetcher is not None:  # a pass abandoned part-way: stop its reader first

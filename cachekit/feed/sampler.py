@@ -100,6 +100,7 @@ class ShardAwareDistributedSampler(Sampler[int]):
         self._start = 0  # global position the next pass starts from (set by load_state_dict)
         self._fresh = True  # no pass has started since construction, set_epoch or load_state_dict
         self._pass_start = self._pass_len = self._yielded = 0
+        self.last_indices = np.zeros(0, dtype=np.int64)
 
     def _per_rank(self, remaining: int) -> int:
         """Samples per rank for ``remaining`` samples: whole units of ``group_size`` each."""
@@ -156,6 +157,7 @@ class ShardAwareDistributedSampler(Sampler[int]):
             self._start = 0
         self._fresh = False
         mine = self.indices()
+        self.last_indices = mine  # what this pass hands out, in order (downloads ahead plan with it)
         self._pass_start, self._pass_len, self._yielded = self._start, len(mine), 0
         self._start = 0  # the resume position is used up: running this epoch again starts it over
         for i in mine.tolist():

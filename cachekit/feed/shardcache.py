@@ -1,79 +1,286 @@
-"""Whole shards of caches on object storage, kept on local disk: at most a byte budget of them, LRU.
+"""One node-local copy of a remote cache's shards, shared by every rank and worker on the node, within a byte limit.
 
-The first time a process touches a shard of a remote cache it is fetched whole (fsspec's ranged,
-parallel GETs), checked against the manifest's size and sha256, and kept here; from there it is
-memory-mapped like any local shard.
+A shard of a cache on object storage is downloaded once per node: the first process to need it
+takes the shard's lock file exclusively (``flock``: released by the kernel if the process dies),
+fetches the shard in parallel ranged GETs into a hidden ``.part`` file, checks size and sha256
+against the manifest and renames it into place; every other process waiting on the lock then
+finds it there. A partial download is never used: only a verified, renamed file counts.
+
+Readers *pin* the shards they have open (a shared lock on the shard's lock file). To stay within
+``max_bytes``, the least recently used shards that no process pins are deleted (an exclusive,
+non-blocking lock proves nobody holds one open: no memory map keeps deleted bytes alive). So the
+disk holds at most the limit plus the one shard being fetched; a limit smaller than a shard is an
+error at once. Leftovers of crashed downloads are removed by the next process that makes room.
 """
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import os
 import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from ..constants import env_int
 from ..errors import CacheError, UsageError
-from ..store.atomic import path_size, remove_path, sha256_path
+from ..store.atomic import fsync_dir, path_size, remove_path, sha256_path
 from ..store.manifest import ShardInfo
 
-__all__ = ["ShardCache", "DEFAULT_LOCAL_CACHE_BYTES"]
+__all__ = ["NodeShardCache", "DEFAULT_LOCAL_CACHE_BYTES", "default_cache_folder"]
 
-#: Default bound of the local shard cache (bytes); CACHEKIT_LOCAL_CACHE_BYTES overrides it.
+#: Default bound of the node's shard cache (bytes); CACHEKIT_LOCAL_CACHE_BYTES overrides it.
 DEFAULT_LOCAL_CACHE_BYTES = env_int("CACHEKIT_LOCAL_CACHE_BYTES", 20 * 1024**3)
+#: Bytes per ranged GET of a download; several run at once.
+_PART = 8 * 1024 * 1024
+_PARALLEL = 8
+#: How long a download waits for pinned shards to be let go before the limit is declared too small.
+_WAIT_FOR_ROOM_S = env_int("CACHEKIT_LOCAL_CACHE_WAIT", 300)
+_LOG = ".downloads.log"
 
 
-class ShardCache:
-    """Whole shards of remote caches on local disk, at most ``max_bytes`` of them, LRU."""
+def default_cache_folder() -> Path:
+    """``CACHEKIT_LOCAL_CACHE`` or a folder in the temp dir: the same for every process of a user."""
+    env = os.environ.get("CACHEKIT_LOCAL_CACHE", "").strip()
+    return Path(env) if env else Path(tempfile.gettempdir()) / f"cachekit-shards-{os.getuid()}"
 
-    def __init__(self, folder: str | os.PathLike | None = None, max_bytes: int | None = None) -> None:
-        self.folder = (
-            Path(folder) if folder else Path(tempfile.gettempdir()) / f"cachekit-shards-{os.getuid()}"
-        )
+
+def _lock(fd: int, kind: int, wait: bool = True) -> bool:
+    try:
+        fcntl.flock(fd, kind | (0 if wait else fcntl.LOCK_NB))
+        return True
+    except BlockingIOError:
+        return False
+
+
+class NodeShardCache:
+    """The node-local copies of one remote cache's shards (``fingerprint`` names its folder)."""
+
+    def __init__(
+        self, folder: str | os.PathLike | None, max_bytes: int | None, fingerprint: str, largest_shard: int
+    ) -> None:
+        self.root = Path(folder) if folder else default_cache_folder()
+        self.folder = self.root / fingerprint[:24]
         self.max_bytes = DEFAULT_LOCAL_CACHE_BYTES if max_bytes is None else int(max_bytes)
         if self.max_bytes <= 0:
             raise UsageError("local_cache_bytes must be positive")
+        if largest_shard > self.max_bytes:
+            raise UsageError(
+                f"local_cache_bytes={self.max_bytes} is smaller than the cache's largest shard "
+                f"({largest_shard} bytes): it could not hold even one"
+            )
+        self._pins: dict[str, tuple[int, int]] = {}  # shard file -> (lock fd, pins in this process)
+        self._mutex = threading.Lock()
+        self._pid = os.getpid()
 
-    def local(self, fs, remote_root: str, fingerprint: str, info: ShardInfo) -> Path:
-        """The local copy of shard ``info`` of the remote cache at ``remote_root``; fetched if needed."""
-        folder = self.folder / fingerprint[:24]
-        path = folder / info.file
-        if path.exists() and path_size(path) == info.bytes:
-            os.utime(path)  # most recently used
-            return path
-        folder.mkdir(parents=True, exist_ok=True)
-        tmp = folder / f".{info.file}.{os.getpid()}.part"
-        remote = f"{remote_root}/{info.file}"
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state["_pins"], state["_mutex"] = {}, None
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._mutex = threading.Lock()
+
+    def _fresh_process(self) -> None:
+        if self._pid != os.getpid():  # forked: the parent's locks are the parent's
+            self._pins, self._mutex, self._pid = {}, threading.Lock(), os.getpid()
+
+    def _lock_fd(self, name: str) -> int:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        return os.open(self.folder / f".{name}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+
+    def path(self, info: ShardInfo) -> Path:
+        return self.folder / info.file
+
+    def _complete(self, info: ShardInfo) -> bool:
+        try:
+            return path_size(self.path(info)) == info.bytes
+        except OSError:
+            return False
+
+    # -- pins ---------------------------------------------------------------------------------
+
+    def pin(self, fs, remote_root: str, info: ShardInfo) -> Path:
+        """The local copy of ``info``, downloaded if no process on the node has it, pinned until ``unpin``."""
+        self._fresh_process()
+        with self._mutex:
+            held = self._pins.get(info.file)
+            if held is not None:
+                self._pins[info.file] = (held[0], held[1] + 1)
+                return self.path(info)
+        fd = self._ensure(fs, remote_root, info, keep_shared=True)
+        with self._mutex:
+            held = self._pins.get(info.file)
+            if held is not None:  # another thread pinned it meanwhile: one lock per process is enough
+                os.close(fd)
+                self._pins[info.file] = (held[0], held[1] + 1)
+            else:
+                self._pins[info.file] = (fd, 1)
+        os.utime(self.path(info))  # most recently used
+        return self.path(info)
+
+    def unpin(self, name: str) -> None:
+        with self._mutex:
+            held = self._pins.get(name)
+            if held is None:
+                return
+            fd, count = held
+            if count > 1:
+                self._pins[name] = (fd, count - 1)
+                return
+            del self._pins[name]
+        os.close(fd)  # releases the shared lock
+
+    def fetch(self, fs, remote_root: str, info: ShardInfo) -> None:
+        """Make sure the node has shard ``info`` (downloading ahead of need), without pinning it."""
+        self._fresh_process()
+        os.close(self._ensure(fs, remote_root, info, keep_shared=False))
+
+    # -- downloads ------------------------------------------------------------------------------
+
+    def _ensure(self, fs, remote_root: str, info: ShardInfo, keep_shared: bool) -> int:
+        fd = self._lock_fd(info.file)
+        try:
+            _lock(fd, fcntl.LOCK_SH)
+            if self._complete(info):
+                return fd
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            _lock(fd, fcntl.LOCK_EX)  # one process downloads; the others wait here, then find it
+            if not self._complete(info):
+                self._make_room(info.bytes, info.file)
+                self._download(fs, f"{remote_root}/{info.file}", info)
+            fcntl.flock(fd, fcntl.LOCK_SH if keep_shared else fcntl.LOCK_UN)
+            return fd
+        except BaseException:
+            os.close(fd)
+            raise
+
+    def _download(self, fs, remote: str, info: ShardInfo) -> None:
+        final = self.path(info)
+        for stale in self.folder.glob(f".{info.file}.*.part"):  # a crashed download's (we hold the lock)
+            remove_path(stale)
+        part = self.folder / f".{info.file}.{os.getpid()}.{threading.get_ident()}.part"
         try:
             if fs.isdir(remote):
-                fs.get(remote + "/", str(tmp), recursive=True)
+                files = sorted(fs.find(remote))
+                part.mkdir(parents=True)
+                for f in files:
+                    rel = f[len(remote.rstrip("/")) :].lstrip("/")
+                    target = part / rel
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    _ranged_get(fs, f, target)
             else:
-                fs.get_file(remote, str(tmp))
+                _ranged_get(fs, remote, part)
         except FileNotFoundError:
-            remove_path(tmp)
+            remove_path(part)
             raise CacheError(f"{remote}: shard is missing") from None
         except OSError as exc:
-            remove_path(tmp)
+            remove_path(part)
+            if exc.errno == errno.ENOSPC:
+                raise CacheError(f"{self.folder}: disk full while fetching {info.file}") from None
             raise CacheError(f"{remote}: cannot be fetched ({exc})") from None
-        if path_size(tmp) != info.bytes or sha256_path(tmp) != info.sha256:
-            remove_path(tmp)
+        if path_size(part) != info.bytes or sha256_path(part) != info.sha256:
+            remove_path(part)
             raise CacheError(f"{remote}: fetched bytes do not match the manifest's size and sha256")
-        if path.exists():
-            remove_path(path)
-        os.replace(tmp, path)
-        self._evict(keep=path)
-        return path
+        remove_path(final)
+        os.replace(part, final)
+        fsync_dir(self.folder)
+        with open(self.folder / _LOG, "a") as log:  # one line per download: what the node fetched
+            log.write(f"{info.file} {info.bytes} {os.getpid()}\n")
 
-    def _evict(self, keep: Path) -> None:
-        entries = []
-        for fp in self.folder.iterdir():
-            if fp.is_dir():
-                entries += [e for e in fp.iterdir() if not e.name.startswith(".")]
-        sized = sorted(((e.stat().st_mtime, path_size(e), e) for e in entries), key=lambda t: t[0])
-        total = sum(size for _, size, _ in sized)
-        for _, size, entry in sized:
+    def downloads(self) -> list[str]:
+        """Shard files this node has downloaded, once per download (``.downloads.log``)."""
+        try:
+            return [line.split()[0] for line in (self.folder / _LOG).read_text().splitlines() if line]
+        except OSError:
+            return []
+
+    # -- the byte limit ---------------------------------------------------------------------------
+
+    def _entries(self) -> list[tuple[float, int, Path, Path | None]]:
+        """(mtime, bytes, path, lock path) of every shard copy and partial download under the root."""
+        found = []
+        for sub in (p for p in self.root.iterdir() if p.is_dir()):
+            for entry in sub.iterdir():
+                name = entry.name
+                if name.endswith(".lock") or name == _LOG:
+                    continue
+                try:
+                    size, mtime = path_size(entry), entry.stat().st_mtime
+                except OSError:
+                    continue
+                if name.startswith(".") and name.endswith(".part"):
+                    shard = name[1:].rsplit(".", 3)[0]
+                    found.append((mtime, size, entry, sub / f".{shard}.lock"))
+                elif not name.startswith("."):
+                    found.append((mtime, size, entry, sub / f".{name}.lock"))
+        return sorted(found, key=lambda t: t[0])
+
+    def _make_room(self, need: int, keep: str) -> None:
+        """Delete unpinned copies, least recently used first, until ``need`` more bytes fit."""
+        deadline = time.monotonic() + _WAIT_FOR_ROOM_S
+        self.root.mkdir(parents=True, exist_ok=True)
+        while True:
+            guard = os.open(self.root / ".evict.lock", os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(guard, fcntl.LOCK_EX)
+                total = self._evict(need, keep)
+            finally:
+                os.close(guard)
             if total <= self.max_bytes:
+                return  # made what room it could: at most the limit plus this one shard on disk
+            if time.monotonic() > deadline:
+                raise CacheError(
+                    f"local shard cache {self.root} holds {total} bytes of shards in use, over its "
+                    f"{self.max_bytes}-byte limit: raise local_cache_bytes, or open fewer shards at once"
+                )
+            time.sleep(0.2)  # wait for other processes to let go of their shards
+
+    def _evict(self, need: int, keep: str) -> int:
+        entries = self._entries()
+        total = sum(size for _, size, _, _ in entries)
+        for _, size, path, lock_path in entries:
+            if total + need <= self.max_bytes:
                 break
-            if entry != keep:
-                # an open reader keeps its memory map: removing the file does not disturb it
-                remove_path(entry)
+            if path.name == keep or lock_path is None:
+                continue
+            try:
+                fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError:
+                continue
+            try:
+                if not _lock(fd, fcntl.LOCK_EX, wait=False):
+                    continue  # pinned by a reader, or being downloaded
+                remove_path(path)
                 total -= size
+            finally:
+                os.close(fd)
+        return total
+
+
+def _ranged_get(fs, remote: str, target: Path) -> None:
+    """Fetch ``remote`` into ``target`` with parallel ranged GETs of ``_PART`` bytes."""
+    size = int(fs.size(remote))
+    with open(target, "wb") as fh:
+        fh.truncate(size)
+    ranges = [(start, min(size, start + _PART)) for start in range(0, size, _PART)]
+
+    def get(bounds: tuple[int, int]) -> None:
+        data = fs.cat_file(remote, start=bounds[0], end=bounds[1])
+        if len(data) != bounds[1] - bounds[0]:
+            raise OSError(f"short read of {remote} at {bounds[0]}")
+        with open(target, "r+b") as fh:
+            fh.seek(bounds[0])
+            fh.write(data)
+
+    if len(ranges) <= 1:
+        for r in ranges:
+            get(r)
+        return
+    with ThreadPoolExecutor(max_workers=min(_PARALLEL, len(ranges))) as pool:
+        list(pool.map(get, ranges))
+    with open(target, "rb+") as fh:
+        os.fsync(fh.fileno())

@@ -184,15 +184,14 @@ def open_location(out: str | os.PathLike) -> Location:
     return RemoteLocation(str(out)) if is_url(out) else LocalLocation(out)
 
 
-def read_manifest(cache: str | os.PathLike) -> Manifest:
-    """Read and validate the manifest of the cache at ``cache``: a folder, or an fsspec URL.
-
-    Every problem is a CacheError saying what is wrong.
+def read_manifest(cache: str | os.PathLike, *, storage_options: dict | None = None) -> Manifest:
+    """Read and validate the manifest of the cache at ``cache``: a folder, or an fsspec URL
+    (``storage_options`` for its filesystem). Every problem is a CacheError saying what is wrong.
     """
     if not is_url(cache):
         return read_local_manifest(cache)
     url = str(cache).rstrip("/")
-    fs, root = filesystem(url)
+    fs, root = filesystem(url, storage_options)
     try:
         text = fs.cat_file(f"{root}/{MANIFEST_NAME}").decode("utf-8")
     except FileNotFoundError:

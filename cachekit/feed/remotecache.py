@@ -1,0 +1,92 @@
+"""A dataset's side of a cache on object storage: a filesystem per process, the node's shard copies, downloads ahead.
+
+Safe under fork and spawn: the fsspec filesystem is made afresh in each process that reads (s3fs
+instances hold an event loop and sessions that a forked child must not use), and nothing of it
+pickles. Shards come from the node-local ``NodeShardCache`` (one download per shard per node);
+a reader's shard is pinned while the reader is open; a ``ShardFetcher`` in the process that
+plans the order fetches upcoming shards in the background.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ..cpus import local_world_size
+from ..errors import CacheError
+from ..store.manifest import Manifest, ShardInfo
+from ..store.remote import filesystem
+from .ahead import ShardFetcher
+from .shardcache import NodeShardCache
+
+__all__ = ["RemoteShards"]
+
+
+class RemoteShards:
+    """The shards of the cache at ``url`` as local paths, for one dataset in any process."""
+
+    def __init__(
+        self,
+        url: str,
+        manifest: Manifest,
+        *,
+        storage_options: dict | None = None,
+        local_cache: str | os.PathLike | None = None,
+        local_cache_bytes: int | None = None,
+    ) -> None:
+        self.url = url.rstrip("/")
+        self.storage_options = dict(storage_options or {})
+        self.manifest = manifest
+        self.largest = max(s.bytes for s in manifest.shards)
+        self.cache = NodeShardCache(local_cache, local_cache_bytes, manifest.fingerprint, self.largest)
+        self._fs = self._root = None
+        self._fs_pid = None
+        self._fetcher: ShardFetcher | None = None
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state["_fs"] = state["_fs_pid"] = state["_fetcher"] = None
+        return state
+
+    def filesystem(self):
+        """(fs, root) made in this process."""
+        if self._fs is None or self._fs_pid != os.getpid():
+            self._fs, self._root = filesystem(self.url, self.storage_options, fresh=True)
+            self._fs_pid = os.getpid()
+            self._fetcher = None
+        return self._fs, self._root
+
+    def readers_that_fit(self) -> int:
+        """Open readers (pinned shards) one process may hold so that the node's ranks fit the limit."""
+        per_node = self.cache.max_bytes // max(1, self.largest)
+        return max(1, per_node // (2 * local_world_size()))
+
+    def check_files(self) -> None:
+        fs, root = self.filesystem()
+        try:
+            listed = {Path(p.rstrip("/")).name for p in fs.ls(root, detail=False)}
+        except OSError as exc:
+            raise CacheError(f"{self.url}: cannot be listed ({exc})") from None
+        missing = [s.file for s in self.manifest.shards if s.file not in listed]
+        if missing:
+            more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+            raise CacheError(f"{self.url}: shard files missing: {', '.join(missing[:3])}{more}")
+
+    def pin(self, info: ShardInfo) -> Path:
+        fs, root = self.filesystem()
+        return self.cache.pin(fs, root, info)
+
+    def unpin(self, info: ShardInfo) -> None:
+        self.cache.unpin(info.file)
+
+    # -- downloads ahead --------------------------------------------------------------------------
+
+    def _fetch(self, shard: int) -> None:
+        fs, root = self.filesystem()
+        self.cache.fetch(fs, root, self.manifest.shards[shard])
+
+    def fetcher(self, shard_offsets) -> ShardFetcher:
+        if self._fetcher is None:
+            ahead = max(1, min(8, self.cache.max_bytes // max(1, self.largest) // (4 * local_world_size())))
+            self._fetcher = ShardFetcher(self._fetch, shard_offsets, ahead=ahead)
+        return self._fetcher
