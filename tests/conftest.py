@@ -123,3 +123,31 @@ def big_tree(tmp_path_factory) -> Path:
         folder.mkdir(parents=True, exist_ok=True)
         (folder / f"{i:03d}.jpg").write_bytes(blobs[i % 4])
     return root
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint():
+    """A real S3-compatible server (moto's) on loopback; the environment points boto/s3fs at it."""
+    s3fs = pytest.importorskip("s3fs")
+    moto_server = pytest.importorskip("moto.server")
+    mp = pytest.MonkeyPatch()
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    endpoint = f"http://{host}:{port}"
+    # credentials and endpoint come from the environment, as they would for a real bucket
+    for key, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL": endpoint,
+    }.items():
+        mp.setenv(key, value)
+    s3fs.S3FileSystem.clear_instance_cache()
+    fs = s3fs.S3FileSystem(anon=False)
+    if not fs.exists("datasets"):
+        fs.mkdir("datasets")
+    yield endpoint
+    s3fs.S3FileSystem.clear_instance_cache()
+    server.stop()
+    mp.undo()

@@ -170,6 +170,7 @@ def make_loader(
     channels_last: bool = False,
     window: int | None = None,
     partitions: int | None = None,
+    multiprocessing_context=None,
 ) -> CacheLoader:
     """A DataLoader for ``dataset`` (a CachedDataset) with sampler, reading mode and pinning chosen.
 
@@ -246,6 +247,8 @@ def make_loader(
     elif plan is not None:
         raise TypeError("augment needs a cachekit CachedDataset")
     extra = {"persistent_workers": True, "prefetch_factor": prefetch_factor} if workers > 0 else {}
+    if workers > 0 and multiprocessing_context is not None:  # "fork", "spawn", "forkserver"
+        extra["multiprocessing_context"] = multiprocessing_context
     loader = CacheLoader(
         dataset,
         batch_size=batch_size,

@@ -39,6 +39,7 @@ _PARALLEL = 8
 #: How long a download waits for pinned shards to be let go before the limit is declared too small.
 _WAIT_FOR_ROOM_S = env_int("CACHEKIT_LOCAL_CACHE_WAIT", 300)
 _LOG = ".downloads.log"
+_LOG_BYTES = 1 << 20
 
 
 def default_cache_folder() -> Path:
@@ -150,22 +151,21 @@ class NodeShardCache:
             fcntl.flock(fd, fcntl.LOCK_UN)
             _lock(fd, fcntl.LOCK_EX)  # one process downloads; the others wait here, then find it
             if not self._complete(info):
-                self._make_room(info.bytes, info.file)
-                self._download(fs, f"{remote_root}/{info.file}", info)
+                part = self.folder / f".{info.file}.{os.getpid()}.{threading.get_ident()}.part"
+                self._make_room(info.bytes, info.file, part)
+                self._download(fs, f"{remote_root}/{info.file}", info, part)
             fcntl.flock(fd, fcntl.LOCK_SH if keep_shared else fcntl.LOCK_UN)
             return fd
         except BaseException:
             os.close(fd)
             raise
 
-    def _download(self, fs, remote: str, info: ShardInfo) -> None:
+    def _download(self, fs, remote: str, info: ShardInfo, part: Path) -> None:
         final = self.path(info)
-        for stale in self.folder.glob(f".{info.file}.*.part"):  # a crashed download's (we hold the lock)
-            remove_path(stale)
-        part = self.folder / f".{info.file}.{os.getpid()}.{threading.get_ident()}.part"
         try:
             if fs.isdir(remote):
                 files = sorted(fs.find(remote))
+                remove_path(part)  # the reservation was a file; a folder shard is a folder
                 part.mkdir(parents=True)
                 for f in files:
                     rel = f[len(remote.rstrip("/")) :].lstrip("/")
@@ -188,8 +188,12 @@ class NodeShardCache:
         remove_path(final)
         os.replace(part, final)
         fsync_dir(self.folder)
-        with open(self.folder / _LOG, "a") as log:  # one line per download: what the node fetched
-            log.write(f"{info.file} {info.bytes} {os.getpid()}\n")
+        log = self.folder / _LOG  # one line per download: what the node fetched (the last ~1 MB)
+        with open(log, "a") as fh:
+            fh.write(f"{info.file} {info.bytes} {os.getpid()}\n")
+        if log.stat().st_size > _LOG_BYTES:
+            lines = log.read_text().splitlines(keepends=True)
+            log.write_text("".join(lines[len(lines) // 2 :]))
 
     def downloads(self) -> list[str]:
         """Shard files this node has downloaded, once per download (``.downloads.log``)."""
@@ -219,23 +223,31 @@ class NodeShardCache:
                     found.append((mtime, size, entry, sub / f".{name}.lock"))
         return sorted(found, key=lambda t: t[0])
 
-    def _make_room(self, need: int, keep: str) -> None:
-        """Delete unpinned copies, least recently used first, until ``need`` more bytes fit."""
+    def _make_room(self, need: int, keep: str, reserve: Path) -> None:
+        """Delete unpinned copies, least recently used first, until ``need`` more bytes fit, then
+        reserve them: ``reserve`` (the download's ``.part``) is made at full size under the same
+        lock, so downloads of other processes count it."""
         deadline = time.monotonic() + _WAIT_FOR_ROOM_S
         self.root.mkdir(parents=True, exist_ok=True)
         while True:
             guard = os.open(self.root / ".evict.lock", os.O_RDWR | os.O_CREAT, 0o644)
             try:
                 fcntl.flock(guard, fcntl.LOCK_EX)
+                for stale in self.folder.glob(f".{keep}.*.part"):  # a crashed download's: we hold its lock
+                    remove_path(stale)
                 total = self._evict(need, keep)
+                if total <= self.max_bytes:  # at most the limit plus this one shard on disk
+                    with open(reserve, "wb") as fh:
+                        fh.truncate(need)
+                    return
             finally:
                 os.close(guard)
-            if total <= self.max_bytes:
-                return  # made what room it could: at most the limit plus this one shard on disk
             if time.monotonic() > deadline:
                 raise CacheError(
                     f"local shard cache {self.root} holds {total} bytes of shards in use, over its "
-                    f"{self.max_bytes}-byte limit: raise local_cache_bytes, or open fewer shards at once"
+                    f"{self.max_bytes}-byte limit, and none was let go for {_WAIT_FOR_ROOM_S} s: every "
+                    "reading process (ranks x workers) pins the shards of its current batch; raise "
+                    "local_cache_bytes, or build the cache with smaller shards"
                 )
             time.sleep(0.2)  # wait for other processes to let go of their shards
 

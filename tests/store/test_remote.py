@@ -10,33 +10,14 @@ from cachekit import CachedDataset, CacheError, make_loader, read_manifest
 from cachekit.store.atomic import path_size
 
 s3fs = pytest.importorskip("s3fs")
-moto_server = pytest.importorskip("moto.server")
 
 
 @pytest.fixture(scope="module")
-def s3(small_cache):
-    """A loopback S3 server holding ``small_cache`` at s3://datasets/small; yields its filesystem."""
-    mp = pytest.MonkeyPatch()
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    endpoint = f"http://{host}:{port}"
-    # credentials and endpoint come from the environment, as they would for a real bucket
-    for key, value in {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_ENDPOINT_URL": endpoint,
-    }.items():
-        mp.setenv(key, value)
-    s3fs.S3FileSystem.clear_instance_cache()
+def s3(s3_endpoint, small_cache):
+    """The loopback S3 server holding ``small_cache`` at s3://datasets/small; yields its filesystem."""
     fs = s3fs.S3FileSystem(anon=False)
-    fs.mkdir("datasets")
     fs.put(str(small_cache) + "/", "datasets/small", recursive=True)
-    yield fs
-    s3fs.S3FileSystem.clear_instance_cache()
-    server.stop()
-    mp.undo()
+    return fs
 
 
 def test_shuffled_read_of_an_s3_cache_matches_the_local_one(s3, small_cache, tmp_path):

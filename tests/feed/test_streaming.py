@@ -1,0 +1,153 @@
+"""Caches on object storage at scale: worker processes (fork and spawn), one download per shard per node,
+a byte limit that holds, downloads ahead, storage options that stay out of every file."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from torch.utils.data import DataLoader
+
+from cachekit import BuildConfig, CachedDataset, UsageError, build, collate_batch, make_loader, read_manifest
+from cachekit.store.atomic import path_size
+
+s3fs = pytest.importorskip("s3fs")
+
+
+@pytest.fixture(scope="module")
+def s3_url(s3_endpoint, small_cache) -> str:
+    fs = s3fs.S3FileSystem(anon=False)
+    fs.put(str(small_cache) + "/", "datasets/stream", recursive=True)
+    return "s3://datasets/stream"
+
+
+def _labels(loader) -> list[int]:
+    return sorted(int(y) for batch in loader for y in batch[1])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_worker_processes_read_an_s3_cache(s3_url, small_cache, tmp_path, context):
+    expected = sorted(CachedDataset(small_cache).read_batch(range(40))[1].tolist())
+    ds = CachedDataset(s3_url, local_cache=tmp_path / "lc")
+    ds[0]  # the parent has used its filesystem: the workers must not reuse it
+    plain = DataLoader(ds, 8, num_workers=2, collate_fn=collate_batch, multiprocessing_context=context)
+    assert _labels(plain) == expected
+    ours = make_loader(ds, 8, workers=2, multiprocessing_context=context)
+    assert _labels(ours) == expected
+
+
+def test_make_loader_defaults_on_an_s3_jpeg_cache(s3_endpoint, small_tree, tmp_path):
+    build(small_tree, tmp_path / "j", BuildConfig(store="jpeg", size=32, workers=1, progress=False))
+    s3fs.S3FileSystem(anon=False).put(str(tmp_path / "j") + "/", "datasets/jpeg", recursive=True)
+    ds = CachedDataset("s3://datasets/jpeg", local_cache=tmp_path / "lc")
+    loader = make_loader(ds, 8)
+    assert loader.num_workers == 0 and len(_labels(loader)) == 40
+
+
+def test_a_limit_below_one_shard_is_refused_at_once(s3_url, small_cache, tmp_path):
+    largest = max(s.bytes for s in read_manifest(small_cache).shards)
+    with pytest.raises(UsageError, match="largest shard"):
+        CachedDataset(s3_url, local_cache=tmp_path / "lc", local_cache_bytes=largest - 1)
+
+
+def _rank(rank, world, port, url, folder, limit, context, batch, results):
+    import torch.distributed as dist
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), LOCAL_WORLD_SIZE=str(world))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        ds = CachedDataset(url, local_cache=folder, local_cache_bytes=limit)
+        loader = make_loader(ds, batch, workers=2, multiprocessing_context=context, seed=1)
+        seen = [y for _ in range(2) for _, labels in loader for y in labels.tolist()]
+        results[rank] = (len(seen), ds._remote.cache.downloads())
+    finally:
+        dist.destroy_process_group()
+
+
+def _run_ranks(url, folder, limit, context, batch=4) -> tuple[dict, int]:
+    """Two ranks of two workers each over one node cache; returns results and the most bytes seen on disk."""
+    import torch.multiprocessing as tmp_mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    most, stop = [0], threading.Event()
+
+    def watch() -> None:
+        while not stop.is_set():
+            try:
+                copies = [p for p in Path(folder).glob("*/*") if not p.name.endswith((".lock", ".log"))]
+                most[0] = max(most[0], sum(path_size(p) for p in copies))  # shards and downloads
+            except OSError:
+                pass
+            time.sleep(0.005)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    results = tmp_mp.Manager().dict()
+    try:
+        tmp_mp.spawn(_rank, args=(2, port, url, str(folder), limit, context, batch, results), nprocs=2)
+    finally:
+        stop.set()
+        watcher.join()
+    return dict(results), most[0]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_two_ranks_of_two_workers_download_each_shard_once(s3_url, small_cache, tmp_path, context):
+    shards = read_manifest(small_cache).shards
+    results, _ = _run_ranks(s3_url, tmp_path / "lc", None, context)
+    assert {n for n, _ in results.values()} == {2 * 20}  # 40 samples over 2 ranks, 2 epochs
+    downloads = results[0][1]
+    assert sorted(downloads) == sorted(s.file for s in shards)  # one per shard, for the whole node
+
+
+@pytest.mark.slow
+def test_the_byte_limit_holds_under_ranks_and_workers(s3_endpoint, small_tree, tmp_path):
+    build(small_tree, tmp_path / "c", BuildConfig(size=16, shard_size=2, workers=1, progress=False))
+    s3fs.S3FileSystem(anon=False).put(str(tmp_path / "c") + "/", "datasets/many", recursive=True)
+    shards = read_manifest(tmp_path / "c").shards
+    largest = max(s.bytes for s in shards)
+    limit = 10 * largest  # half the 20 shards; 2 ranks x 2 workers hold at most 2 each at a time
+    results, most = _run_ranks("s3://datasets/many", tmp_path / "lc", limit, "fork", batch=2)
+    assert {n for n, _ in results.values()} == {40}
+    assert most <= limit + largest  # never more than the limit plus the shard being fetched
+    assert len(results[0][1]) > len(shards)  # it really evicted and fetched again
+
+
+def test_storage_options_reach_fsspec_and_stay_out_of_every_file(s3_endpoint, s3_url, tmp_path, monkeypatch):
+    monkeypatch.delenv("AWS_ENDPOINT_URL")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "wrong")
+    secret = "testing"  # moto accepts any secret; what matters is where it is written
+    options = {"endpoint_url": s3_endpoint, "key": "testing", "secret": secret}
+    ds = CachedDataset(s3_url, local_cache=tmp_path / "lc", storage_options=options)
+    assert len(_labels(make_loader(ds, 8))) == 40
+    for path in (tmp_path / "lc").rglob("*"):
+        if path.is_file() and path.suffix != ".pt":
+            assert s3_endpoint.encode() not in path.read_bytes()
+
+
+def test_downloads_ahead_follow_the_sampler_order(s3_url, small_cache, tmp_path):
+    ds = CachedDataset(s3_url, local_cache=tmp_path / "lc")
+    loader = make_loader(ds, 4, seed=3)
+    it = iter(loader)
+    next(it)
+    fetcher = ds._remote.fetcher(ds.shard_offsets)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and len(ds._remote.cache.downloads()) < min(
+        fetcher.ahead, ds.num_shards
+    ):
+        time.sleep(0.05)
+    order = np.searchsorted(ds.shard_offsets, loader.sampler.last_indices, side="right") - 1
+    _, first = np.unique(order, return_index=True)
+    upcoming = [ds.manifest.shards[s].file for s in order[np.sort(first)][: fetcher.ahead]]
+    assert set(upcoming) <= set(ds._remote.cache.downloads())  # fetched before they were read
+    assert not fetcher.errors
+    del it
