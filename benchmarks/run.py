@@ -11,6 +11,8 @@ Suites (sizes are flags; defaults fit a 2-core laptop in a few minutes):
   augment offline augmentation per core: cachekit's batched flip + colour jitter (and its per-image
           crop) against a per-image PIL implementation of the same transforms
   size    cache size vs raw size, and load samples/s, for each format, codec and store
+  mix     an ImageNet-sized shuffled plan (1.28M paths, 1,000 classes): planning time, shard sizes,
+          and distinct classes per shard against a uniform draw
   rss     DataLoader worker memory over 10k- and 100k-sample caches (no copy-on-read growth)
   feed, jpeg, ffcv   the read path (augmentation at read time, encoded stores, FFCV): feed_suites.py
 
@@ -35,9 +37,8 @@ from registry import SUITES, suite
 from registry import synthetic_raw as _raw
 
 from cachekit import BuildConfig, CachedDataset, build
-from cachekit.build.shardjob import _reduce_for
+from cachekit.build.inputs import decode_input
 from cachekit.cpus import available_cpus
-from cachekit.image.ops import decode
 from cachekit.image.recipes import load_pipeline
 from cachekit.tools.baselines import pil_classification
 from cachekit.tools.bench import BenchConfig, format_table, run_bench
@@ -107,8 +108,8 @@ def decode_path(args, root):
         raw = _raw(args, root, n=n, size=size, name="decode")
         paths = sorted(raw.rglob("*.jpg"))
         blobs = [p.read_bytes() for p in paths]
-        exact = [pipeline.apply(decode(b))[0] for b in blobs]
-        fast = [pipeline.apply(decode(b, reduce=_reduce_for(b, pipeline)))[0] for b in blobs]
+        exact = [pipeline.apply(decode_input(b, pipeline))[0] for b in blobs]
+        fast = [pipeline.apply(decode_input(b, pipeline, fast_decode=True))[0] for b in blobs]
         pil = [pil_classification(p, 256, 224) for p in paths]
         diff_fast = [np.abs(a.astype(int) - b.astype(int)) for a, b in zip(exact, fast)]
         diff_pil = [np.abs(a.astype(int) - b.astype(int)) for a, b in zip(exact, pil)]
@@ -116,9 +117,11 @@ def decode_path(args, root):
             "pil_images_per_s": _time_per_image(
                 lambda p: pil_classification(p, 256, 224), paths, args.repeats
             ),
-            "opencv_images_per_s": _time_per_image(lambda b: pipeline.apply(decode(b)), blobs, args.repeats),
+            "opencv_images_per_s": _time_per_image(
+                lambda b: pipeline.apply(decode_input(b, pipeline)), blobs, args.repeats
+            ),
             "fast_decode_images_per_s": _time_per_image(
-                lambda b: pipeline.apply(decode(b, reduce=_reduce_for(b, pipeline))), blobs, args.repeats
+                lambda b: pipeline.apply(decode_input(b, pipeline, fast_decode=True)), blobs, args.repeats
             ),
             "fast_decode_mean_abs_diff": float(np.mean([d.mean() for d in diff_fast])),
             "fast_decode_max_abs_diff": int(max(d.max() for d in diff_fast)),
@@ -234,6 +237,49 @@ def size(args, root):
         speed = f", {r['samples_per_s']:,.0f} samples/s ({r['mode']})" if "samples_per_s" in r else ""
         print(f"{r['cache']}: {r['bytes'] / 1e6:.1f} MB ({r['ratio_to_raw']:.2f}x raw){speed}")
     return {"rows": rows}
+
+
+@suite
+def mix(args, root):
+    from cachekit.build.plan import plan
+    from cachekit.build.sources import Source
+
+    n, classes, shard_size = 1_281_167, 1000, 890
+    per = -(-n // classes)
+    paths = tuple(f"n{c:08d}/n{c:08d}_{i}.JPEG" for c in range(classes) for i in range(per))[:n]
+    labels = np.repeat(np.arange(classes), per)[:n]
+    source = Source(
+        root="/raw",
+        layout="imagefolder",
+        paths=paths,
+        labels=labels,
+        sizes=np.full(n, 110_000),
+        mtimes=np.full(n, 1_700_000_000 * 10**9),
+        classes=tuple(str(c) for c in range(classes)),
+    )
+    shards = -(-n // shard_size)
+    t0 = time.perf_counter()
+    planned = plan(source, {"kind": "shuffled", "seed": 0, "shards": shards}, shard_size, "0" * 64, ".pt")
+    seconds = time.perf_counter() - t0
+    sizes = [len(p.rows) for p in planned]
+    distinct = [len(np.unique(labels[p.rows])) for p in planned[:200]]
+    rng = np.random.default_rng(0)
+    uniform = [len(np.unique(rng.integers(0, classes, shard_size))) for _ in range(200)]
+    row = {
+        "inputs": n,
+        "shards": len(planned),
+        "plan_seconds": seconds,
+        "shard_min": min(sizes),
+        "shard_max": max(sizes),
+        "distinct_classes_per_shard": float(np.mean(distinct)),
+        "uniform_draw": float(np.mean(uniform)),
+    }
+    print(
+        f"shuffled plan of {n} inputs into {len(planned)} shards: {seconds:.1f} s; shards of "
+        f"{min(sizes)}-{max(sizes)} inputs; {row['distinct_classes_per_shard']:.0f} distinct classes per "
+        f"shard (a uniform draw of {shard_size}: {row['uniform_draw']:.0f}; sorted order: 1-2)"
+    )
+    return row
 
 
 def _memory(pid: int) -> dict:

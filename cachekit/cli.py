@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import sys
 from functools import wraps
 
 import click
 
-from .constants import DEFAULT_FORMAT, DEFAULT_PIPELINE, DEFAULT_STEP_MS, VERSION
+from .constants import (
+    DEFAULT_FORMAT,
+    DEFAULT_GRACE_SECONDS,
+    DEFAULT_MAX_PIXELS,
+    DEFAULT_PIPELINE,
+    DEFAULT_STEP_MS,
+    VERSION,
+)
 from .errors import CachekitError
 from .image.recipes import builtin_pipelines
 
@@ -20,19 +29,51 @@ Exit codes:
   1    a problem found in a cache or a build: a damaged shard or manifest,
        inputs skipped under --strict, a write that failed (disk full)
   2    usage: a bad option or argument, or a path that is not a cache
-  130  interrupted (Ctrl-C)"""
+  130  interrupted (Ctrl-C)
+  143  terminated (SIGTERM)"""
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM (what Kubernetes, Slurm and ``kill`` send), unwound like Ctrl-C: workers stopped, lock released."""
+
+
+@contextlib.contextmanager
+def _sigterm_unwinds():
+    """While a command runs, SIGTERM raises _Terminated in the main thread instead of killing it outright."""
+
+    def handler(signum, frame):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not cut the cleanup short
+        raise _Terminated()
+
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread: leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _friendly(fn):
-    """Print a CachekitError as one line and exit with its code, instead of a traceback."""
+    """Print a CachekitError as one line and exit with its code, instead of a traceback.
+
+    Ctrl-C exits 130 and SIGTERM 143 (128 + the signal), each with one line, after the command
+    has stopped its workers and released its lock.
+    """
 
     @wraps(fn)
     def wrapper(*args, **kwargs):
         try:
-            return fn(*args, **kwargs)
+            with _sigterm_unwinds():
+                return fn(*args, **kwargs)
         except CachekitError as exc:
             click.echo(f"error: {exc}", err=True)
             sys.exit(exc.exit_code)
+        except _Terminated:
+            click.echo("terminated (SIGTERM); re-run the same command to resume", err=True)
+            sys.exit(128 + signal.SIGTERM)
         except KeyboardInterrupt:
             resumes = fn.__name__ in ("build_cmd", "convert_cmd")  # the others have nothing to resume
             click.echo("interrupted" + ("; re-run the same command to resume" if resumes else ""), err=True)
@@ -102,7 +143,28 @@ def main() -> None:
     show_default=True,
     help="Store K augmented variants per input (random-resized crop, flip, colour jitter).",
 )
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of --augment's random draws.")
+@click.option(
+    "--order",
+    type=click.Choice(["shuffled", "sorted"]),
+    default="shuffled",
+    show_default=True,
+    help="shuffled: inputs spread over the shards by a seeded hash of their path (every shard mixes "
+    "all classes); sorted: path order, contiguous shards.",
+)
+@click.option(
+    "--shards",
+    type=int,
+    default=None,
+    help="--order shuffled: number of shards [default: inputs / --shard-size at the first build; "
+    "--update keeps it].",
+)
+@click.option(
+    "--seed",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Seed of the shuffled order and of --augment's random draws.",
+)
 @click.option(
     "--augment-rotate",
     type=float,
@@ -122,9 +184,30 @@ def main() -> None:
     default=None,
     help="--executor dask: address of an existing scheduler (tcp://HOST:8786) [default: a LocalCluster].",
 )
+@click.option(
+    "--max-pixels",
+    type=int,
+    default=DEFAULT_MAX_PIXELS,
+    show_default=True,
+    help="Skip inputs larger than this (width x height, read from the header before decoding; "
+    "also bounds the recipe's intermediate images); 0: no limit.",
+)
+@click.option(
+    "--grace",
+    type=str,
+    default=None,
+    help="How long shards of the cache version this build replaces stay for readers still using it: "
+    f"seconds or 30m, 2h, 1d [default: {DEFAULT_GRACE_SECONDS // 3600}h; 0: remove them at the end].",
+)
 @click.option("--strict", is_flag=True, help="Exit 1 if any input had to be skipped.")
-@click.option("--overwrite", is_flag=True, help="Replace whatever cache --out holds.")
-@click.option("--update", is_flag=True, help="Rebuild only the shards whose inputs changed.")
+@click.option(
+    "--overwrite",
+    is_flag=True,
+    help="Replace the cache in --out (even one of other options); only files it recorded are removed.",
+)
+@click.option(
+    "--update", is_flag=True, help="After RAW changed: rebuild only the shards whose inputs changed."
+)
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @_friendly
 def build_cmd(
@@ -141,10 +224,14 @@ def build_cmd(
     quality,
     fast_decode,
     augment,
+    order,
+    shards,
     seed,
     augment_rotate,
     executor,
     scheduler,
+    max_pixels,
+    grace,
     strict,
     overwrite,
     update,
@@ -174,6 +261,10 @@ def build_cmd(
         compression=compression,
         store=store,
         quality=quality,
+        order=order,
+        shards=shards,
+        max_pixels=max_pixels,
+        grace=_duration(grace, "--grace") if grace is not None else None,
         executor=executor,
         executor_options={"scheduler": scheduler} if scheduler else {},
         progress=not quiet,
@@ -183,7 +274,29 @@ def build_cmd(
         click.echo(f"skipped {s.path}: {s.reason}", err=True)
     if len(result.manifest.skipped) > 10:
         click.echo(f"... and {len(result.manifest.skipped) - 10} more skipped (see manifest.json)", err=True)
+    if result.retired:
+        click.echo(
+            f"kept {result.retired} shards of earlier versions for readers still using them; a later build "
+            "removes them once their grace period is over (--grace)",
+            err=True,
+        )
     click.echo(result.summary())
+
+
+def _duration(text: str, flag: str) -> float:
+    """Seconds from ``90``, ``30s``, ``30m``, ``2h`` or ``1d``."""
+    from .errors import UsageError
+
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    value = text.strip().lower()
+    scale = units.get(value[-1:], None)
+    try:
+        seconds = float(value[:-1] if scale else value) * (scale or 1)
+    except ValueError:
+        raise UsageError(f"{flag}: expected seconds or a duration like 30m, 2h, 1d; got {text!r}") from None
+    if seconds < 0 or seconds != seconds:
+        raise UsageError(f"{flag} must be >= 0")
+    return seconds
 
 
 @main.command("info", epilog=EXIT_CODES)
@@ -204,14 +317,34 @@ def info_cmd(cache) -> None:
 @click.option(
     "--compression", default="none", show_default=True, help="hdf5: gzip, lzf; zarr: zstd, lz4, gzip."
 )
-@click.option("--overwrite", is_flag=True, help="Replace whatever --out holds.")
+@click.option(
+    "--overwrite", is_flag=True, help="Replace the cache in --out; only files it recorded are removed."
+)
+@click.option(
+    "--grace",
+    type=str,
+    default=None,
+    help="How long the replaced cache's shards stay for its readers (as for build) [default: 24h].",
+)
+@click.option("--quiet", is_flag=True, help="No progress bar.")
 @_friendly
-def convert_cmd(cache, to, out, compression, overwrite) -> None:
-    """Re-shard CACHE into another format or codec, without decoding the raw images again."""
+def convert_cmd(cache, to, out, compression, overwrite, grace, quiet) -> None:
+    """Re-shard CACHE into another format or codec, without decoding the raw images again.
+
+    Re-running an interrupted conversion resumes it.
+    """
     from .tools.convert import convert
     from .tools.report import human_bytes
 
-    m = convert(cache, out, to, compression=compression, overwrite=overwrite)
+    m = convert(
+        cache,
+        out,
+        to,
+        compression=compression,
+        overwrite=overwrite,
+        grace=_duration(grace, "--grace") if grace is not None else None,
+        progress=not quiet,
+    )
     click.echo(
         f"converted: {m.num_samples} samples, {len(m.shards)} {m.format} shards, {human_bytes(m.total_bytes)} -> {out}"
     )

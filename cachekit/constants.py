@@ -17,6 +17,10 @@ __all__ = [
     "MIN_SHARD_SAMPLES",
     "MAX_SHARD_SAMPLES",
     "IMAGE_EXTENSIONS",
+    "UNREAD_IMAGE_EXTENSIONS",
+    "DEFAULT_MAX_PIXELS",
+    "RETIRED_NAME",
+    "DEFAULT_GRACE_SECONDS",
     "SHUFFLE_WINDOW_SAMPLES",
     "env_int",
     "START_METHOD_ENV",
@@ -36,6 +40,8 @@ MANIFEST_VERSION = 3
 LOCK_NAME = ".cachekit.lock"
 #: Folder inside a cache where a build in progress keeps per-shard records (for resume).
 PARTIAL_DIR = ".cachekit-partial"
+#: Record of shard files an earlier cache version referenced, kept for its readers until removed.
+RETIRED_NAME = ".cachekit-retired.json"
 
 DEFAULT_FORMAT = "pt"
 DEFAULT_PIPELINE = "classification-224"
@@ -51,9 +57,37 @@ def env_int(name: str, default: int) -> int:
 DEFAULT_SHARD_BYTES = env_int("CACHEKIT_SHARD_BYTES", 128 * 1024 * 1024)
 MIN_SHARD_SAMPLES = 16
 MAX_SHARD_SAMPLES = 100_000
+#: How long a retired shard stays for readers of the cache version that referenced it (``--grace``).
+DEFAULT_GRACE_SECONDS = env_int("CACHEKIT_GRACE_SECONDS", 24 * 3600)
 
 #: Raw image extensions recognised by discovery (compared case-insensitively).
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp")
+#: Image extensions discovery recognises but does not read: counted and named in the build summary.
+UNREAD_IMAGE_EXTENSIONS = (
+    ".gif",
+    ".heic",
+    ".heif",
+    ".avif",
+    ".jxl",
+    ".jp2",
+    ".j2k",
+    ".ico",
+    ".svg",
+    ".psd",
+    ".dng",
+    ".cr2",
+    ".nef",
+    ".arw",
+    ".exr",
+    ".hdr",
+    ".ppm",
+    ".pgm",
+    ".pbm",
+    ".pnm",
+)
+#: Largest image (width x height) a build decodes: twice PIL's MAX_IMAGE_PIXELS, where PIL raises
+#: DecompressionBombError; checked from the file header before decoding (``--max-pixels``).
+DEFAULT_MAX_PIXELS = 178_956_970
 
 #: Samples the sampler shuffles together on caches whose shards are class-mixed (about 18 ImageNet
 #: shards): reads stay within those shards; other caches are shuffled whole.

@@ -97,13 +97,16 @@ def small_tree(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def small_cache(small_tree, tmp_path_factory) -> Path:
+    """The small tree in path order, 7 samples a shard: shards 0-1 hold class 0, and so on."""
     from cachekit import BuildConfig, build
 
     out = tmp_path_factory.mktemp("small_cache") / "cache"
     build(
         small_tree,
         out,
-        BuildConfig(pipeline="classification-224", size=32, shard_size=7, workers=1, progress=False),
+        BuildConfig(
+            pipeline="classification-224", size=32, shard_size=7, order="sorted", workers=1, progress=False
+        ),
     )
     return out
 

@@ -3,8 +3,9 @@
 A variant is a random-resized crop of the decoded, upright image (torchvision's
 ``RandomResizedCrop`` parameters), an optional rotation, a horizontal flip and a colour jitter
 (brightness, contrast, saturation, then hue). Its random draws come from a generator seeded with
-``(seed, input index, variant)`` alone, so a build reproduces byte for byte whatever the worker
-count or shard layout. Geometry runs per image (OpenCV); flips and colour run on whole batches
+``(seed, input key, variant)`` alone, where the key is a hash of the input's relative path
+(``order.input_key``): a build reproduces byte for byte whatever the worker count, shard layout,
+order or later ``--update`` (which adds files without moving any other input's draws). Geometry runs per image (OpenCV); flips and colour run on whole batches
 (broadcasting and lookup tables, see ``cachekit.ops``).
 """
 
@@ -20,8 +21,9 @@ from ..errors import UsageError
 from ..image import ops
 from ..store.manifest import ArraySpec
 
-#: Per-sample extras of an augmented cache: which input a sample came from, and which variant it is.
-AUGMENT_EXTRAS = {"source_index": ArraySpec((), "<i8"), "variant": ArraySpec((), "<i4")}
+#: Per-sample extras of an augmented cache: the key of the input a sample came from (the variants of
+#: one input share it), and which variant it is.
+AUGMENT_EXTRAS = {"input_key": ArraySpec((), "<i8"), "variant": ArraySpec((), "<i4")}
 
 __all__ = [
     "AUGMENT_EXTRAS",
@@ -80,9 +82,9 @@ def _factor(rng: np.random.Generator, strength: float) -> float:
     return float(rng.uniform(max(0.0, 1 - strength), 1 + strength)) if strength else 1.0
 
 
-def variant_params(config: AugmentConfig, index: int, variant: int, height: int, width: int) -> VariantParams:
-    """The random draws of variant ``variant`` of input ``index`` (an image ``height`` x ``width``)."""
-    rng = np.random.default_rng([config.seed, index, variant])
+def variant_params(config: AugmentConfig, key: int, variant: int, height: int, width: int) -> VariantParams:
+    """The random draws of variant ``variant`` of the input with key ``key`` (``height`` x ``width``)."""
+    rng = np.random.default_rng([config.seed, key, variant])
     area = height * width
     log_ratio = (math.log(config.ratio[0]), math.log(config.ratio[1]))
     box = None

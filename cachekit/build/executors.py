@@ -1,4 +1,4 @@
-"""Where shard jobs run: in this process, a pool of local worker processes, or a dask cluster.
+"""Where shard jobs run: local worker processes, or a dask cluster.
 
 Every executor takes the same picklable jobs and yields ``(job, result)`` as jobs finish, reporting
 per-sample progress through a callback, so the build code does not know where the work happened.
@@ -7,14 +7,13 @@ per-sample progress through a callback, so the build code does not know where th
 from __future__ import annotations
 
 import contextlib
-import multiprocessing as mp
-import os
-import queue as queue_mod
+import logging
+import threading
+import uuid
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
-from ..constants import START_METHOD_ENV
-from ..errors import UsageError
+from ..errors import BuildError, CachekitError, UsageError
+from .pool import run_pool
 
 __all__ = ["run_jobs", "EXECUTORS"]
 
@@ -22,50 +21,16 @@ EXECUTORS = ("local", "dask")
 
 #: Times dask re-runs a shard job that raised (a lost worker is re-scheduled by dask itself).
 DASK_RETRIES = 2
-
-_progress_queue = None
-
-
-def _init_worker(progress_queue) -> None:
-    global _progress_queue
-    _progress_queue = progress_queue
-    import cv2
-
-    cv2.setNumThreads(1)  # one core per worker process; the pool provides the parallelism
-
-
-def _report(n: int) -> None:
-    if _progress_queue is not None:
-        _progress_queue.put(n)
-
-
-def _call(fn, job):
-    return fn(job, _report)
-
-
-def _context() -> mp.context.BaseContext:
-    """How worker processes start: ``CACHEKIT_START_METHOD``, else fork where the OS has it.
-
-    fork starts a pool in milliseconds with every module already imported; forkserver or spawn
-    import torch afresh in each pool (~2.5 s measured here), which costs a small build its
-    scaling. The parent has touched no OpenMP region when the pool starts (the build only
-    decodes in workers), and each worker resets OpenCV's thread pool to one thread.
-    """
-    method = os.environ.get(START_METHOD_ENV) or ("fork" if "fork" in mp.get_all_start_methods() else "spawn")
-    if method not in mp.get_all_start_methods():
-        raise UsageError(f"{START_METHOD_ENV}={method!r} is not available here")
-    ctx = mp.get_context(method)
-    if method == "forkserver":
-        ctx.set_forkserver_preload(["cachekit.shardjob"])
-    return ctx
+#: How long to try reaching an existing dask scheduler.
+DASK_CONNECT_TIMEOUT = "30s"
 
 
 @contextlib.contextmanager
 def _single_threaded_opencv():
-    """OpenCV on one thread while jobs run: workers are the parallelism.
+    """OpenCV on one thread in this process while workers are forked from it.
 
-    Also what makes fork safe: a child forked while OpenCV's thread pool is alive deadlocks in
-    its first OpenCV call, so the parent's pool is shut down before the workers are forked.
+    A child forked while OpenCV's thread pool is alive deadlocks in its first OpenCV call, so the
+    parent's pool is shut down before the workers are forked.
     """
     import cv2
 
@@ -77,49 +42,50 @@ def _single_threaded_opencv():
         cv2.setNumThreads(threads)
 
 
-def _run_inline(fn, jobs, on_progress) -> Iterator:
+def _describe(job) -> str:
+    return f"shard {getattr(job, 'file', job)}"
+
+
+def _run_local(fn, jobs, workers, on_progress) -> Iterator:
     with _single_threaded_opencv():
-        for job in jobs:
-            yield job, fn(job, on_progress)
+        yield from run_pool(fn, jobs, workers, on_progress, _describe)
 
 
-def _run_pool(fn, jobs, workers, on_progress) -> Iterator:
-    ctx = _context()
-    progress_queue = ctx.Queue()
-
-    def drain() -> None:
-        while True:
-            try:
-                on_progress(progress_queue.get_nowait())
-            except queue_mod.Empty:
-                return
-
-    with (
-        _single_threaded_opencv(),
-        ProcessPoolExecutor(
-            max_workers=workers, mp_context=ctx, initializer=_init_worker, initargs=(progress_queue,)
-        ) as pool,
-    ):
-        futures = {pool.submit(_call, fn, job): job for job in jobs}
-        try:
-            while futures:
-                done, _ = wait(futures, timeout=0.2, return_when=FIRST_COMPLETED)
-                drain()
-                for fut in done:
-                    job = futures.pop(fut)
-                    yield job, fut.result()
-        finally:
-            for fut in futures:
-                fut.cancel()
-            drain()
-
-
-def _call_on_dask_worker(fn, job):
-    """A shard job on a dask worker: OpenCV on one thread, as in a local worker process."""
+def _call_on_dask_worker(fn, job, topic: str):
+    """A shard job on a dask worker: OpenCV on one thread, progress sent to the client as events."""
     import cv2
+    from dask.distributed import get_worker
 
     cv2.setNumThreads(1)
-    return fn(job, None)
+    worker = get_worker()
+    done = 0
+
+    def progress(n: int) -> None:
+        nonlocal done
+        done += n
+        worker.log_event(topic, (job.index, done))
+
+    return fn(job, progress)
+
+
+class _DaskProgress:
+    """Per-sample progress from dask workers' events; a job re-run elsewhere is never counted twice."""
+
+    def __init__(self, on_progress: Callable[[int], None]) -> None:
+        self.on_progress = on_progress
+        self.done: dict[int, int] = {}
+        self.lock = threading.Lock()
+
+    def set(self, index: int, done: int) -> None:
+        with self.lock:
+            before = self.done.get(index, 0)
+            if done > before:
+                self.done[index] = done
+                self.on_progress(done - before)
+
+    def event(self, event) -> None:
+        _, (index, done) = event
+        self.set(index, done)
 
 
 def _run_dask(fn, jobs, workers, on_progress, scheduler: str | None = None) -> Iterator:
@@ -130,30 +96,59 @@ def _run_dask(fn, jobs, workers, on_progress, scheduler: str | None = None) -> I
     cluster = None
     try:
         if scheduler:
-            client = Client(scheduler, timeout="30s")
+            client = Client(scheduler, timeout=DASK_CONNECT_TIMEOUT)
         else:
             cluster = LocalCluster(
-                n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0"
+                n_workers=workers,
+                threads_per_worker=1,
+                processes=True,
+                dashboard_address=":0",
+                silence_logs=logging.CRITICAL,  # a failed job is reported once, by the build
             )
             client = Client(cluster)
     except (OSError, TimeoutError) as exc:
         raise UsageError(f"cannot reach the dask scheduler {scheduler}: {exc}") from None
+    build_id = uuid.uuid4().hex[:16]  # task keys and events of this build only, whoever else runs
+    topic = f"cachekit-progress-{build_id}"
+    progress = _DaskProgress(on_progress)
     try:
+        client.subscribe_topic(topic, progress.event)
         futures = {
             client.submit(
-                _call_on_dask_worker, fn, job, retries=DASK_RETRIES, pure=False, key=f"cachekit-{job.file}"
+                _call_on_dask_worker,
+                fn,
+                job,
+                topic,
+                retries=DASK_RETRIES,
+                pure=False,
+                key=f"cachekit-{build_id}-{job.index}",
             ): job
             for job in jobs
         }
         try:
             for future in as_completed(futures):
                 job = futures[future]
-                result = future.result()  # raises the job's own error once its retries are spent
-                on_progress(len(getattr(job, "paths", ())) or 1)
+                try:
+                    result = future.result()  # raises the job's own error once its retries are spent
+                except BuildError as exc:
+                    if str(exc).startswith("cannot write shard") and "must be storage" not in str(exc):
+                        raise BuildError(
+                            f"{exc} (on a dask worker: --out must be storage that every worker and this "
+                            "process share, or a URL)"
+                        ) from None
+                    raise
+                except CachekitError:
+                    raise
+                except Exception as exc:
+                    text = " ".join(str(exc).split())[:300]
+                    raise BuildError(f"dask: {_describe(job)} failed: {type(exc).__name__}: {text}") from None
+                progress.set(job.index, len(getattr(job, "paths", ())) or 1)
                 yield job, result
         finally:
             client.cancel(list(futures))
     finally:
+        with contextlib.suppress(Exception):
+            client.unsubscribe_topic(topic)
         client.close()
         if cluster is not None:
             cluster.close()
@@ -182,6 +177,4 @@ def run_jobs(
         return _run_dask(fn, jobs, workers, on_progress, **options)
     if options:
         raise UsageError(f"the local executor takes no options ({', '.join(options)})")
-    if workers <= 1 or len(jobs) <= 1:
-        return _run_inline(fn, jobs, on_progress)
-    return _run_pool(fn, jobs, min(workers, len(jobs)), on_progress)
+    return _run_local(fn, jobs, workers, on_progress)

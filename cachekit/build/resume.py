@@ -1,21 +1,33 @@
-"""What a build finds in ``--out`` and leaves there: a finished cache, an interrupted build's records.
+"""An unfinished build's records in ``--out``, so that re-running the same command resumes it.
 
-A build records each finished shard in ``PARTIAL_DIR`` (a small JSON sidecar) so that a re-run of
-the same command resumes; a folder holding anything else needs ``--overwrite``. Only cachekit's own
-files (``shard-*`` and hidden ``*.tmp``) are ever deleted.
+Before its first shard job a build writes ``PARTIAL_DIR/state.json``: its fingerprint and every
+shard it plans. Each finished shard then gets a small JSON sidecar (its ``ShardInfo`` and skips).
+A re-run with the same fingerprint reuses the finished shards; a build of other options (with
+``--overwrite``) removes the planned shards no manifest references: they are recorded, hence ours.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
-from ..constants import LOCK_NAME, MANIFEST_NAME, PARTIAL_DIR
-from ..errors import CacheError, UsageError
-from ..store.location import Location
-from ..store.manifest import Manifest, ShardInfo, SkippedInput, parse_manifest
+from ..constants import MANIFEST_NAME, PARTIAL_DIR
+from ..errors import BuildError, CacheError
+from ..store.location import Location, write_failure
+from ..store.manifest import Manifest, ShardInfo, SkippedInput, check_shard_name, json_text, parse_manifest
 from .shardjob import ShardResult
 
-__all__ = ["reusable", "read_sidecars", "write_sidecar", "existing_cache", "remove_unreferenced", "check_out"]
+__all__ = ["Partial", "read_partial", "start_partial", "write_sidecar", "existing_cache", "reusable"]
+
+
+@dataclass(frozen=True)
+class Partial:
+    """What an unfinished build recorded: its fingerprint, its planned shards, the finished ones."""
+
+    fingerprint: str
+    planned: tuple[str, ...]
+    finished: dict[str, tuple[ShardInfo, tuple[SkippedInput, ...]]]
+    layout: dict | None = None  # {"order": ..., "shard_size": ...} it planned with
 
 
 def reusable(out: Location, info: ShardInfo | None, verify: bool) -> bool:
@@ -25,21 +37,21 @@ def reusable(out: Location, info: ShardInfo | None, verify: bool) -> bool:
     return not verify or out.sha256(info.file) == info.sha256
 
 
-def read_sidecars(
-    out: Location, fingerprint: str
-) -> dict[str, tuple[ShardInfo, tuple[SkippedInput, ...]]] | None:
-    """Finished shards recorded by an interrupted build with the same fingerprint.
-
-    None when ``out`` records no interrupted build of this fingerprint; an empty dict when one was
-    interrupted before it finished any shard (it still resumes, into the same folder).
-    """
+def read_partial(out: Location) -> Partial | None:
+    """The records of an unfinished build in ``out``, or None when there are none."""
     try:
         state = json.loads(out.read_text(f"{PARTIAL_DIR}/state.json") or "")
     except ValueError:
         return None
-    if not isinstance(state, dict) or state.get("fingerprint") != fingerprint:
+    if not isinstance(state, dict) or not isinstance(state.get("fingerprint"), str):
         return None
-    found = {}
+    planned = []
+    for name in state.get("planned") or []:
+        try:
+            planned.append(check_shard_name(name))
+        except CacheError:
+            continue
+    finished = {}
     for name in out.names(PARTIAL_DIR):
         if name == "state.json" or not name.endswith(".json"):
             continue
@@ -49,46 +61,38 @@ def read_sidecars(
             skipped = tuple(SkippedInput.from_json(s, name) for s in obj["skipped"])
         except (ValueError, KeyError, TypeError, CacheError):
             continue
-        found[info.file] = (info, skipped)
-    return found
+        if info.file in planned:
+            finished[info.file] = (info, skipped)
+    layout = state.get("layout") if isinstance(state.get("layout"), dict) else None
+    return Partial(state["fingerprint"], tuple(planned), finished, layout)
+
+
+def start_partial(out: Location, fingerprint: str, planned: list[str], layout: dict | None = None) -> None:
+    """Record, before any shard is written, that this build plans ``planned`` (cut with ``layout``)."""
+    state = {"fingerprint": fingerprint, "planned": planned}
+    if layout is not None:
+        state["layout"] = layout
+    try:
+        out.mkdir(PARTIAL_DIR)
+        out.write_text(f"{PARTIAL_DIR}/state.json", json_text(state))
+    except OSError as exc:
+        raise BuildError(f"cannot write to {out.url}: {write_failure(exc)}") from None
 
 
 def write_sidecar(out: Location, result: ShardResult) -> None:
     obj = {"info": result.info.to_json(), "skipped": [s.to_json() for s in result.skipped]}
-    out.write_text(f"{PARTIAL_DIR}/{result.info.file}.json", json.dumps(obj))
+    try:
+        out.write_text(f"{PARTIAL_DIR}/{result.info.file}.json", json_text(obj))
+    except OSError as exc:
+        raise BuildError(f"cannot write to {out.url}: {write_failure(exc)}") from None
 
 
-def existing_cache(out: Location) -> Manifest | None:
+def existing_cache(out: Location) -> tuple[Manifest | None, str | None]:
+    """The cache in ``out``: its manifest if it validates, and the manifest's text (or None)."""
     text = out.read_text(MANIFEST_NAME)
     if text is None:
-        return None
+        return None, None
     try:
-        return parse_manifest(text, f"{out.url}/{MANIFEST_NAME}")
+        return parse_manifest(text, f"{out.url}/{MANIFEST_NAME}"), text
     except CacheError:
-        return None
-
-
-def _is_ours(name: str) -> bool:
-    return name.startswith("shard-") or (name.startswith(".") and name.endswith(".tmp"))
-
-
-def remove_unreferenced(out: Location, manifest: Manifest | None) -> None:
-    """Delete cachekit's own files that ``manifest`` does not reference (never a user's files)."""
-    keep = {s.file for s in manifest.shards} if manifest is not None else set()
-    for name in out.names():
-        if _is_ours(name) and name not in keep:
-            out.remove(name)
-    out.remove(PARTIAL_DIR)
-
-
-def check_out(out: Location, config, previous: Manifest | None, resumable: bool) -> None:
-    """Refuse an ``--out`` that holds something this build may not replace (``config``: a BuildConfig)."""
-    if not out.exists():
-        return
-    contents = [name for name in out.names() if name != LOCK_NAME]
-    if not contents or config.overwrite or resumable or (config.update and previous is not None):
-        return
-    if config.update:
-        raise UsageError(f"--update: {out.url} holds no valid cache to update (use --overwrite to rebuild)")
-    what = "a different cache" if previous is not None else "files that are not this build's"
-    raise UsageError(f"--out {out.url} is not empty (it holds {what}); pass --overwrite to replace it")
+        return None, text

@@ -1,21 +1,31 @@
-"""Discovering raw datasets: ImageFolder layout, a flat folder, or a labels CSV; stable sorted order."""
+"""Discovering raw datasets: ImageFolder layout, a flat folder, or a labels CSV; regular files only.
+
+Discovery never hangs and never loops: only regular files become inputs (a FIFO, a device or a
+dangling link is reported, never opened), a symlinked folder is followed once and a link back to
+a folder already walked or to an ancestor of the raw root is reported as a loop, not followed.
+Paths are POSIX strings relative to the root; a file name that is not UTF-8 keeps its bytes as
+lone surrogates (``os.fsdecode``), so it round-trips through the manifest unchanged.
+"""
 
 from __future__ import annotations
 
 import csv
+import errno
 import hashlib
 import os
-from dataclasses import dataclass
+import stat
+from collections import Counter
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
 import numpy as np
 
-from ..constants import IMAGE_EXTENSIONS
+from ..constants import IMAGE_EXTENSIONS, UNREAD_IMAGE_EXTENSIONS
 from ..errors import UsageError
 from ..store.remote import filesystem, is_url
 
-__all__ = ["Source", "discover", "inputs_digest", "is_image_name", "path_key"]
+__all__ = ["Source", "discover", "inputs_digest", "is_image_name", "path_key", "path_bytes"]
 
 
 def path_key(path: str) -> tuple[str, ...]:
@@ -23,81 +33,175 @@ def path_key(path: str) -> tuple[str, ...]:
     return tuple(path.split("/"))
 
 
+def path_bytes(path: str) -> bytes:
+    """The file-name bytes of a discovered path (UTF-8, or the original bytes of a non-UTF-8 name)."""
+    return path.encode("utf-8", "surrogateescape")
+
+
 def is_image_name(name: str) -> bool:
     """True for file names with a recognised image extension, in any case."""
     return os.path.splitext(name)[1].lower() in IMAGE_EXTENSIONS
 
 
+def _unread_extension(name: str) -> str | None:
+    ext = os.path.splitext(name)[1].lower()
+    return ext if ext in UNREAD_IMAGE_EXTENSIONS else None
+
+
 @dataclass(frozen=True)
 class Source:
-    """The inputs of a build, in their stable order.
+    """The inputs of a build, in their stable (sorted) order.
 
     ``paths`` are POSIX paths relative to ``root``; the numeric columns are numpy arrays. Shard jobs
-    receive only their own slice of the table.
+    receive only their own rows of the table. ``ignored`` lists what was found but cannot be an
+    input, with the reason; ``unread`` counts files with image extensions cachekit does not read.
     """
 
     root: Path | str  # a folder, or an fsspec URL
     layout: str  # "imagefolder" | "flat" | "csv"
     paths: tuple[str, ...]
     labels: np.ndarray  # int64, -1 when unlabelled
-    sizes: np.ndarray  # int64 bytes (-1 when stat failed)
+    sizes: np.ndarray  # int64 bytes
     mtimes: np.ndarray  # int64 ns
     classes: tuple[str, ...]
     ignored: tuple[tuple[str, str], ...] = ()  # (path, reason) found but not usable as inputs
+    unread: dict[str, int] = field(default_factory=dict)  # extension -> files of it not read
 
     def __len__(self) -> int:
         return len(self.paths)
 
-    def digest(self, start: int = 0, stop: int | None = None) -> str:
-        """sha256 over (path, size, mtime, label) of inputs[start:stop]: changes iff those inputs do."""
-        return inputs_digest(self, start, len(self) if stop is None else stop)
+    def digest(self, rows: np.ndarray | range | None = None) -> str:
+        """sha256 over (path, size, mtime, label) of the given rows, in order: changes iff they do."""
+        return inputs_digest(self, range(len(self)) if rows is None else rows)
 
 
-def inputs_digest(source: Source, start: int, stop: int) -> str:
+def inputs_digest(source: Source, rows) -> str:
     h = hashlib.sha256()
-    for i in range(start, stop):
-        h.update(f"{source.paths[i]}\0{source.sizes[i]}\0{source.mtimes[i]}\0{source.labels[i]}\n".encode())
+    for i in rows:
+        h.update(path_bytes(source.paths[i]))
+        h.update(f"\0{source.sizes[i]}\0{source.mtimes[i]}\0{source.labels[i]}\n".encode())
     return h.hexdigest()
 
 
-def _stat(path: Path) -> tuple[int, int]:
-    try:
-        st = path.stat()
-    except OSError:
+@dataclass
+class _Walk:
+    """What a walk of a local tree found: inputs with their stat, and what it left out."""
+
+    files: list[tuple[str, int, int]] = field(default_factory=list)  # (rel, size, mtime_ns)
+    ignored: list[tuple[str, str]] = field(default_factory=list)
+    unread: Counter = field(default_factory=Counter)
+    visited: set[tuple[int, int]] = field(default_factory=set)
+
+
+def _file_problem(st: os.stat_result) -> str | None:
+    if stat.S_ISREG(st.st_mode):
+        return None
+    kind = (
+        "a FIFO"
+        if stat.S_ISFIFO(st.st_mode)
+        else "a device"
+        if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)
+        else "a socket"
+        if stat.S_ISSOCK(st.st_mode)
+        else "a folder"
+        if stat.S_ISDIR(st.st_mode)
+        else "not a file"
+    )
+    return f"not a regular file ({kind})"
+
+
+def _stat_problem(exc: OSError) -> str:
+    if exc.errno == errno.ELOOP:
+        return "symlink loop"
+    if exc.errno == errno.ENOENT:
+        return "unreadable: dangling symlink"
+    return f"unreadable: {exc.strerror or exc}"
+
+
+def _walk(root: Path, top_rel: str, found: _Walk) -> None:
+    """Add the image files below ``root/top_rel`` to ``found``; every real folder is walked once.
+
+    A symlinked folder is followed when it leads out of RAW (data kept on another disk), never
+    when it leads back into RAW (those files are found where they are) or to a folder holding
+    RAW (``ln -s /``), and an outside folder reached by two links is walked once.
+    """
+    real_root = os.path.realpath(root)
+    stack = [top_rel]
+    while stack:
+        rel = stack.pop()
+        folder = root / rel if rel else root
         try:
-            st = path.lstat()
-        except OSError:
-            return -1, -1
-    return st.st_size, st.st_mtime_ns
+            st = folder.stat()
+        except OSError as exc:
+            found.ignored.append((rel, _stat_problem(exc)))
+            continue
+        if rel and folder.is_symlink():
+            target = os.path.realpath(folder)
+            if target == real_root or target.startswith(real_root.rstrip(os.sep) + os.sep):
+                found.ignored.append(
+                    (rel, "symlink back into RAW (its files are found where they are), not followed")
+                )
+                continue
+            if real_root.startswith(target.rstrip(os.sep) + os.sep):
+                found.ignored.append((rel, "symlink loop (links to a folder that holds RAW), not followed"))
+                continue
+        ident = (st.st_dev, st.st_ino)
+        if ident in found.visited:
+            found.ignored.append((rel, "symlink to a folder already walked, not followed"))
+            continue
+        found.visited.add(ident)
+        try:
+            entries = sorted(os.scandir(folder), key=lambda e: e.name)
+        except OSError as exc:
+            found.ignored.append((rel or ".", f"unreadable folder: {exc.strerror or exc}"))
+            continue
+        subdirs = []
+        for entry in entries:
+            if entry.name.startswith("."):
+                continue
+            child = f"{rel}/{entry.name}" if rel else entry.name
+            try:
+                is_dir = entry.is_dir()  # follows symlinks
+            except OSError:
+                is_dir = False
+            if is_dir:
+                subdirs.append(child)
+                continue
+            if not is_image_name(entry.name):
+                ext = _unread_extension(entry.name)
+                if ext is not None:
+                    found.unread[ext] += 1
+                continue
+            try:
+                st = entry.stat()  # follows symlinks: a link to /dev/zero is a device
+            except OSError as exc:
+                found.ignored.append((child, _stat_problem(exc)))
+                continue
+            problem = _file_problem(st)
+            if problem is not None:
+                found.ignored.append((child, problem))
+            else:
+                found.files.append((child, st.st_size, st.st_mtime_ns))
+        stack.extend(reversed(subdirs))
 
 
-def _walk_images(top: Path) -> list[str]:
-    """Image files below ``top`` as sorted POSIX paths relative to ``top`` (symlinks included)."""
-    found = []
-    for dirpath, dirnames, filenames in os.walk(top, followlinks=True):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-        rel = Path(dirpath).relative_to(top)
-        for name in filenames:
-            if is_image_name(name) and not name.startswith("."):
-                found.append((rel / name).as_posix())
-    return sorted(found, key=path_key)
-
-
-def _table(root, layout: str, rows: list[tuple[str, int]], classes, ignored, stat=None) -> Source:
-    stats = [(stat or (lambda p: _stat(root / p)))(p) for p, _ in rows]
+def _table(root, layout: str, rows: list[tuple[str, int, int, int]], classes, ignored, unread) -> Source:
+    """A Source from ``(path, label, size, mtime_ns)`` rows."""
     return Source(
         root=root,
         layout=layout,
-        paths=tuple(p for p, _ in rows),
-        labels=np.array([lab for _, lab in rows], dtype=np.int64),
-        sizes=np.array([s for s, _ in stats], dtype=np.int64),
-        mtimes=np.array([m for _, m in stats], dtype=np.int64),
+        paths=tuple(r[0] for r in rows),
+        labels=np.array([r[1] for r in rows], dtype=np.int64),
+        sizes=np.array([r[2] for r in rows], dtype=np.int64),
+        mtimes=np.array([r[3] for r in rows], dtype=np.int64),
         classes=tuple(classes),
         ignored=tuple(ignored),
+        unread=dict(sorted(unread.items())),
     )
 
 
-def _read_labels_csv(root, labels_csv: Path, stat=None) -> Source:
+def _read_labels_csv(root, labels_csv: Path) -> tuple[list[tuple[str, int]], list[str]]:
+    """``(path, label)`` rows of a labels CSV, sorted by path, and the class names."""
     if not labels_csv.is_file():
         raise UsageError(f"labels file {labels_csv} does not exist")
     with open(labels_csv, newline="", encoding="utf-8-sig") as fh:
@@ -124,13 +228,27 @@ def _read_labels_csv(root, labels_csv: Path, stat=None) -> Source:
         ints = [int(v) for v in values]
         if min(ints) < -1:
             raise UsageError(f"{labels_csv}: integer labels must be >= -1")
-        classes = [str(i) for i in range(max(ints) + 1)]
-        labels = ints
-    else:
-        classes = sorted(set(values))
-        index = {c: i for i, c in enumerate(classes)}
-        labels = [index[v] for v in values]
-    return _table(root, "csv", list(zip(names, labels)), classes, (), stat)
+        return list(zip(names, ints)), [str(i) for i in range(max(ints) + 1)]
+    classes = sorted(set(values))
+    index = {c: i for i, c in enumerate(classes)}
+    return [(p, index[v]) for p, v in zip(names, values)], classes
+
+
+def _csv_source(root: Path, labels_csv: Path) -> Source:
+    pairs, classes = _read_labels_csv(root, labels_csv)
+    rows, ignored = [], []
+    for rel, label in pairs:
+        try:
+            st = (root / rel).stat()
+        except OSError as exc:
+            ignored.append((rel, _stat_problem(exc)))
+            continue
+        problem = _file_problem(st)
+        if problem is not None:
+            ignored.append((rel, problem))
+        else:
+            rows.append((rel, label, st.st_size, st.st_mtime_ns))
+    return _table(root, "csv", rows, classes, ignored, {})
 
 
 def discover(root: str | os.PathLike, labels_csv: str | os.PathLike | None = None) -> Source:
@@ -149,29 +267,57 @@ def discover(root: str | os.PathLike, labels_csv: str | os.PathLike | None = Non
     if not root.is_dir():
         raise UsageError(f"{root} is not a folder")
     if labels_csv is not None:
-        source = _read_labels_csv(root, Path(labels_csv))
-    else:
-        subdirs = sorted(e.name for e in os.scandir(root) if e.is_dir() and not e.name.startswith("."))
-        per_class = {d: _walk_images(root / d) for d in subdirs}
-        classes = [d for d in subdirs if per_class[d]]
-        if classes:
-            rows = [(f"{c}/{rel}", label) for label, c in enumerate(classes) for rel in per_class[c]]
-            ignored = [
-                (e.name, "outside any class folder")
-                for e in sorted(os.scandir(root), key=lambda e: e.name)
-                if not e.is_dir() and is_image_name(e.name)
-            ]
-            source = _table(root, "imagefolder", rows, classes, ignored)
-        else:
-            rows = [(rel, -1) for rel in _walk_images(root)]
-            source = _table(root, "flat", rows, (), ())
-    return _nonempty(source)
+        return _nonempty(_csv_source(root, Path(labels_csv)))
+    try:
+        top = sorted(os.scandir(root), key=lambda e: e.name)
+    except OSError as exc:
+        raise UsageError(f"{root} cannot be listed: {exc.strerror}") from None
+    subdirs = [e.name for e in top if not e.name.startswith(".") and _is_dir(e)]
+    per_class, visited = {}, {(st.st_dev, st.st_ino) for st in [root.stat()]}
+    for d in subdirs:
+        walk = _Walk(visited=visited)  # shared: a real folder belongs to one class only
+        _walk(root, d, walk)
+        per_class[d] = walk
+    classes = [d for d in subdirs if per_class[d].files]
+    ignored: list[tuple[str, str]] = []
+    unread: Counter = Counter()
+    for walk in per_class.values():
+        ignored += walk.ignored
+        unread += walk.unread
+    if classes:
+        rows = [
+            (rel, label, size, mtime)
+            for label, c in enumerate(classes)
+            for rel, size, mtime in per_class[c].files
+        ]
+        ignored += [
+            (e.name, "outside any class folder") for e in top if not _is_dir(e) and is_image_name(e.name)
+        ]
+        unread += Counter(ext for e in top if not _is_dir(e) and (ext := _unread_extension(e.name)))
+        rows.sort(key=lambda r: path_key(r[0]))
+        return _nonempty(_table(root, "imagefolder", rows, classes, sorted(ignored), unread))
+    walk = _Walk()
+    _walk(root, "", walk)
+    rows = sorted(((rel, -1, size, mtime) for rel, size, mtime in walk.files), key=lambda r: path_key(r[0]))
+    return _nonempty(_table(root, "flat", rows, (), sorted(walk.ignored), walk.unread))
+
+
+def _is_dir(entry: os.DirEntry) -> bool:
+    try:
+        return entry.is_dir()
+    except OSError:
+        return False
 
 
 def _nonempty(source: Source) -> Source:
     if len(source) == 0:
         exts = " ".join(IMAGE_EXTENSIONS)
-        raise UsageError(f"{source.root} holds no images (looked for {exts}, any case)")
+        unread = (
+            f"; found only {', '.join(f'{n} {ext}' for ext, n in source.unread.items())}, which cachekit does not read"
+            if source.unread
+            else ""
+        )
+        raise UsageError(f"{source.root} holds no images (looked for {exts}, any case){unread}")
     return source
 
 
@@ -202,18 +348,19 @@ def _discover_remote(url: str, labels_csv: str | os.PathLike | None) -> Source:
         if not rel or info.get("type") == "directory" or any(p.startswith(".") for p in rel.split("/")):
             continue
         files[rel] = (int(info.get("size") or 0), _mtime_ns(info))
-
-    def stat(rel: str) -> tuple[int, int]:
-        return files.get(rel, (-1, -1))
+    unread = Counter(ext for r in files if (ext := _unread_extension(r)))
 
     if labels_csv is not None:
-        return _nonempty(_read_labels_csv(url, Path(labels_csv), stat))
+        pairs, classes = _read_labels_csv(url, Path(labels_csv))
+        rows = [(p, lab, *files[p]) for p, lab in pairs if p in files]
+        ignored = [(p, "unreadable: not found") for p, _ in pairs if p not in files]
+        return _nonempty(_table(url, "csv", rows, classes, ignored, {}))
     images = sorted((r for r in files if is_image_name(r)), key=path_key)
     nested = [r for r in images if "/" in r]
     if nested:
         classes = sorted({r.split("/", 1)[0] for r in nested})
         index = {c: i for i, c in enumerate(classes)}
-        rows = [(r, index[r.split("/", 1)[0]]) for r in nested]
+        rows = [(r, index[r.split("/", 1)[0]], *files[r]) for r in nested]
         ignored = [(r, "outside any class folder") for r in images if "/" not in r]
-        return _nonempty(_table(url, "imagefolder", rows, classes, ignored, stat))
-    return _nonempty(_table(url, "flat", [(r, -1) for r in images], (), (), stat))
+        return _nonempty(_table(url, "imagefolder", rows, classes, ignored, unread))
+    return _nonempty(_table(url, "flat", [(r, -1, *files[r]) for r in images], (), (), unread))

@@ -124,6 +124,12 @@ class CachedDataset(Dataset):
         return len(self.manifest.shards)
 
     @property
+    def shards_mixed(self) -> bool:
+        """True when the build spread inputs over the shards in a seeded random order (``--order
+        shuffled``): every shard holds a sample of every class, so a shuffle may stay shard-local."""
+        return self.manifest.shards_mixed
+
+    @property
     def group_size(self) -> int:
         """Samples stored per input: the augmented variants of one image sit side by side."""
         augment = self.manifest.pipeline.get("augment")
@@ -260,6 +266,20 @@ class CachedDataset(Dataset):
         local = idx - self.shard_offsets[shards[0]]
         with self._reader(int(shards[0])) as reader:
             return {name: np.array(reader.column(name, local)[0]) for name in self.manifest.sample.extras}
+
+    def source(self, index: int) -> str:
+        """The path sample ``index`` was built from, relative to the raw folder (``/``-separated).
+
+        A file name that is not UTF-8 comes back as ``os.fsdecode`` gives it (its bytes kept as
+        lone surrogates), so ``os.path.join(raw, ds.source(i))`` opens that very file.
+        """
+        from ..store.sourcecol import source_at
+
+        idx, shards = self._locate([index])
+        shard = int(shards[0])
+        info = self.manifest.shards[shard]
+        with self._reader(shard) as reader:
+            return source_at(reader.column, int(idx[0] - self.shard_offsets[shard]), info.samples, info.file)
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, Any]:
         if isinstance(index, (bool, np.bool_)) or not isinstance(index, (int, np.integer)):

@@ -56,6 +56,24 @@ OPS: dict[str, OpDef] = {
     ),
 }
 
+
+def _shorter_hw(h: int, w: int, size: int, **_: Any) -> tuple[int, int]:
+    return (size, max(1, int(size * w / h))) if h <= w else (max(1, int(size * h / w)), size)
+
+
+def _longer_hw(h: int, w: int, size: int, **_: Any) -> tuple[int, int]:
+    scale = size / max(h, w)
+    return max(1, round(h * scale)), max(1, round(w * scale))
+
+
+#: Each op's output (height, width) for an input's: what ``Pipeline.peak_pixels`` follows.
+_OUTPUT_HW: dict[str, Callable[..., tuple[int, int]]] = {
+    "resize_shorter": _shorter_hw,
+    "resize_longer": _longer_hw,
+    "center_crop": lambda h, w, size, **_: (size, size),
+    "letterbox": lambda h, w, size, **_: (size, size),
+}
+
 _SIZE_EXPR = re.compile(r"^size(?:\*(\d+(?:\.\d+)?))?(?:/(\d+(?:\.\d+)?))?$")
 
 
@@ -88,6 +106,18 @@ class Pipeline:
             "size": self.size,
             "steps": [{"op": s.op, **s.params} for s in self.steps],
         }
+
+    def peak_pixels(self, height: int, width: int) -> int:
+        """The most pixels any image has while the recipe runs on a ``height`` x ``width`` input.
+
+        Known from the sizes alone, so a build refuses an input whose intermediate image would be
+        huge (a 65000 x 1 PNG resized to a shorter side of 256) before decoding it.
+        """
+        peak, (h, w) = height * width, (height, width)
+        for step in self.steps:
+            h, w = _OUTPUT_HW[step.op](h, w, **step.params)
+            peak = max(peak, h * w)
+        return peak
 
     def apply(self, img: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """Run the steps on one decoded RGB image; return the image and its extras."""

@@ -10,6 +10,7 @@ manifest is there and validates.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import os
 import tempfile
@@ -23,9 +24,18 @@ from .lock import BuildLock
 from .manifest import Manifest, parse_manifest, read_local_manifest
 from .remote import filesystem, is_url
 
-__all__ = ["Location", "LocalLocation", "RemoteLocation", "open_location", "read_manifest"]
+__all__ = ["Location", "LocalLocation", "RemoteLocation", "open_location", "read_manifest", "write_failure"]
 
 _CHUNK = 4 * 1024 * 1024
+
+
+def write_failure(exc: BaseException) -> str:
+    """Why a write failed, in words: "disk full" for ENOSPC (and a quota), else the OS's message."""
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return "disk full" if exc.errno == errno.ENOSPC else "disk quota exceeded"
+    if isinstance(exc, OSError):
+        return exc.strerror or str(exc)
+    return " ".join(str(exc).split())[:200] or type(exc).__name__
 
 
 class Location:
@@ -63,7 +73,7 @@ class LocalLocation(Location):
         try:
             (self.path / sub).mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise BuildError(f"cannot create {self.path / sub}: {exc.strerror}") from None
+            raise BuildError(f"cannot create {self.path / sub}: {write_failure(exc)}") from None
 
     def size(self, name: str) -> int | None:
         try:
@@ -81,7 +91,10 @@ class LocalLocation(Location):
             return None
 
     def write_text(self, name: str, text: str) -> None:
-        commit_file(self.path / name, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+        try:
+            commit_file(self.path / name, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+        except OSError as exc:
+            raise BuildError(f"cannot write {self.path / name}: {write_failure(exc)}") from None
 
     def commit(self, name: str, write: Callable[[Path], None]) -> tuple[int, str]:
         return commit_file(self.path / name, write)

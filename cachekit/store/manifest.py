@@ -44,6 +44,8 @@ __all__ = [
     "parse_manifest",
     "write_manifest",
     "manifest_text",
+    "json_text",
+    "ORDERS",
     "check_shard_name",
     "check_plain_tree",
     "shard_path",
@@ -57,7 +59,16 @@ _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 #: a shard from another one swapped in under its name without hashing it (see formats/base.py).
 SHARD_NAME_COLUMN = "shard_name"
 #: Columns a shard stores besides the per-sample extras; no extra may take one of these names.
-_RESERVED_COLUMNS = {"images", "labels", "image_bytes", "image_offsets", "image_shape", SHARD_NAME_COLUMN}
+_RESERVED_COLUMNS = {
+    "images",
+    "labels",
+    "image_bytes",
+    "image_offsets",
+    "image_shape",
+    "source_bytes",  # each sample's source path (store/sourcecol.py)
+    "source_offsets",
+    SHARD_NAME_COLUMN,
+}
 
 # -- tiny typed readers: each raises CacheError naming the field -------------------------------
 
@@ -243,17 +254,50 @@ class ShardInfo:
 
 @dataclass(frozen=True)
 class SkippedInput:
-    """A raw input left out of the cache, with the reason (path relative to the raw root)."""
+    """A raw input left out of the cache, with the reason (path relative to the raw root).
+
+    ``retry``: the input could not be read (an I/O error, not bad content), so the next build
+    tries it again instead of reusing the shard that left it out.
+    """
 
     path: str
     reason: str
+    retry: bool = False
 
     def to_json(self) -> dict:
-        return {"path": self.path, "reason": self.reason}
+        out = {"path": self.path, "reason": self.reason}
+        if self.retry:
+            out["retry"] = True
+        return out
 
     @classmethod
     def from_json(cls, obj: Any, where: str) -> SkippedInput:
-        return cls(path=_str(obj, "path", where), reason=_str(obj, "reason", where))
+        retry = obj.get("retry", False) if isinstance(obj, dict) else False
+        if not isinstance(retry, bool):
+            raise CacheError(f"{where}.retry: expected true or false, got {retry!r}")
+        return cls(path=_str(obj, "path", where), reason=_str(obj, "reason", where), retry=retry)
+
+
+#: Orders a build writes its inputs in (``--order``).
+ORDERS = ("shuffled", "sorted")
+
+
+def _order(obj: Any, where: str) -> dict:
+    """The ``order`` object: ``{"kind": "shuffled", "seed": S, "shards": B}`` or ``{"kind": "sorted"}``."""
+    kind = _get(obj, "kind", where)
+    if kind not in ORDERS:
+        raise CacheError(f"{where}.kind: expected one of {', '.join(ORDERS)}, got {short(kind)}")
+    if kind == "sorted":
+        return {"kind": kind}
+    seed = _get(obj, "seed", where)
+    if isinstance(seed, bool) or not isinstance(seed, int) or abs(seed) > MAX_INT:
+        raise CacheError(f"{where}.seed: expected an integer, got {short(seed)}")
+    return {"kind": kind, "seed": seed, "shards": _int(obj, "shards", where, minimum=1, maximum=MAX_SAMPLES)}
+
+
+def _limits(obj: Any, where: str) -> dict:
+    """The ``limits`` object: ``{"max_pixels": N}`` (0: no limit)."""
+    return {"max_pixels": _int(obj, "max_pixels", where)}
 
 
 @dataclass(frozen=True)
@@ -271,6 +315,8 @@ class Manifest:
     skipped: tuple[SkippedInput, ...] = ()
     format_options: dict = field(default_factory=dict)
     source: dict = field(default_factory=dict)
+    order: dict = field(default_factory=lambda: {"kind": "sorted"})
+    limits: dict = field(default_factory=lambda: {"max_pixels": 0})
     created: str = ""
     cachekit_version: str = VERSION
     format_version: int = MANIFEST_VERSION
@@ -282,6 +328,14 @@ class Manifest:
     @property
     def total_bytes(self) -> int:
         return sum(s.bytes for s in self.shards)
+
+    @property
+    def shards_mixed(self) -> bool:
+        """True when inputs were spread over the shards in a seeded random order (``--order shuffled``).
+
+        Each shard then holds a sample of every class; a sorted cache's shards follow the folders.
+        """
+        return self.order.get("kind") == "shuffled"
 
     def with_shards(self, shards: tuple[ShardInfo, ...]) -> Manifest:
         return replace(self, shards=shards)
@@ -300,6 +354,8 @@ class Manifest:
             "classes": list(self.classes),
             "stats": {"mean": list(self.mean), "std": list(self.std)},
             "source": self.source,
+            "order": self.order,
+            "limits": self.limits,
             "shards": [s.to_json() for s in self.shards],
             "skipped": [s.to_json() for s in self.skipped],
         }
@@ -365,6 +421,8 @@ class Manifest:
             skipped=tuple(SkippedInput.from_json(s, f"{where}.skipped[{i}]") for i, s in enumerate(skipped)),
             format_options=obj["format_options"],
             source=obj["source"],
+            order=_order(_get(obj, "order", where), f"{where}.order"),
+            limits=_limits(_get(obj, "limits", where), f"{where}.limits"),
             created=_str(obj, "created", where),
             cachekit_version=_str(obj, "cachekit_version", where),
             format_version=version,
@@ -413,9 +471,24 @@ def read_local_manifest(cache_dir: str | os.PathLike) -> Manifest:
     return parse_manifest(text, str(path))
 
 
+#: Lone surrogates U+DC80..U+DCFF: how Python (``os.fsdecode``) carries file-name bytes that are not UTF-8.
+_ESCAPED_BYTE = re.compile("[\udc80-\udcff]")
+
+
+def json_text(obj: Any, **kwargs: Any) -> str:
+    """JSON text that is valid UTF-8 even for file names that are not.
+
+    Such a name's undecodable bytes reach Python as lone surrogates (``os.fsdecode``); each is
+    written as its ``\\udcXX`` escape, which ``json.loads`` turns back into the same surrogate,
+    so ``os.fsencode`` of the path read back gives the file name's original bytes.
+    """
+    text = json.dumps(obj, ensure_ascii=False, **kwargs)
+    return _ESCAPED_BYTE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
 def manifest_text(manifest: Manifest) -> str:
     """The ``manifest.json`` text of ``manifest``."""
-    return json.dumps(manifest.to_json(), indent=1, ensure_ascii=False) + "\n"
+    return json_text(manifest.to_json(), indent=1) + "\n"
 
 
 def write_manifest(cache_dir: str | os.PathLike, manifest: Manifest) -> Path:

@@ -42,7 +42,12 @@ def describe(m: Manifest) -> str:
             else f"sample:    uint8 [{c}, {h}, {w}] RGB, channels first ({human_bytes(m.sample.nbytes)} each)"
         ),
         f"format:    {m.format} ({', '.join(f'{k}={v}' for k, v in sorted(m.format_options.items()))})",
-        f"shards:    {len(m.shards)}, {human_bytes(m.total_bytes)} in all",
+        f"shards:    {len(m.shards)}, {human_bytes(m.total_bytes)} in all; "
+        + (
+            f"inputs mixed over them (seed {m.order.get('seed')})"
+            if m.shards_mixed
+            else "inputs in path order (--order sorted)"
+        ),
         f"pipeline:  {m.pipeline.get('name')}: {steps or 'no steps'}",
         f"classes:   {classes or '(unlabelled)'}",
         "mean/std:  "

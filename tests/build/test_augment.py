@@ -18,6 +18,7 @@ from cachekit import (
     read_manifest,
 )
 from cachekit.build.augment import AugmentConfig, variant_params
+from cachekit.build.order import input_key
 from cachekit.image import ops
 from cachekit.tools.synthetic import synthetic_image
 
@@ -36,6 +37,13 @@ def augmented(small_tree, tmp_path_factory):
     return out
 
 
+def _by_source(cache):
+    """(source path, variant) -> (image, label) of every sample."""
+    ds = CachedDataset(cache)
+    images, labels = ds.read_batch(np.arange(len(ds)))
+    return {(ds.source(i), int(ds.extras(i)["variant"])): (images[i], int(labels[i])) for i in range(len(ds))}
+
+
 def _all(cache):
     ds = CachedDataset(cache)
     return ds.read_batch(np.arange(len(ds)))
@@ -49,18 +57,22 @@ def test_variants_are_stored_side_by_side_with_their_source(augmented):
     assert m.pipeline["augment"]["rotate"] == 10
     images, labels = _all(augmented)
     for i in range(0, len(ds), 7):
-        extras = ds.extras(i)
-        assert int(extras["source_index"]) == i // K and int(extras["variant"]) == i % K
-        assert labels[i] == labels[(i // K) * K]  # every variant keeps its input's label
+        extras, first = ds.extras(i), (i // K) * K
+        assert int(extras["variant"]) == i % K
+        assert int(extras["input_key"]) == int(ds.extras(first)["input_key"]) == input_key(ds.source(i))
+        assert ds.source(i) == ds.source(first)
+        assert labels[i] == labels[first]  # every variant keeps its input's label
     first = images[0:K]
     assert not torch.equal(first[0], first[1]) and not torch.equal(first[1], first[2])
 
 
 def test_same_seed_reproduces_byte_for_byte_and_another_seed_differs(small_tree, augmented, tmp_path):
     # another worker count and another shard layout: the samples are the same
+    # (another shard count puts inputs in other shards and another order, each with the same variants)
     _build(small_tree, tmp_path / "again", seed=11, shard_size=7, augment_rotate=10)
-    a, b = _all(augmented), _all(tmp_path / "again")
-    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    a, b = _by_source(augmented), _by_source(tmp_path / "again")
+    assert a.keys() == b.keys() and all(torch.equal(a[k][0], b[k][0]) and a[k][1] == b[k][1] for k in a)
+    a = _all(augmented)
     build(
         small_tree,
         tmp_path / "w2",

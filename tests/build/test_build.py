@@ -23,11 +23,18 @@ def mixed_cache(request, mixed_tree, tmp_path_factory):
     return out
 
 
+def _index(ds: CachedDataset) -> dict[str, int]:
+    """Source path -> sample index (inputs are in a seeded shuffled order)."""
+    return {ds.source(i): i for i in range(len(ds))}
+
+
 def test_every_sample_matches_the_opencv_reference(mixed_cache, mixed_tree):
     ds = CachedDataset(mixed_cache)
     assert len(ds) == len(GOOD_FILES)
-    for i, rel in enumerate(GOOD_FILES):
-        image, label = ds[i]
+    index = _index(ds)
+    assert sorted(index) == sorted(GOOD_FILES)
+    for rel in GOOD_FILES:
+        image, label = ds[index[rel]]
         assert image.dtype.is_floating_point is False and tuple(image.shape) == (3, 224, 224)
         expected = chw(classification(load_rgb(mixed_tree / rel)))
         diff = np.abs(image.numpy().astype(int) - expected.astype(int)).max()
@@ -38,7 +45,7 @@ def test_every_sample_matches_the_opencv_reference(mixed_cache, mixed_tree):
 
 def test_exif_orientation_is_applied(mixed_cache, mixed_tree):
     ds = CachedDataset(mixed_cache)
-    i = GOOD_FILES.index("dog/rotated.jpg")
+    i = _index(ds)["dog/rotated.jpg"]
     assert ds.extras(i)["orig_size"].tolist() == [240, 320]  # the upright size, not the stored 320x240
     upright = np.load(mixed_tree.parent / "dog_rotated.jpg.upright.npy")
     got = ds[i][0].numpy().astype(float)
@@ -73,7 +80,7 @@ def test_letterbox_records_scale_and_padding(mixed_tree, tmp_path):
     out = tmp_path / "lb"
     build(mixed_tree, out, BuildConfig(pipeline="letterbox-640", size=160, workers=1, progress=False))
     ds = CachedDataset(out)
-    for i, rel in enumerate(GOOD_FILES):
+    for rel, i in _index(ds).items():
         expected, scale, left, top = letterbox(load_rgb(mixed_tree / rel), 160)
         image, _ = ds[i]
         assert np.abs(image.numpy().astype(int) - chw(expected).astype(int)).max() <= 1, rel
@@ -118,7 +125,8 @@ def test_flat_folder_and_labels_csv(small_tree, tmp_path):
     build(flat, tmp_path / "c2", BuildConfig(size=32, labels=csv, workers=1, progress=False))
     ds = CachedDataset(tmp_path / "c2")
     assert ds.classes == ["ant", "zebra"]
-    assert [ds[i][1] for i in range(5)] == [0, 1, 0, 1, 0]
+    expected = {f.name: i % 2 for i, f in enumerate(files)}
+    assert {ds.source(i): ds[i][1] for i in range(5)} == expected
 
 
 def test_rerun_is_up_to_date_and_rewrites_nothing(small_tree, tmp_path):
@@ -132,21 +140,38 @@ def test_rerun_is_up_to_date_and_rewrites_nothing(small_tree, tmp_path):
 
 def test_overwrite_replaces_a_different_cache(small_tree, tmp_path):
     out = tmp_path / "c"
-    build(small_tree, out, BuildConfig(size=32, workers=1, progress=False))
-    build(small_tree, out, BuildConfig(size=40, format="hdf5", overwrite=True, workers=1, progress=False))
+    old = build(small_tree, out, BuildConfig(size=32, workers=1, progress=False)).manifest
+    result = build(
+        small_tree, out, BuildConfig(size=40, format="hdf5", overwrite=True, workers=1, progress=False)
+    )
     m = read_manifest(out)
     assert m.format == "hdf5" and m.sample.shape == (3, 40, 40)
+    # the old version's shards stay for its readers, recorded as retired, until a later build
+    assert result.retired == len(old.shards)
+    retired = json.loads((out / ".cachekit-retired.json").read_text())["files"]
+    assert sorted(retired) == sorted(s.file for s in old.shards)
+    assert sorted(p.name for p in out.glob("shard-*")) == sorted([*retired, *(s.file for s in m.shards)])
+    again = build(small_tree, out, BuildConfig(size=40, format="hdf5", grace=0, workers=1, progress=False))
+    assert again.status == "up to date" and again.removed == len(old.shards)
     assert sorted(p.name for p in out.glob("shard-*")) == sorted(s.file for s in m.shards)
+    assert not (out / ".cachekit-retired.json").exists()
 
 
 @pytest.mark.parametrize("compression", ["gzip", "lzf"])
 def test_compressed_hdf5_reads_the_same_pixels(small_tree, small_cache, tmp_path, compression):
     config = BuildConfig(
-        format="hdf5", compression=compression, size=32, shard_size=7, workers=1, progress=False
+        format="hdf5",
+        compression=compression,
+        size=32,
+        shard_size=7,
+        order="sorted",
+        workers=1,
+        progress=False,
     )
     build(small_tree, tmp_path / "c", config)
     packed, plain = CachedDataset(tmp_path / "c"), CachedDataset(small_cache)
-    assert packed._reader(0).image_array is None  # compressed chunks go through h5py, not the memory map
+    with packed._reader(0) as reader:
+        assert reader.image_array is None  # compressed chunks go through h5py, not the memory map
     order = [39, 0, 17, 17, 5, 22]
     for a, b in zip(packed.read_batch(order), plain.read_batch(order)):
         assert torch.equal(a, b)

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from cachekit import BuildConfig, build, read_manifest
+from cachekit import BuildConfig, BuildError, build, read_manifest
 from cachekit.tools.verify import verify
 
 distributed = pytest.importorskip("dask.distributed")
@@ -50,7 +50,7 @@ def test_own_local_cluster_when_no_scheduler_is_given(small_tree, small_cache, t
     build(
         small_tree,
         tmp_path / "c",
-        BuildConfig(size=32, shard_size=7, workers=2, executor="dask", progress=False),
+        BuildConfig(size=32, shard_size=7, order="sorted", workers=2, executor="dask", progress=False),
     )
     _same_cache(small_cache, tmp_path / "c")
 
@@ -84,9 +84,135 @@ def test_a_worker_killed_mid_build_still_gives_a_valid_cache(big_tree, tmp_path,
     _same_cache(tmp_path / "local", out)
 
 
-def test_unreachable_scheduler_is_one_clear_error(small_tree, tmp_path):
-    from cachekit import UsageError
+def test_two_builds_at_once_on_one_cluster_do_not_share_tasks(small_tree, tmp_path, cluster):
+    remote = BuildConfig(
+        size=16,
+        shard_size=5,
+        executor="dask",
+        executor_options={"scheduler": cluster[0].scheduler_address},
+        progress=False,
+    )
+    outcome = {}
 
+    def run(name):
+        try:
+            outcome[name] = build(small_tree, tmp_path / name, remote)
+        except BaseException as exc:
+            outcome[name] = exc
+
+    threads = [threading.Thread(target=run, args=(name,)) for name in ("a", "b")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    for name in ("a", "b"):
+        assert not isinstance(outcome[name], BaseException), outcome[name]
+        assert outcome[name].built_shards == len(outcome[name].manifest.shards) and verify(tmp_path / name).ok
+    _same_cache(tmp_path / "a", tmp_path / "b")
+
+
+def _redirect_out(private_root):
+    """On a dask worker: write shards into a folder of this worker's own (an --out that is not shared)."""
+    import os
+
+    from cachekit.build import shardwrite
+    from cachekit.store.location import LocalLocation
+
+    folder = os.path.join(private_root, str(os.getpid()))
+    os.makedirs(folder, exist_ok=True)  # the same path exists on every worker, but each its own
+    shardwrite.open_location = lambda url: LocalLocation(folder)
+
+
+def _restore_out():
+    from cachekit.build import shardwrite
+    from cachekit.store.location import open_location
+
+    shardwrite.open_location = open_location
+
+
+def test_an_out_the_workers_do_not_share_is_one_clear_error(small_tree, tmp_path, cluster):
+    cluster, client = cluster
+    client.run(_redirect_out, str(tmp_path / "private"))
+    try:
+        remote = BuildConfig(
+            size=16,
+            shard_size=5,
+            executor="dask",
+            executor_options={"scheduler": cluster.scheduler_address},
+            progress=False,
+        )
+        with pytest.raises(
+            BuildError, match="--out must be storage that every worker and this process share, or a URL"
+        ):
+            build(small_tree, tmp_path / "c", remote)
+    finally:
+        client.run(_restore_out)
+    assert not (tmp_path / "c" / "manifest.json").exists()
+    assert list((tmp_path / "private").rglob("shard-*"))  # where the workers did write them
+
+
+def _hide_raw():
+    """On a dask worker: RAW is not mounted here."""
+    from cachekit.build import inputs
+
+    def missing(path, max_bytes=0):
+        raise FileNotFoundError(2, "No such file or directory", str(path))
+
+    inputs.real_read_input, inputs.read_input = inputs.read_input, missing
+
+
+def _show_raw():
+    from cachekit.build import inputs
+
+    inputs.read_input = inputs.real_read_input
+
+
+def test_raw_the_workers_cannot_read_fails_the_build_and_the_rerun_builds(small_tree, tmp_path, cluster):
+    cluster, client = cluster
+    remote = BuildConfig(
+        size=16,
+        shard_size=5,
+        executor="dask",
+        executor_options={"scheduler": cluster.scheduler_address},
+        progress=False,
+    )
+    client.run(_hide_raw)
+    try:
+        with pytest.raises(BuildError, match=r"cannot read .* RAW must be storage that every worker sees"):
+            build(small_tree, tmp_path / "c", remote)
+    finally:
+        client.run(_show_raw)
+    assert not (tmp_path / "c" / "manifest.json").exists()
+    result = build(
+        small_tree, tmp_path / "c", remote
+    )  # the mount fixed: everything is built, nothing skipped
+    assert result.status == "built" and result.skipped == 0 and result.manifest.num_samples == 40
+
+
+@pytest.mark.slow
+def test_progress_advances_per_sample_under_dask(big_tree, tmp_path, cluster, monkeypatch):
+    import tqdm
+
+    updates = []
+
+    class Recorder(tqdm.tqdm):
+        def update(self, n=1):
+            updates.append(n)
+            return super().update(n)
+
+    monkeypatch.setattr(tqdm, "tqdm", Recorder)
+    remote = BuildConfig(
+        size=16, shard_size=48, executor="dask", executor_options={"scheduler": cluster[0].scheduler_address}
+    )
+    build(big_tree, tmp_path / "c", remote)
+    assert sum(updates) == 96 and len([n for n in updates if n]) >= 4 and max(updates) <= 32
+
+
+def test_unreachable_scheduler_is_one_clear_error(small_tree, tmp_path, monkeypatch):
+    from cachekit import UsageError
+    from cachekit.build import executors
+
+    monkeypatch.setattr(executors, "DASK_CONNECT_TIMEOUT", "2s")
     bad = BuildConfig(
         size=32, executor="dask", executor_options={"scheduler": "tcp://127.0.0.1:9"}, progress=False
     )

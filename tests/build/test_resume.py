@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import errno
-import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,7 +16,7 @@ from click.testing import CliRunner
 
 from cachekit import BuildConfig, CachedDataset, build, read_manifest
 from cachekit.cli import main
-from cachekit.constants import LOCK_NAME, PARTIAL_DIR
+from cachekit.constants import PARTIAL_DIR
 from cachekit.tools.verify import verify
 
 BUILD_ARGS = ["--shard-size", "2", "--workers", "2", "--size", "64", "--quiet"]
@@ -81,7 +79,8 @@ def test_a_partial_build_of_other_options_needs_overwrite(big_tree, tmp_path):
     proc.wait()
     other = [a if a != "64" else "48" for a in _cmd(big_tree, out)]
     result = subprocess.run(other, capture_output=True, text=True)
-    assert result.returncode == 2 and "not empty" in result.stderr and "--overwrite" in result.stderr
+    assert result.returncode == 2 and "unfinished build of other options" in result.stderr
+    assert "--overwrite" in result.stderr
 
 
 def test_rerun_of_a_finished_build_is_up_to_date(small_tree, tmp_path):
@@ -115,36 +114,20 @@ def test_update_rebuilds_only_what_changed(small_tree, tmp_path):
     kept = [s.file for s in m.shards if s.file in before]
     assert len(kept) == result.reused_shards
     assert all((out / f).stat().st_mtime_ns == before[f] for f in kept)  # untouched shards not rewritten
-    assert sorted(p.name for p in out.glob("shard-*")) == sorted(s.file for s in m.shards)
+    dropped = set(before) - {s.file for s in m.shards}
+    assert result.retired == len(dropped) == result.built_shards  # kept for readers of the old version
+    assert sorted(p.name for p in out.glob("shard-*")) == sorted({*dropped, *(s.file for s in m.shards)})
 
-    fresh = build(raw, tmp_path / "fresh", BuildConfig(size=32, workers=1, progress=False))
-    a, b = CachedDataset(out), CachedDataset(tmp_path / "fresh")
-    assert len(a) == len(b) == 40
-    assert a.read_batch(range(40))[0].equal(b.read_batch(range(40))[0])
-    assert a.read_batch(range(40))[1].equal(b.read_batch(range(40))[1])
-    assert fresh.manifest.fingerprint == m.fingerprint
-
-
-def test_a_second_build_into_the_same_folder_is_refused(small_tree, tmp_path):
-    out = tmp_path / "c"
-    out.mkdir()
-    (out / LOCK_NAME).write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname()}))
-    result = CliRunner().invoke(
-        main, ["build", str(small_tree), "--out", str(out), "--size", "32", "--quiet"]
+    # byte for byte what a fresh build with the final options (its recorded shard count) writes
+    fresh = build(
+        raw,
+        tmp_path / "fresh",
+        BuildConfig(size=32, shard_size=4, shards=m.order["shards"], workers=1, progress=False),
     )
-    assert result.exit_code == 1
-    assert "another build is writing here" in result.output and f"pid {os.getpid()}" in result.output
-    assert not (out / "manifest.json").exists()
-
-
-def test_a_stale_lock_of_a_dead_process_is_taken_over(small_tree, tmp_path):
-    dead = subprocess.Popen([sys.executable, "-c", "pass"])
-    dead.wait()
-    out = tmp_path / "c"
-    out.mkdir()
-    (out / LOCK_NAME).write_text(json.dumps({"pid": dead.pid, "host": socket.gethostname()}))
-    result = build(small_tree, out, BuildConfig(size=32, workers=1, progress=False))
-    assert result.status == "built" and not (out / LOCK_NAME).exists()
+    assert fresh.manifest.to_json() | {"created": ""} == m.to_json() | {"created": ""}
+    for s in m.shards:
+        assert (out / s.file).read_bytes() == (tmp_path / "fresh" / s.file).read_bytes()
+    assert len(CachedDataset(out)) == 40
 
 
 def test_disk_full_keeps_the_previous_cache_intact(small_tree, tmp_path, monkeypatch):
@@ -206,3 +189,59 @@ def test_an_unwritable_out_is_one_line_exit_1(small_tree, tmp_path):
     )
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and "cannot create" in result.stderr
+
+
+def test_an_input_that_could_not_be_read_is_retried_by_the_next_build(small_tree, tmp_path, monkeypatch):
+    from cachekit.build import inputs
+
+    victim = "class_002/img_0000022.jpg"
+    real = inputs.read_input
+
+    def flaky_disk(path, max_bytes=0):
+        if str(path).endswith(victim):
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        return real(path, max_bytes)
+
+    out = tmp_path / "c"
+    config = BuildConfig(size=16, shard_size=5, workers=1, progress=False)
+    with monkeypatch.context() as patch:
+        patch.setattr(inputs, "read_input", flaky_disk)
+        patch.setattr(inputs, "_READ_TRIES", (0.0, 0.0, 0.0))
+        first = build(small_tree, out, config)
+    [skip] = first.manifest.skipped
+    assert skip.path == victim and skip.retry and "unreadable: Input/output error" in skip.reason
+    again = build(small_tree, out, config)  # the disk is fine again: not "up to date"
+    assert again.status == "updated" and again.built_shards == 1 and not again.manifest.skipped
+    assert again.manifest.num_samples == 40 and build(small_tree, out, config).status == "up to date"
+
+
+def test_update_goes_on_with_an_unfinished_build_whose_inputs_changed(small_tree, tmp_path, monkeypatch):
+    import shutil
+
+    from cachekit.build import run
+
+    raw, out = tmp_path / "raw", tmp_path / "c"
+    shutil.copytree(small_tree, raw)
+    config = dict(size=16, shard_size=5, workers=1, progress=False)
+    real, seen = run.write_sidecar, []
+
+    def killed(location, result):
+        real(location, result)
+        seen.append(result.info.file)
+        if len(seen) == 4:
+            raise KeyboardInterrupt
+
+    with monkeypatch.context() as patch:
+        patch.setattr(run, "write_sidecar", killed)
+        with pytest.raises(KeyboardInterrupt):
+            build(raw, out, BuildConfig(**config))
+    shutil.copy(raw / "class_001" / "img_0000001.jpg", raw / "class_001" / "new.jpg")  # one bucket changes
+    with pytest.raises(Exception, match="unfinished build of other options or inputs.*--update"):
+        build(raw, out, BuildConfig(**config))
+    result = build(raw, out, BuildConfig(**config, update=True))
+    # every finished shard the changed file did not touch is kept (content names: same inputs, same file)
+    assert result.status == "resumed" and result.reused_shards >= 3
+    assert result.reused_shards == len(set(seen) & {s.file for s in result.manifest.shards})
+    fresh = build(raw, tmp_path / "fresh", BuildConfig(**config, shards=result.manifest.order["shards"]))
+    assert fresh.manifest.to_json() | {"created": ""} == result.manifest.to_json() | {"created": ""}
+    assert {p.name for p in out.iterdir()} == {"manifest.json", *(s.file for s in result.manifest.shards)}

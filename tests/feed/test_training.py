@@ -31,7 +31,7 @@ def class_pure_cache(tmp_path_factory):
             img = 0.5 * synthetic_image(rng, 40, 40).astype(np.float32) + 0.5 * tint + stripes
             cv2.imwrite(str(raw / f"c{c}" / f"{i}.png"), np.clip(img, 0, 255).astype(np.uint8)[..., ::-1])
     out = raw.parent / "cache"
-    build(raw, out, BuildConfig(size=24, shard_size=SHARD, workers=1, progress=False))
+    build(raw, out, BuildConfig(size=24, shard_size=SHARD, order="sorted", workers=1, progress=False))
     ds = CachedDataset(out)
     labels = ds.read_batch(range(len(ds)))[1]
     first = ds.shard_offsets[:-1]

@@ -26,7 +26,9 @@ def test_pipeline_none_keeps_every_image_at_its_own_size(mixed_tree, tmp_path, f
     assert m.sample.ragged and m.sample.to_json()["shape"] == [3, None, None]
     ds = CachedDataset(out)
     assert len(ds) == len(GOOD_FILES)
-    for i, rel in enumerate(GOOD_FILES):
+    index = {ds.source(i): i for i in range(len(ds))}
+    assert sorted(index) == sorted(GOOD_FILES)
+    for rel, i in index.items():
         image, label = ds[i]
         expected = chw(load_rgb(mixed_tree / rel))  # no resize: exactly the decoded, upright image
         assert tuple(image.shape) == expected.shape

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from cachekit import CachedDataset, CacheError, make_loader, read_manifest
+from cachekit import CachedDataset, CacheError, UsageError, make_loader, read_manifest
 from cachekit.store.atomic import path_size
 
 s3fs = pytest.importorskip("s3fs")
@@ -70,7 +70,7 @@ def test_build_from_s3_raw_into_an_s3_cache(s3, small_tree, small_cache, tmp_pat
     from cachekit import BuildConfig, build
 
     s3.put(str(small_tree) + "/", "datasets/raw", recursive=True)
-    config = BuildConfig(size=32, shard_size=7, workers=2, progress=False)
+    config = BuildConfig(size=32, shard_size=7, order="sorted", workers=2, progress=False)
     result = build("s3://datasets/raw", "s3://datasets/built", config)
     assert result.status == "built" and result.path == "s3://datasets/built"
     local = read_manifest(small_cache)
@@ -92,5 +92,38 @@ def test_build_from_s3_raw_into_an_s3_cache(s3, small_tree, small_cache, tmp_pat
     assert info.exit_code == 0 and "40 (0 inputs skipped)" in info.output.replace("samples:   ", "")
     again = build("s3://datasets/raw", "s3://datasets/built", config)
     assert again.status == "up to date"
-    with pytest.raises(Exception, match="not empty"):
+    with pytest.raises(
+        UsageError, match=r"other options \(size 32 -> 48, order sorted -> shuffled\).*--overwrite"
+    ):
         build("s3://datasets/raw", "s3://datasets/built", BuildConfig(size=48, progress=False))
+
+
+def test_a_remote_build_resumes_from_recorded_checksums(s3, small_tree, monkeypatch, tmp_path):
+    """Finished shards of an interrupted build to S3 are kept on their size and recorded sha256,
+    without downloading them again."""
+    from cachekit import BuildConfig, build
+    from cachekit.build import run
+    from cachekit.store.location import RemoteLocation
+
+    s3.put(str(small_tree) + "/", "datasets/raw2", recursive=True)
+    config = BuildConfig(size=16, shard_size=5, workers=1, progress=False)
+    real, seen = run.write_sidecar, []
+
+    def killed(out, result):
+        real(out, result)
+        seen.append(result)
+        if len(seen) == 3:
+            raise KeyboardInterrupt
+
+    with monkeypatch.context() as patch:
+        patch.setattr(run, "write_sidecar", killed)
+        with pytest.raises(KeyboardInterrupt):
+            build("s3://datasets/raw2", "s3://datasets/resumed", config)
+
+    def no_download(self, name):
+        raise AssertionError(f"{name} was downloaded to be hashed")
+
+    monkeypatch.setattr(RemoteLocation, "sha256", no_download)
+    result = build("s3://datasets/raw2", "s3://datasets/resumed", config)
+    assert result.status == "resumed" and result.reused_shards == 3
+    assert len(CachedDataset("s3://datasets/resumed", local_cache=tmp_path / "lc")) == 40

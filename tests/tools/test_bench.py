@@ -75,7 +75,7 @@ def test_bad_raw_files_are_skipped_as_a_build_skips_them(mixed_result, mixed_cac
     for path, word in BAD_FILES.items():
         assert word in skipped[path]
     assert mixed_result["raw"]["usable"] == len(GOOD_FILES) == mixed_result["samples"]
-    assert mixed_result["aligned_by"] == "position"
+    assert mixed_result["aligned_by"] == "source path"  # the cache names each sample's source
 
 
 @pytest.mark.parametrize("backend", ["pil", "opencv"])
@@ -89,12 +89,18 @@ def test_every_row_of_each_backend_reads_the_same_number_of_samples(mixed_result
     assert mixed_result["baseline"]["loader"].startswith("raw-")
 
 
-def test_rows_read_the_same_images_by_position(mixed_tree, mixed_cache):
-    ds = CachedDataset(mixed_cache)
+def test_rows_read_the_same_images_by_position(mixed_tree, tmp_path, monkeypatch):
+    """A cache that did not name its samples' sources is matched by position (path order)."""
+    from cachekit.tools import benchsamples
+
+    cache = tmp_path / "sorted"
+    build(mixed_tree, cache, BuildConfig(size=32, order="sorted", workers=1, progress=False))
+    monkeypatch.setattr(benchsamples, "_sample_sources", lambda ds: None)
+    ds = CachedDataset(cache)
     inputs = check_raw_inputs(mixed_tree, cache_pipeline(ds), pil=True)
     alignment = align_samples(inputs, [ds])
     assert alignment.by == "position" and sorted(alignment.raw) == list(range(len(GOOD_FILES)))
-    _assert_same_images(inputs, mixed_cache, alignment)
+    _assert_same_images(inputs, cache, alignment)
 
 
 def test_a_file_pil_cannot_read_is_left_out_of_every_row(mixed_tree, tmp_path):
@@ -108,7 +114,8 @@ def test_a_file_pil_cannot_read_is_left_out_of_every_row(mixed_tree, tmp_path):
     assert [p for p, _ in inputs.refused] == ["cat/bad_crc.png"] and "PIL" in inputs.refused[0][1]
     alignment = align_samples(inputs, [ds])
     refused = inputs.paths.index("cat/bad_crc.png")
-    assert refused not in alignment.raw and refused not in alignment.caches[0]
+    in_cache = [ds.source(i) for i in range(len(ds))].index("cat/bad_crc.png")
+    assert refused not in alignment.raw and in_cache not in alignment.caches[0]
     _assert_same_images(inputs, cache, alignment)
     result = run_bench(raw, [cache], BenchConfig(batch_size=4, workers=(0,), epochs=1, raw_backends=("pil",)))
     assert result["samples"] == len(GOOD_FILES)
@@ -271,18 +278,14 @@ def test_a_raw_file_that_vanishes_mid_run_is_one_line(
 
 
 def test_an_augmented_cache_is_matched_on_its_inputs_first_variant(mixed_tree, tmp_path):
-    from cachekit import discover
-
     cache = tmp_path / "aug"
     build(mixed_tree, cache, BuildConfig(size=32, workers=1, augment=3, progress=False))
     ds = CachedDataset(cache)
     inputs = check_raw_inputs(mixed_tree, cache_pipeline(ds))
     alignment = align_samples(inputs, [ds])
-    everything = discover(mixed_tree).paths  # source_index counts every input a build was given
     assert len(alignment) == len(GOOD_FILES)
     for r, c in zip(alignment.raw, alignment.caches[0]):
-        extras = ds.extras(c)
-        assert int(extras["variant"]) == 0 and everything[int(extras["source_index"])] == inputs.paths[r]
+        assert int(ds.extras(c)["variant"]) == 0 and ds.source(c) == inputs.paths[r]
 
 
 def test_a_full_disk_for_the_json_is_one_line_after_the_table(small_tree, small_cache):

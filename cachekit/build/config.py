@@ -1,0 +1,71 @@
+"""The options of one build (``BuildConfig``) and what it reports (``BuildResult``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..constants import DEFAULT_FORMAT, DEFAULT_MAX_PIXELS, DEFAULT_PIPELINE
+from ..store.manifest import Manifest
+
+__all__ = ["BuildConfig", "BuildResult"]
+
+
+@dataclass(frozen=True)
+class BuildConfig:
+    """Options of one build; ``None`` means "choose a sensible default"."""
+
+    format: str = DEFAULT_FORMAT
+    pipeline: str = DEFAULT_PIPELINE
+    size: int | None = None
+    workers: int | None = None
+    shard_size: int | None = None
+    labels: str | Path | None = None
+    strict: bool = False
+    overwrite: bool = False
+    update: bool = False
+    fast_decode: bool = False
+    augment: int = 0  # variants per input; 0 = no augmentation
+    seed: int = 0  # of the shuffled order and of --augment's draws
+    augment_rotate: float = 0.0
+    compression: str = "none"
+    store: str = "pixels"  # or "jpeg" / "png": samples kept encoded, decoded on read
+    quality: int = 90  # --store jpeg
+    order: str = "shuffled"  # or "sorted": path order, contiguous shards
+    shards: int | None = None  # --order shuffled: how many shards (default: inputs / shard size)
+    max_pixels: int = DEFAULT_MAX_PIXELS  # largest input decoded (width x height); 0: no limit
+    grace: float | None = None  # seconds a retired shard stays for old readers (None: 24 h)
+    executor: str = "local"
+    executor_options: dict = field(default_factory=dict)
+    progress: bool = True
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    manifest: Manifest
+    path: str  # the cache folder or URL
+    status: str  # "built" | "up to date" | "updated" | "resumed"
+    built_shards: int
+    reused_shards: int
+    seconds: float
+    retired: int = 0  # shards of earlier versions kept for their readers (see --grace)
+    removed: int = 0  # retired shards this build removed, their grace period over
+
+    @property
+    def skipped(self) -> int:
+        return len(self.manifest.skipped)
+
+    def summary(self) -> str:
+        m = self.manifest
+        rate = m.num_samples / self.seconds if self.seconds > 0 else 0.0
+        unread = m.source.get("unread")
+        not_read = (
+            f", {', '.join(f'{n} {ext}' for ext, n in unread.items())} not read (unsupported format)"
+            if isinstance(unread, dict) and unread
+            else ""
+        )
+        return (
+            f"{self.status}: {m.num_samples} samples, {self.skipped} skipped{not_read}, {len(m.shards)} shards "
+            f"({self.reused_shards} reused), {m.total_bytes / 1e6:.1f} MB, {self.seconds:.1f} s "
+            f"({rate:.0f} samples/s) -> {self.path}"
+        )

@@ -1,0 +1,209 @@
+"""Local worker processes for shard jobs: they die with the build, and a crash is one named error.
+
+Every job runs in a child process, even with one worker: a library that crashes the process
+(libhdf5 on a full disk) then takes down a worker, not the build, which reports it in one line.
+Workers ignore Ctrl-C (the build process handles it and stops them) and are killed by the kernel
+if the build process dies first (``PR_SET_PDEATHSIG``), so none is left writing into the cache.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import multiprocessing as mp
+import os
+import signal
+import sys
+import tempfile
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from multiprocessing.connection import wait
+
+from ..constants import START_METHOD_ENV
+from ..errors import BuildError, UsageError
+
+__all__ = ["WorkerCrashed", "run_pool", "start_context"]
+
+_PR_SET_PDEATHSIG = 1
+
+
+class WorkerCrashed(BuildError):
+    """A worker process died without reporting back (a signal, or a crash inside a library)."""
+
+    def __init__(self, message: str, how: str = "", job: object = None) -> None:
+        super().__init__(message)
+        self.how, self.job = how, job
+
+
+def start_context() -> mp.context.BaseContext:
+    """How worker processes start: ``CACHEKIT_START_METHOD``, else fork where the OS has it.
+
+    fork starts a pool in milliseconds with every module already imported; forkserver or spawn
+    import torch afresh in each worker (~2.5 s measured here), which costs a small build its
+    scaling. The parent has touched no OpenMP region when the pool starts (the build only
+    decodes in workers), and each worker resets OpenCV's thread pool to one thread.
+    """
+    method = os.environ.get(START_METHOD_ENV) or ("fork" if "fork" in mp.get_all_start_methods() else "spawn")
+    if method not in mp.get_all_start_methods():
+        raise UsageError(f"{START_METHOD_ENV}={method!r} is not available here")
+    ctx = mp.get_context(method)
+    if method == "forkserver":
+        ctx.set_forkserver_preload(["cachekit.build.shardjob"])
+    return ctx
+
+
+def _die_with(parent: int) -> None:
+    """End this process when ``parent`` exits: the kernel kills it (Linux), else a watchdog thread."""
+    armed = False
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            armed = ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0
+    if os.getppid() != parent:
+        os._exit(1)
+    if not armed:
+
+        def watch() -> None:
+            while os.getppid() == parent:
+                time.sleep(0.5)
+            os._exit(1)
+
+        threading.Thread(target=watch, daemon=True, name="cachekit-watchdog").start()
+
+
+def _quiet(log: str) -> None:
+    """Send this worker's stderr to ``log``: libraries' own complaints (h5py's "Exception ignored"
+    tracebacks on a full disk, libpng warnings) are not the build's output; a crash quotes them."""
+    fd = os.open(log, os.O_WRONLY | os.O_APPEND | getattr(os, "O_CLOEXEC", 0))
+    os.dup2(fd, 2)
+    os.close(fd)
+    sys.unraisablehook = lambda unraisable: None  # errors in destructors: the job's own error says it
+
+
+def _worker(conn, fn: Callable, parent: int, log: str) -> None:
+    """A worker's loop: receive a job, run it, send progress and then its result or error."""
+    _die_with(parent)
+    # Ctrl-C and SIGTERM reach the whole process group; the build process handles them and stops
+    # its workers itself (and should it die first, the kernel kills them: _die_with)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    _quiet(log)
+    import cv2
+
+    cv2.setNumThreads(1)  # one core per worker process; the pool provides the parallelism
+    while True:
+        try:
+            job = conn.recv()
+        except (EOFError, OSError):
+            return
+        if job is None:
+            return
+        try:
+            result = fn(job, lambda n: conn.send(("progress", n)))
+        except BaseException as exc:  # reported to the build process, which decides
+            try:
+                conn.send(("error", exc))
+            except Exception:  # not picklable: send its text
+                conn.send(("error", BuildError(f"{type(exc).__name__}: {exc}")))
+            continue
+        conn.send(("done", result))
+
+
+def _signal_name(exitcode: int | None) -> str:
+    if exitcode is not None and exitcode < 0:
+        try:
+            return signal.Signals(-exitcode).name
+        except ValueError:
+            return f"signal {-exitcode}"
+    return f"exit code {exitcode}"
+
+
+class _Slot:
+    def __init__(self, ctx, fn: Callable) -> None:
+        try:
+            handle, self.log = tempfile.mkstemp(prefix="cachekit-worker-", suffix=".log")
+            os.close(handle)
+        except OSError:  # no room in the temp dir: the worker's complaints go nowhere
+            self.log = os.devnull
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=_worker, args=(child, fn, os.getpid(), self.log), daemon=True)
+        self.proc.start()
+        child.close()
+        self.job = None
+
+    def last_words(self) -> str:
+        """The last line the worker wrote to its stderr, if any (a library's last complaint)."""
+        try:
+            with open(self.log, "rb") as fh:
+                fh.seek(max(0, os.path.getsize(self.log) - 4096))
+                lines = [ln.strip() for ln in fh.read().decode("utf-8", "replace").splitlines() if ln.strip()]
+        except OSError:
+            return ""
+        return lines[-1][:200] if lines else ""
+
+
+def run_pool(
+    fn: Callable, jobs: Sequence, workers: int, on_progress: Callable[[int], None], describe: Callable
+) -> Iterator:
+    """Run ``fn(job, progress)`` in ``workers`` child processes; yield ``(job, result)`` as they finish.
+
+    A job's exception is re-raised here; a worker that dies mid-job raises WorkerCrashed naming
+    ``describe(job)``. However this generator ends (error, Ctrl-C, SIGTERM, close), every worker
+    is killed and reaped before it returns.
+    """
+    ctx = start_context()
+    queue = deque(jobs)
+    slots: list[_Slot] = []
+    try:
+        for _ in range(max(1, min(workers, len(queue)))):
+            slots.append(_Slot(ctx, fn))
+        for slot in slots:
+            _next(slot, queue)
+        while any(slot.job is not None for slot in slots):
+            busy = [s for s in slots if s.job is not None]
+            ready = set(wait([s.conn for s in busy] + [s.proc.sentinel for s in busy]))
+            for slot in busy:
+                while slot.job is not None and slot.conn.poll():
+                    try:
+                        kind, value = slot.conn.recv()
+                    except (EOFError, OSError):
+                        break
+                    if kind == "progress":
+                        on_progress(value)
+                    elif kind == "error":
+                        raise value
+                    else:
+                        job, slot.job = slot.job, None
+                        yield job, value
+                        _next(slot, queue)
+                if slot.job is not None and slot.proc.sentinel in ready and not slot.conn.poll():
+                    slot.proc.join(1)
+                    words = slot.last_words()
+                    how = _signal_name(slot.proc.exitcode)
+                    raise WorkerCrashed(
+                        f"a worker process died ({how}) while building {describe(slot.job)}"
+                        + (f"; its last message: {words}" if words else ""),
+                        how,
+                        slot.job,
+                    )
+    finally:
+        for slot in slots:
+            if slot.proc.is_alive():
+                slot.proc.kill()
+        for slot in slots:
+            slot.proc.join(5)
+            slot.conn.close()
+            if slot.log != os.devnull:
+                with contextlib.suppress(OSError):
+                    os.unlink(slot.log)
+
+
+def _next(slot: _Slot, queue: deque) -> None:
+    if queue:
+        slot.job = queue.popleft()
+        slot.conn.send(slot.job)
+    else:
+        slot.job = None
+        with contextlib.suppress(OSError):
+            slot.conn.send(None)

@@ -1,0 +1,77 @@
+"""Committing one shard: refused before writing when it cannot fit, and any failure one line.
+
+A shard is written under a temp name and renamed into place (``Location.commit``). libhdf5 may
+crash on a full disk and torch reports a short write as "unexpected pos", so the free space is
+checked before an uncompressed shard is written and again when a backend fails.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import BuildError
+from ..store.formats import get_format
+from ..store.location import LocalLocation, open_location, write_failure
+
+__all__ = ["commit_shard", "disk_full"]
+
+
+def _check_space(out, file: str, arrays: dict[str, np.ndarray], options: dict) -> None:
+    """Refuse to start writing a shard that cannot fit (HDF5 may crash when the disk fills up)."""
+    if not isinstance(out, LocalLocation) or options.get("compression", "none") != "none":
+        return  # compressed sizes are not known in advance; the write itself reports a full disk
+    need = sum(a.nbytes for a in arrays.values()) + (256 << 10)
+    try:
+        free = shutil.disk_usage(out.path).free
+    except OSError:
+        return
+    if free < need:
+        raise BuildError(
+            f"cannot write shard {out.url}/{file}: disk full ({free / 1e6:.1f} MB free, "
+            f"the shard needs {need / 1e6:.1f} MB)"
+        )
+
+
+def disk_full(out) -> bool:
+    """True when the filesystem of a local ``out`` has less than 1 MiB free."""
+    if not isinstance(out, LocalLocation):
+        return False
+    try:
+        return shutil.disk_usage(out.path).free < (1 << 20)
+    except OSError:
+        return False
+
+
+def commit_shard(
+    out_url: str, file: str, format_name: str, arrays: dict[str, np.ndarray], options: dict
+) -> tuple[int, str]:
+    """Write a shard under a temp name and rename it into ``out_url``; returns (bytes, sha256).
+
+    Any failure is one BuildError line ("disk full" when it is), whatever the backend raised.
+    """
+    out = open_location(out_url)
+    _check_space(out, file, arrays, options)
+    fmt = get_format(format_name)
+
+    def write(tmp: Path) -> None:
+        try:
+            fmt.write(tmp, arrays, options)
+        except OSError:
+            raise
+        except Exception as exc:  # torch says "unexpected pos" when a write comes up short
+            if disk_full(out):  # checked while the temp file still takes up the space
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)) from exc
+            raise
+
+    try:
+        return out.commit(file, write)
+    except BuildError:
+        raise
+    except Exception as exc:  # OSError, and the backends' own wrappers (torch's RuntimeError, ...)
+        reason = "disk full" if disk_full(out) else write_failure(exc)
+        raise BuildError(f"cannot write shard {out.url}/{file}: {reason}") from None

@@ -1,0 +1,182 @@
+"""A cache never lies: reuse is keyed on every option, and any sequence of builds ends where a fresh one would."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from cachekit import BuildConfig, UsageError, build, read_manifest
+from cachekit.cli import main
+from cachekit.tools.synthetic import synthetic_image
+from cachekit.tools.verify import verify
+
+BASE = ["--size", "16", "--shard-size", "4", "--workers", "1", "--quiet"]
+
+#: One option changed at a time, and the words the refusal must name.
+CHANGES = [
+    (["--size", "12"], "size 16 -> 12"),
+    (["--store", "jpeg"], "store pixels -> jpeg"),
+    (["--store", "jpeg", "--quality", "80"], "store pixels -> jpeg"),
+    (["--seed", "3"], "seed 0 -> 3"),
+    (["--pipeline", "letterbox-640"], "recipe classification-224 -> letterbox-640"),
+    (["--format", "hdf5"], "format pt -> hdf5"),
+    (["--fast-decode"], "fast-decode off -> on"),
+    (["--augment", "2"], "augment 0 -> 2"),
+    (["--order", "sorted"], "order shuffled -> sorted"),
+    (["--max-pixels", "1000000"], "max-pixels"),
+    (["--shard-size", "3"], "shard"),
+]
+
+
+@pytest.mark.parametrize("extra, words", CHANGES, ids=[" ".join(c[0]) for c in CHANGES])
+def test_update_with_other_options_is_refused_naming_them(small_tree, tmp_path, extra, words):
+    out = tmp_path / "c"
+    args = ["build", str(small_tree), "--out", str(out), *BASE]
+    assert CliRunner().invoke(main, args).exit_code == 0
+    before = (out / "manifest.json").read_bytes()
+    for flag in (["--update"], []):
+        result = CliRunner().invoke(main, [*args, *extra, *flag])
+        assert result.exit_code == 2 and words in result.output and "--overwrite" in result.output, (
+            result.output
+        )
+        assert len(result.output.strip().splitlines()) == 1
+    assert (out / "manifest.json").read_bytes() == before and verify(out).ok
+
+
+def test_changed_inputs_ask_for_update(small_tree, tmp_path):
+    raw = tmp_path / "raw"
+    shutil.copytree(small_tree, raw)
+    out = tmp_path / "c"
+    build(raw, out, BuildConfig(size=16, workers=1, progress=False))
+    (raw / "class_000" / "img_0000000.jpg").unlink()
+    with pytest.raises(UsageError, match=r"changed since .* \(40 then, 39 now\); pass --update"):
+        build(raw, out, BuildConfig(size=16, workers=1, progress=False))
+    assert build(raw, out, BuildConfig(size=16, update=True, workers=1, progress=False)).status == "updated"
+
+
+def test_an_older_format_cache_needs_overwrite(small_tree, tmp_path):
+    out = tmp_path / "c"
+    build(small_tree, out, BuildConfig(size=16, workers=1, progress=False))
+    m = json.loads((out / "manifest.json").read_text())
+    m["format_version"] = 2
+    (out / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(UsageError, match="older format.*--overwrite"):
+        build(small_tree, out, BuildConfig(size=16, workers=1, progress=False))
+    result = build(small_tree, out, BuildConfig(size=16, overwrite=True, grace=0, workers=1, progress=False))
+    assert result.status == "built" and verify(out).ok
+
+
+# -- the invariant, over random sequences ------------------------------------------------------------
+
+#: Options a step may pick: each changes the shard bytes.
+OPTION_SPACE = {
+    "size": [8, 12],
+    "format": ["pt", "hdf5"],
+    "store": ["pixels", "png"],
+    "seed": [0, 1],
+    "order": ["shuffled", "sorted"],
+    "augment": [0, 2],
+}
+FILES = [f"{c}/img{i}.jpg" for c in ("a", "b") for i in range(4)]
+
+
+def _image(name: str, version: int) -> bytes:
+    rng = np.random.default_rng([sum(name.encode()), version])
+    return cv2.imencode(".jpg", synthetic_image(rng, 14 + version, 18))[1].tobytes()
+
+
+options = st.fixed_dictionaries({k: st.sampled_from(v) for k, v in OPTION_SPACE.items()})
+steps = st.lists(
+    st.one_of(
+        st.tuples(st.just("build"), options, st.sampled_from(["", "update", "overwrite"])),
+        st.tuples(st.sampled_from(["add", "remove", "modify"]), st.sampled_from(FILES), st.none()),
+    ),
+    min_size=2,
+    max_size=6,
+)
+
+
+def _referenced(out: Path) -> dict[str, bytes]:
+    m = read_manifest(out)
+    found = {}
+    for s in m.shards:
+        path = out / s.file
+        files = sorted(path.rglob("*")) if path.is_dir() else [path]
+        found.update({str(f.relative_to(out)): f.read_bytes() for f in files if f.is_file()})
+    return found
+
+
+@pytest.mark.slow
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(sequence=steps)
+def test_any_sequence_of_builds_and_updates_ends_byte_identical_to_a_fresh_build(sequence):
+    with tempfile.TemporaryDirectory() as tmp:
+        raw, out = Path(tmp) / "raw", Path(tmp) / "cache"
+        present = {name: 0 for name in FILES[:5]}
+        for name, version in present.items():
+            (raw / name).parent.mkdir(parents=True, exist_ok=True)
+            (raw / name).write_bytes(_image(name, version))
+        built = None  # (options, the inputs they were built from) of the cache in `out`
+        for kind, arg, flag in sequence:
+            if kind != "build":
+                path = raw / arg
+                if kind == "remove" and arg in present and len(present) > 1:
+                    path.unlink()
+                    del present[arg]
+                elif kind in ("add", "modify"):
+                    present[arg] = present.get(arg, -1) + 1
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    path.write_bytes(_image(arg, present[arg]))
+                    os.utime(path, ns=(10**18 + present[arg], 10**18 + present[arg]))
+                continue
+            config = BuildConfig(
+                **arg,
+                shard_size=2,
+                workers=1,
+                progress=False,
+                grace=3600,
+                update=flag == "update",
+                overwrite=flag == "overwrite",
+            )
+            before = (out / "manifest.json").read_bytes() if built else None
+            state = dict(present)
+            should_refuse = (
+                built is not None
+                and flag != "overwrite"
+                and (built[0] != arg or (built[1] != state and flag != "update"))
+            )
+            try:
+                build(raw, out, config)
+            except UsageError:
+                assert should_refuse, (arg, flag, built)
+                assert (out / "manifest.json").read_bytes() == before and verify(out).ok
+                continue
+            assert not should_refuse, (arg, flag, built)
+            built = (arg, state)
+            m = read_manifest(out)
+            # the invariant: byte for byte a fresh build with the final options and the recorded layout
+            fresh = Path(tmp) / f"fresh-{len(os.listdir(tmp))}"
+            layout = {"shards": m.order["shards"]} if m.order["kind"] == "shuffled" else {}
+            build(raw, fresh, BuildConfig(**arg, shard_size=2, workers=1, progress=False, **layout))
+            assert read_manifest(fresh).to_json() | {"created": ""} == m.to_json() | {"created": ""}
+            assert _referenced(fresh) == _referenced(out)
+            # and nothing else in the folder but what the cache records
+            retired = (
+                json.loads((out / ".cachekit-retired.json").read_text())["files"]
+                if (out / ".cachekit-retired.json").exists()
+                else {}
+            )
+            names = {p.name for p in out.iterdir()}
+            assert names == {"manifest.json", *(s.file for s in m.shards), *retired} | (
+                {".cachekit-retired.json"} if retired else set()
+            )

@@ -1,0 +1,165 @@
+"""What a build removes: only what the cache recorded, never its inputs, and every leftover of a killed run."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from click.testing import CliRunner
+
+from cachekit import BuildConfig, UsageError, build, read_manifest
+from cachekit.build import run as run_module
+from cachekit.cli import main
+from cachekit.tools.verify import verify
+
+CONFIG = dict(size=16, shard_size=5, workers=1, progress=False)
+
+
+def _user_files(out):
+    (out / "shard-000000.tar").write_bytes(b"mine")
+    (out / "shard-userfolder").mkdir()
+    (out / "shard-userfolder" / "data.bin").write_bytes(b"mine too")
+    (out / "notes.txt").write_text("keep")
+    (out / "shard-abc.pt.json").write_text("{}")
+    (out / ".hidden.123.tmp").write_text("a user's temp file, not cachekit's")
+
+
+def _user_files_intact(out) -> bool:
+    return (
+        (out / "shard-000000.tar").read_bytes() == b"mine"
+        and (out / "shard-userfolder" / "data.bin").read_bytes() == b"mine too"
+        and (out / "notes.txt").read_text() == "keep"
+        and (out / "shard-abc.pt.json").read_text() == "{}"
+        and (out / ".hidden.123.tmp").exists()
+    )
+
+
+def test_overwrite_removes_only_what_the_cache_recorded(small_tree, tmp_path):
+    out = tmp_path / "c"
+    old = build(small_tree, out, BuildConfig(**CONFIG)).manifest
+    _user_files(out)
+    build(small_tree, out, BuildConfig(**{**CONFIG, "size": 20}, overwrite=True, grace=0))
+    assert _user_files_intact(out)
+    assert not any((out / s.file).exists() for s in old.shards)
+    names = {p.name for p in out.iterdir()}
+    assert names == {
+        "manifest.json",
+        *(s.file for s in read_manifest(out).shards),
+        "shard-000000.tar",
+        "shard-userfolder",
+        "notes.txt",
+        "shard-abc.pt.json",
+        ".hidden.123.tmp",
+    }
+
+
+def test_a_folder_of_user_files_needs_overwrite_and_keeps_them(small_tree, tmp_path):
+    out = tmp_path / "c"
+    out.mkdir()
+    _user_files(out)
+    with pytest.raises(UsageError, match="not empty"):
+        build(small_tree, out, BuildConfig(**CONFIG))
+    build(small_tree, out, BuildConfig(**CONFIG, overwrite=True))
+    assert _user_files_intact(out) and verify(out).ok
+
+
+@pytest.mark.parametrize("where", ["same", "out-inside-raw", "raw-inside-out"])
+def test_raw_and_out_must_be_apart(small_tree, tmp_path, where):
+    raw = tmp_path / "data" / "raw"
+    shutil.copytree(small_tree, raw)
+    out = {"same": raw, "out-inside-raw": raw / "cache", "raw-inside-out": tmp_path / "data"}[where]
+    before = sorted(p for p in tmp_path.rglob("*"))
+    result = CliRunner().invoke(main, ["build", str(raw), "--out", str(out), "--overwrite", "--quiet"])
+    assert result.exit_code == 2 and ("inside" in result.output or "itself" in result.output), result.output
+    assert sorted(p for p in tmp_path.rglob("*")) == before  # nothing written, nothing removed
+
+
+def _kill_at(monkeypatch, name: str, calls: int = 1, before: bool = False):
+    """Raise KeyboardInterrupt at the ``calls``-th call of ``run.<name>`` (before or after it runs)."""
+    real, seen = getattr(run_module, name), []
+
+    def killed(*args, **kwargs):
+        seen.append(1)
+        if before and len(seen) == calls:
+            raise KeyboardInterrupt
+        result = real(*args, **kwargs)
+        if not before and len(seen) == calls:
+            raise KeyboardInterrupt
+        return result
+
+    monkeypatch.setattr(run_module, name, killed)
+
+
+#: Where a build can die in its last steps: (step, before or after it).
+KILL_POINTS = [
+    ("write_sidecar", False),  # a shard finished
+    ("retire", True),  # every shard finished, nothing recorded yet
+    ("retire", False),  # old shards recorded as retired, old manifest still in place
+    ("manifest_text", False),  # about to write the manifest
+    ("remove_unrecorded_plan", True),  # right after the manifest write
+    ("collect", True),  # resume records removed, retired shards not yet looked at
+]
+
+
+@pytest.mark.parametrize(
+    "point, before", KILL_POINTS, ids=[f"{'before' if b else 'after'}-{p}" for p, b in KILL_POINTS]
+)
+def test_a_rerun_after_a_kill_at_any_point_cleans_every_leftover(
+    small_tree, tmp_path, monkeypatch, point, before
+):
+    raw, out = tmp_path / "raw", tmp_path / "c"
+    shutil.copytree(small_tree, raw)
+    build(raw, out, BuildConfig(**CONFIG))
+    (raw / "class_000" / "img_0000000.jpg").unlink()
+    shutil.copy(raw / "class_001" / "img_0000001.jpg", raw / "class_003" / "new.jpg")
+    update = BuildConfig(**CONFIG, update=True, grace=3600)
+    with monkeypatch.context() as patch:
+        _kill_at(patch, point, before=before)
+        with pytest.raises(KeyboardInterrupt):
+            build(raw, out, update)
+    assert verify(out).ok  # whichever version the manifest names, it is whole
+    again = build(raw, out, update)
+    assert again.status in ("updated", "up to date", "resumed")
+    m = read_manifest(out)
+    fresh = build(raw, tmp_path / "fresh", BuildConfig(**CONFIG, shards=m.order["shards"]))
+    assert fresh.manifest.to_json() | {"created": ""} == m.to_json() | {"created": ""}
+    record = out / ".cachekit-retired.json"
+    retired = set(json.loads(record.read_text())["files"]) if record.exists() else set()
+    names = {p.name for p in out.iterdir()}
+    assert names == {"manifest.json", *(s.file for s in m.shards), *retired} | (
+        {record.name} if retired else set()
+    )
+    assert retired and not retired & {s.file for s in m.shards}  # the replaced shards, kept for old readers
+
+
+def test_an_abandoned_build_of_other_options_is_cleaned_by_the_next(small_tree, tmp_path, monkeypatch):
+    out = tmp_path / "c"
+    first = build(small_tree, out, BuildConfig(**CONFIG)).manifest
+    with monkeypatch.context() as patch:
+        _kill_at(patch, "write_sidecar", calls=2)
+        with pytest.raises(KeyboardInterrupt):
+            build(small_tree, out, BuildConfig(**{**CONFIG, "size": 12}, overwrite=True))
+    abandoned = {p.name for p in out.glob("shard-*")} - {s.file for s in first.shards}
+    assert len(abandoned) == 2
+    _user_files(out)
+    build(small_tree, out, BuildConfig(**{**CONFIG, "size": 20}, overwrite=True))
+    names = {p.name for p in out.iterdir()}
+    assert not abandoned & names  # never referenced by any manifest: removed at once
+    assert {s.file for s in first.shards} <= names  # referenced by the replaced version: retired
+    assert _user_files_intact(out)
+
+
+def test_temp_files_of_a_killed_run_are_removed_by_the_next(small_tree, tmp_path):
+    out = tmp_path / "c"
+    build(small_tree, out, BuildConfig(**CONFIG))
+    temps = [
+        ".shard-0123456789abcdef0123.pt.4242.tmp",
+        ".manifest.json.4242.tmp",
+        "..cachekit-retired.json.4242.tmp",
+    ]
+    for name in temps:
+        (out / name).write_bytes(b"half")
+    (out / ".shard-0123456789abcdef0124.zarr.4242.tmp").mkdir()
+    assert build(small_tree, out, BuildConfig(**CONFIG)).status == "up to date"
+    assert {p.name for p in out.iterdir()} == {"manifest.json", *(s.file for s in read_manifest(out).shards)}
