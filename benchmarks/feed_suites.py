@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import statistics
 import subprocess
 import sys
@@ -23,7 +24,7 @@ from registry import suite, synthetic_raw
 from torch.utils.data import DataLoader
 
 from cachekit import BuildConfig, CachedDataset, build, collate_batch, make_loader
-from cachekit.tools.doctor import _cpu_seconds, child_pids
+from cachekit.tools.counters import child_pids, process_counters
 from cachekit.transforms import ColorJitter, RandomHorizontalFlip, RandomResizedCrop
 
 __all__ = ["OpenCVRandomResizedCropFlip"]
@@ -58,7 +59,7 @@ class OpenCVRandomResizedCropFlip:
 
 def _cpu_now() -> float:
     """CPU seconds of this process (all its threads) and of its live children (worker processes)."""
-    return time.process_time() + sum(_cpu_seconds(pid) for pid in child_pids())
+    return time.process_time() + sum(process_counters(pid).cpu_s for pid in child_pids())
 
 
 def _time(name: str, loader, epochs: int) -> dict:
@@ -166,3 +167,126 @@ def ffcv(args, root):
     print(f"FFCV RandomResizedCropRGBImageDecoder + RandomHorizontalFlip, 2 threads: {theirs:,.0f} samples/s")
     print(f"cachekit / FFCV: {ratio:.2f}x")
     return {"ffcv_samples_per_s": theirs, "ours": ours, "ratio": ratio, "python": sys.version}
+
+
+def _throttle(fs_class, latency_s: float, bytes_per_s: float) -> None:
+    """Every ranged GET of ``fs_class`` waits ``latency_s`` and shares a ``bytes_per_s`` link."""
+    import threading
+
+    original = fs_class.cat_file
+    lock = threading.Lock()
+    link_free = [time.monotonic()]
+
+    def cat_file(self, path, start=None, end=None, **kwargs):
+        data = original(self, path, start=start, end=end, **kwargs)
+        with lock:  # the link carries one response after another
+            begin = max(time.monotonic(), link_free[0])
+            link_free[0] = begin + len(data) / bytes_per_s
+            done = link_free[0]
+        time.sleep(max(0.0, done - time.monotonic()) + latency_s)
+        return data
+
+    fs_class.cat_file = cat_file
+
+
+@suite
+def stream(args, root):
+    """A cache on a throttled loopback S3 server read through make_loader against a simulated step:
+    share of time waiting for data in steady state, first-batch time, downloads and peak local bytes
+    per shard size."""
+    import logging
+
+    import s3fs
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    os.environ.update(
+        AWS_ACCESS_KEY_ID="bench",
+        AWS_SECRET_ACCESS_KEY="bench",
+        AWS_DEFAULT_REGION="us-east-1",
+        AWS_ENDPOINT_URL=f"http://{host}:{port}",
+    )
+    fs = s3fs.S3FileSystem(anon=False)
+    fs.mkdir("bench")
+    _throttle(s3fs.S3FileSystem, args.latency_ms / 1000, args.link_mb_s * 1e6)
+    raw = synthetic_raw(args, root)
+    rows = []
+    try:
+        for shard_size in args.stream_shard_sizes:
+            cache = root / f"stream-{raw.name}-{shard_size}"
+            if not cache.is_dir():
+                build(raw, cache, BuildConfig(shard_size=shard_size, progress=False))
+            fs.put(str(cache) + "/", f"bench/{cache.name}", recursive=True)
+            local = root / f"node-{cache.name}"
+            shutil.rmtree(local, ignore_errors=True)  # a cold node: every shard comes over the link
+            ds = CachedDataset(f"s3://bench/{cache.name}", local_cache=local)
+            loader = make_loader(ds, args.batch_size, seed=0, window=args.window)
+            rows.append(_stream_row(loader, ds, shard_size, local, args))
+    finally:
+        server.stop()
+    return {
+        "rows": rows,
+        "latency_ms": args.latency_ms,
+        "link_MB_s": args.link_mb_s,
+        "step_ms": args.step_ms,
+        "window": args.window,
+    }
+
+
+def _gpu_step(ms: float) -> None:
+    time.sleep(ms / 1000)  # a GPU step: the Python thread waits on the device, the GIL released
+
+
+def _stream_row(loader, ds, shard_size: int, local: Path, args) -> dict:
+    import threading
+
+    most, stop = [0], threading.Event()
+
+    def watch() -> None:
+        while not stop.is_set():
+            sizes = [p.stat().st_size for p in local.glob("*/*") if not p.name.endswith((".lock", ".log"))]
+            most[0] = max(most[0], sum(sizes))
+            time.sleep(0.01)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    t0 = time.perf_counter()
+    waits, first, steps = [], None, 0
+    for _ in range(args.repeats):
+        it = iter(loader)
+        while True:
+            w0 = time.perf_counter()
+            try:
+                next(it)
+            except StopIteration:
+                break
+            waited = time.perf_counter() - w0
+            if first is None:
+                first = time.perf_counter() - t0
+            else:
+                waits.append(waited)
+            steps += 1
+            _gpu_step(args.step_ms)
+    stop.set()
+    watcher.join()
+    steady = waits[len(waits) // 4 :] or waits  # after the pipeline has filled
+    total = sum(steady) + len(steady) * args.step_ms / 1000
+    shard_mb = statistics.median(s.bytes for s in ds.manifest.shards) / 1e6
+    row = {
+        "shard_samples": shard_size,
+        "shard_MB": shard_mb,
+        "first_batch_s": first,
+        "waiting_share": sum(steady) / total if total else 0.0,
+        "downloads": len(ds._remote.cache.downloads()),
+        "shards": ds.num_shards,
+        "peak_local_MB": most[0] / 1e6,
+    }
+    print(
+        f"shards of {shard_size} samples ({shard_mb:.1f} MB): first batch {first:.2f} s, waiting "
+        f"{row['waiting_share']:.1%} in steady state, {row['downloads']} downloads for {row['shards']} shards, "
+        f"peak {row['peak_local_MB']:.0f} MB on disk"
+    )
+    return row

@@ -14,7 +14,7 @@ Suites (sizes are flags; defaults fit a 2-core laptop in a few minutes):
   mix     an ImageNet-sized shuffled plan (1.28M paths, 1,000 classes): planning time, shard sizes,
           and distinct classes per shard against a uniform draw
   rss     DataLoader worker memory over 10k- and 100k-sample caches (no copy-on-read growth)
-  feed, jpeg, ffcv   the read path (augmentation at read time, encoded stores, FFCV): feed_suites.py
+  feed, jpeg, ffcv, stream   the read path (augmentation at read time, encoded stores, FFCV): feed_suites.py
 
 Every figure is a median (or best) over repeats inside one run and is printed with the command
 that reproduced it; ratios, not absolute numbers, are what carry over to other machines.
@@ -340,6 +340,16 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--rss-samples", type=int, nargs="+", default=[10_000, 100_000])
     parser.add_argument("--ffcv-python", default=None, help="ffcv suite: an interpreter that can import ffcv")
+    parser.add_argument("--latency-ms", type=float, default=20.0, help="stream suite: per-request latency")
+    parser.add_argument("--link-mb-s", type=float, default=200.0, help="stream suite: the link's MB/s")
+    parser.add_argument("--step-ms", type=float, default=100.0, help="stream suite: simulated step per batch")
+    parser.add_argument("--stream-shard-sizes", type=int, nargs="+", default=[32, 128, 512])
+    parser.add_argument(
+        "--window",
+        type=int,
+        default=256,
+        help="stream suite: samples shuffled together (16,384 of ImageNet's 1.28M)",
+    )
     parser.add_argument("--json", default=None, help="write every figure here")
     parser.add_argument("--workdir", default=None, help="keep generated data here between runs")
     args = parser.parse_args()
