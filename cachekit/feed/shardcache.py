@@ -29,7 +29,7 @@ from ..errors import CacheError, UsageError
 from ..store.atomic import fsync_dir, path_size, remove_path, sha256_path
 from ..store.manifest import ShardInfo
 
-__all__ = ["NodeShardCache", "DEFAULT_LOCAL_CACHE_BYTES", "default_cache_folder"]
+__all__ = ["NodeShardCache", "DEFAULT_LOCAL_CACHE_BYTES", "default_cache_folder", "ranged_get"]
 
 #: Default bound of the node's shard cache (bytes); CACHEKIT_LOCAL_CACHE_BYTES overrides it.
 DEFAULT_LOCAL_CACHE_BYTES = env_int("CACHEKIT_LOCAL_CACHE_BYTES", 20 * 1024**3)
@@ -171,9 +171,9 @@ class NodeShardCache:
                     rel = f[len(remote.rstrip("/")) :].lstrip("/")
                     target = part / rel
                     target.parent.mkdir(parents=True, exist_ok=True)
-                    _ranged_get(fs, f, target)
+                    ranged_get(fs, f, target)
             else:
-                _ranged_get(fs, remote, part)
+                ranged_get(fs, remote, part)
         except FileNotFoundError:
             remove_path(part)
             raise CacheError(f"{remote}: shard is missing") from None
@@ -273,7 +273,7 @@ class NodeShardCache:
         return total
 
 
-def _ranged_get(fs, remote: str, target: Path) -> None:
+def ranged_get(fs, remote: str, target: Path) -> None:
     """Fetch ``remote`` into ``target`` with parallel ranged GETs of ``_PART`` bytes."""
     size = int(fs.size(remote))
     with open(target, "wb") as fh:

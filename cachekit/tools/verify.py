@@ -3,19 +3,25 @@
 The manifest is validated first (``read_manifest``). Then each shard: it must be a regular file
 inside the cache folder (no symlink out of it), have the recorded size and, unless ``quick``, the
 recorded sha256; and its reader must open it and find the promised counts, shapes and dtypes.
+
+A cache on object storage (an fsspec URL) is checked shard by shard through a temporary folder:
+each object is downloaded, checked like a local shard and deleted; ``quick`` compares the objects'
+sizes with the manifest without downloading them.
 """
 
 from __future__ import annotations
 
 import os
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import CacheError
-from ..store.atomic import path_size, sha256_path
+from ..store.atomic import path_size, remove_path, sha256_path
 from ..store.formats import get_format
 from ..store.location import read_manifest
 from ..store.manifest import Manifest, ShardInfo, shard_path
+from ..store.remote import filesystem, is_url
 
 __all__ = ["ShardProblem", "VerifyReport", "verify"]
 
@@ -78,8 +84,13 @@ def _check_shard(root: Path, manifest: Manifest, info: ShardInfo, quick: bool) -
     return None
 
 
-def verify(cache_dir: str | os.PathLike, *, quick: bool = False) -> VerifyReport:
-    """Check every shard of the cache; a broken manifest raises CacheError, bad shards are reported."""
+def verify(
+    cache_dir: str | os.PathLike, *, quick: bool = False, storage_options: dict | None = None
+) -> VerifyReport:
+    """Check every shard of the cache (a folder or an fsspec URL); a broken manifest raises
+    CacheError, bad shards are reported."""
+    if is_url(cache_dir):
+        return _verify_remote(str(cache_dir).rstrip("/"), quick, storage_options)
     root = Path(cache_dir)
     manifest = read_manifest(root)
     problems = []
@@ -91,3 +102,55 @@ def verify(cache_dir: str | os.PathLike, *, quick: bool = False) -> VerifyReport
         else:
             problems.append(ShardProblem(info.file, problem))
     return VerifyReport(manifest, tuple(problems), checked, quick)
+
+
+def _remote_size(fs, path: str) -> int | None:
+    try:
+        if fs.isdir(path):
+            return sum(fs.du(path, total=False).values())
+        return int(fs.size(path))
+    except FileNotFoundError:
+        return None
+
+
+def _verify_remote(url: str, quick: bool, storage_options: dict | None) -> VerifyReport:
+    from ..feed.shardcache import ranged_get
+
+    manifest = read_manifest(url, storage_options=storage_options)
+    fs, root = filesystem(url, storage_options)
+    problems, checked = [], 0
+    with tempfile.TemporaryDirectory(prefix="cachekit-verify-") as tmp:
+        folder = Path(tmp)
+        for info in manifest.shards:
+            remote = f"{root}/{info.file}"
+            size = _remote_size(fs, remote)
+            if size is None:
+                problem = "missing"
+            elif size != info.bytes:
+                problem = f"size {size} bytes, manifest says {info.bytes} (truncated or replaced)"
+            elif quick:
+                problem = None
+            else:
+                problem = _fetch_and_check(fs, remote, folder, manifest, info, ranged_get)
+            if problem is None:
+                checked += info.bytes
+            else:
+                problems.append(ShardProblem(info.file, problem))
+    return VerifyReport(manifest, tuple(problems), checked, quick)
+
+
+def _fetch_and_check(
+    fs, remote: str, folder: Path, manifest: Manifest, info: ShardInfo, ranged_get
+) -> str | None:
+    local = folder / info.file
+    try:
+        if fs.isdir(remote):
+            fs.get(remote + "/", str(local), recursive=True)
+        else:
+            ranged_get(fs, remote, local)
+    except OSError as exc:
+        return f"cannot be fetched ({exc})"
+    try:
+        return _check_shard(folder, manifest, info, quick=False)
+    finally:
+        remove_path(local)

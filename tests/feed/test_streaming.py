@@ -151,3 +151,18 @@ def test_downloads_ahead_follow_the_sampler_order(s3_url, small_cache, tmp_path)
     assert set(upcoming) <= set(ds._remote.cache.downloads())  # fetched before they were read
     assert not fetcher.errors
     del it
+
+
+def test_verify_checks_a_cache_on_object_storage(s3_endpoint, small_cache):
+    from cachekit.tools.verify import verify
+
+    fs = s3fs.S3FileSystem(anon=False)
+    fs.put(str(small_cache) + "/", "datasets/to-verify", recursive=True)
+    assert verify("s3://datasets/to-verify").ok
+    victim = read_manifest(small_cache).shards[2].file
+    data = bytearray(fs.cat_file(f"datasets/to-verify/{victim}"))
+    data[len(data) // 3] ^= 0x01  # one flipped bit, same size
+    fs.pipe_file(f"datasets/to-verify/{victim}", bytes(data))
+    assert verify("s3://datasets/to-verify", quick=True).ok  # sizes alone cannot see it
+    report = verify("s3://datasets/to-verify")
+    assert [p.file for p in report.problems] == [victim] and "sha256" in report.problems[0].problem
