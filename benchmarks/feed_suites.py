@@ -247,15 +247,23 @@ def _stream_row(loader, ds, shard_size: int, local: Path, args) -> dict:
 
     def watch() -> None:
         while not stop.is_set():
-            sizes = [p.stat().st_size for p in local.glob("*/*") if not p.name.endswith((".lock", ".log"))]
-            most[0] = max(most[0], sum(sizes))
+            total = 0
+            for p in local.glob("*/*"):
+                if not p.name.endswith((".lock", ".log")):
+                    try:
+                        total += p.stat().st_size
+                    except OSError:  # renamed or evicted while we looked
+                        pass
+            most[0] = max(most[0], total)
             time.sleep(0.01)
 
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
     t0 = time.perf_counter()
-    waits, first, steps = [], None, 0
+    waits: list[list[float]] = []
+    first = None
     for _ in range(args.repeats):
+        waits.append([])
         it = iter(loader)
         while True:
             w0 = time.perf_counter()
@@ -263,30 +271,33 @@ def _stream_row(loader, ds, shard_size: int, local: Path, args) -> dict:
                 next(it)
             except StopIteration:
                 break
-            waited = time.perf_counter() - w0
             if first is None:
                 first = time.perf_counter() - t0
             else:
-                waits.append(waited)
-            steps += 1
+                waits[-1].append(time.perf_counter() - w0)
             _gpu_step(args.step_ms)
     stop.set()
     watcher.join()
-    steady = waits[len(waits) // 4 :] or waits  # after the pipeline has filled
-    total = sum(steady) + len(steady) * args.step_ms / 1000
+
+    def share(ws: list[float]) -> float:
+        ws = ws[len(ws) // 10 :]  # after the pipeline has filled
+        total = sum(ws) + len(ws) * args.step_ms / 1000
+        return sum(ws) / total if total else 0.0
+
     shard_mb = statistics.median(s.bytes for s in ds.manifest.shards) / 1e6
     row = {
         "shard_samples": shard_size,
         "shard_MB": shard_mb,
         "first_batch_s": first,
-        "waiting_share": sum(steady) / total if total else 0.0,
+        "waiting_share_epoch1": share(waits[0]),
+        "waiting_share_later": share([w for ws in waits[1:] for w in ws]),
         "downloads": len(ds._remote.cache.downloads()),
         "shards": ds.num_shards,
         "peak_local_MB": most[0] / 1e6,
     }
     print(
         f"shards of {shard_size} samples ({shard_mb:.1f} MB): first batch {first:.2f} s, waiting "
-        f"{row['waiting_share']:.1%} in steady state, {row['downloads']} downloads for {row['shards']} shards, "
-        f"peak {row['peak_local_MB']:.0f} MB on disk"
+        f"{row['waiting_share_epoch1']:.1%} of epoch 1 (streaming) and {row['waiting_share_later']:.1%} later, "
+        f"{row['downloads']} downloads for {row['shards']} shards, peak {row['peak_local_MB']:.0f} MB on disk"
     )
     return row

@@ -87,6 +87,8 @@ class RemoteShards:
 
     def fetcher(self, shard_offsets) -> ShardFetcher:
         if self._fetcher is None:
-            ahead = max(1, min(8, self.cache.max_bytes // max(1, self.largest) // (4 * local_world_size())))
-            self._fetcher = ShardFetcher(self._fetch, shard_offsets, ahead=ahead)
+            # a quarter of this rank's share of the node cache ahead, whatever the shard size
+            share = self.cache.max_bytes // (4 * local_world_size())
+            ahead = max(1, min(256, share // max(1, self.largest)))
+            self._fetcher = ShardFetcher(self._fetch, shard_offsets, ahead=ahead, concurrency=8)
         return self._fetcher
