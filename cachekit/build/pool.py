@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import faulthandler
 import multiprocessing as mp
 import os
 import signal
@@ -72,16 +73,22 @@ def _die_with(parent: int) -> None:
         threading.Thread(target=watch, daemon=True, name="cachekit-watchdog").start()
 
 
-def _quiet(log: str) -> None:
-    """Send this worker's stderr to ``log``: libraries' own complaints (h5py's "Exception ignored"
-    tracebacks on a full disk, libpng warnings) are not the build's output; a crash quotes them."""
-    fd = os.open(log, os.O_WRONLY | os.O_APPEND | getattr(os, "O_CLOEXEC", 0))
-    os.dup2(fd, 2)
-    os.close(fd)
+def _quiet(log: int | str) -> None:
+    """Send this worker's stderr to ``log`` (an inherited descriptor, or a path): libraries' own
+    complaints (h5py's "Exception ignored" tracebacks on a full disk, libpng warnings) are not the
+    build's output; a crash quotes them."""
+    if isinstance(log, int):
+        os.dup2(log, 2)
+    else:
+        fd = os.open(log, os.O_WRONLY | os.O_APPEND | getattr(os, "O_CLOEXEC", 0))
+        os.dup2(fd, 2)
+        os.close(fd)
+    sys.stderr = open(2, "w", buffering=1, closefd=False)  # Python's own writes go there too
     sys.unraisablehook = lambda unraisable: None  # errors in destructors: the job's own error says it
+    faulthandler.disable()  # a crash is reported by the build process, quoting the library's words
 
 
-def _worker(conn, fn: Callable, parent: int, log: str) -> None:
+def _worker(conn, fn: Callable, parent: int, log: int | str) -> None:
     """A worker's loop: receive a job, run it, send progress and then its result or error."""
     _die_with(parent)
     # Ctrl-C and SIGTERM reach the whole process group; the build process handles them and stops
@@ -89,6 +96,7 @@ def _worker(conn, fn: Callable, parent: int, log: str) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     _quiet(log)
+    conn.send(("ready", None))  # the log is open here: the build process may unlink it
     import cv2
 
     cv2.setNumThreads(1)  # one core per worker process; the pool provides the parallelism
@@ -120,27 +128,60 @@ def _signal_name(exitcode: int | None) -> str:
 
 
 class _Slot:
+    """One worker process, its pipe, and its stderr log (an unlinked temp file, read on a crash)."""
+
     def __init__(self, ctx, fn: Callable) -> None:
+        self.log_fd: int | None = None
+        self.log_path = os.devnull
+        log: int | str = os.devnull
         try:
-            handle, self.log = tempfile.mkstemp(prefix="cachekit-worker-", suffix=".log")
-            os.close(handle)
+            if ctx.get_start_method() == "fork":  # the child inherits a file that never had a name
+                with tempfile.TemporaryFile(prefix="cachekit-worker-") as fh:
+                    self.log_fd = log = os.dup(fh.fileno())
+            else:  # a named file, unlinked once the worker has opened it (``ready``)
+                self.log_fd, self.log_path = tempfile.mkstemp(prefix="cachekit-worker-", suffix=".log")
+                log = self.log_path
         except OSError:  # no room in the temp dir: the worker's complaints go nowhere
-            self.log = os.devnull
+            pass
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_worker, args=(child, fn, os.getpid(), self.log), daemon=True)
+        self.proc = ctx.Process(target=_worker, args=(child, fn, os.getpid(), log), daemon=True)
         self.proc.start()
         child.close()
         self.job = None
 
+    def ready(self) -> None:
+        """Wait until the worker has opened its log, then unlink it: nothing is left behind, even
+        if this process is killed later (the open descriptors keep the file while they live)."""
+        try:
+            self.conn.recv()
+        except (EOFError, OSError):
+            pass  # died at start: its sentinel says so
+        self.forget_log()
+
+    def forget_log(self) -> None:
+        if self.log_path != os.devnull:
+            with contextlib.suppress(OSError):
+                os.unlink(self.log_path)
+            self.log_path = os.devnull
+
     def last_words(self) -> str:
         """The last line the worker wrote to its stderr, if any (a library's last complaint)."""
+        if self.log_fd is None:
+            return ""
         try:
-            with open(self.log, "rb") as fh:
-                fh.seek(max(0, os.path.getsize(self.log) - 4096))
-                lines = [ln.strip() for ln in fh.read().decode("utf-8", "replace").splitlines() if ln.strip()]
+            size = os.fstat(self.log_fd).st_size
+            tail = os.pread(self.log_fd, 4096, max(0, size - 4096))
         except OSError:
             return ""
+        lines = [ln.strip() for ln in tail.decode("utf-8", "replace").splitlines() if ln.strip()]
         return lines[-1][:200] if lines else ""
+
+    def close(self) -> None:
+        self.conn.close()
+        self.forget_log()
+        if self.log_fd is not None:
+            os.close(self.log_fd)
+            self.log_fd = None
 
 
 def run_pool(
@@ -159,15 +200,18 @@ def run_pool(
         for _ in range(max(1, min(workers, len(queue)))):
             slots.append(_Slot(ctx, fn))
         for slot in slots:
+            slot.ready()
             _next(slot, queue)
         while any(slot.job is not None for slot in slots):
             busy = [s for s in slots if s.job is not None]
             ready = set(wait([s.conn for s in busy] + [s.proc.sentinel for s in busy]))
             for slot in busy:
+                gone = False  # its end of the pipe closed: the worker died
                 while slot.job is not None and slot.conn.poll():
                     try:
                         kind, value = slot.conn.recv()
                     except (EOFError, OSError):
+                        gone = True
                         break
                     if kind == "progress":
                         on_progress(value)
@@ -177,8 +221,8 @@ def run_pool(
                         job, slot.job = slot.job, None
                         yield job, value
                         _next(slot, queue)
-                if slot.job is not None and slot.proc.sentinel in ready and not slot.conn.poll():
-                    slot.proc.join(1)
+                if slot.job is not None and (gone or (slot.proc.sentinel in ready and not slot.conn.poll())):
+                    slot.proc.join(5)
                     words = slot.last_words()
                     how = _signal_name(slot.proc.exitcode)
                     raise WorkerCrashed(
@@ -193,10 +237,7 @@ def run_pool(
                 slot.proc.kill()
         for slot in slots:
             slot.proc.join(5)
-            slot.conn.close()
-            if slot.log != os.devnull:
-                with contextlib.suppress(OSError):
-                    os.unlink(slot.log)
+            slot.close()
 
 
 def _next(slot: _Slot, queue: deque) -> None:
