@@ -37,9 +37,9 @@ from ..errors import CachekitError, UsageError
 from ..feed.dataset import CachedDataset
 from ..image.recipes import load_pipeline
 from .baselines import BACKENDS, RawImageDataset, RawInputs, check_raw_inputs
-from .benchrows import augment_record, augment_size, cache_row, make_loader_row, raw_row
+from .benchrows import MAX_AUGMENT_SIZE, augment_record, augment_size, cache_row, make_loader_row, raw_row
 from .benchsamples import align_samples, cache_pipeline
-from .benchview import cache_names, format_table, plot_result, workers_text
+from .benchview import augment_text, cache_names, format_table, plot_result, workers_text
 
 __all__ = [
     "BenchConfig",
@@ -83,8 +83,8 @@ class BenchConfig:
         if self.augment_size is not None:
             if not self.augment:
                 raise UsageError("--augment-size needs --augment")
-            if self.augment_size < 1:
-                raise UsageError("--augment-size must be at least 1")
+            if not 1 <= self.augment_size <= MAX_AUGMENT_SIZE:
+                raise UsageError(f"--augment-size must be between 1 and {MAX_AUGMENT_SIZE}")
 
 
 def drop_page_cache(files: Iterable[Path]) -> bool:
@@ -269,7 +269,7 @@ def _run(raw, caches, datasets, config: BenchConfig, log, progress: bool) -> dic
         raise UsageError(f"{raw}: no image a build could use, nothing to compare")
     log(f"{n} samples per epoch in every row, matched by {align.by}")
     if crop:
-        log(f"augmented: every row does RandomResizedCrop({crop[0]}x{crop[1]}) + horizontal flip per sample")
+        log(f"augmented: every row does {augment_text(crop)} per sample")
     rows = []
 
     def add(name, workers, make, files):

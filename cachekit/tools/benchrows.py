@@ -27,6 +27,7 @@ from .baselines import RRC_RATIO, RRC_SCALE, OpenCVRandomResizedCropFlip, RawIma
 
 __all__ = [
     "DEFAULT_AUGMENT_SIZE",
+    "MAX_AUGMENT_SIZE",
     "AUGMENT_HOW",
     "augment_size",
     "augment_record",
@@ -37,6 +38,9 @@ __all__ = [
 
 #: Crop side of augmented rows when no cache has a fixed size to crop to (ImageNet training's).
 DEFAULT_AUGMENT_SIZE = 224
+
+#: The largest crop side ``--augment-size`` takes (a batch of 256 such crops is 12.9 GB).
+MAX_AUGMENT_SIZE = 4096
 
 #: How each kind of row augments, in words (the JSON and the table say it).
 AUGMENT_HOW = {

@@ -52,12 +52,14 @@ AUGMENTED_KINDS = {
 }
 
 
-def augment_text(result: dict) -> str | None:
-    """``RandomResizedCrop(224) + flip`` for an augmented result (the size as HxW when not square)."""
-    aug = result.get("augment")
-    if not aug:
-        return None
-    h, w = aug["size"]
+def augment_text(result: dict | Sequence[int]) -> str | None:
+    """``RandomResizedCrop(224) + horizontal flip`` for an augmented result or a crop size
+    (``HxW`` when not square); None for a plain result."""
+    if isinstance(result, dict):
+        if not result.get("augment"):
+            return None
+        result = result["augment"]["size"]
+    h, w = result
     return f"RandomResizedCrop({h if h == w else f'{h}x{w}'}) + horizontal flip"
 
 

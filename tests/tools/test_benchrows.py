@@ -224,7 +224,7 @@ def test_cli_augment_flags(mixed_tree, ragged_cache, tmp_path):
     code, _, err = cli(mixed_tree, ragged_cache, "--augment-size", "64")
     assert code == 2 and err.strip() == "error: --augment-size needs --augment"
     code, _, err = cli("--synthetic", 4, "--workdir", tmp_path / "w", "--augment", "--augment-size", "0")
-    assert code == 2 and "--augment-size must be at least 1" in err and not (tmp_path / "w").exists()
+    assert code == 2 and "--augment-size must be between 1 and 4096" in err and not (tmp_path / "w").exists()
     code, out, err = cli(
         mixed_tree, ragged_cache, "--augment", "--raw-backends", "opencv", "--workers", "0", "--epochs", "1",
         "--batch-size", "4", "--warm-only", "--quiet", "--json", tmp_path / "r.json",
