@@ -9,7 +9,6 @@ ffcv    FFCV 1.0.2's RandomResizedCropRGBImageDecoder + flip on the same images 
 from __future__ import annotations
 
 import os
-import random
 import shutil
 import statistics
 import subprocess
@@ -17,44 +16,13 @@ import sys
 import time
 from pathlib import Path
 
-import cv2
-import numpy as np
-import torch
 from registry import suite, synthetic_raw
 from torch.utils.data import DataLoader
 
 from cachekit import BuildConfig, CachedDataset, build, collate_batch, make_loader
+from cachekit.tools.baselines import OpenCVRandomResizedCropFlip
 from cachekit.tools.counters import child_pids, process_counters
 from cachekit.transforms import ColorJitter, RandomHorizontalFlip, RandomResizedCrop
-
-__all__ = ["OpenCVRandomResizedCropFlip"]
-
-
-class OpenCVRandomResizedCropFlip:
-    """What a user writes as a per-sample ``transform=``: torchvision's RandomResizedCrop parameters,
-    one OpenCV resize, a random flip (a worker's own ``random`` state)."""
-
-    def __init__(self, size: int, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3)) -> None:
-        self.size, self.scale, self.ratio = size, scale, ratio
-
-    def __call__(self, chw: torch.Tensor) -> torch.Tensor:
-        img = chw.numpy().transpose(1, 2, 0)
-        height, width = img.shape[:2]
-        area = height * width
-        for _ in range(10):
-            target = area * random.uniform(*self.scale)
-            aspect = np.exp(random.uniform(np.log(self.ratio[0]), np.log(self.ratio[1])))
-            w, h = int(round(np.sqrt(target * aspect))), int(round(np.sqrt(target / aspect)))
-            if 0 < w <= width and 0 < h <= height:
-                top, left = random.randint(0, height - h), random.randint(0, width - w)
-                break
-        else:
-            top, left, h, w = 0, 0, height, width
-        crop = np.ascontiguousarray(img[top : top + h, left : left + w])
-        out = cv2.resize(crop, (self.size, self.size), interpolation=cv2.INTER_LINEAR)
-        if random.random() < 0.5:
-            out = out[:, ::-1]
-        return torch.from_numpy(np.ascontiguousarray(out.transpose(2, 0, 1)))
 
 
 def _cpu_now() -> float:

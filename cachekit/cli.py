@@ -391,7 +391,7 @@ def _int_list(ctx, param, value: str) -> tuple[int, ...]:
     "--synthetic",
     type=int,
     default=None,
-    help="Generate N ImageNet-like JPEGs, build pt, hdf5 and zarr caches, compare.",
+    help="Generate N ImageNet-like JPEGs, build pt, hdf5 and zarr caches (train-256 with --augment), compare.",
 )
 @click.option(
     "--workdir", type=click.Path(path_type=str), default=None, help="--synthetic: where to keep its files."
@@ -404,6 +404,18 @@ def _int_list(ctx, param, value: str) -> tuple[int, ...]:
 @click.option("--warm-only", is_flag=True, help="Do not drop the files from the page cache before epoch 1.")
 @click.option(
     "--raw-backends", default="pil,opencv", show_default=True, help="Raw loaders to run: pil, opencv."
+)
+@click.option(
+    "--augment",
+    is_flag=True,
+    help="Every row does RandomResizedCrop + horizontal flip per sample, as its kind of user would "
+    "(PIL as torchvision, OpenCV transform=, make_loader(augment=...)); variable-sized caches allowed.",
+)
+@click.option(
+    "--augment-size",
+    type=int,
+    default=None,
+    help="--augment: crop side [default: the caches' sample size, 224 for variable-sized caches].",
 )
 @click.option(
     "--json", "json_out", type=click.Path(path_type=str), default=None, help="Write every figure here."
@@ -427,6 +439,8 @@ def bench_cmd(
     seed,
     warm_only,
     raw_backends,
+    augment,
+    augment_size,
     json_out,
     plot,
     quiet,
@@ -435,10 +449,13 @@ def bench_cmd(
 
     RAW's files that a build would skip (empty, truncated, undecodable, unreadable) are left out of
     every row and counted; every row reads the same samples. With --synthetic N no paths are
-    needed: it writes N JPEGs, builds pt, hdf5 and zarr caches and compares.
+    needed: it writes N JPEGs, builds pt, hdf5 and zarr caches and compares. With --augment every
+    row also crops and flips each sample at random (the training workload); caches whose samples
+    vary in size (--pipeline train-256) are then welcome.
     """
     from .errors import UsageError
-    from .tools.bench import BenchConfig, bench_synthetic, format_table, run_bench
+    from .tools.bench import BenchConfig, format_table, run_bench
+    from .tools.benchsynthetic import bench_synthetic
     from .tools.benchview import check_outputs, write_outputs
 
     check_outputs(json_out, plot)  # what could fail after a long run is checked before it starts
@@ -451,6 +468,8 @@ def bench_cmd(
         seed=seed,
         cold=not warm_only,
         raw_backends=tuple(b.strip() for b in raw_backends.split(",") if b.strip()),
+        augment=augment,
+        augment_size=augment_size,
     )
 
     def log(line: str) -> None:

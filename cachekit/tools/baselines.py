@@ -5,6 +5,12 @@
 ``backend="opencv"`` runs a build's own decode and recipe on the raw file instead. Both return
 ``(uint8 tensor [3, H, W], label)`` like a CachedDataset, so the benchmark compares like with like.
 
+With ``augment=(height, width)`` they are training loaders instead: PIL does what torchvision's
+``RandomResizedCrop + RandomHorizontalFlip + PILToTensor`` does on the decoded file, OpenCV decodes
+with a build's code and runs ``OpenCVRandomResizedCropFlip``, the per-sample ``transform=`` a user
+writes for a CachedDataset. Both draw torchvision's crop parameters (``rrc_params``) from the
+process's ``random`` state, which a DataLoader seeds in each worker.
+
 A raw folder holds the same bad files for both loaders as for a build: ``check_raw_inputs`` reads and
 decodes every input once through the build's own path (``build.shardjob``), so the raw rows load
 exactly the inputs a build keeps and skip the others for the reasons a build records. Files a build
@@ -14,11 +20,14 @@ keeps but PIL cannot read are listed apart (``refused``), for the benchmark to l
 from __future__ import annotations
 
 import io
+import math
 import os
+import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import cv2
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
@@ -28,9 +37,21 @@ from ..build.sources import discover
 from ..errors import CachekitError, UsageError
 from ..image.recipes import Pipeline
 
-__all__ = ["RawInputs", "RawImageDataset", "check_raw_inputs", "pil_classification", "BACKENDS"]
+__all__ = [
+    "RawInputs",
+    "RawImageDataset",
+    "check_raw_inputs",
+    "pil_classification",
+    "pil_random_resized_crop_flip",
+    "rrc_params",
+    "OpenCVRandomResizedCropFlip",
+    "BACKENDS",
+]
 
 BACKENDS = ("pil", "opencv")
+#: torchvision's RandomResizedCrop defaults.
+RRC_SCALE = (0.08, 1.0)
+RRC_RATIO = (3 / 4, 4 / 3)
 
 
 def pil_classification(path: str | os.PathLike | io.BytesIO, resize: int, crop: int) -> np.ndarray:
@@ -48,6 +69,90 @@ def pil_classification(path: str | os.PathLike | io.BytesIO, resize: int, crop: 
     left, top = int(round((size[0] - crop) / 2.0)), int(round((size[1] - crop) / 2.0))
     img = img.crop((left, top, left + crop, top + crop))
     return np.asarray(img)
+
+
+def rrc_params(
+    height: int,
+    width: int,
+    scale: tuple[float, float] = RRC_SCALE,
+    ratio: tuple[float, float] = RRC_RATIO,
+    rng: random.Random | None = None,
+) -> tuple[int, int, int, int]:
+    """torchvision's ``RandomResizedCrop.get_params``: ``(top, left, h, w)`` of a random box of
+    ``scale`` x the area with aspect ``ratio``; after 10 misses, the central crop of the closest
+    allowed aspect. Drawn from ``rng`` (default: the ``random`` module, seeded per DataLoader worker).
+    """
+    draw = random if rng is None else rng
+    area = height * width
+    log_lo, log_hi = math.log(ratio[0]), math.log(ratio[1])
+    for _ in range(10):
+        target = area * draw.uniform(scale[0], scale[1])
+        aspect = math.exp(draw.uniform(log_lo, log_hi))
+        w = int(round(math.sqrt(target * aspect)))
+        h = int(round(math.sqrt(target / aspect)))
+        if 0 < w <= width and 0 < h <= height:
+            return draw.randint(0, height - h), draw.randint(0, width - w), h, w
+    in_ratio = width / height
+    if in_ratio < min(ratio):
+        w, h = width, int(round(width / min(ratio)))
+    elif in_ratio > max(ratio):
+        w, h = int(round(height * max(ratio))), height
+    else:
+        w, h = width, height
+    return (height - h) // 2, (width - w) // 2, h, w
+
+
+def pil_random_resized_crop_flip(
+    path: str | os.PathLike | io.BytesIO, size: tuple[int, int], p: float = 0.5
+) -> np.ndarray:
+    """torchvision's train transform on a raw file: ``default_loader``, ``RandomResizedCrop(size)``
+    (crop, then a bilinear resize) and ``RandomHorizontalFlip(p)``, as ``[H, W, 3]`` uint8."""
+    from PIL import Image
+
+    with Image.open(path) as opened:
+        img = opened.convert("RGB")
+    top, left, h, w = rrc_params(img.height, img.width)
+    img = img.crop((left, top, left + w, top + h)).resize((size[1], size[0]), Image.BILINEAR)
+    if random.random() < p:
+        img = img.transpose(Image.FLIP_LEFT_RIGHT)
+    return np.asarray(img)
+
+
+class OpenCVRandomResizedCropFlip:
+    """What a user writes as a per-sample ``transform=``: torchvision's RandomResizedCrop parameters
+    (``rrc_params``), one ``cv2.resize`` (bilinear), a random flip with probability ``p``.
+
+    Called on a ``[C, H, W]`` uint8 tensor (a CachedDataset sample); ``crop_hwc`` does the same on
+    an ``[H, W, C]`` array (a decoded raw file). ``size``: an int (square) or ``(height, width)``.
+    """
+
+    def __init__(
+        self,
+        size: int | tuple[int, int],
+        scale: tuple[float, float] = RRC_SCALE,
+        ratio: tuple[float, float] = RRC_RATIO,
+        p: float = 0.5,
+    ) -> None:
+        self.size = (size, size) if isinstance(size, int) else (int(size[0]), int(size[1]))
+        self.scale, self.ratio, self.p = scale, ratio, p
+
+    def crop_hwc(self, img: np.ndarray) -> np.ndarray:
+        """A random resized crop of ``img`` ``[H, W, C]``, maybe flipped, as a new ``[h, w, C]`` array."""
+        top, left, h, w = rrc_params(img.shape[0], img.shape[1], self.scale, self.ratio)
+        crop = np.ascontiguousarray(img[top : top + h, left : left + w])
+        out = cv2.resize(crop, (self.size[1], self.size[0]), interpolation=cv2.INTER_LINEAR)
+        if out.ndim == 2:  # one channel: OpenCV drops the axis
+            out = out[:, :, None]
+        if random.random() < self.p:
+            out = out[:, ::-1]
+        return out
+
+    def __call__(self, chw: torch.Tensor) -> torch.Tensor:
+        out = self.crop_hwc(chw.numpy().transpose(1, 2, 0))
+        return torch.from_numpy(np.ascontiguousarray(out.transpose(2, 0, 1)))
+
+    def __repr__(self) -> str:
+        return f"OpenCVRandomResizedCropFlip(size={self.size}, scale={self.scale}, ratio={self.ratio}, p={self.p})"
 
 
 def _classification_sizes(pipeline: Pipeline) -> tuple[int, int] | None:
@@ -155,9 +260,14 @@ class RawImageDataset(Dataset):
     """Decode-every-epoch dataset over the inputs a build keeps, in a build's order and labels.
 
     Index ``i`` is ``inputs.paths[i]``; the benchmark never asks the PIL loader for a refused one.
+    Without ``augment`` each input goes through the recipe (PIL: the classification recipe only);
+    with ``augment=(height, width)`` the decoded file gets a random resized crop to that size and a
+    random flip instead, with PIL as torchvision does it or with OpenCV.
     """
 
-    def __init__(self, inputs: RawInputs, *, backend: str = "pil") -> None:
+    def __init__(
+        self, inputs: RawInputs, *, backend: str = "pil", augment: tuple[int, int] | None = None
+    ) -> None:
         if backend not in BACKENDS:
             raise UsageError(f"unknown raw backend {backend!r} (choose from {', '.join(BACKENDS)})")
         self.inputs = inputs
@@ -165,8 +275,10 @@ class RawImageDataset(Dataset):
         self.labels = inputs.labels
         self.backend = backend
         self.pipeline = inputs.pipeline
+        self.augment = augment
+        self._opencv_augment = OpenCVRandomResizedCropFlip(augment) if augment else None
         sizes = _classification_sizes(self.pipeline)
-        if backend == "pil" and sizes is None:
+        if backend == "pil" and sizes is None and augment is None:
             raise UsageError(
                 f"the PIL raw loader implements the classification recipe only, not {self.pipeline.name!r}: "
                 "use --raw-backends opencv"
@@ -184,8 +296,13 @@ class RawImageDataset(Dataset):
         path = self.paths[index]
         try:
             if self.backend == "pil":
+                if self.augment:
+                    return pil_random_resized_crop_flip(path, self.augment)
                 return pil_classification(path, self._resize, self._crop)
-            return self.pipeline.apply(decode_input(read_input(Path(path)), self.pipeline))[0]
+            image = decode_input(read_input(Path(path)), self.pipeline)
+            if self._opencv_augment is not None:
+                return self._opencv_augment.crop_hwc(image)
+            return self.pipeline.apply(image)[0]
         except (*INPUT_ERRORS, ValueError) as exc:
             raise CachekitError(
                 f"{path} changed while the benchmark ran ({skip_reason(exc)}); run it again"

@@ -8,6 +8,10 @@ cache through ``make_loader``'s defaults (its own shard-aware shuffle, stopped a
 number of samples): the setting a user gets without tuning; a fixed-size cache's samples all cost
 the same to read.
 
+With ``augment`` every row also does a random resized crop to one size and a random flip per
+sample, each the way its kind of user would (``benchrows``); caches of variable-sized samples
+(``--pipeline train-256``) are then welcome, since every row's output has one size.
+
 Epoch 1 starts from a cold page cache where the OS allows dropping it; later epochs are warm.
 OpenCV runs on one thread per process throughout, as in a build's workers and like PIL, so
 "N workers" means N cores for every loader.
@@ -16,36 +20,30 @@ OpenCV runs on one thread per process throughout, as in a build's workers and li
 from __future__ import annotations
 
 import contextlib
-import errno
 import gc
 import os
 import platform
-import shutil
 import statistics
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
-from torch.utils.data import DataLoader
 
 from ..constants import DEFAULT_PIPELINE, VERSION
 from ..cpus import available_cpus
-from ..errors import BuildError, CachekitError, UsageError
-from ..feed.batch import collate_batch
+from ..errors import CachekitError, UsageError
 from ..feed.dataset import CachedDataset
-from ..feed.loader import make_loader
 from ..image.recipes import load_pipeline
 from .baselines import BACKENDS, RawImageDataset, RawInputs, check_raw_inputs
+from .benchrows import MAX_AUGMENT_SIZE, augment_record, augment_size, cache_row, make_loader_row, raw_row
 from .benchsamples import align_samples, cache_pipeline
-from .benchview import cache_names, format_table, plot_result, workers_text
+from .benchview import augment_text, cache_names, format_table, plot_result, workers_text
 
 __all__ = [
     "BenchConfig",
     "run_bench",
-    "bench_synthetic",
     "format_table",
     "plot_result",
     "memcpy_bandwidth",
@@ -55,7 +53,11 @@ __all__ = [
 
 @dataclass(frozen=True)
 class BenchConfig:
-    """What ``run_bench`` measures: batch size, worker counts, samples and epochs per row, backends."""
+    """What ``run_bench`` measures: batch size, worker counts, samples and epochs per row, backends.
+
+    ``augment``: every row does a random resized crop + flip per sample (``benchrows``), to
+    ``augment_size`` (default: the caches' own size, or 224 when their samples vary in size).
+    """
 
     batch_size: int = 256
     workers: tuple[int, ...] = (0, 2)
@@ -64,6 +66,25 @@ class BenchConfig:
     seed: int = 0
     cold: bool = True  # drop the files from the page cache before epoch 1
     raw_backends: tuple[str, ...] = ("pil", "opencv")
+    augment: bool = False
+    augment_size: int | None = None
+
+    def check(self) -> None:
+        """Refuse settings no run could use (UsageError), before any work starts."""
+        if self.batch_size < 1 or self.epochs < 1:
+            raise UsageError("--batch-size and --epochs must be at least 1")
+        if self.samples is not None and self.samples < 1:
+            raise UsageError("--samples must be at least 1")
+        unknown = set(self.raw_backends) - set(BACKENDS)
+        if unknown:
+            raise UsageError(
+                f"unknown raw backend {sorted(unknown)[0]!r} (choose from {', '.join(BACKENDS)})"
+            )
+        if self.augment_size is not None:
+            if not self.augment:
+                raise UsageError("--augment-size needs --augment")
+            if not 1 <= self.augment_size <= MAX_AUGMENT_SIZE:
+                raise UsageError(f"--augment-size must be between 1 and {MAX_AUGMENT_SIZE}")
 
 
 def drop_page_cache(files: Iterable[Path]) -> bool:
@@ -198,13 +219,7 @@ def run_bench(
     progress: bool = False,
 ) -> dict:
     """Measure every loader; return a JSON-able dict of the figures, the machine and the ratios."""
-    if config.batch_size < 1 or config.epochs < 1:
-        raise UsageError("--batch-size and --epochs must be at least 1")
-    if config.samples is not None and config.samples < 1:
-        raise UsageError("--samples must be at least 1")
-    unknown = set(config.raw_backends) - set(BACKENDS)
-    if unknown:
-        raise UsageError(f"unknown raw backend {sorted(unknown)[0]!r} (choose from {', '.join(BACKENDS)})")
+    config.check()
     if not caches and (raw is None or not config.raw_backends):
         raise UsageError("nothing to benchmark: give a raw folder and/or caches")
     datasets = [CachedDataset(c) for c in caches]
@@ -217,9 +232,13 @@ def run_bench(
 
 
 def _run(raw, caches, datasets, config: BenchConfig, log, progress: bool) -> dict:
+    crop = augment_size(config, caches, datasets)
     for path, d in zip(caches, datasets):
-        if d.ragged:
-            raise UsageError(f"{path}: its samples have different sizes; bench compares fixed-size caches")
+        if d.ragged and crop is None:
+            raise UsageError(
+                f"{path}: its samples have different sizes; compare it with --augment (every row "
+                "crops to one size), or bench a fixed-size cache"
+            )
     names = cache_names(caches, [d.manifest.format for d in datasets])
     inputs = None
     if raw is not None and config.raw_backends:
@@ -241,23 +260,16 @@ def _run(raw, caches, datasets, config: BenchConfig, log, progress: bool) -> dic
             f"raw: {inputs.found} image files, {len(inputs.skipped)} skipped as a build would skip them"
             + (f", {len(inputs.refused)} more left out for PIL" if inputs.refused else "")
         )
-    raw_ds = {b: RawImageDataset(inputs, backend=b) for b in config.raw_backends} if inputs else {}
+    raw_ds = (
+        {b: RawImageDataset(inputs, backend=b, augment=crop) for b in config.raw_backends} if inputs else {}
+    )
     align = align_samples(inputs, datasets, samples=config.samples, seed=config.seed)
     n = len(align)
     if n == 0:
         raise UsageError(f"{raw}: no image a build could use, nothing to compare")
     log(f"{n} samples per epoch in every row, matched by {align.by}")
-
-    def plain(open_dataset, order, workers, collate=None):
-        extra = {"persistent_workers": True} if workers else {}
-        kwargs = {"collate_fn": collate} if collate else {}
-        return lambda: (
-            DataLoader(
-                open_dataset(), config.batch_size, sampler=order, num_workers=workers, **extra, **kwargs
-            ),
-            {},
-        )
-
+    if crop:
+        log(f"augmented: every row does {augment_text(crop)} per sample")
     rows = []
 
     def add(name, workers, make, files):
@@ -268,21 +280,15 @@ def _run(raw, caches, datasets, config: BenchConfig, log, progress: bool) -> dic
             f"first batch {r['first_batch_s']:.2f} s"
         )
 
+    bs = config.batch_size
     for backend, ds in raw_ds.items():
         for w in config.workers:
-            add(f"raw-{backend}", w, plain(lambda ds=ds: ds, align.raw, w), [Path(p) for p in ds.paths])
+            add(f"raw-{backend}", w, raw_row(ds, align.raw, w, bs), [Path(p) for p in ds.paths])
     for path, name, order in zip(caches, names, align.caches):
         files = _files(Path(path))
-        # Each row opens the cache afresh (and closes it after), so no earlier row's memory map
-        # keeps the files in the page cache when epoch 1 is meant to be cold.
         for w in config.workers:
-            add(name, w, plain(lambda path=path: CachedDataset(path), order, w, collate_batch), files)
-
-        def defaults(path=path):
-            loader = make_loader(CachedDataset(path), config.batch_size, seed=config.seed)
-            return loader, {"mode": loader.mode}
-
-        add(name, "make_loader", defaults, files)
+            add(name, w, cache_row(path, order, w, bs, crop), files)
+        add(name, "make_loader", make_loader_row(path, bs, config.seed, crop), files)
 
     raw_rows = [r for r in rows if r["loader"].startswith("raw-")]
     baseline = max(raw_rows, key=lambda r: r["samples_per_s"]) if raw_rows else None
@@ -294,6 +300,7 @@ def _run(raw, caches, datasets, config: BenchConfig, log, progress: bool) -> dic
         "config": asdict(config),
         "samples": n,
         "aligned_by": align.by,
+        "augment": augment_record(crop) if crop else None,
         "machine": {
             "cpus_usable": available_cpus(),
             "cpu_count": os.cpu_count(),
@@ -310,12 +317,13 @@ def _run(raw, caches, datasets, config: BenchConfig, log, progress: bool) -> dic
                 "bytes": d.manifest.total_bytes,
                 "samples": len(d),
                 "shape": list(d.sample_shape),
+                "pipeline": d.manifest.pipeline.get("name"),
             }
             for name, p, d in zip(names, caches, datasets)
         ],
         "rows": rows,
         "baseline": {k: baseline[k] for k in ("loader", "workers", "samples_per_s")} if baseline else None,
-        "ratios": _ratios(rows, baseline, memcpy),
+        "ratios": _ratios(rows, baseline, None if crop else memcpy),
     }
 
 
@@ -333,8 +341,9 @@ def _raw_summary(raw, inputs: RawInputs | None) -> dict | None:
     }
 
 
-def _ratios(rows: list[dict], baseline: dict | None, memcpy: float) -> dict:
-    """The headline figures: cache via make_loader's defaults vs the baseline, and vs memcpy."""
+def _ratios(rows: list[dict], baseline: dict | None, memcpy: float | None) -> dict:
+    """The headline figures: cache via make_loader's defaults vs the baseline, and vs memcpy
+    (None for augmented rows, whose speed a resize bounds, not a copy)."""
     out = {}
     for r in rows:
         if r["workers"] == "make_loader":
@@ -343,56 +352,6 @@ def _ratios(rows: list[dict], baseline: dict | None, memcpy: float) -> dict:
                 out[f"{key} make_loader / {baseline['loader']} best"] = (
                     r["samples_per_s"] / baseline["samples_per_s"]
                 )
-            out[f"{key} make_loader / memcpy"] = r["MB_per_s"] * 1e6 / memcpy
+            if memcpy:
+                out[f"{key} make_loader / memcpy"] = r["MB_per_s"] * 1e6 / memcpy
     return out
-
-
-def bench_synthetic(
-    n: int,
-    config: BenchConfig = BenchConfig(),
-    *,
-    workdir: str | os.PathLike | None = None,
-    formats: Sequence[str] = ("pt", "hdf5", "zarr"),
-    keep: bool = False,
-    log: Callable[[str], None] = lambda line: None,
-    progress: bool = False,
-) -> dict:
-    """Generate ``n`` ImageNet-like JPEGs, build a cache per format, and run the comparison."""
-    from ..build.run import BuildConfig, build
-    from .synthetic import make_synthetic_folder
-
-    if n < 1:
-        raise UsageError("--synthetic needs at least 1 image")
-    root = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="cachekit-bench-"))
-    try:
-        raw = root / "raw"
-        if not raw.is_dir() or sum(1 for _ in raw.rglob("*.jpg")) != n:
-            shutil.rmtree(raw, ignore_errors=True)
-            log(f"writing {n} synthetic JPEGs (about 500x375) to {raw}")
-            try:
-                make_synthetic_folder(raw, n, classes=min(10, n), progress=progress)
-            except OSError as exc:
-                reason = "disk full" if exc.errno == errno.ENOSPC else (exc.strerror or str(exc))
-                raise BuildError(f"cannot write the synthetic images to {raw}: {reason}") from None
-        caches, builds = [], []
-        for fmt in formats:
-            out = root / f"cache-{fmt}"
-            log(f"building the {fmt} cache in {out}")
-            result = build(raw, out, BuildConfig(format=fmt, overwrite=True, progress=progress))
-            caches.append(out)
-            builds.append(
-                {
-                    "format": fmt,
-                    "status": result.status,
-                    "seconds": result.seconds,
-                    "images_per_s": result.manifest.num_samples / result.seconds,
-                    "bytes": result.manifest.total_bytes,
-                }
-            )
-        report = run_bench(raw, caches, config, log=log, progress=progress)
-        report["builds"] = builds
-        report["synthetic"] = {"images": n, "workdir": str(root), "kept": keep}
-        return report
-    finally:
-        if not keep and not workdir:
-            shutil.rmtree(root, ignore_errors=True)

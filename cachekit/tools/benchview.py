@@ -2,7 +2,8 @@
 
 The chart answers "how much faster is the cache?" at a glance: one bar per row, the speed-up over the
 best raw loader on a linear axis (a log axis makes 150x look like 2x), labelled with that factor and
-the samples/s behind it, coloured by kind with a legend. matplotlib is optional
+the samples/s behind it, coloured by kind with a legend; an augmented run says so in its title,
+legend and table. matplotlib is optional
 (``require_matplotlib`` says how to get it, and the CLI asks before any work starts).
 """
 
@@ -33,6 +34,8 @@ __all__ = [
     "plot_result",
     "workers_text",
     "loader_text",
+    "augment_text",
+    "shape_text",
 ]
 
 #: Bar colours by kind of row, and the legend's words for them.
@@ -41,6 +44,28 @@ KINDS = {
     "cache": ("#9cc3e6", "cache, plain DataLoader"),
     "make_loader": ("#1f5fa8", "cache, make_loader defaults"),
 }
+#: The legend's words when every row augments (``--augment``): who does the crop, and how.
+AUGMENTED_KINDS = {
+    "raw": "raw files, decoded every epoch",
+    "cache": "cache, plain DataLoader + transform=",
+    "make_loader": "cache, make_loader(augment=...)",
+}
+
+
+def augment_text(result: dict | Sequence[int]) -> str | None:
+    """``RandomResizedCrop(224) + horizontal flip`` for an augmented result or a crop size
+    (``HxW`` when not square); None for a plain result."""
+    if isinstance(result, dict):
+        if not result.get("augment"):
+            return None
+        result = result["augment"]["size"]
+    h, w = result
+    return f"RandomResizedCrop({h if h == w else f'{h}x{w}'}) + horizontal flip"
+
+
+def shape_text(shape: Sequence) -> str:
+    """A stored sample's size: ``224x224``, or ``variable size`` for a cache of ragged samples."""
+    return "variable size" if shape[1] is None else f"{shape[1]}x{shape[2]}"
 
 
 def format_table(result: dict) -> str:
@@ -62,7 +87,11 @@ def format_table(result: dict) -> str:
         )
     widths = [max(len(str(x)) for x in col) for col in zip(head, *lines)]
     fmt = "  ".join(f"{{:<{w}}}" for w in widths)
-    out = [fmt.format(*head), fmt.format(*("-" * w for w in widths))]
+    out = []
+    aug = result.get("augment")
+    if aug:
+        out.append(f"augmented rows: every row does {augment_text(result)} per sample")
+    out += [fmt.format(*head), fmt.format(*("-" * w for w in widths))]
     out += [fmt.format(*row) for row in lines]
     m = result["machine"]
     out.append("")
@@ -89,7 +118,18 @@ def format_table(result: dict) -> str:
             )
         )
     for c in result["caches"]:
-        out.append(f"cache: {human_bytes(c['bytes'])} ({c['format']}, {c['samples']} samples) {c['path']}")
+        what = [c["format"], *([c["pipeline"]] if c.get("pipeline") else []), shape_text(c["shape"])]
+        out.append(
+            f"cache: {human_bytes(c['bytes'])} ({', '.join(what)}, {c['samples']} samples) {c['path']}"
+        )
+    if aug:
+        h, w = aug["size"]
+        out.append(
+            f"augment: crops of {h}x{w}, scale {tuple(aug['scale'])}, ratio ({aug['ratio'][0]:.3g}, "
+            f"{aug['ratio'][1]:.3g}), flip p {aug['flip_p']}"
+        )
+        for kind, how in aug["how"].items():
+            out.append(f"  {kind}: {how}")
     for key, value in result["ratios"].items():
         out.append(f"{key}: {value:.2f}")
     return "\n".join(out)
@@ -169,6 +209,8 @@ def workers_text(row: dict) -> str:
             .replace(" prefetch thread", " prefetch")
             .replace(" threads over each batch", " threads")
             .replace("worker processes", "workers")
+            .replace("; augment on CPU threads", "")  # the title says every row augments
+            .replace("; augment on ", ", augment on ")
         )
         return f"make_loader ({mode})" if mode else "make_loader"
     if workers == 0:
@@ -237,17 +279,27 @@ def bench_figure(result: dict) -> Figure:
     else:
         ax.set_xlabel("samples/s (linear scale)")
     present = [k for k in KINDS if k in kinds]
-    fig.legend(
-        handles=[Patch(color=KINDS[k][0], label=KINDS[k][1]) for k in present],
-        loc="outside lower center",
-        ncols=len(present),
-        frameon=False,
-        fontsize=9,
+    words = {k: AUGMENTED_KINDS[k] if result.get("augment") else KINDS[k][1] for k in present}
+    handles = [Patch(color=KINDS[k][0], label=words[k]) for k in present]
+    legend = fig.legend(
+        handles=handles, loc="outside lower center", ncols=len(present), frameon=False, fontsize=9
     )
+    fig.canvas.draw()
+    if legend.get_window_extent(fig.canvas.get_renderer()).width > fig.bbox.width:  # one entry a line
+        legend.remove()
+        fig.legend(handles=handles, loc="outside lower center", ncols=1, frameon=False, fontsize=9)
     cfg, machine = result["config"], result["machine"]
     shape = result["caches"][0]["shape"] if result.get("caches") else None
-    what = f"{result['samples']:,} samples" + (f" of {shape[1]}x{shape[2]}" if shape else "")
-    title = f"cachekit bench: {what}, batch {cfg['batch_size']}, warm epochs, {machine['cpus_usable']} usable CPUs"
+    augmented = augment_text(result)
+    if augmented:
+        recipes = sorted({c.get("pipeline") or c["format"] for c in result.get("caches", [])})
+        source = f" from {'/'.join(recipes)} caches" if recipes else ""
+        title = f"cachekit bench, augmented: every row does {augmented} per sample"
+        title += f"\n{result['samples']:,} samples{source}, batch {cfg['batch_size']}, "
+    else:
+        what = f"{result['samples']:,} samples" + (f" of {shape_text(shape)}" if shape else "")
+        title = f"cachekit bench: {what}, batch {cfg['batch_size']}, "
+    title += f"warm epochs, {machine['cpus_usable']} usable CPUs"
     if relative:
         who = f"{loader_text(baseline['loader'])}, {workers_text(baseline)}"
         title += f"\n1x = the best raw loader: {who}, {baseline['samples_per_s']:,.0f} samples/s"

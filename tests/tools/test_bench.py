@@ -255,9 +255,9 @@ def test_synthetic_shows_progress_and_compares_every_format(tmp_path):
     assert result["samples"] == 6 and (tmp_path / "p.png").stat().st_size > 0
 
 
-@pytest.mark.parametrize("workers", ["0", "1"])
+@pytest.mark.parametrize("workers,augment", [("0", False), ("1", False), ("1", True)])
 def test_a_raw_file_that_vanishes_mid_run_is_one_line(
-    mixed_tree, mixed_cache, tmp_path, monkeypatch, workers
+    mixed_tree, mixed_cache, tmp_path, monkeypatch, workers, augment
 ):
     import cachekit.tools.bench as bench
 
@@ -271,7 +271,10 @@ def test_a_raw_file_that_vanishes_mid_run_is_one_line(
         return inputs
 
     monkeypatch.setattr(bench, "check_raw_inputs", check_then_delete)
-    code, out, err = _cli(raw, mixed_cache, "--workers", workers, "--epochs", "1", "--warm-only", "--quiet")
+    more = ["--augment"] if augment else []
+    code, out, err = _cli(
+        raw, mixed_cache, "--workers", workers, "--epochs", "1", "--warm-only", "--quiet", *more
+    )
     last = err.strip().splitlines()[-1]
     assert code == 1 and "Traceback" not in err, err
     assert last.startswith("error: ") and "cat/photo.jpg changed while the benchmark ran" in last
