@@ -91,7 +91,7 @@ class CachedDataset(Dataset):
         if self._remote is not None:  # every open reader pins its shard on the node
             default = min(default, self._remote.readers_that_fit())
         self.max_open_shards = max_open_shards or default
-        self._readers = ReaderPool(self.max_open_shards, on_close=self._closed)
+        self._readers = self._reader_pool()
         self._buffers = BufferPool()
         self._pid = os.getpid()
         self._check_files()
@@ -155,9 +155,23 @@ class CachedDataset(Dataset):
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
-        state["_readers"] = ReaderPool(self.max_open_shards, on_close=self._closed)
-        state["_buffers"] = BufferPool()
+        state["_readers"] = state["_buffers"] = None  # open readers never travel to another process
         return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._readers = self._reader_pool()
+        self._buffers = BufferPool()
+
+    def _reader_pool(self) -> ReaderPool:
+        """An empty pool; closing a reader of a remote cache unpins its shard's local copy.
+
+        The hook holds the remote cache, not the dataset: a dataset that holds a pool that holds
+        the dataset would be a cycle, freed (its shards unmapped) only when the cyclic collector ran.
+        """
+        remote, shards = self._remote, self.manifest.shards
+        on_close = None if remote is None else (lambda shard: remote.unpin(shards[shard]))
+        return ReaderPool(self.max_open_shards, on_close=on_close)
 
     def _check_process(self) -> None:
         if self._pid != os.getpid():  # forked into a worker: never use the parent's handles
@@ -180,10 +194,6 @@ class CachedDataset(Dataset):
         except BaseException:
             self._remote.unpin(info)
             raise
-
-    def _closed(self, shard: int) -> None:
-        if self._remote is not None:
-            self._remote.unpin(self.manifest.shards[shard])
 
     # -- downloads ahead (caches on object storage) ---------------------------------------------
 

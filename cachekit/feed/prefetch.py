@@ -9,12 +9,13 @@ from __future__ import annotations
 import atexit
 import queue
 import threading
-import weakref
 from collections.abc import Iterator
 
 __all__ = ["Prefetcher"]
 
-_LIVE_PREFETCHERS: weakref.WeakSet = weakref.WeakSet()
+#: Running prefetch threads and their stop events; a thread removes itself as its last act.
+_LIVE: dict[threading.Thread, threading.Event] = {}
+_LIVE_LOCK = threading.Lock()
 
 
 @atexit.register
@@ -22,10 +23,53 @@ def _stop_prefetchers() -> None:
     """Let prefetch threads finish their current read before the interpreter goes away.
 
     A daemon thread still inside torch's C++ code when Python finalises aborts the process
-    ("terminate called without an active exception"), so each is stopped and joined first.
+    ("terminate called without an active exception"), and so does one that frees the last tensors
+    of an abandoned loader then; each is stopped and joined first.
     """
-    for prefetcher in list(_LIVE_PREFETCHERS):
-        prefetcher.stop(timeout=30)
+    with _LIVE_LOCK:
+        running = list(_LIVE.items())
+    for _, stop in running:
+        stop.set()
+    for thread, _ in running:
+        if thread is not threading.current_thread():
+            thread.join(30)
+
+
+def _produce(source: list, out: queue.Queue, stop: threading.Event, end: object) -> None:
+    """Put ``source[0]``'s items on ``out`` until it ends or ``stop`` is set.
+
+    Everything heavy the thread holds (the iterator with its dataset, batches nobody will take)
+    is dropped here, while the thread is still in ``_LIVE`` and so joined at exit.
+    """
+
+    def put(item) -> bool:
+        while not stop.is_set():
+            try:
+                out.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    it = source.pop()
+    try:
+        for item in it:
+            if not put((True, item)):
+                return
+            del item
+        put((True, end))
+    except BaseException as exc:  # handed to the consumer
+        put((False, exc))
+    finally:
+        it = None  # noqa: F841 -- the iterator (and its dataset) is freed in this thread, now
+        if stop.is_set():  # the consumer has gone: free what it left
+            while True:
+                try:
+                    out.get_nowait()
+                except queue.Empty:
+                    break
+        with _LIVE_LOCK:
+            _LIVE.pop(threading.current_thread(), None)
 
 
 class Prefetcher:
@@ -36,33 +80,20 @@ class Prefetcher:
     def __init__(self, it: Iterator, depth: int) -> None:
         self._queue: queue.Queue = queue.Queue(maxsize=max(1, depth))
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, args=(it,), daemon=True, name="cachekit-prefetch")
-        _LIVE_PREFETCHERS.add(self)
+        self._thread = threading.Thread(
+            target=_produce,
+            args=([it], self._queue, self._stop, self._END),
+            daemon=True,
+            name="cachekit-prefetch",
+        )
+        with _LIVE_LOCK:
+            _LIVE[self._thread] = self._stop
         self._thread.start()
 
     def stop(self, timeout: float | None = None) -> None:
         self._stop.set()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(timeout)
-
-    def _put(self, item) -> bool:
-        while not self._stop.is_set():
-            try:
-                self._queue.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def _run(self, it: Iterator) -> None:
-        try:
-            for item in it:
-                if not self._put((True, item)):
-                    return
-        except BaseException as exc:  # handed to the consumer
-            self._put((False, exc))
-            return
-        self._put((True, self._END))
 
     def __iter__(self) -> Iterator:
         try:
