@@ -100,11 +100,13 @@ def test_two_builds_at_once_on_one_cluster_do_not_share_tasks(small_tree, tmp_pa
         except BaseException as exc:
             outcome[name] = exc
 
-    threads = [threading.Thread(target=run, args=(name,)) for name in ("a", "b")]
+    # daemon threads: a build that never ends fails this test instead of keeping pytest from exiting
+    threads = [threading.Thread(target=run, args=(name,), daemon=True) for name in ("a", "b")]
     for t in threads:
         t.start()
     for t in threads:
-        t.join(timeout=120)
+        t.join(timeout=300)
+    assert not any(t.is_alive() for t in threads), "a build on the shared cluster did not finish in 300 s"
     for name in ("a", "b"):
         assert not isinstance(outcome[name], BaseException), outcome[name]
         assert outcome[name].built_shards == len(outcome[name].manifest.shards) and verify(tmp_path / name).ok
