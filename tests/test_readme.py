@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
+import torch
 
 from cachekit import BuildConfig, build
 
@@ -48,3 +49,40 @@ def test_the_train_val_loop_of_feeding_gpus_reshuffles_every_epoch(mixed_tree, t
     val = scope["val"]
     images, _ = next(iter(val))
     assert tuple(images.shape[1:]) == (3, 224, 224) and str(images.dtype) == "torch.float32"
+
+
+@pytest.mark.slow
+def test_the_first_screen_builds_then_trains_and_evaluates(mixed_tree, tmp_path, monkeypatch):
+    import shlex
+
+    from click.testing import CliRunner
+
+    from cachekit.cli import main
+
+    text = README.read_text(encoding="utf-8")
+    commands = re.search(r"```bash\n(cachekit build .*?)```", text, re.S).group(1)
+    monkeypatch.chdir(tmp_path)
+    for line in commands.splitlines():
+        argv = shlex.split(line, comments=True)
+        assert argv[:2] == ["cachekit", "build"]
+        split = argv[2].split("/")[-1]  # raw/train -> the test tree, for both splits
+        argv = [*argv[1:2], str(mixed_tree), *argv[3:], "--size", "48", "--workers", "1", "--quiet"]
+        result = CliRunner().invoke(main, argv)
+        assert result.exit_code == 0, result.output
+        assert (tmp_path / "cache" / split / "manifest.json").is_file()
+    code = _substitute(
+        _python_block("# cachekit"),
+        {
+            'device="cuda"': 'device="cpu"',
+            "256,": "4,",
+            "range(90)": "range(3)",
+            "        ...": "        seen.append((epoch, labels.tolist(), images.shape, images.dtype))",
+        },
+    )
+    scope = {"seen": []}
+    exec(compile(code, str(README), "exec"), scope)
+    orders = [[y for e, labels, *_ in scope["seen"] if e == epoch for y in labels] for epoch in range(3)]
+    assert all(sorted(o) == sorted(orders[0]) for o in orders) and len({tuple(o) for o in orders}) == 3
+    assert {tuple(shape[1:]) for _, _, shape, _ in scope["seen"]} == {(3, 224, 224)}
+    images, _ = next(iter(scope["val"]))
+    assert tuple(images.shape[1:]) == (3, 224, 224) and images.dtype == torch.float32
