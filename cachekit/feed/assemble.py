@@ -84,18 +84,39 @@ def _opencv_one_thread() -> None:
         _opencv_single = True
 
 
+#: Samples per piece of work handed to the threads over a batch: small enough that threads finish
+#: together (crops differ in cost), large enough that taking a piece costs nothing.
+CHUNK = 8
+
+
 def run_chunks(n: int, threads: int, fn: Callable[[int, int], None]) -> None:
-    """``fn(lo, hi)`` over ``threads`` contiguous slices of ``range(n)``; the caller takes the first."""
-    threads = max(1, min(int(threads), n))
+    """``fn(lo, hi)`` over pieces of ``range(n)``, taken in turn by ``threads`` threads (the caller is one).
+
+    Pieces of ``CHUNK`` samples are handed out as threads come free, so a thread that drew cheap
+    samples takes more of them instead of waiting for one that drew expensive ones.
+    """
+    threads = max(1, min(int(threads), -(-n // CHUNK)))
     if threads == 1:
         fn(0, n)
         return
-    bounds = np.linspace(0, n, threads + 1).round().astype(int).tolist()
-    futures = [_pool(threads - 1).submit(fn, bounds[k], bounds[k + 1]) for k in range(1, threads)]
+    pieces = iter(range(0, n, CHUNK))  # next() on a range iterator is atomic under the GIL
+    failed = threading.Event()
+
+    def drain() -> None:
+        for lo in pieces:
+            if failed.is_set():
+                return
+            try:
+                fn(lo, min(lo + CHUNK, n))
+            except BaseException:
+                failed.set()
+                raise
+
+    futures = [_pool(threads - 1).submit(drain) for _ in range(1, threads)]
     error = None
     try:
-        fn(bounds[0], bounds[1])
-    except BaseException as exc:  # every slice finishes before the error goes on
+        drain()
+    except BaseException as exc:  # every thread stops before the error goes on
         error = exc
     for future in futures:
         try:

@@ -1,12 +1,13 @@
 """One node-local copy of a remote cache's shards, shared by every rank and worker on the node, within a byte limit.
 
 A shard of a cache on object storage is downloaded once per node: the first process to need it
-takes the shard's lock file exclusively (``flock``: released by the kernel if the process dies),
-fetches the shard in parallel ranged GETs into a hidden ``.part`` file, checks size and sha256
-against the manifest and renames it into place; every other process waiting on the lock then
-finds it there. A partial download is never used: only a verified, renamed file counts.
+takes the shard's download lock exclusively (``flock``: released by the kernel if the process
+dies), fetches the shard in parallel ranged GETs into a hidden ``.part`` file, checks size and
+sha256 against the manifest and renames it into place; every other process waiting on that lock
+then finds it there. A partial download is never used: only a verified, renamed file counts.
 
-Readers *pin* the shards they have open (a shared lock on the shard's lock file). To stay within
+Readers *pin* the shards they have open (a shared lock on the shard's pin lock, a second file: a
+process waiting for a download never waits for the downloader's pin). To stay within
 ``max_bytes``, the least recently used shards that no process pins are deleted (an exclusive,
 non-blocking lock proves nobody holds one open: no memory map keeps deleted bytes alive). So the
 disk holds at most the limit plus the one shard being fetched; a limit smaller than a shard is an
@@ -143,22 +144,37 @@ class NodeShardCache:
     # -- downloads ------------------------------------------------------------------------------
 
     def _ensure(self, fs, remote_root: str, info: ShardInfo, keep_shared: bool) -> int:
+        """The shard's pin lock, held shared, once the shard is complete on the node.
+
+        Downloads of one shard are serialised by a second lock file: waiting for another
+        process's download must never wait for its *pin* too (a process that downloaded a shard
+        keeps it pinned while its reader is open, which may be for the rest of the epoch).
+        The shared pin is taken first and held through the download, so nobody evicts the shard
+        (or its partial download) meanwhile.
+        """
         fd = self._lock_fd(info.file)
         try:
-            _lock(fd, fcntl.LOCK_SH)
-            if self._complete(info):
-                return fd
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            _lock(fd, fcntl.LOCK_EX)  # one process downloads; the others wait here, then find it
+            _lock(fd, fcntl.LOCK_SH)  # waits only for an eviction of this shard in progress
             if not self._complete(info):
-                part = self.folder / f".{info.file}.{os.getpid()}.{threading.get_ident()}.part"
-                self._make_room(info.bytes, info.file, part)
-                self._download(fs, f"{remote_root}/{info.file}", info, part)
-            fcntl.flock(fd, fcntl.LOCK_SH if keep_shared else fcntl.LOCK_UN)
+                self._download_once(fs, remote_root, info)
+            if not keep_shared:
+                fcntl.flock(fd, fcntl.LOCK_UN)
             return fd
         except BaseException:
             os.close(fd)
             raise
+
+    def _download_once(self, fs, remote_root: str, info: ShardInfo) -> None:
+        """Download ``info`` unless another process of the node did while this one waited."""
+        guard = os.open(self.folder / f".{info.file}.download.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            _lock(guard, fcntl.LOCK_EX)  # one process downloads; the others wait here, then find it
+            if not self._complete(info):
+                part = self.folder / f".{info.file}.{os.getpid()}.{threading.get_ident()}.part"
+                self._make_room(info.bytes, info.file, part)
+                self._download(fs, f"{remote_root}/{info.file}", info, part)
+        finally:
+            os.close(guard)
 
     def _download(self, fs, remote: str, info: ShardInfo, part: Path) -> None:
         final = self.path(info)
@@ -233,7 +249,9 @@ class NodeShardCache:
             guard = os.open(self.root / ".evict.lock", os.O_RDWR | os.O_CREAT, 0o644)
             try:
                 fcntl.flock(guard, fcntl.LOCK_EX)
-                for stale in self.folder.glob(f".{keep}.*.part"):  # a crashed download's: we hold its lock
+                for stale in self.folder.glob(
+                    f".{keep}.*.part"
+                ):  # a crashed download's: we hold its download lock
                     remove_path(stale)
                 total = self._evict(need, keep)
                 if total <= self.max_bytes:  # at most the limit plus this one shard on disk

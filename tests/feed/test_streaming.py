@@ -3,6 +3,7 @@ a byte limit that holds, downloads ahead, storage options that stay out of every
 
 from __future__ import annotations
 
+import fcntl
 import os
 import socket
 import threading
@@ -167,3 +168,20 @@ def test_verify_checks_a_cache_on_object_storage(s3_endpoint, small_cache):
     assert verify("s3://datasets/to-verify", quick=True).ok  # sizes alone cannot see it
     report = verify("s3://datasets/to-verify")
     assert [p.file for p in report.problems] == [victim] and "sha256" in report.problems[0].problem
+
+
+def test_waiting_for_a_download_never_waits_for_a_pin(s3_url, tmp_path):
+    # Another process holds a shared pin on a shard that is not on the node yet (it saw it missing
+    # and is about to wait for the download itself): fetching must not block on that pin.
+    ds = CachedDataset(s3_url, local_cache=tmp_path / "lc")
+    cache, info = ds._remote.cache, ds.manifest.shards[1]
+    cache.folder.mkdir(parents=True, exist_ok=True)
+    pin = os.open(cache.folder / f".{info.file}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(pin, fcntl.LOCK_SH)
+    try:
+        done = threading.Event()
+        reader = threading.Thread(target=lambda: (ds[int(ds.shard_offsets[1])], done.set()), daemon=True)
+        reader.start()
+        assert done.wait(60), "reading a shard waited on another process's pin"
+    finally:
+        os.close(pin)
