@@ -69,7 +69,9 @@ def _friendly(fn):
             with _sigterm_unwinds():
                 return fn(*args, **kwargs)
         except CachekitError as exc:
-            click.echo(f"error: {exc}", err=True)
+            from .store.storageopts import redact_pairs
+
+            click.echo(f"error: {redact_pairs(str(exc), kwargs.get('storage_option'))}", err=True)
             sys.exit(exc.exit_code)
         except _Terminated:
             click.echo("terminated (SIGTERM); re-run the same command to resume", err=True)
@@ -80,6 +82,25 @@ def _friendly(fn):
             sys.exit(130)
 
     return wrapper
+
+
+def _storage_option(fn):
+    """``--storage-option KEY=VALUE`` (repeatable) on a command that takes URLs."""
+    return click.option(
+        "--storage-option",
+        "storage_option",
+        multiple=True,
+        metavar="KEY=VALUE",
+        help="fsspec option for the URLs (s3://...) this command reaches, e.g. endpoint_url=http://HOST:9000, "
+        "key=..., secret=..., anon=true, client_kwargs.region_name=eu-west-1 (dots nest); repeatable. "
+        "Values true/false/numbers/JSON are typed. Never written into a cache nor shown.",
+    )(fn)
+
+
+def _storage_options(pairs: tuple[str, ...], *locations) -> dict:
+    from .store.storageopts import options_for
+
+    return options_for(pairs, *locations)
 
 
 @click.group(epilog=EXIT_CODES)
@@ -109,7 +130,7 @@ def main() -> None:
     "--shard-size",
     type=int,
     default=None,
-    help="Samples per shard [default: ~128 MB of pixels, fewer for small datasets].",
+    help="Samples per shard [default: ~128 MB of pixels, ~32 MB for a URL --out; fewer for small datasets].",
 )
 @click.option(
     "--labels",
@@ -209,6 +230,7 @@ def main() -> None:
     "--update", is_flag=True, help="After RAW changed: rebuild only the shards whose inputs changed."
 )
 @click.option("--quiet", is_flag=True, help="No progress bar.")
+@_storage_option
 @_friendly
 def build_cmd(
     raw,
@@ -236,14 +258,17 @@ def build_cmd(
     overwrite,
     update,
     quiet,
+    storage_option,
 ) -> None:
     """Decode + preprocess the images under RAW into a sharded cache at --out.
 
     RAW is an ImageFolder tree (RAW/<class>/**/<image>), a flat folder of images, or any folder
-    with --labels. Re-running the same command resumes an interrupted build.
+    with --labels. Either may be a URL (s3://bucket/raw; --storage-option for its endpoint and
+    credentials). Re-running the same command resumes an interrupted build.
     """
     from .build.run import BuildConfig, build
 
+    storage_options = _storage_options(storage_option, raw, out)
     config = BuildConfig(
         format=fmt,
         pipeline=pipeline,
@@ -268,6 +293,7 @@ def build_cmd(
         executor=executor,
         executor_options={"scheduler": scheduler} if scheduler else {},
         progress=not quiet,
+        storage_options=storage_options,
     )
     result = build(raw, out, config)
     for s in result.manifest.skipped[:10]:
@@ -301,13 +327,15 @@ def _duration(text: str, flag: str) -> float:
 
 @main.command("info", epilog=EXIT_CODES)
 @click.argument("cache", type=click.Path(path_type=str))
+@_storage_option
 @_friendly
-def info_cmd(cache) -> None:
-    """Print a human summary of a cache's manifest."""
+def info_cmd(cache, storage_option) -> None:
+    """Print a human summary of a cache's manifest (CACHE: a folder or a URL)."""
     from .store.location import read_manifest
     from .tools.report import describe
 
-    click.echo(describe(read_manifest(cache)))
+    options = _storage_options(storage_option, cache)
+    click.echo(describe(read_manifest(cache, storage_options=options)))
 
 
 @main.command("convert", epilog=EXIT_CODES)
@@ -327,15 +355,17 @@ def info_cmd(cache) -> None:
     help="How long the replaced cache's shards stay for its readers (as for build) [default: 24h].",
 )
 @click.option("--quiet", is_flag=True, help="No progress bar.")
+@_storage_option
 @_friendly
-def convert_cmd(cache, to, out, compression, overwrite, grace, quiet) -> None:
+def convert_cmd(cache, to, out, compression, overwrite, grace, quiet, storage_option) -> None:
     """Re-shard CACHE into another format or codec, without decoding the raw images again.
 
-    Re-running an interrupted conversion resumes it.
+    CACHE and --out may be folders or URLs (s3://...). Re-running an interrupted conversion resumes it.
     """
     from .tools.convert import convert
     from .tools.report import human_bytes
 
+    options = _storage_options(storage_option, cache, out)
     m = convert(
         cache,
         out,
@@ -344,6 +374,7 @@ def convert_cmd(cache, to, out, compression, overwrite, grace, quiet) -> None:
         overwrite=overwrite,
         grace=_duration(grace, "--grace") if grace is not None else None,
         progress=not quiet,
+        storage_options=options,
     )
     click.echo(
         f"converted: {m.num_samples} samples, {len(m.shards)} {m.format} shards, {human_bytes(m.total_bytes)} -> {out}"
@@ -364,12 +395,14 @@ Exit codes:
 )
 @click.argument("cache", type=click.Path(path_type=str))
 @click.option("--quick", is_flag=True, help="Check sizes and shard headers only, not every byte's sha256.")
+@_storage_option
 @_friendly
-def verify_cmd(cache, quick) -> None:
-    """Check every shard of CACHE against its manifest, naming each bad shard."""
+def verify_cmd(cache, quick, storage_option) -> None:
+    """Check every shard of CACHE (a folder or a URL) against its manifest, naming each bad shard."""
     from .tools.verify import verify
 
-    report = verify(cache, quick=quick)
+    options = _storage_options(storage_option, cache)
+    report = verify(cache, quick=quick, storage_options=options)
     click.echo(report.summary(), err=not report.ok)
     if not report.ok:
         sys.exit(1)
@@ -427,6 +460,7 @@ def _int_list(ctx, param, value: str) -> tuple[int, ...]:
     help="Write a PNG chart here: speed-up over the best raw loader (needs matplotlib).",
 )
 @click.option("--quiet", is_flag=True, help="No progress bars.")
+@_storage_option
 @_friendly
 def bench_cmd(
     paths,
@@ -444,8 +478,12 @@ def bench_cmd(
     json_out,
     plot,
     quiet,
+    storage_option,
 ) -> None:
     """Load speed of RAW (PIL and OpenCV) and each CACHE, side by side: cachekit bench RAW CACHE [CACHE ...]
+
+    A CACHE may be a URL (s3://...; --storage-option for its endpoint and credentials): its rows
+    then include fetching shards into the node's local shard cache.
 
     RAW's files that a build would skip (empty, truncated, undecodable, unreadable) are left out of
     every row and counted; every row reads the same samples. With --synthetic N no paths are
@@ -454,11 +492,13 @@ def bench_cmd(
     vary in size (--pipeline train-256) are then welcome.
     """
     from .errors import UsageError
+    from .store.storageopts import command_line
     from .tools.bench import BenchConfig, format_table, run_bench
     from .tools.benchsynthetic import bench_synthetic
     from .tools.benchview import check_outputs, write_outputs
 
     check_outputs(json_out, plot)  # what could fail after a long run is checked before it starts
+    options = _storage_options(storage_option, *paths)
 
     config = BenchConfig(
         batch_size=batch_size,
@@ -486,8 +526,8 @@ def bench_cmd(
             raise UsageError(
                 "give a raw folder and at least one cache (cachekit bench RAW CACHE), or --synthetic N"
             )
-        result = run_bench(paths[0], paths[1:], config, log=log, progress=not quiet)
-    result["command"] = "cachekit " + " ".join(sys.argv[1:])
+        result = run_bench(paths[0], paths[1:], config, log=log, progress=not quiet, storage_options=options)
+    result["command"] = command_line(sys.argv[1:])
     click.echo(format_table(result))
     for path in write_outputs(result, json_out, plot):
         log(f"written: {path}")
@@ -522,15 +562,30 @@ def bench_cmd(
 @click.option(
     "--json", "json_out", type=click.Path(path_type=str), default=None, help="Write the figures here."
 )
+@_storage_option
 @_friendly
 def doctor_cmd(
-    cache, batch_size, steps, step_ms, step_kind, model, workers, prefetch_factor, device, json_out
+    cache,
+    batch_size,
+    steps,
+    step_ms,
+    step_kind,
+    model,
+    workers,
+    prefetch_factor,
+    device,
+    json_out,
+    storage_option,
 ) -> None:
-    """Is training waiting for data? Times the loader against a step, measures disk and CPU, says what to change."""
+    """Is training waiting for data? Times the loader against a step, measures disk and CPU, says what to change.
+
+    CACHE may be a URL (s3://...): its shards are then fetched into the node's local shard cache.
+    """
     import json
 
     from .tools.doctor import diagnose, load_model
 
+    options = _storage_options(storage_option, cache)
     report = diagnose(
         cache,
         batch_size=batch_size,
@@ -541,6 +596,7 @@ def doctor_cmd(
         workers=workers,
         prefetch_factor=prefetch_factor,
         device=device,
+        storage_options=options,
     )
     click.echo(report.summary())
     if json_out:

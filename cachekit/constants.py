@@ -14,6 +14,7 @@ __all__ = [
     "DEFAULT_FORMAT",
     "DEFAULT_PIPELINE",
     "DEFAULT_SHARD_BYTES",
+    "DEFAULT_REMOTE_SHARD_BYTES",
     "MIN_SHARD_SAMPLES",
     "MAX_SHARD_SAMPLES",
     "IMAGE_EXTENSIONS",
@@ -55,6 +56,10 @@ def env_int(name: str, default: int) -> int:
 
 #: Target bytes of decoded pixels per shard (so a shard is ~64-256 MB).
 DEFAULT_SHARD_BYTES = env_int("CACHEKIT_SHARD_BYTES", 128 * 1024 * 1024)
+#: The same for a cache written to object storage (an ``s3://`` ``--out``): smaller shards, since a
+#: reader's first batch waits for one whole shard to download, yet large enough that requests
+#: (billed and throttled per request) stay few; README's streaming figures put the balance at 16-64 MB.
+DEFAULT_REMOTE_SHARD_BYTES = env_int("CACHEKIT_REMOTE_SHARD_BYTES", 32 * 1024 * 1024)
 MIN_SHARD_SAMPLES = 16
 MAX_SHARD_SAMPLES = 100_000
 #: How long a retired shard stays for readers of the cache version that referenced it (``--grace``).

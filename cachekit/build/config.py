@@ -38,6 +38,10 @@ class BuildConfig:
     executor: str = "local"
     executor_options: dict = field(default_factory=dict)
     progress: bool = True
+    #: How to reach RAW and ``out`` when they are URLs (``{"endpoint_url": ..., "key": ...,
+    #: "secret": ...}``), for fsspec only: sent to every worker process as plain data, never written
+    #: into the cache, never shown (not even by ``repr``).
+    storage_options: dict = field(default_factory=dict, repr=False)
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ import numpy as np
 from ..constants import DEFAULT_MAX_PIXELS
 from ..image.ops import DecodeError, decode
 from ..image.recipes import Pipeline
-from ..store.remote import filesystem, is_url
+from ..store.remote import is_url, process_filesystem
 from .headers import image_size
 
 __all__ = [
@@ -86,10 +86,11 @@ def read_input(path: Path, max_bytes: int = 0) -> bytes:
         os.close(fd)
 
 
-def input_reader(root: str, max_bytes: int) -> Callable[[str], bytes]:
-    """``rel -> bytes`` of the inputs under ``root``: a folder, or an fsspec URL."""
+def input_reader(root: str, max_bytes: int, storage_options: dict | None = None) -> Callable[[str], bytes]:
+    """``rel -> bytes`` of the inputs under ``root``: a folder, or an fsspec URL (its filesystem made
+    in this process, with ``storage_options``)."""
     if is_url(root):
-        fs, base = filesystem(root)
+        fs, base = process_filesystem(root, storage_options)
 
         def read_remote(rel: str) -> bytes:
             if not max_bytes:

@@ -139,9 +139,10 @@ def option_changes(
     return out
 
 
-def default_shard_size(sample_bytes: int, inputs: int) -> int:
-    """About DEFAULT_SHARD_BYTES of pixels per shard, fewer for small datasets so work spreads out."""
-    by_bytes = max(MIN_SHARD_SAMPLES, DEFAULT_SHARD_BYTES // max(1, sample_bytes))
+def default_shard_size(sample_bytes: int, inputs: int, target_bytes: int = DEFAULT_SHARD_BYTES) -> int:
+    """About ``target_bytes`` of pixels per shard (``DEFAULT_SHARD_BYTES``, or
+    ``DEFAULT_REMOTE_SHARD_BYTES`` for object storage), fewer for small datasets so work spreads out."""
+    by_bytes = max(MIN_SHARD_SAMPLES, target_bytes // max(1, sample_bytes))
     balanced = max(MIN_SHARD_SAMPLES, math.ceil(inputs / _MIN_SHARDS))
     return min(by_bytes, balanced, MAX_SHARD_SAMPLES)
 
@@ -151,6 +152,7 @@ def layout(
     sample_bytes: int,
     requested: dict,
     old: dict | None,
+    target_bytes: int = DEFAULT_SHARD_BYTES,
 ) -> tuple[dict, int]:
     """The order and shard size of a build.
 
@@ -159,7 +161,8 @@ def layout(
     ``--out`` (or of an unfinished build there), None for a fresh cut: it fills in what was not
     given (its shard size; its number of shards when shuffled, unless another shard size is asked
     for), so that a changed input touches one shard and a re-run is "up to date". A fresh cut
-    takes ``shards`` = inputs / shard size.
+    takes ``shards`` = inputs / shard size. ``target_bytes``: the bytes of a shard when no size is
+    given or kept (``default_shard_size``).
     """
     old = old or {}
     old_size = old.get("shard_size")
@@ -168,7 +171,7 @@ def layout(
     elif isinstance(old_size, int) and not isinstance(old_size, bool) and 1 <= old_size <= MAX_SHARD_SAMPLES:
         shard_size = old_size
     else:
-        shard_size = default_shard_size(sample_bytes, len(source))
+        shard_size = default_shard_size(sample_bytes, len(source), target_bytes)
     if requested["order"] == "sorted":
         return {"kind": "sorted"}, shard_size
     shards = requested["shards"]

@@ -13,13 +13,13 @@ import contextlib
 import os
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
 
-from ..constants import DEFAULT_GRACE_SECONDS, MANIFEST_NAME
+from ..constants import DEFAULT_GRACE_SECONDS, DEFAULT_REMOTE_SHARD_BYTES, DEFAULT_SHARD_BYTES, MANIFEST_NAME
 from ..cpus import available_cpus
 from ..errors import BuildError, UsageError
 from ..image.recipes import Pipeline, load_pipeline
@@ -27,7 +27,7 @@ from ..store.encoding import check_store
 from ..store.formats import get_format
 from ..store.location import Location, open_location, write_failure
 from ..store.manifest import ArraySpec, Manifest, SampleSpec, ShardInfo, SkippedInput, manifest_text
-from ..store.remote import is_url
+from ..store.remote import is_object_store, is_url, redact, secrets_hidden
 from .augment import AUGMENT_EXTRAS, AugmentConfig
 from .config import BuildConfig, BuildResult
 from .executors import run_jobs
@@ -74,15 +74,38 @@ class _Target:
     extension: str
 
 
-def build(raw: str | os.PathLike, out: str | os.PathLike, config: BuildConfig = BuildConfig()) -> BuildResult:
-    """Decode and preprocess every input under ``raw`` into a sharded cache at ``out``."""
+def build(
+    raw: str | os.PathLike,
+    out: str | os.PathLike,
+    config: BuildConfig = BuildConfig(),
+    *,
+    storage_options: dict | None = None,
+) -> BuildResult:
+    """Decode and preprocess every input under ``raw`` into a sharded cache at ``out``.
+
+    ``raw`` and ``out`` may be fsspec URLs (``s3://bucket/cache``), reached with
+    ``storage_options`` (or ``config.storage_options``; give them once): endpoint, key, secret, ...
+    They go to every worker process (local or dask) as plain data and nowhere else: not into the
+    cache, and no error message shows a secret of them.
+    """
+    if storage_options is not None:
+        if config.storage_options and config.storage_options != storage_options:
+            raise UsageError(
+                "storage options given twice (build(storage_options=) and BuildConfig's); give them once"
+            )
+        config = replace(config, storage_options=dict(storage_options))
+    with secrets_hidden(config.storage_options):
+        return _build(raw, out, config)
+
+
+def _build(raw: str | os.PathLike, out: str | os.PathLike, config: BuildConfig) -> BuildResult:
     started = time.perf_counter()
     check_config(config)
     raw = str(raw) if is_url(raw) else Path(raw)
     check_apart(raw, out)
-    location = open_location(out)
+    location = open_location(out, config.storage_options)
     location.exists()  # an --out that is a file is refused before any work
-    source = discover(raw, config.labels)
+    source = discover(raw, config.labels, storage_options=config.storage_options)
     pipeline = load_pipeline(config.pipeline, config.size)
     fmt = get_format(config.format)
     check_store(config.store, config.quality)
@@ -141,7 +164,11 @@ def _run(t: _Target, config: BuildConfig, started: float) -> BuildResult:
         kept = {"order": previous.order, "shard_size": previous.format_options.get("shard_size")}
     else:
         kept = partial.layout if partial is not None else None
-    order, shard_size = layout(source, t.spec.nbytes, requested, kept)
+    target = DEFAULT_REMOTE_SHARD_BYTES if is_object_store(out.url) else DEFAULT_SHARD_BYTES
+    per_input = t.spec.nbytes * (
+        t.augment.variants if t.augment is not None else 1
+    )  # a shard's rows are inputs
+    order, shard_size = layout(source, per_input, requested, kept, target)
     fingerprint = cache_fingerprint(t.content_fp, order, shard_size, source)
     seed = config.seed if (order["kind"] == "shuffled" or t.augment is not None) else None
     changes = option_changes(previous, t.content, order, shard_size, seed) if previous is not None else []
@@ -261,6 +288,7 @@ def _job(t: _Target, config: BuildConfig, index: int, shard: PlannedShard, paths
         augment=t.augment,
         max_pixels=config.max_pixels,
         unreadable_fails=config.executor == "dask",
+        storage_options=config.storage_options,
     )
 
 
@@ -320,7 +348,7 @@ def _manifest(
     source = {
         "layout": t.source.layout,
         "inputs": len(t.source),
-        "root": t.raw if isinstance(t.raw, str) else str(t.raw.resolve()),
+        "root": redact(t.raw) if isinstance(t.raw, str) else str(t.raw.resolve()),
     }
     if t.source.unread:
         source["unread"] = dict(t.source.unread)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -21,6 +21,7 @@ from ..image.recipes import Pipeline
 from ..store.encoding import encode_images
 from ..store.formats import SHARD_NAME_COLUMN, identity_column
 from ..store.manifest import SampleSpec, ShardInfo, SkippedInput
+from ..store.remote import redact
 from ..store.sourcecol import pack_sources
 from .augment import AugmentConfig, VariantParams, colour_batch, crop_variant, variant_params
 from .headers import jpeg_size
@@ -78,6 +79,9 @@ class ShardJob:
     #: An input that cannot be read fails the job instead of being skipped (dask: another worker
     #: may see it; a skip would hide a folder some workers do not mount).
     unreadable_fails: bool = False
+    #: How to reach ``root`` and ``out`` when they are URLs: plain data, so that each worker process
+    #: makes its own filesystem; never shown (``repr``) nor written anywhere.
+    storage_options: dict = field(default_factory=dict, repr=False)
 
 
 @dataclass(frozen=True)
@@ -155,7 +159,7 @@ def run_shard_job(job: ShardJob, progress: Callable[[int], None] | None = None) 
                 store(img, sample_extras, label, rel)
             pending.clear()
 
-    read = input_reader(job.root, max_input_bytes(job.max_pixels))
+    read = input_reader(job.root, max_input_bytes(job.max_pixels), job.storage_options)
     done = 0
     for rel, label in zip(job.paths, job.labels):
         try:
@@ -216,7 +220,11 @@ def run_shard_job(job: ShardJob, progress: Callable[[int], None] | None = None) 
     arrays.update({name: value[:kept] for name, value in extras.items()})
     arrays.update(pack_sources(sources))
     arrays[SHARD_NAME_COLUMN] = identity_column(job.file)  # what a reader checks the file against
-    size, digest = commit_shard(job.out, job.file, job.format, arrays, job.format_options)
+    size, digest = commit_shard(
+        job.out, job.file, job.format, arrays, job.format_options, job.storage_options
+    )
+    if job.storage_options:  # a filesystem's message is recorded in the manifest: never a secret in it
+        skipped = [SkippedInput(s.path, redact(s.reason, job.storage_options), s.retry) for s in skipped]
     info = ShardInfo(
         file=job.file,
         samples=kept,

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import BuildError
+from ..errors import BuildError, UsageError
 from ..store.formats import get_format
 from ..store.location import LocalLocation, open_location, write_failure
 
@@ -48,13 +48,19 @@ def disk_full(out) -> bool:
 
 
 def commit_shard(
-    out_url: str, file: str, format_name: str, arrays: dict[str, np.ndarray], options: dict
+    out_url: str,
+    file: str,
+    format_name: str,
+    arrays: dict[str, np.ndarray],
+    options: dict,
+    storage_options: dict | None = None,
 ) -> tuple[int, str]:
     """Write a shard under a temp name and rename it into ``out_url``; returns (bytes, sha256).
 
-    Any failure is one BuildError line ("disk full" when it is), whatever the backend raised.
+    An ``out_url`` on object storage is reached with ``storage_options``. Any failure is one
+    BuildError line ("disk full" when it is), whatever the backend raised.
     """
-    out = open_location(out_url)
+    out = open_location(out_url, storage_options)
     _check_space(out, file, arrays, options)
     fmt = get_format(format_name)
 
@@ -70,7 +76,7 @@ def commit_shard(
 
     try:
         return out.commit(file, write)
-    except BuildError:
+    except (BuildError, UsageError):
         raise
     except Exception as exc:  # OSError, and the backends' own wrappers (torch's RuntimeError, ...)
         reason = "disk full" if disk_full(out) else write_failure(exc)

@@ -23,7 +23,7 @@ import numpy as np
 
 from ..constants import IMAGE_EXTENSIONS, UNREAD_IMAGE_EXTENSIONS
 from ..errors import UsageError
-from ..store.remote import filesystem, is_url
+from ..store.remote import access_error, filesystem, is_url
 
 __all__ = ["Source", "discover", "inputs_digest", "is_image_name", "path_key", "path_bytes"]
 
@@ -251,8 +251,13 @@ def _csv_source(root: Path, labels_csv: Path) -> Source:
     return _table(root, "csv", rows, classes, ignored, {})
 
 
-def discover(root: str | os.PathLike, labels_csv: str | os.PathLike | None = None) -> Source:
-    """Find the inputs of ``root``.
+def discover(
+    root: str | os.PathLike,
+    labels_csv: str | os.PathLike | None = None,
+    *,
+    storage_options: dict | None = None,
+) -> Source:
+    """Find the inputs of ``root`` (a folder, or an fsspec URL reached with ``storage_options``).
 
     - ``labels_csv`` given: exactly the files it lists, with its labels (names or integers).
     - ``root/<class>/**/<image>``: ImageFolder; classes are the sorted sub-folder names, like
@@ -260,7 +265,7 @@ def discover(root: str | os.PathLike, labels_csv: str | os.PathLike | None = Non
     - otherwise a flat folder: every image in ``root``, label -1.
     """
     if is_url(root):
-        return _discover_remote(str(root), labels_csv)
+        return _discover_remote(str(root), labels_csv, storage_options)
     root = Path(root)
     if not root.exists():
         raise UsageError(f"{root} does not exist")
@@ -333,13 +338,15 @@ def _mtime_ns(info: dict) -> int:
     return int.from_bytes(hashlib.sha256(tag.encode()).digest()[:7], "big")
 
 
-def _discover_remote(url: str, labels_csv: str | os.PathLike | None) -> Source:
+def _discover_remote(url: str, labels_csv: str | os.PathLike | None, storage_options: dict | None) -> Source:
     """``discover`` for a folder on object storage (an fsspec URL): one listing, same layouts."""
-    fs, base = filesystem(url)
+    fs, base = filesystem(url, storage_options)
     try:
         found = fs.find(base, detail=True)
     except FileNotFoundError:
         found = {}
+    except Exception as exc:  # credentials, endpoint, I/O: one line
+        raise access_error(url, exc, UsageError, "list") from None
     if not found:
         raise UsageError(f"{url} does not exist or holds no files")
     files = {}

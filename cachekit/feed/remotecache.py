@@ -15,7 +15,7 @@ from pathlib import Path
 from ..cpus import local_world_size
 from ..errors import CacheError
 from ..store.manifest import Manifest, ShardInfo
-from ..store.remote import filesystem
+from ..store.remote import access_error, filesystem
 from .ahead import ShardFetcher
 from .shardcache import NodeShardCache
 
@@ -65,8 +65,8 @@ class RemoteShards:
         fs, root = self.filesystem()
         try:
             listed = {Path(p.rstrip("/")).name for p in fs.ls(root, detail=False)}
-        except OSError as exc:
-            raise CacheError(f"{self.url}: cannot be listed ({exc})") from None
+        except Exception as exc:  # the filesystem's own errors too (credentials, endpoint): one line
+            raise access_error(self.url, exc, CacheError, "list") from None
         missing = [s.file for s in self.manifest.shards if s.file not in listed]
         if missing:
             more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""

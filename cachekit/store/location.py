@@ -22,7 +22,7 @@ from ..errors import BuildError, CacheError, NotACacheError, UsageError
 from .atomic import commit_file, path_size, remove_path, sha256_path
 from .lock import BuildLock
 from .manifest import Manifest, parse_manifest, read_local_manifest
-from .remote import filesystem, is_url
+from .remote import access_error, filesystem, is_url, process_filesystem
 
 __all__ = ["Location", "LocalLocation", "RemoteLocation", "open_location", "read_manifest", "write_failure"]
 
@@ -109,18 +109,39 @@ class LocalLocation(Location):
 
 
 class RemoteLocation(Location):
-    """A folder on object storage. There is no lock: one build at a time is the caller's to ensure."""
+    """A folder on object storage. There is no lock: one build at a time is the caller's to ensure.
 
-    def __init__(self, url: str) -> None:
+    ``storage_options`` configure its filesystem (made once per process, see
+    ``remote.process_filesystem``) and are never written anywhere. A failed call is one line:
+    UsageError for refused options or credentials, else BuildError.
+    """
+
+    def __init__(self, url: str, storage_options: dict | None = None) -> None:
         self.url = url.rstrip("/")
-        self.fs, self.root = filesystem(self.url)
+        self.storage_options = dict(storage_options or {})
+        self.fs, self.root = process_filesystem(self.url, self.storage_options)
+
+    def __repr__(self) -> str:  # never the options: they may hold a secret
+        return f"RemoteLocation({self.url!r})"
 
     def _path(self, name: str) -> str:
         return f"{self.root}/{name}" if name else self.root
 
+    @contextlib.contextmanager
+    def _calling(self, name: str = "", doing: str = "reach"):
+        """Any failure of the filesystem but "not found" as one CachekitError naming the object."""
+        try:
+            yield
+        except FileNotFoundError:
+            raise
+        except Exception as exc:
+            where = f"{self.url}/{name}" if name else self.url
+            raise access_error(where, exc, BuildError, doing) from None
+
     def names(self, sub: str = "") -> list[str]:
         try:
-            return sorted(Path(p.rstrip("/")).name for p in self.fs.ls(self._path(sub), detail=False))
+            with self._calling(sub, "list"):
+                return sorted(Path(p.rstrip("/")).name for p in self.fs.ls(self._path(sub), detail=False))
         except FileNotFoundError:
             return []
 
@@ -133,23 +154,25 @@ class RemoteLocation(Location):
     def size(self, name: str) -> int | None:
         path = self._path(name)
         try:
-            if self.fs.isdir(path):
-                return sum(self.fs.du(path, total=False).values())
-            return int(self.fs.size(path))
+            with self._calling(name):
+                if self.fs.isdir(path):
+                    return sum(self.fs.du(path, total=False).values())
+                return int(self.fs.size(path))
         except FileNotFoundError:
             return None
 
     def sha256(self, name: str) -> str:
         """The same digest as ``atomic.sha256_path`` gives the local file or folder."""
         path = self._path(name)
-        if not self.fs.isdir(path):
-            return self._hash_object(path, hashlib.sha256()).hexdigest()
-        h = hashlib.sha256()
-        for f in sorted(self.fs.find(path)):
-            rel = f[len(path) :].lstrip("/")
-            h.update(f"{rel}\0{self.fs.size(f)}\n".encode())
-            self._hash_object(f, h)
-        return h.hexdigest()
+        with self._calling(name, "read"):
+            if not self.fs.isdir(path):
+                return self._hash_object(path, hashlib.sha256()).hexdigest()
+            h = hashlib.sha256()
+            for f in sorted(self.fs.find(path)):
+                rel = f[len(path) :].lstrip("/")
+                h.update(f"{rel}\0{self.fs.size(f)}\n".encode())
+                self._hash_object(f, h)
+            return h.hexdigest()
 
     def _hash_object(self, path: str, h):
         with self.fs.open(path, "rb") as fh:
@@ -159,15 +182,14 @@ class RemoteLocation(Location):
 
     def read_text(self, name: str) -> str | None:
         try:
-            return self.fs.cat_file(self._path(name)).decode("utf-8")
+            with self._calling(name, "read"):
+                return self.fs.cat_file(self._path(name)).decode("utf-8")
         except (FileNotFoundError, UnicodeDecodeError):
             return None
 
     def write_text(self, name: str, text: str) -> None:
-        try:
+        with self._calling(name, "write"):
             self.fs.pipe_file(self._path(name), text.encode("utf-8"))
-        except OSError as exc:
-            raise BuildError(f"cannot write {self.url}/{name}: {exc}") from None
 
     def commit(self, name: str, write: Callable[[Path], None]) -> tuple[int, str]:
         """Write locally, then upload: each object appears whole, or not at all."""
@@ -176,25 +198,26 @@ class RemoteLocation(Location):
             write(local)
             size, digest = path_size(local), sha256_path(local)
             try:
-                if local.is_dir():
-                    self.fs.put(str(local) + "/", self._path(name), recursive=True)
-                else:
-                    self.fs.put_file(str(local), self._path(name))
-            except OSError as exc:
-                raise BuildError(f"cannot upload {self.url}/{name}: {exc}") from None
+                with self._calling(name, "upload"):
+                    if local.is_dir():
+                        self.fs.put(str(local) + "/", self._path(name), recursive=True)
+                    else:
+                        self.fs.put_file(str(local), self._path(name))
+            except FileNotFoundError as exc:  # the bucket is not there
+                raise BuildError(f"cannot upload {self.url}/{name}: {exc.strerror or exc}") from None
         return size, digest
 
     def remove(self, name: str) -> None:
-        with contextlib.suppress(FileNotFoundError):
+        with contextlib.suppress(FileNotFoundError), self._calling(name, "remove"):
             self.fs.rm(self._path(name), recursive=True)
 
     def lock(self):
         return contextlib.nullcontext()
 
 
-def open_location(out: str | os.PathLike) -> Location:
-    """The build output at ``out``: a local folder, or an fsspec URL."""
-    return RemoteLocation(str(out)) if is_url(out) else LocalLocation(out)
+def open_location(out: str | os.PathLike, storage_options: dict | None = None) -> Location:
+    """The build output at ``out``: a local folder, or an fsspec URL (``storage_options`` for its filesystem)."""
+    return RemoteLocation(str(out), storage_options) if is_url(out) else LocalLocation(out)
 
 
 def read_manifest(cache: str | os.PathLike, *, storage_options: dict | None = None) -> Manifest:
@@ -211,6 +234,8 @@ def read_manifest(cache: str | os.PathLike, *, storage_options: dict | None = No
         raise NotACacheError(
             f"{url}: no {MANIFEST_NAME} (not a cache, or its build has not finished)"
         ) from None
-    except (OSError, UnicodeDecodeError) as exc:
+    except UnicodeDecodeError as exc:
         raise CacheError(f"{url}/{MANIFEST_NAME}: cannot be read: {exc}") from None
+    except Exception as exc:  # the filesystem's own errors: credentials, endpoint, I/O
+        raise access_error(f"{url}/{MANIFEST_NAME}", exc, CacheError) from None
     return parse_manifest(text, f"{url}/{MANIFEST_NAME}")

@@ -1,22 +1,40 @@
 """Object storage transport (``s3://``, ``gs://``, ``memory://`` ... through fsspec).
 
-Only how to reach a URL: which filesystem serves it, with an install hint when its package is
-missing. What is read or written there is the business of ``location`` (caches) and of the feed's
-shard cache; credentials come from the usual fsspec/boto environment, never from a cache.
+How to reach a URL: which filesystem serves it (with an install hint when its package is
+missing), one filesystem per process, and its failures in one line. What is read or written
+there is the business of ``location`` (caches) and of the feed's shard cache; the storage options
+that configure it are ``storageopts``'s. Credentials come from storage options or the usual
+fsspec/boto environment, never from a cache.
 """
 
 from __future__ import annotations
 
+import json
 import os
 
-from ..errors import UsageError
+from ..errors import CachekitError, UsageError
+from .storageopts import parse_storage_options, redact, secrets_hidden
 
-__all__ = ["is_url", "filesystem", "parse_storage_options"]
+__all__ = [
+    "is_url",
+    "is_object_store",
+    "filesystem",
+    "process_filesystem",
+    "access_error",
+    "parse_storage_options",
+    "redact",
+    "secrets_hidden",
+]
 
 
 def is_url(path: str | os.PathLike) -> bool:
     """True for ``scheme://...`` locations (``file://`` included), False for plain paths."""
     return "://" in str(path)
+
+
+def is_object_store(path: str | os.PathLike) -> bool:
+    """True for a URL served by something other than the local filesystem (not ``file://``)."""
+    return is_url(path) and not str(path).startswith(("file://", "local://"))
 
 
 def filesystem(url: str, storage_options: dict | None = None, *, fresh: bool = False):
@@ -38,20 +56,56 @@ def filesystem(url: str, storage_options: dict | None = None, *, fresh: bool = F
     except ImportError as exc:
         raise UsageError(f"{url}: {exc} (for s3:// pip install 'cachekit-vision[remote]')") from None
     except (ValueError, TypeError) as exc:
-        raise UsageError(f"{url}: {exc}") from None
+        raise UsageError(f"{url}: bad storage options: {redact(str(exc), storage_options)}") from None
     return fs, path.rstrip("/")
 
 
-def parse_storage_options(pairs) -> dict:
-    """``["endpoint_url=http://...", "anon=true"]`` (the CLI's ``--storage-option``) as a dict;
-    ``true``/``false`` and integers become such, the rest stay strings."""
-    options: dict = {}
-    for pair in pairs or ():
-        key, sep, value = str(pair).partition("=")
-        if not sep or not key.strip():
-            raise UsageError(f"--storage-option {pair!r}: expected KEY=VALUE")
-        low = value.strip().lower()
-        options[key.strip()] = (
-            True if low == "true" else False if low == "false" else int(low) if low.isdigit() else value
+_MADE: dict[tuple[str, str], tuple] = {}
+_MADE_PID = os.getpid()
+
+
+def process_filesystem(url: str, storage_options: dict | None = None):
+    """``filesystem(url, storage_options)`` made in this process, and reused by later calls in it.
+
+    What a build's worker processes use: the first call in a process makes a fresh instance (never
+    one inherited through fork or unpickled), later jobs in that process share it (one session, one
+    credential lookup per process, not per shard).
+    """
+    global _MADE_PID
+    if _MADE_PID != os.getpid():  # forked: the parent's instances are not ours to use
+        _MADE.clear()
+        _MADE_PID = os.getpid()
+    key = (url, json.dumps(storage_options or {}, sort_keys=True, default=repr))
+    made = _MADE.get(key)
+    if made is None:
+        made = _MADE[key] = filesystem(url, storage_options, fresh=True)
+    return made
+
+
+def access_error(
+    url: str, exc: BaseException, fallback: type[CachekitError], doing: str = ""
+) -> CachekitError:
+    """One line for a failed call to the filesystem serving ``url``.
+
+    Storage options it refused, missing or refused credentials and an endpoint it cannot reach are
+    the user's to fix (UsageError, exit 2); anything else is ``fallback`` (CacheError when reading
+    a cache, BuildError when writing one), saying "cannot ``doing``" when given.
+    """
+    if isinstance(exc, CachekitError):
+        return exc
+    name = type(exc).__name__
+    said = " ".join(str(exc).split())[:300] or name
+    if isinstance(exc, TypeError):
+        return UsageError(f"{url}: bad storage options: {said}")
+    if "Credentials" in name or "Token" in name:
+        return UsageError(
+            f"{url}: {said} (give --storage-option key=... --storage-option secret=..., "
+            "or the usual environment, e.g. AWS_ACCESS_KEY_ID)"
         )
-    return options
+    if isinstance(exc, PermissionError):
+        return UsageError(f"{url}: access denied ({said}); check the credentials and the bucket's policy")
+    if "EndpointConnection" in name or "ConnectTimeout" in name or isinstance(exc, ConnectionRefusedError):
+        return UsageError(f"{url}: {said} (check endpoint_url and the network)")
+    if isinstance(exc, OSError) and exc.strerror:
+        said = " ".join(exc.strerror.split())[:300]
+    return fallback(f"cannot {doing} {url}: {said}" if doing else f"{url}: {said}")

@@ -36,6 +36,7 @@ from ..cpus import available_cpus
 from ..errors import CachekitError, UsageError
 from ..feed.dataset import CachedDataset
 from ..image.recipes import load_pipeline
+from ..store.remote import is_url
 from .baselines import BACKENDS, RawImageDataset, RawInputs, check_raw_inputs
 from .benchrows import MAX_AUGMENT_SIZE, augment_record, augment_size, cache_row, make_loader_row, raw_row
 from .benchsamples import align_samples, cache_pipeline
@@ -217,21 +218,28 @@ def run_bench(
     *,
     log: Callable[[str], None] = lambda line: None,
     progress: bool = False,
+    storage_options: dict | None = None,
 ) -> dict:
-    """Measure every loader; return a JSON-able dict of the figures, the machine and the ratios."""
+    """Measure every loader; return a JSON-able dict of the figures, the machine and the ratios.
+
+    A cache may be an fsspec URL, reached with ``storage_options`` (never recorded): its rows
+    include fetching its shards into the node's local shard cache.
+    """
     config.check()
     if not caches and (raw is None or not config.raw_backends):
         raise UsageError("nothing to benchmark: give a raw folder and/or caches")
-    datasets = [CachedDataset(c) for c in caches]
+    datasets = []
     try:
+        for c in caches:
+            datasets.append(CachedDataset(c, storage_options=storage_options))
         with _opencv_one_thread():
-            return _run(raw, caches, datasets, config, log, progress)
+            return _run(raw, caches, datasets, config, log, progress, storage_options)
     finally:
         for d in datasets:
             d.close()
 
 
-def _run(raw, caches, datasets, config: BenchConfig, log, progress: bool) -> dict:
+def _run(raw, caches, datasets, config: BenchConfig, log, progress: bool, storage_options) -> dict:
     crop = augment_size(config, caches, datasets)
     for path, d in zip(caches, datasets):
         if d.ragged and crop is None:
@@ -285,10 +293,10 @@ def _run(raw, caches, datasets, config: BenchConfig, log, progress: bool) -> dic
         for w in config.workers:
             add(f"raw-{backend}", w, raw_row(ds, align.raw, w, bs), [Path(p) for p in ds.paths])
     for path, name, order in zip(caches, names, align.caches):
-        files = _files(Path(path))
+        files = [] if is_url(path) else _files(Path(path))  # a URL cache's copies are fetched afresh
         for w in config.workers:
-            add(name, w, cache_row(path, order, w, bs, crop), files)
-        add(name, "make_loader", make_loader_row(path, bs, config.seed, crop), files)
+            add(name, w, cache_row(path, order, w, bs, crop, storage_options), files)
+        add(name, "make_loader", make_loader_row(path, bs, config.seed, crop, storage_options), files)
 
     raw_rows = [r for r in rows if r["loader"].startswith("raw-")]
     baseline = max(raw_rows, key=lambda r: r["samples_per_s"]) if raw_rows else None

@@ -112,24 +112,35 @@ def cache_row(
     workers: int,
     batch_size: int,
     augment: tuple[int, int] | None,
+    storage_options: dict | None = None,
 ) -> Factory:
     """The cache through a plain DataLoader, with the per-sample OpenCV crop + flip when augmenting.
 
     Each row opens the cache afresh (and the bench closes it after), so no earlier row's memory
-    map keeps the files in the page cache when epoch 1 is meant to be cold.
+    map keeps the files in the page cache when epoch 1 is meant to be cold. A URL cache is
+    reached with ``storage_options``.
     """
     transform = OpenCVRandomResizedCropFlip(augment) if augment else None
-    return _plain(lambda: CachedDataset(path, transform=transform), order, workers, batch_size, collate_batch)
+
+    def open_dataset() -> CachedDataset:
+        return CachedDataset(path, transform=transform, storage_options=storage_options)
+
+    return _plain(open_dataset, order, workers, batch_size, collate_batch)
 
 
 def make_loader_row(
-    path: str | os.PathLike, batch_size: int, seed: int, augment: tuple[int, int] | None
+    path: str | os.PathLike,
+    batch_size: int,
+    seed: int,
+    augment: tuple[int, int] | None,
+    storage_options: dict | None = None,
 ) -> Factory:
     """The cache through ``make_loader``'s defaults, with ``augment=[RandomResizedCrop, flip]``."""
 
     def factory() -> tuple[DataLoader, dict]:
         steps = [RandomResizedCrop(augment), RandomHorizontalFlip()] if augment else None
-        loader = make_loader(CachedDataset(path), batch_size, seed=seed, augment=steps)
+        dataset = CachedDataset(path, storage_options=storage_options)
+        loader = make_loader(dataset, batch_size, seed=seed, augment=steps)
         return loader, {"mode": loader.mode}
 
     return factory

@@ -3,7 +3,9 @@
 Converting is a build whose inputs are the source cache's shards: it holds the output folder's
 lock, records its plan so that an interrupted run resumes (or, with other options, is cleaned up
 by the next one), retires the shards of a cache it replaces instead of deleting them under its
-readers, and writes the manifest last.
+readers, and writes the manifest last. Either side may be an fsspec URL: a source shard on
+object storage is fetched into a temporary folder, checked against the manifest's size and
+sha256, converted and deleted, one at a time.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import hashlib
 import json
 import os
 import sys
+import tempfile
+from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -31,10 +35,12 @@ from ..build.retire import (
 )
 from ..build.shardwrite import commit_shard
 from ..constants import DEFAULT_GRACE_SECONDS, MANIFEST_NAME, PARTIAL_DIR
-from ..errors import BuildError, UsageError
+from ..errors import BuildError, CacheError, UsageError
+from ..store.atomic import path_size, sha256_path
 from ..store.formats import SHARD_NAME_COLUMN, get_format, identity_column
-from ..store.location import LocalLocation, read_manifest, write_failure
+from ..store.location import open_location, read_manifest, write_failure
 from ..store.manifest import Manifest, ShardInfo, json_text, manifest_text, shard_path
+from ..store.remote import access_error, filesystem, is_url, secrets_hidden
 from ..store.sourcecol import SOURCE_BYTES, SOURCE_OFFSETS
 
 __all__ = ["convert"]
@@ -69,6 +75,45 @@ def _name(info: ShardInfo, fmt_name: str, extension: str, options: dict) -> str:
     return f"shard-{hashlib.sha256(key.encode()).hexdigest()[:20]}{extension}"
 
 
+class _SourceShards:
+    """The source cache's shards as local files: in place for a folder; for a URL fetched one at a
+    time into a temporary folder and checked against the manifest's size and sha256 first."""
+
+    def __init__(self, cache: str | Path, manifest: Manifest, storage_options: dict | None) -> None:
+        self.cache, self.manifest = cache, manifest
+        self.fs = self.root = None
+        if isinstance(cache, str):
+            self.fs, self.root = filesystem(cache, storage_options)
+
+    @contextlib.contextmanager
+    def local(self, index: int) -> Iterator[Path]:
+        """A folder holding shard ``index`` under its own name, for as long as the block runs."""
+        if self.fs is None:
+            yield Path(self.cache)
+            return
+        from ..feed.shardcache import ranged_get
+
+        info = self.manifest.shards[index]
+        remote = f"{self.root}/{info.file}"
+        with tempfile.TemporaryDirectory(prefix="cachekit-convert-") as tmp:
+            local = Path(tmp) / info.file
+            try:
+                if self.fs.isdir(remote):
+                    self.fs.get(remote + "/", str(local), recursive=True)
+                else:
+                    ranged_get(self.fs, remote, local)
+            except FileNotFoundError:
+                raise CacheError(f"{self.cache}/{info.file}: shard is missing") from None
+            except Exception as exc:
+                raise access_error(f"{self.cache}/{info.file}", exc, CacheError, "fetch") from None
+            if path_size(local) != info.bytes or sha256_path(local) != info.sha256:
+                raise CacheError(
+                    f"{self.cache}/{info.file}: its bytes do not match the manifest's size and sha256 "
+                    "(changed since the cache was built; cachekit verify names every such shard)"
+                )
+            yield Path(tmp)
+
+
 def convert(
     cache: str | os.PathLike,
     out: str | os.PathLike,
@@ -78,39 +123,53 @@ def convert(
     overwrite: bool = False,
     grace: float | None = None,
     progress: bool = False,
+    storage_options: dict | None = None,
 ) -> Manifest:
     """Write the samples of ``cache`` as a new cache at ``out`` in format ``to``; pixels are unchanged.
 
     Re-running an interrupted conversion resumes it. ``overwrite`` replaces a cache in ``out``;
-    its shards are retired for ``grace`` seconds (default 24 h), as a build does.
+    its shards are retired for ``grace`` seconds (default 24 h), as a build does. ``cache`` and
+    ``out`` may be fsspec URLs, reached with ``storage_options`` (never written, never shown).
     """
-    src, dst = Path(cache), Path(out)
-    manifest = read_manifest(src)
-    fmt = get_format(to)
-    options = {**manifest.format_options, "compression": compression}
-    fmt.check_options(options)
-    check_apart(src, dst, ("the cache", "--out"))
-    location = LocalLocation(dst)
-    location.exists()
-    fingerprint = hashlib.sha256(
-        f"{manifest.fingerprint}\nconverted to {fmt.name} {sorted(options.items())}".encode()
-    ).hexdigest()
-    planned = [_name(info, fmt.name, fmt.extension, options) for info in manifest.shards]
-    location.mkdir()
-    with location.lock():
-        try:
-            return _convert(
-                src, manifest, location, fmt, options, fingerprint, planned, overwrite, grace, progress
-            )
-        except BaseException:
-            with contextlib.suppress(Exception):  # never hide the error that stopped the conversion
-                remove_temps(location)
-            raise
+    with secrets_hidden(storage_options):
+        src = str(cache).rstrip("/") if is_url(cache) else Path(cache)
+        manifest = read_manifest(src, storage_options=storage_options)
+        fmt = get_format(to)
+        options = {**manifest.format_options, "compression": compression}
+        fmt.check_options(options)
+        check_apart(src, out, ("the cache", "--out"))
+        location = open_location(out, storage_options)
+        location.exists()
+        fingerprint = hashlib.sha256(
+            f"{manifest.fingerprint}\nconverted to {fmt.name} {sorted(options.items())}".encode()
+        ).hexdigest()
+        planned = [_name(info, fmt.name, fmt.extension, options) for info in manifest.shards]
+        source = _SourceShards(src, manifest, storage_options)
+        location.mkdir()
+        with location.lock():
+            try:
+                return _convert(
+                    source,
+                    location,
+                    fmt,
+                    options,
+                    fingerprint,
+                    planned,
+                    overwrite,
+                    grace,
+                    progress,
+                    storage_options,
+                )
+            except BaseException:
+                with contextlib.suppress(Exception):  # never hide the error that stopped the conversion
+                    remove_temps(location)
+                raise
 
 
 def _convert(
-    src, manifest, location, fmt, options, fingerprint, planned, overwrite, grace, progress
+    source, location, fmt, options, fingerprint, planned, overwrite, grace, progress, storage_options
 ) -> Manifest:
+    manifest = source.manifest
     previous, text = existing_cache(location)
     partial = read_partial(location)
     resuming = partial is not None and partial.fingerprint == fingerprint
@@ -144,13 +203,15 @@ def _convert(
     ) as bar:
         for i, (info, name) in enumerate(zip(manifest.shards, planned)):
             done = finished.get(name)
-            if done is not None and reusable(location, done[0], verify=True):
+            # on object storage a finished shard is kept on its size and recorded sha256, as a build's
+            if done is not None and reusable(location, done[0], verify=not is_url(location.url)):
                 shards.append(done[0])
                 bar.update(info.samples)
                 continue
-            arrays = _read_shard(src, manifest, i)
+            with source.local(i) as root:
+                arrays = _read_shard(root, manifest, i)
             arrays[SHARD_NAME_COLUMN] = identity_column(name)  # its own name, checked on open
-            size, digest = commit_shard(location.url, name, fmt.name, arrays, options)
+            size, digest = commit_shard(location.url, name, fmt.name, arrays, options, storage_options)
             converted = replace(info, file=name, bytes=size, sha256=digest)
             try:
                 location.write_text(

@@ -261,18 +261,21 @@ def diagnose(
     prefetch_factor: int = 2,
     pin_memory: bool | None = None,
     device: str | None = None,
+    storage_options: dict | None = None,
 ) -> DoctorReport:
     """Run ``steps`` training steps on the cache's loader and report where the time went.
 
     Each step is ``model``'s (built by calling it, trained with SGD) or, without a model, a
     simulated step of ``step_ms`` (default ``DEFAULT_STEP_MS``) of ``step_kind`` (``"busy"`` holds
-    the GIL, ``"sleep"`` releases it).
+    the GIL, ``"sleep"`` releases it). A URL cache is reached with ``storage_options``.
     """
     if model is not None and step_ms is not None:
         raise UsageError("give a simulated step time (--step-ms) or a model (--model), not both")
     if steps < 1 or batch_size < 1:
         raise UsageError("--steps and --batch-size must be at least 1")
-    dataset = cache if isinstance(cache, CachedDataset) else CachedDataset(cache)
+    dataset = (
+        cache if isinstance(cache, CachedDataset) else CachedDataset(cache, storage_options=storage_options)
+    )
     cuda = torch.cuda.is_available()
     target = torch.device(device or ("cuda" if cuda else "cpu"))
     if model is None:
@@ -324,7 +327,7 @@ def diagnose(
         cpu[f"worker {i}"] = 100 * used[pid].cpu_s / wall
     manifest = dataset.manifest
     report = DoctorReport(
-        cache=str(dataset.root),
+        cache=dataset.url or str(dataset.root),
         batch_size=batch_size,
         steps=steps,
         mode=loader.mode,

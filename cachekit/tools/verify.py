@@ -21,7 +21,7 @@ from ..store.atomic import path_size, remove_path, sha256_path
 from ..store.formats import get_format
 from ..store.location import read_manifest
 from ..store.manifest import Manifest, ShardInfo, shard_path
-from ..store.remote import filesystem, is_url
+from ..store.remote import access_error, filesystem, is_url
 
 __all__ = ["ShardProblem", "VerifyReport", "verify"]
 
@@ -104,13 +104,15 @@ def verify(
     return VerifyReport(manifest, tuple(problems), checked, quick)
 
 
-def _remote_size(fs, path: str) -> int | None:
+def _remote_size(fs, path: str, url: str) -> int | None:
     try:
         if fs.isdir(path):
             return sum(fs.du(path, total=False).values())
         return int(fs.size(path))
     except FileNotFoundError:
         return None
+    except Exception as exc:  # credentials, endpoint: the whole check stops, in one line
+        raise access_error(url, exc, CacheError, "reach") from None
 
 
 def _verify_remote(url: str, quick: bool, storage_options: dict | None) -> VerifyReport:
@@ -123,7 +125,7 @@ def _verify_remote(url: str, quick: bool, storage_options: dict | None) -> Verif
         folder = Path(tmp)
         for info in manifest.shards:
             remote = f"{root}/{info.file}"
-            size = _remote_size(fs, remote)
+            size = _remote_size(fs, remote, f"{url}/{info.file}")
             if size is None:
                 problem = "missing"
             elif size != info.bytes:
@@ -148,8 +150,8 @@ def _fetch_and_check(
             fs.get(remote + "/", str(local), recursive=True)
         else:
             ranged_get(fs, remote, local)
-    except OSError as exc:
-        return f"cannot be fetched ({exc})"
+    except Exception as exc:  # the filesystem's own error types too
+        return f"cannot be fetched ({' '.join(str(exc).split())[:200] or type(exc).__name__})"
     try:
         return _check_shard(folder, manifest, info, quick=False)
     finally:
