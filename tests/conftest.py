@@ -154,3 +154,33 @@ def s3_endpoint():
     s3fs.S3FileSystem.clear_instance_cache()
     server.stop()
     mp.undo()
+
+
+#: The secret of ``s3_options``: no file, record or message may ever show it.
+S3_SECRET = "S3CR3T-never-shown-7f3a9c"
+
+
+@pytest.fixture
+def s3_options(s3_endpoint, monkeypatch, tmp_path) -> dict:
+    """Storage options that reach the loopback S3 server, with every ``AWS_*`` variable unset and
+    ``~/.aws`` out of reach: only the options can get a request through (worker processes too)."""
+    import s3fs
+
+    from cachekit.store import remote
+
+    for key in [k for k in os.environ if k.startswith("AWS_")]:
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    s3fs.S3FileSystem.clear_instance_cache()
+    remote._MADE.clear()  # no filesystem made earlier from the environment's credentials
+    return {"endpoint_url": s3_endpoint, "key": "cachekit-test-key", "secret": S3_SECRET}
+
+
+def storage_option_args(options: dict) -> list[str]:
+    """``options`` as the command line's ``--storage-option KEY=VALUE`` pairs."""
+    return [arg for key, value in options.items() for arg in ("--storage-option", f"{key}={value}")]
+
+
+def holds_secret(fs, prefix: str, secret: str) -> list[str]:
+    """The objects under ``prefix`` whose bytes contain ``secret``."""
+    return [path for path in fs.find(prefix) if secret.encode() in fs.cat_file(path)]

@@ -9,9 +9,10 @@ import sys
 import tomllib
 from pathlib import Path
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
-from conftest import BAD_FILES
+from conftest import BAD_FILES, S3_SECRET, holds_secret, storage_option_args
 
 from cachekit.cli import main
 from cachekit.image.recipes import OPS, builtin_pipelines, load_pipeline
@@ -187,3 +188,133 @@ def test_readme_documents_every_builtin_recipe_and_op():
         assert row is not None, op
         for param in definition.params:
             assert f"`{param}`" in row, (op, param)
+
+
+def _pixels_by_source(ds) -> dict[str, tuple[int, bytes]]:
+    """Every sample of a dataset as source path -> (label, pixel bytes)."""
+    images, labels = ds.read_batch(np.arange(len(ds)))[:2]
+    return {ds.source(i): (int(labels[i]), images[i].numpy().tobytes()) for i in range(len(ds))}
+
+
+def test_build_info_verify_on_s3_with_storage_options_only(s3_options, small_tree, small_cache, tmp_path):
+    """No AWS_* variable, no ~/.aws: only --storage-option reaches the bucket, in the worker processes too."""
+    s3fs = pytest.importorskip("s3fs")
+    from cachekit import CachedDataset
+
+    url = "s3://datasets/cli-options"
+    flags = storage_option_args(s3_options)
+    args = [
+        "build",
+        small_tree,
+        "--out",
+        url,
+        "--size",
+        32,
+        "--shard-size",
+        7,
+        "--order",
+        "sorted",
+        "--quiet",
+    ]
+    endpoint_only = ["--storage-option", f"endpoint_url={s3_options['endpoint_url']}"]
+    code, out = run(*args, "--workers", 2, *endpoint_only)
+    assert code == 2 and "credentials" in out and "Traceback" not in out, out  # the environment has none
+    code, out = run(*args, "--workers", 2, *flags)
+    assert code == 0 and "40 samples, 0 skipped" in out and url in out, out
+    code, out = run("info", url, *flags)
+    assert code == 0 and "uint8 [3, 32, 32]" in out, out
+    code, out = run("verify", url, *flags)
+    assert code == 0 and out.startswith("ok: 6 shards, 40 samples"), out
+    remote = CachedDataset(url, storage_options=s3_options, local_cache=tmp_path / "lc")
+    assert _pixels_by_source(remote) == _pixels_by_source(CachedDataset(small_cache))
+    fs = s3fs.S3FileSystem(**s3_options)
+    assert fs.exists("datasets/cli-options/manifest.json")
+    assert holds_secret(fs, "datasets/cli-options", S3_SECRET) == []
+
+
+@pytest.mark.parametrize(
+    "pairs, words",
+    [
+        ([f"secret:{S3_SECRET}"], "expected KEY=VALUE, got no '='"),
+        ([S3_SECRET], "expected KEY=VALUE, got no '='"),
+        ([f"={S3_SECRET}"], "no KEY before '='"),
+        ([f"secret={S3_SECRET}", f"secret={S3_SECRET}x"], "secret is given twice"),
+        (["client_kwargs=1", f"client_kwargs.secret={S3_SECRET}"], "both as a value and as a table"),
+        ([f"secret={{{S3_SECRET}"], "not valid JSON"),
+        ([f"bad key={S3_SECRET}"], "must be a name"),
+    ],
+)
+def test_a_malformed_storage_option_is_one_line_without_its_value(pairs, words, small_cache):
+    flags = [arg for pair in pairs for arg in ("--storage-option", pair)]
+    for command in (
+        ["info", "s3://datasets/x"],
+        ["verify", "s3://datasets/x"],
+        ["build", small_cache, "--out", "s3://d/x"],
+    ):
+        code, out = run(*command, *flags)
+        lines = [line for line in out.splitlines() if line.strip()]
+        assert code == 2 and len(lines) == 1 and words in lines[0], out
+        assert S3_SECRET not in out
+
+
+def test_storage_options_for_local_paths_only_are_refused(small_cache, tmp_path):
+    code, out = run("info", small_cache, "--storage-option", "anon=true")
+    assert code == 2 and "applies to URLs" in out
+    code, out = run(
+        "convert", small_cache, "--to", "hdf5", "--out", tmp_path / "h", "--storage-option", "anon=true"
+    )
+    assert code == 2 and "applies to URLs" in out and not (tmp_path / "h").exists()
+
+
+def test_a_failing_build_to_s3_never_shows_the_secret(s3_options, mixed_tree, monkeypatch):
+    """A --strict failure, and an upload error whose text carries the secret (as a filesystem's
+    message might): the line says what failed, never the secret; nothing is left referenced."""
+    s3fs = pytest.importorskip("s3fs")
+    from cachekit.store.location import RemoteLocation
+
+    flags = storage_option_args(s3_options)
+    url = "s3://datasets/cli-failing"
+    code, out = run("build", mixed_tree, "--out", url, "--size", 16, "--strict", "--quiet", *flags)
+    assert code == 1 and "--strict" in out and S3_SECRET not in out and "Traceback" not in out, out
+
+    def leaky_upload(self, name, write):  # runs in the forked workers as well
+        raise OSError(f"upload refused for secret {self.storage_options['secret']} at {self.url}")
+
+    monkeypatch.setattr(RemoteLocation, "commit", leaky_upload)
+    code, out = run("build", mixed_tree, "--out", url + "2", "--size", 16, "--workers", 1, "--quiet", *flags)
+    assert code == 1 and "upload refused for secret ***" in out and S3_SECRET not in out, out
+    fs = s3fs.S3FileSystem(**s3_options)
+    assert not fs.exists("datasets/cli-failing/manifest.json") and not fs.exists(
+        "datasets/cli-failing2/manifest.json"
+    )
+    assert holds_secret(fs, "datasets", S3_SECRET) == []
+
+
+def test_bench_and_doctor_read_an_s3_cache_and_record_no_secret(
+    s3_options, small_tree, small_cache, tmp_path
+):
+    s3fs = pytest.importorskip("s3fs")
+    fs = s3fs.S3FileSystem(**s3_options)
+    fs.put(str(small_cache) + "/", "datasets/cli-bench", recursive=True)
+    url, flags = "s3://datasets/cli-bench", storage_option_args(s3_options)
+    report = tmp_path / "bench.json"
+    argv = ["bench", str(small_tree), url, "--workers", "0", "--epochs", "1", "--samples", "16"]
+    argv += [
+        "--batch-size",
+        "8",
+        "--raw-backends",
+        "opencv",
+        "--warm-only",
+        "--quiet",
+        "--json",
+        str(report),
+        *flags,
+    ]
+    proc = subprocess.run([sys.executable, "-m", "cachekit.cli", *argv], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert S3_SECRET not in report.read_text() + proc.stdout + proc.stderr
+    result = json.loads(report.read_text())
+    assert "secret=***" in result["command"] and [c["path"] for c in result["caches"]] == [url]
+    assert {r["loader"] for r in result["rows"]} == {"raw-opencv", "cache-pt"}
+    code, out = run("doctor", url, "--steps", 2, "--batch-size", 8, "--step-ms", 1, "--workers", 0, *flags)
+    assert code == 0 and "throughput:" in out and "Traceback" not in out, out
