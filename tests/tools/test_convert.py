@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
+from conftest import S3_SECRET, holds_secret, storage_option_args
 
 from cachekit import CachedDataset, UsageError, read_manifest
 from cachekit.cli import main
@@ -16,7 +18,7 @@ def _kill_after(monkeypatch, shards: int, midway: bool = False):
     """A convert killed after ``shards`` shards (``midway``: in the middle of writing the next one)."""
     real, seen = convert_module.commit_shard, []
 
-    def killed(url, name, fmt_name, arrays, options):
+    def killed(url, name, fmt_name, arrays, options, storage_options=None):
         if len(seen) == shards:
             if midway:
                 from cachekit.store.formats import get_format
@@ -27,10 +29,10 @@ def _kill_after(monkeypatch, shards: int, midway: bool = False):
 
                 from cachekit.store.location import open_location
 
-                open_location(url).commit(name, half)
+                open_location(url, storage_options).commit(name, half)
             raise KeyboardInterrupt
         seen.append(name)
-        return real(url, name, fmt_name, arrays, options)
+        return real(url, name, fmt_name, arrays, options, storage_options)
 
     monkeypatch.setattr(convert_module, "commit_shard", killed)
     return seen
@@ -97,3 +99,41 @@ def test_convert_refuses_an_out_inside_or_around_the_cache(small_cache, tmp_path
     out = small_cache / "converted" if where == "inside" else small_cache.parent
     with pytest.raises(UsageError, match="inside"):
         convert(small_cache, out, "hdf5")
+
+
+def _samples(ds) -> list[tuple[int, bytes]]:
+    images, labels = ds.read_batch(np.arange(len(ds)))[:2]
+    return [(int(labels[i]), images[i].numpy().tobytes()) for i in range(len(ds))]
+
+
+def test_convert_from_and_to_s3_with_storage_options(s3_options, small_cache, tmp_path):
+    """URL to URL on the command line, URL to a folder in Python: the same samples, checked source shards."""
+    s3fs = pytest.importorskip("s3fs")
+    fs = s3fs.S3FileSystem(**s3_options)
+    fs.put(str(small_cache) + "/", "datasets/conv-src", recursive=True)
+    flags = storage_option_args(s3_options)
+    argv = ["convert", "s3://datasets/conv-src", "--to", "hdf5", "--out", "s3://datasets/conv-h5", "--quiet"]
+    result = CliRunner().invoke(main, [*argv, *flags])
+    assert result.exit_code == 0 and "40 samples, 6 hdf5 shards" in result.output, result.output
+    expected = _samples(CachedDataset(small_cache))
+    h5 = CachedDataset("s3://datasets/conv-h5", storage_options=s3_options, local_cache=tmp_path / "lc")
+    assert h5.manifest.format == "hdf5" and _samples(h5) == expected
+    assert verify("s3://datasets/conv-h5", storage_options=s3_options).ok
+    assert CliRunner().invoke(main, [*argv, *flags]).exit_code == 0  # a re-run: already converted
+    convert("s3://datasets/conv-h5", tmp_path / "zarr", "zarr", storage_options=s3_options)
+    assert _samples(CachedDataset(tmp_path / "zarr")) == expected
+    assert holds_secret(fs, "datasets", S3_SECRET) == []
+
+
+def test_a_changed_source_shard_on_s3_is_refused(s3_options, small_cache, tmp_path):
+    s3fs = pytest.importorskip("s3fs")
+    fs = s3fs.S3FileSystem(**s3_options)
+    fs.put(str(small_cache) + "/", "datasets/conv-bad", recursive=True)
+    victim = read_manifest(small_cache).shards[1].file
+    data = bytearray(fs.cat_file(f"datasets/conv-bad/{victim}"))
+    data[len(data) // 2] ^= 0x01  # one flipped bit, same size
+    fs.pipe_file(f"datasets/conv-bad/{victim}", bytes(data))
+    argv = ["convert", "s3://datasets/conv-bad", "--to", "pt", "--out", str(tmp_path / "out"), "--quiet"]
+    result = CliRunner().invoke(main, [*argv, *storage_option_args(s3_options)])
+    assert result.exit_code == 1 and victim in result.output and "sha256" in result.output, result.output
+    assert not (tmp_path / "out" / "manifest.json").exists()
