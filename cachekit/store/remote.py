@@ -49,6 +49,10 @@ def filesystem(url: str, storage_options: dict | None = None, *, fresh: bool = F
     except ImportError:
         raise UsageError(f"{url}: remote caches need fsspec: pip install 'cachekit-vision[remote]'") from None
     options = dict(storage_options or {})
+    if options.get("asynchronous"):
+        raise UsageError(
+            f"{url}: storage option asynchronous=true cannot work here: cachekit calls the filesystem synchronously"
+        )
     if fresh:
         options["skip_instance_cache"] = True
     try:
@@ -95,7 +99,7 @@ def access_error(
         return exc
     name = type(exc).__name__
     said = " ".join(str(exc).split())[:300] or name
-    if isinstance(exc, TypeError):
+    if isinstance(exc, (TypeError, AttributeError)):  # an option of the wrong type or name
         return UsageError(f"{url}: bad storage options: {said}")
     if "Credentials" in name or "Token" in name:
         return UsageError(
