@@ -122,7 +122,7 @@ def _redirect_out(private_root):
 
     folder = os.path.join(private_root, str(os.getpid()))
     os.makedirs(folder, exist_ok=True)  # the same path exists on every worker, but each its own
-    shardwrite.open_location = lambda url: LocalLocation(folder)
+    shardwrite.open_location = lambda url, storage_options=None: LocalLocation(folder)
 
 
 def _restore_out():
