@@ -55,8 +55,11 @@ class AugmentConfig:
             raise UsageError(f"--augment must be at least 1, got {self.variants}")
         if not 0 <= self.hue <= 0.5:
             raise UsageError(f"hue jitter must be in [0, 0.5], got {self.hue}")
-        if min(self.brightness, self.contrast, self.saturation, self.rotate) < 0:
-            raise UsageError("augmentation strengths must not be negative")
+        strengths = (self.brightness, self.contrast, self.saturation, self.rotate, self.flip)
+        if not all(math.isfinite(v) and v >= 0 for v in strengths):
+            raise UsageError("augmentation strengths must be finite and not negative")
+        if self.flip > 1:
+            raise UsageError(f"flip probability must be in [0, 1], got {self.flip}")
 
     def to_json(self) -> dict:
         out = asdict(self)

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch.utils.data import default_collate
 
-__all__ = ["SampleBatch", "collate_batch", "pad_collate", "stack_images"]
+__all__ = ["SampleBatch", "collate_batch", "collate_padded", "pad_collate", "stack_images"]
 
 
 class SampleBatch(list):
@@ -75,6 +75,14 @@ def collate_batch(batch: Any) -> Any:
         images = stack_images([b[0] for b in batch])
         return images, default_collate([b[1] for b in batch])
     return default_collate(batch)
+
+
+def collate_padded(batch: Any) -> Any:
+    """``make_loader(pad=True)``'s collate: batches read whole pass through (variable-sized ones come
+    padded, with their sizes); per-sample pairs (a ``transform=``) are padded by ``pad_collate``."""
+    if isinstance(batch, SampleBatch):
+        return collate_batch(batch)
+    return pad_collate(batch)
 
 
 def pad_collate(batch: Sequence[tuple[torch.Tensor, Any]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

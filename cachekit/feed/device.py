@@ -17,7 +17,20 @@ import torch
 from .colour import jitter_batch
 from .warp import warp_batch
 
-__all__ = ["DeviceStage"]
+__all__ = ["DeviceStage", "check_device"]
+
+
+def check_device(device: torch.device | str | None) -> torch.device | None:
+    """``device`` as a torch device, refused in one line when it cannot be used here."""
+    if device is None:
+        return None
+    try:
+        device = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise ValueError(f"device {device!r} is not a device ({exc})") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device={str(device)!r} but CUDA is not available here: pass device='cpu' or None")
+    return device
 
 
 class DeviceStage:
@@ -32,12 +45,20 @@ class DeviceStage:
         std: Any = None,
         channels_last: bool = False,
     ) -> None:
-        self.device = torch.device(device) if device is not None else None
-        if dtype is not None and not dtype.is_floating_point:
-            raise ValueError(f"dtype must be a floating point type (images come in [0, 1]), got {dtype}")
+        self.device = check_device(device)
+        if dtype is not None and (not isinstance(dtype, torch.dtype) or not dtype.is_floating_point):
+            raise ValueError(
+                f"dtype must be a torch floating point type such as torch.bfloat16 (images come in "
+                f"[0, 1]), got {dtype!r}"
+            )
         self.dtype = dtype
         self.mean = None if mean is None else torch.tensor(mean, dtype=torch.float32).view(1, -1, 1, 1)
         self.std = None if std is None else torch.tensor(std, dtype=torch.float32).view(1, -1, 1, 1)
+        if self.std is not None and not bool((self.std > 0).all()):
+            raise ValueError(
+                f"normalize: a channel of this cache has standard deviation 0 (std {std}): "
+                "normalising would divide by zero"
+            )
         self.channels_last = channels_last
         cuda = self.device is not None and self.device.type == "cuda"
         self.stream = torch.cuda.Stream(self.device) if cuda else None

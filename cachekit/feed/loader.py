@@ -11,6 +11,7 @@ crops, flips and colour run on the GPU as one batched kernel after a side-stream
 from __future__ import annotations
 
 import logging
+import numbers
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,8 +21,8 @@ from torch.utils.data import DataLoader
 
 from ..cpus import available_cpus, local_world_size
 from .assemble import BatchRequest
-from .batch import collate_batch, pad_collate
-from .device import DeviceStage
+from .batch import collate_batch, collate_padded
+from .device import DeviceStage, check_device
 from .prefetch import Prefetcher
 from .sampler import ShardAwareDistributedSampler
 from .transforms import Plan, compile_plan
@@ -93,9 +94,11 @@ class CacheLoader(DataLoader):
         stage: DeviceStage | None = None,
         requests: dict | None = None,
         mode: str = "",
+        pad: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
+        self.pad = pad
         self.prefetch_thread = prefetch_thread
         self.stage = stage or DeviceStage()
         self.device = self.stage.device
@@ -122,6 +125,8 @@ class CacheLoader(DataLoader):
             it = iter(self._prefetcher)
         for batch in self.stage.run(it):
             self._delivered += 1
+            if self.pad and isinstance(batch, (tuple, list)) and len(batch) == 2:
+                batch = (*batch, _sizes_of(batch[0]))  # pad=True: always (images, labels, sizes)
             yield batch
 
     def set_epoch(self, epoch: int) -> None:
@@ -136,6 +141,23 @@ class CacheLoader(DataLoader):
 
     def load_state_dict(self, state: dict) -> None:
         self.sampler.load_state_dict(state)
+
+
+def _sizes_of(images: torch.Tensor) -> torch.Tensor:
+    """``[B, 2]`` heights and widths of a batch whose images all have its size."""
+    return torch.tensor(list(images.shape[-2:]), dtype=torch.int64).expand(images.shape[0], 2).contiguous()
+
+
+def _check_counts(**values: Any) -> None:
+    """One line for an argument of the wrong kind, before anything is started."""
+    lowest = {"batch_size": 1, "prefetch_factor": 1, "workers": 0, "threads": 1, "seed": None}
+    for name, value in values.items():
+        if value is None and name in ("workers", "threads"):
+            continue
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise ValueError(f"{name} must be an integer, got {value!r}")
+        if lowest[name] is not None and value < lowest[name]:
+            raise ValueError(f"{name} must be at least {lowest[name]}, got {value}")
 
 
 def _choose_augment_on(augment_on: str, device: torch.device | None, plan: Plan | None) -> bool:
@@ -190,13 +212,14 @@ def make_loader(
     - ``pad``: variable-sized samples zero-padded to the batch's largest, as ``(images, labels,
       sizes)``; an ``augment`` ending in a fixed size needs no padding.
     """
-    if batch_size < 1:
-        raise ValueError("batch_size must be at least 1")
+    _check_counts(
+        batch_size=batch_size, prefetch_factor=prefetch_factor, seed=seed, workers=workers, threads=threads
+    )
     if distributed is None:
         distributed = dist.is_available() and dist.is_initialized()
     world = dist.get_world_size() if distributed else 1
     rank = dist.get_rank() if distributed else 0
-    device = torch.device(device) if device is not None else None
+    device = check_device(device)
     plan = compile_plan(augment)
     on_device = _choose_augment_on(augment_on, device, plan)
     per_sample = getattr(dataset, "transform", None) is not None
@@ -205,7 +228,13 @@ def make_loader(
         raise ValueError(
             "augment on the device cannot run before a per-sample transform=; use augment_on='threads'"
         )
-    if ragged and not pad and (plan is None or plan.fixed_size() is None):
+    if ragged and plan is not None and plan.fixed_size() is None:
+        raise ValueError(
+            "this cache keeps every sample at its own size, and augment must then end in a fixed "
+            "size (RandomResizedCrop, CenterCrop or Resize((height, width))): pad=True pads "
+            "samples read as stored, not augmented ones"
+        )
+    if ragged and not pad and not per_sample and plan is None:
         raise ValueError(
             "this cache keeps every sample at its own size: pass pad=True (batches come zero-padded "
             "with their sizes) or an augment ending in a fixed size (RandomResizedCrop, CenterCrop)"
@@ -228,6 +257,7 @@ def make_loader(
         drop_last=drop_last and distributed,
         window=window,
         partitions=partitions,
+        group_spread=batch_size,  # an input's augmented variants never share a batch
     )
     mean = std = None
     if normalize:
@@ -254,13 +284,14 @@ def make_loader(
         batch_size=batch_size,
         sampler=sampler,
         num_workers=workers,
-        collate_fn=pad_collate if (pad and requests is None) else collate_batch,
+        collate_fn=collate_padded if pad else collate_batch,
         pin_memory=pin_memory,
         drop_last=drop_last,
         prefetch_thread=prefetch_factor if (prefetch_thread and workers == 0) else 0,
         stage=stage,
         requests=requests,
         mode=mode,
+        pad=pad,
         **extra,
     )
     if len(loader) == 0:

@@ -11,6 +11,7 @@ import numpy as np
 from ..constants import SHUFFLE_WINDOW_SAMPLES
 
 __all__ = [
+    "DEFAULT_GROUP_SPREAD",
     "default_window",
     "epoch_order",
     "spread_groups",
@@ -19,8 +20,9 @@ __all__ = [
     "slot_of_rank",
 ]
 
-#: Samples a rank reads between two variants of one input (augmented caches), so they land in different batches.
-_GROUP_SPREAD = 64
+#: Samples a rank reads between two variants of one input (augmented caches) by default;
+#: ``make_loader`` uses its batch size, so that variants never share a batch.
+DEFAULT_GROUP_SPREAD = 64
 
 
 def default_window(dataset, samples: int) -> int:
@@ -47,13 +49,21 @@ def _windowed(units: np.ndarray, span: int, rng: np.random.Generator) -> np.ndar
     return units[np.argsort(keys, kind="stable")]
 
 
-def spread_groups(units: np.ndarray, group: int) -> np.ndarray:
-    """One rank's units as samples: variant-major within blocks, so one input's variants are
-    ``_GROUP_SPREAD`` samples apart (in different batches) yet all on this rank."""
+def spread_groups(units: np.ndarray, group: int, spread: int = DEFAULT_GROUP_SPREAD) -> np.ndarray:
+    """One rank's units as samples: variant-major within blocks of ``spread`` units, so one
+    input's variants are at least ``spread`` samples apart, yet all on this rank.
+
+    With ``spread`` the batch size, a block's variant ``v`` fills exactly one batch: variants never
+    share a batch. A short last block joins the one before it (its variants are then further
+    apart, never closer); a rank with fewer than ``spread`` units cannot keep them apart.
+    """
     variants = np.arange(group, dtype=np.int64)
+    starts = list(range(0, len(units), spread))
+    if len(starts) > 1 and len(units) - starts[-1] < spread:
+        starts.pop()
+    bounds = [*starts, len(units)]
     parts = [
-        (units[start : start + _GROUP_SPREAD][None, :] * group + variants[:, None]).reshape(-1)
-        for start in range(0, len(units), _GROUP_SPREAD)
+        (units[lo:hi][None, :] * group + variants[:, None]).reshape(-1) for lo, hi in zip(bounds, bounds[1:])
     ]
     return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 

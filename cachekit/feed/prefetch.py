@@ -98,7 +98,16 @@ class Prefetcher:
     def __iter__(self) -> Iterator:
         try:
             while True:
-                ok, item = self._queue.get()
+                try:
+                    ok, item = self._queue.get(timeout=0.2)
+                except queue.Empty:
+                    if self._stop.is_set() and not self._thread.is_alive():
+                        raise RuntimeError(
+                            "this pass over the loader was ended because another began (iter() was "
+                            "called on the loader again while this pass was being read): read one "
+                            "pass at a time, or make a second loader to look at a batch"
+                        ) from None
+                    continue
                 if not ok:
                     raise item
                 if item is self._END:

@@ -21,7 +21,14 @@ import torch.distributed as dist
 from torch.utils.data import Sampler
 
 from ..cpus import local_world_size
-from .order import default_window, epoch_order, node_partitions, slot_of_rank, spread_groups
+from .order import (
+    DEFAULT_GROUP_SPREAD,
+    default_window,
+    epoch_order,
+    node_partitions,
+    slot_of_rank,
+    spread_groups,
+)
 
 __all__ = ["ShardAwareDistributedSampler", "epoch_order", "default_window"]
 
@@ -44,8 +51,11 @@ class ShardAwareDistributedSampler(Sampler[int]):
     - ``partitions`` (default: one per node for caches on object storage, else 1): the shards
       are split into that many fixed sets and each node's ranks read their own, so a node reads
       the same shards every epoch and its node-local shard cache stays warm.
+    - ``group_spread`` (default 64; ``make_loader`` passes its batch size): samples between two
+      variants of one input, so that they never share a batch.
     - ``state_dict``/``load_state_dict`` resume mid-epoch exactly; with another world size too
-      (for caches with variants, at an epoch boundary).
+      (for caches with variants, at an epoch boundary); a state saved at the end of an epoch
+      resumes with the next one.
     """
 
     def __init__(
@@ -61,6 +71,7 @@ class ShardAwareDistributedSampler(Sampler[int]):
         group_size: int | None = None,
         auto_epoch: bool = True,
         partitions: int | None = None,
+        group_spread: int | None = None,
     ) -> None:
         if num_replicas is None:
             num_replicas = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
@@ -82,30 +93,49 @@ class ShardAwareDistributedSampler(Sampler[int]):
         if self.group_size < 1 or self.dataset_len % self.group_size:
             raise ValueError(f"group_size {self.group_size} does not divide the {self.dataset_len} samples")
         local = local_world_size()
+        explicit_partitions = partitions is not None
         if partitions is None:
             partitions = node_partitions(dataset, num_replicas, local) if self.group_size == 1 else 1
         if partitions < 1:
             raise ValueError(f"partitions must be at least 1, got {partitions}")
         if partitions > 1 and self.group_size > 1:
             raise ValueError("an augmented cache's variants are dealt per rank: use partitions=1")
-        self.partitions = min(int(partitions), max(1, len(self.shard_offsets) - 1))
-        self._slot = slot_of_rank(rank, num_replicas, self.partitions, local)
+        self._local = local
+        self._set_partitions(partitions)
+        self._own_partitions = None if explicit_partitions else self.partitions  # the default: later epochs
+        self.group_spread = DEFAULT_GROUP_SPREAD if group_spread is None else int(group_spread)
+        if self.group_spread < 1:
+            raise ValueError(f"group_spread must be at least 1 sample, got {group_spread}")
         manifest = getattr(dataset, "manifest", None)
         self.fingerprint = getattr(manifest, "fingerprint", None)
         self.auto_epoch = auto_epoch
         self.epoch = 0
-        self.epoch_len = len(self.order()) * self.group_size  # partitions may pad it past the samples
-        self.num_samples = self._per_rank(self.epoch_len)  # a whole epoch's share of one rank
-        self.total_size = self.num_samples * num_replicas
+        self._sizes()
         self._start = 0  # global position the next pass starts from (set by load_state_dict)
         self._fresh = True  # no pass has started since construction, set_epoch or load_state_dict
         self._pass_start = self._pass_len = self._yielded = 0
         self.last_indices = np.zeros(0, dtype=np.int64)
 
+    def _set_partitions(self, partitions: int) -> None:
+        self.partitions = min(int(partitions), max(1, len(self.shard_offsets) - 1))
+        self._slot = slot_of_rank(self.rank, self.num_replicas, self.partitions, self._local)
+
+    def _sizes(self) -> None:
+        """Epoch length and shares, which depend on the partitions (they may pad the order)."""
+        self.epoch_len = len(self.order()) * self.group_size
+        self.num_samples = self._per_rank(self.epoch_len)  # a whole epoch's share of one rank
+        self.total_size = self.num_samples * self.num_replicas
+
     def _per_rank(self, remaining: int) -> int:
         """Samples per rank for ``remaining`` samples: whole units of ``group_size`` each."""
         units, world = remaining // self.group_size, self.num_replicas
         return (units // world if self.drop_last else math.ceil(units / world)) * self.group_size
+
+    def _own_order(self) -> None:
+        """Back to this job's default partitions after an epoch resumed with a saved job's."""
+        if self._own_partitions is not None and self._own_partitions != self.partitions:
+            self._set_partitions(self._own_partitions)
+            self._sizes()
 
     def set_epoch(self, epoch: int) -> None:
         """Make the next pass epoch ``epoch`` (a resumed epoch keeps its resume position)."""
@@ -132,9 +162,9 @@ class ShardAwareDistributedSampler(Sampler[int]):
         per = self.num_samples
         seqs = []
         for r in range(world):
-            seq = spread_groups(units[r::world][: per // g], g)  # drop_last drops whole units
+            seq = spread_groups(units[r::world][: per // g], g, self.group_spread)  # drop_last: whole units
             if len(seq) < per:  # pad by repeating the start of this rank's share (or of all)
-                seq = np.resize(seq if len(seq) else spread_groups(units, g), per)
+                seq = np.resize(seq if len(seq) else spread_groups(units, g, self.group_spread), per)
             seqs.append(seq)
         return np.stack(seqs, axis=1).reshape(-1) if seqs and per else np.zeros(0, dtype=np.int64)
 
@@ -155,6 +185,8 @@ class ShardAwareDistributedSampler(Sampler[int]):
             if self.auto_epoch:
                 self.epoch += 1
             self._start = 0
+        if self._start == 0:
+            self._own_order()
         self._fresh = False
         mine = self.indices()
         self.last_indices = mine  # what this pass hands out, in order (downloads ahead plan with it)
@@ -196,6 +228,7 @@ class ShardAwareDistributedSampler(Sampler[int]):
             "window": self.window,
             "group_size": self.group_size,
             "partitions": self.partitions,
+            "group_spread": self.group_spread,
             "drop_last": self.drop_last,
             "num_replicas": self.num_replicas,
             "num_samples": self.dataset_len,
@@ -218,6 +251,15 @@ class ShardAwareDistributedSampler(Sampler[int]):
             raise ValueError(
                 f"sampler state is for a dataset of {state.get('num_samples')} samples, not {self.dataset_len}"
             )
+        saved_partitions = state.get("partitions")
+        if (
+            self._own_partitions is not None  # the default, not the user's choice: resume the saved
+            and isinstance(saved_partitions, int)  # job's partitions for this epoch (another number
+            and saved_partitions >= 1  # of nodes); later epochs go back to this job's own
+            and saved_partitions != self.partitions
+        ):
+            self._set_partitions(saved_partitions)
+            self._sizes()
         mine = {
             "seed": self.seed,
             "shuffle": self.shuffle,
@@ -225,9 +267,12 @@ class ShardAwareDistributedSampler(Sampler[int]):
             "group_size": self.group_size,
             "partitions": self.partitions,
         }
+        if self.group_size > 1:
+            mine["group_spread"] = self.group_spread
         differ = [f"{k}={state.get(k)!r} (here {v!r})" for k, v in mine.items() if state.get(k) != v]
         if differ:
-            raise ValueError(f"sampler state has another order: {', '.join(differ)}")
+            hint = "; pass the saved values to the sampler (make_loader: window=, partitions=, batch_size)"
+            raise ValueError(f"sampler state has another order: {', '.join(differ)}{hint}")
         position, world = state.get("position"), state.get("num_replicas")
         end = self._end() if world == self.num_replicas else self.epoch_len
         if not isinstance(position, int) or not 0 <= position <= max(end, self.epoch_len):
@@ -243,3 +288,6 @@ class ShardAwareDistributedSampler(Sampler[int]):
         else:  # at an epoch boundary: the start, or nothing left
             self._start = self._end() if position >= self.dataset_len else 0
         self._fresh = True
+        if self._start > 0 and len(self) == 0:  # saved at the end of its epoch: go on with the next
+            self.epoch += 1
+            self._start = 0

@@ -15,6 +15,7 @@ Crop boxes are whole source pixels; resizing is bilinear, sampling inside the bo
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 
 import numpy as np
@@ -35,21 +36,49 @@ __all__ = [
 _ATTEMPTS = 10  # torchvision's RandomResizedCrop tries 10 boxes before its central fallback
 
 
+def _is_int(v) -> bool:
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
+
+
 def _size(value, name: str) -> tuple[int, int]:
-    pair = (value, value) if isinstance(value, int) and not isinstance(value, bool) else value
-    if (
-        not isinstance(pair, (tuple, list))
-        or len(pair) != 2
-        or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in pair)
-    ):
+    pair = (value, value) if _is_int(value) else value
+    if not isinstance(pair, (tuple, list)) or len(pair) != 2 or not all(_is_int(v) and v > 0 for v in pair):
         raise ValueError(f"{name}: size must be a positive int or (height, width), got {value!r}")
     return int(pair[0]), int(pair[1])
 
 
-def _range(value, name: str, low: float = 0.0) -> tuple[float, float]:
+def _pair_of_numbers(value, name: str) -> tuple[float, float]:
+    if not isinstance(value, (tuple, list)) or len(value) != 2:
+        raise ValueError(f"{name}: expected (min, max), got {value!r}")
+    if not all(isinstance(v, numbers.Real) and not isinstance(v, bool) for v in value):
+        raise ValueError(f"{name}: expected two numbers, got {value!r}")
     a, b = (float(v) for v in value)
-    if not (low < a <= b) or not math.isfinite(b):
+    if not (math.isfinite(a) and math.isfinite(b)):
+        raise ValueError(f"{name}: expected finite numbers, got {value!r}")
+    return a, b
+
+
+def _range(value, name: str, low: float = 0.0) -> tuple[float, float]:
+    a, b = _pair_of_numbers(value, name)
+    if not low < a <= b:
         raise ValueError(f"{name}: expected {low} < min <= max, got {value!r}")
+    return a, b
+
+
+def _jitter_range(value, name: str, centre: float, low: float, high: float = math.inf) -> tuple[float, float]:
+    """torchvision's forms: a number ``x`` is ``[centre - x, centre + x]`` (clipped at ``low``), a
+    pair is ``(min, max)`` itself; both within ``[low, high]``."""
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        x = float(value)
+        if not (math.isfinite(x) and x >= 0):
+            raise ValueError(f"ColorJitter: {name} must be a finite number >= 0 or (min, max), got {value!r}")
+        a, b = max(low, centre - x), centre + x
+    else:
+        a, b = _pair_of_numbers(value, f"ColorJitter {name}")
+        if not low <= a <= b:
+            raise ValueError(f"ColorJitter: {name} (min, max) must have {low} <= min <= max, got {value!r}")
+    if b > high:
+        raise ValueError(f"ColorJitter: {name} must stay within [{low}, {high}], got {value!r}")
     return a, b
 
 
@@ -74,27 +103,33 @@ class RandomHorizontalFlip:
     p: float = 0.5
 
     def __post_init__(self) -> None:
-        if not 0.0 <= self.p <= 1.0:
+        if isinstance(self.p, bool) or not isinstance(self.p, numbers.Real) or not 0.0 <= self.p <= 1.0:
             raise ValueError(f"RandomHorizontalFlip: p must be in [0, 1], got {self.p}")
 
 
 @dataclass(frozen=True)
 class ColorJitter:
-    """Brightness, contrast and saturation factors in [1 - x, 1 + x], hue shift in [-hue, hue] turns.
+    """Brightness, contrast and saturation factors in [max(0, 1 - x), 1 + x], hue shift in [-hue,
+    hue] turns (hue <= 0.5); each may also be a ``(min, max)`` pair, as torchvision's.
 
     Applied in that order (as FFCV does; torchvision shuffles the order per sample).
     """
 
-    brightness: float = 0.0
-    contrast: float = 0.0
-    saturation: float = 0.0
-    hue: float = 0.0
+    brightness: float | tuple[float, float] = 0.0
+    contrast: float | tuple[float, float] = 0.0
+    saturation: float | tuple[float, float] = 0.0
+    hue: float | tuple[float, float] = 0.0
 
     def __post_init__(self) -> None:
-        if min(self.brightness, self.contrast, self.saturation) < 0:
-            raise ValueError("ColorJitter: brightness, contrast and saturation must not be negative")
-        if not 0.0 <= self.hue <= 0.5:
-            raise ValueError(f"ColorJitter: hue must be in [0, 0.5], got {self.hue}")
+        for name in ("brightness", "contrast", "saturation"):
+            _jitter_range(getattr(self, name), name, 1.0, 0.0)
+        _jitter_range(self.hue, "hue", 0.0, -0.5, 0.5)
+
+    def ranges(self) -> list[tuple[float, float]]:
+        """(min, max) of the brightness, contrast and saturation factors and of the hue shift."""
+        return [
+            _jitter_range(getattr(self, n), n, 1.0, 0.0) for n in ("brightness", "contrast", "saturation")
+        ] + [_jitter_range(self.hue, "hue", 0.0, -0.5, 0.5)]
 
 
 @dataclass(frozen=True)
@@ -256,17 +291,9 @@ class Plan:
 
     @staticmethod
     def _jitter(step: ColorJitter, u: np.ndarray) -> np.ndarray:
-        def factor(strength: float, col: np.ndarray) -> np.ndarray:
-            return max(0.0, 1 - strength) + col * (1 + strength - max(0.0, 1 - strength))
-
+        """Each sample's factors (and hue shift), uniform in the transform's ranges."""
         return np.stack(
-            [
-                factor(step.brightness, u[:, 0]),
-                factor(step.contrast, u[:, 1]),
-                factor(step.saturation, u[:, 2]),
-                (u[:, 3] * 2 - 1) * step.hue,
-            ],
-            axis=1,
+            [lo + u[:, k] * (hi - lo) for k, (lo, hi) in enumerate(step.ranges())], axis=1
         ).astype(np.float32)
 
 

@@ -237,3 +237,58 @@ def test_partitions_resume_with_another_number_of_nodes(monkeypatch):
         state = ranks[0].state_dict()
     counts = np.bincount(seen, minlength=500)
     assert counts.min() >= 1 and state["partitions"] == 2
+
+
+def test_a_state_saved_at_the_end_of_an_epoch_resumes_with_the_next():
+    cache = FakeCache(np.arange(300) % 10, shard_size=30, mixed=True)
+    for drop_last, world in ((False, 1), (True, 4)):  # 300 / 4 / 8: a dropped partial batch at the end
+        first = ShardAwareDistributedSampler(cache, world, 0, seed=2, drop_last=drop_last)
+        whole = [list(first) for _ in range(3)]  # epochs 0, 1, 2 uninterrupted
+        saved = ShardAwareDistributedSampler(cache, world, 0, seed=2, drop_last=drop_last)
+        list(saved)
+        state = saved.state_dict()
+        resumed = ShardAwareDistributedSampler(cache, world, 0, seed=2, drop_last=drop_last)
+        resumed.load_state_dict(state)
+        assert [list(resumed), list(resumed)] == whole[1:]  # no empty pass, no epoch lost
+
+
+def test_variants_of_an_input_never_share_a_batch_of_the_spread():
+    class Augmented(FakeCache):
+        group_size = 3
+
+    cache = Augmented(np.arange(6000) // 3 % 10, shard_size=300, mixed=True)
+    for world in (1, 3, 8):
+        for batch in (32, 100, 256):
+            rank = world - 1
+            seq = ShardAwareDistributedSampler(cache, world, rank, seed=1, group_spread=batch).indices()
+            inputs = seq // 3
+            if len(inputs) // 3 < batch:  # fewer inputs on the rank than a batch: cannot be kept apart
+                continue
+            batches = [inputs[k : k + batch] for k in range(0, len(inputs), batch)]
+            assert all(len(set(b.tolist())) == len(b) for b in batches), (world, batch)
+    narrow = ShardAwareDistributedSampler(cache, 1, 0, seed=1, group_spread=64).indices() // 3
+    assert any(len(set(narrow[k : k + 256].tolist())) < 256 for k in range(0, len(narrow), 256))
+
+
+def test_an_object_storage_job_resumes_on_another_number_of_nodes(monkeypatch):
+    class Remote(FakeCache):
+        url = "s3://bucket/cache"
+
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    cache = Remote(np.arange(600) % 6, shard_size=20, mixed=True)
+    old = [ShardAwareDistributedSampler(cache, 4, r, seed=5, window=40) for r in range(4)]  # 2 nodes
+    assert old[0].partitions == 2
+    used = set()
+    for s in old:
+        it = iter(s)
+        used |= {next(it) for _ in range(30)}
+    state = old[0].state_dict(consumed=30)
+    for world in (2, 6):  # 1 node, 3 nodes
+        new = [ShardAwareDistributedSampler(cache, world, r, seed=5, window=40) for r in range(world)]
+        for s in new:
+            s.load_state_dict(state)
+        rest = np.concatenate([list(s) for s in new])
+        assert set(rest.tolist()) == set(range(600)) - used  # each remaining sample, nothing consumed again
+        assert len(rest) - len(set(rest.tolist())) < world  # only torch-style padding repeats
+        assert all(len(list(s)) == len(s) for s in new)
+        assert new[0].partitions == (world // 2 if world // 2 > 1 else 1)  # the next epoch: this job's own

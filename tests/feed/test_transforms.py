@@ -188,3 +188,21 @@ def test_plans_refuse_what_they_cannot_do():
     with pytest.raises(ValueError, match="different sizes"):
         compile_plan([Resize(64)]).draw(0, 0, np.arange(2), [100, 120], [100, 100])
     assert compile_plan([Resize(64)]).draw(0, 0, np.arange(2), [100, 100], [120, 120]).out_size == (64, 76)
+
+
+def test_colour_jitter_takes_torchvision_forms_and_refuses_non_finite_strengths():
+    for bad in (float("nan"), float("inf"), -0.1, (1.5, 0.5), (-0.1, 1.0), "0.4", True):
+        with pytest.raises(ValueError, match="ColorJitter"):
+            ColorJitter(brightness=bad)
+    for bad in (0.6, -0.1, (-0.6, 0.1), float("nan")):
+        with pytest.raises(ValueError, match="hue"):
+            ColorJitter(hue=bad)
+    with pytest.raises(ValueError, match="p must be"):
+        RandomHorizontalFlip("x")
+    plan = compile_plan([ColorJitter(brightness=(0.5, 0.6), contrast=0.2, hue=(-0.05, 0.0))])
+    jitter = plan.draw(3, 1, np.arange(500), [32] * 500, [32] * 500).jitter
+    assert (jitter[:, 0] >= 0.5).all() and (jitter[:, 0] <= 0.6).all()
+    assert (jitter[:, 1] >= 0.8).all() and (jitter[:, 1] <= 1.2).all() and jitter[:, 1].std() > 0.05
+    assert (jitter[:, 2] == 1.0).all()
+    assert (jitter[:, 3] >= -0.05).all() and (jitter[:, 3] <= 0.0).all()
+    assert RandomResizedCrop(np.int64(16)).size == 16  # numpy integers are sizes too

@@ -1,0 +1,105 @@
+"""make_loader at its edges: wrong arguments, two passes at once, padding, variable-sized caches."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+import torch
+
+from cachekit import BuildConfig, CachedDataset, build, make_loader
+from cachekit.feed.device import DeviceStage
+from cachekit.transforms import ColorJitter, RandomHorizontalFlip, RandomResizedCrop
+
+
+@pytest.fixture(scope="module")
+def ragged_cache(mixed_tree, tmp_path_factory):
+    out = tmp_path_factory.mktemp("ragged") / "c"
+    build(mixed_tree, out, BuildConfig(pipeline="train-256", size=48, workers=1, progress=False))
+    return out
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"batch_size": "8"}, "batch_size must be an integer"),
+        ({"batch_size": 0}, "batch_size must be at least 1"),
+        ({"batch_size": 4, "seed": 1.5}, "seed must be an integer"),
+        ({"batch_size": 4, "threads": -2}, "threads must be at least 1"),
+        ({"batch_size": 4, "workers": 1, "prefetch_factor": 0}, "prefetch_factor must be at least 1"),
+        ({"batch_size": 4, "dtype": "float16"}, "torch floating point type"),
+        ({"batch_size": 4, "device": "nonsense"}, "is not a device"),
+    ],
+)
+def test_wrong_arguments_are_one_line_before_anything_starts(small_cache, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        make_loader(CachedDataset(small_cache), **kwargs)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is available here")
+def test_cuda_without_cuda_says_so(small_cache):
+    with pytest.raises(ValueError, match="CUDA is not available"):
+        make_loader(CachedDataset(small_cache), 4, device="cuda")
+
+
+def test_normalising_by_a_zero_standard_deviation_is_refused():
+    with pytest.raises(ValueError, match="standard deviation 0"):
+        DeviceStage("cpu", mean=(0.5, 0.5, 0.5), std=(0.2, 0.0, 0.2))
+
+
+def test_a_second_pass_begun_mid_pass_ends_the_first_with_an_error(small_cache):
+    loader = make_loader(CachedDataset(small_cache), 4)
+    first = iter(loader)
+    next(first)
+    second = iter(loader)
+    assert next(second)[0].shape[0] == 4
+    outcome = {}
+
+    def read_first():
+        try:
+            next(first)
+            outcome["got"] = "a batch"
+        except RuntimeError as exc:
+            outcome["got"] = str(exc)
+
+    reader = threading.Thread(target=read_first, daemon=True)
+    reader.start()
+    reader.join(60)
+    assert "another began" in outcome.get("got", "it hung")
+    assert sum(len(y) for _, y in second) + 4 == 40  # the new pass goes on, whole
+
+
+def test_pad_gives_sizes_on_every_cache(small_cache, ragged_cache):
+    images, labels, sizes = next(iter(make_loader(CachedDataset(small_cache), 4, pad=True)))
+    assert sizes.tolist() == [list(images.shape[-2:])] * 4
+    ds = CachedDataset(ragged_cache, transform=lambda t: t.flip(-1))  # a per-sample function keeps sizes
+    for workers in (0, 2):
+        images, labels, sizes = next(iter(make_loader(ds, 3, pad=True, workers=workers, shuffle=False)))
+        for k in range(3):
+            h, w = sizes[k].tolist()
+            assert torch.equal(images[k, :, :h, :w], ds[k][0]) and not images[k, :, h:].any()
+
+
+def test_an_augment_of_variable_sizes_is_refused_when_the_loader_is_made(ragged_cache):
+    ds = CachedDataset(ragged_cache)
+    for augment in ([RandomHorizontalFlip()], [ColorJitter(0.4)]):
+        for pad in (False, True):
+            with pytest.raises(ValueError, match="must then end in a fixed size"):
+                make_loader(ds, 3, augment=augment, pad=pad)
+    images, _ = next(iter(make_loader(ds, 3, augment=[RandomHorizontalFlip(), RandomResizedCrop(24)])))
+    assert images.shape[1:] == (3, 24, 24)
+
+
+def test_the_batch_size_keeps_augmented_variants_apart(small_tree, tmp_path):
+    build(small_tree, tmp_path / "aug", BuildConfig(size=16, augment=3, workers=1, progress=False))
+    ds = CachedDataset(tmp_path / "aug")
+    loader = make_loader(ds, 32, shuffle=True)
+    assert loader.sampler.group_spread == 32
+    keys = [np.asarray(ds.extras(i)["input_key"]).tobytes() for i in range(len(ds))]
+    for _, _ in loader:
+        pass
+    order = np.asarray(loader.sampler.last_indices)
+    for k in range(0, len(order) - 32 + 1, 32):
+        batch_keys = [keys[i] for i in order[k : k + 32]]
+        assert len(set(batch_keys)) == 32
