@@ -60,6 +60,17 @@ _pools: dict[int, ThreadPoolExecutor] = {}
 _pools_lock = threading.Lock()
 
 
+def _after_fork() -> None:
+    """A forked child starts with no pool and a free lock (a thread may have held it at the fork)."""
+    global _pools_lock
+    _pools.clear()
+    _pools_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
+
+
 def _pool(threads: int) -> ThreadPoolExecutor:
     """This process's pool (a forked child makes its own: threads do not survive a fork)."""
     with _pools_lock:
