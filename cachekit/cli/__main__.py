@@ -1,0 +1,5 @@
+"""``python -m cachekit.cli``: the ``cachekit`` command."""
+
+from . import main
+
+main()

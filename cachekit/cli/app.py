@@ -1,0 +1,119 @@
+"""The ``cachekit`` command group, its exit codes, and what every command shares: one-line errors, SIGTERM, storage options."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import sys
+from functools import wraps
+
+import click
+
+from ..constants import (
+    VERSION,
+)
+from ..errors import CachekitError
+
+__all__ = ["main", "EXIT_CODES"]
+
+#: The exit codes every command uses, shown at the end of ``--help``.
+EXIT_CODES = """\b
+Exit codes:
+  0    ok
+  1    a problem found in a cache or a build: a damaged shard or manifest,
+       inputs skipped under --strict, a write that failed (disk full)
+  2    usage: a bad option or argument, or a path that is not a cache
+  130  interrupted (Ctrl-C)
+  143  terminated (SIGTERM)"""
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM (what Kubernetes, Slurm and ``kill`` send), unwound like Ctrl-C: workers stopped, lock released."""
+
+
+@contextlib.contextmanager
+def _sigterm_unwinds():
+    """While a command runs, SIGTERM raises _Terminated in the main thread instead of killing it outright."""
+
+    def handler(signum, frame):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not cut the cleanup short
+        raise _Terminated()
+
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread: leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def friendly(fn):
+    """Print a CachekitError as one line and exit with its code, instead of a traceback.
+
+    Ctrl-C exits 130 and SIGTERM 143 (128 + the signal), each with one line, after the command
+    has stopped its workers and released its lock.
+    """
+
+    @wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            with _sigterm_unwinds():
+                return fn(*args, **kwargs)
+        except CachekitError as exc:
+            from ..store.storageopts import redact_pairs
+
+            click.echo(f"error: {redact_pairs(str(exc), kwargs.get('storage_option'))}", err=True)
+            sys.exit(exc.exit_code)
+        except _Terminated:
+            click.echo("terminated (SIGTERM); re-run the same command to resume", err=True)
+            sys.exit(128 + signal.SIGTERM)
+        except KeyboardInterrupt:
+            resumes = fn.__name__ in ("build_cmd", "convert_cmd")  # the others have nothing to resume
+            click.echo("interrupted" + ("; re-run the same command to resume" if resumes else ""), err=True)
+            sys.exit(130)
+
+    return wrapper
+
+
+def with_storage_options(fn):
+    """``--storage-option KEY=VALUE`` (repeatable) on a command that takes URLs."""
+    return click.option(
+        "--storage-option",
+        "storage_option",
+        multiple=True,
+        metavar="KEY=VALUE",
+        help="fsspec option for the URLs (s3://...) this command reaches, e.g. endpoint_url=http://HOST:9000, "
+        "key=..., secret=..., anon=true, client_kwargs.region_name=eu-west-1 (dots nest); repeatable. "
+        "Values true/false/numbers/JSON are typed. Never written into a cache nor shown.",
+    )(fn)
+
+
+def options_of(pairs: tuple[str, ...], *locations) -> dict:
+    from ..store.storageopts import options_for
+
+    return options_for(pairs, *locations)
+
+
+@click.group(epilog=EXIT_CODES)
+@click.version_option(VERSION, prog_name="cachekit")
+def main() -> None:
+    """Decode and preprocess an image dataset once into a sharded cache; train from the cache."""
+
+
+def duration(text: str, flag: str) -> float:
+    """Seconds from ``90``, ``30s``, ``30m``, ``2h`` or ``1d``."""
+    from ..errors import UsageError
+
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    value = text.strip().lower()
+    scale = units.get(value[-1:], None)
+    try:
+        seconds = float(value[:-1] if scale else value) * (scale or 1)
+    except ValueError:
+        raise UsageError(f"{flag}: expected seconds or a duration like 30m, 2h, 1d; got {text!r}") from None
+    if seconds < 0 or seconds != seconds:
+        raise UsageError(f"{flag} must be >= 0")
+    return seconds

@@ -1,0 +1,214 @@
+"""``cachekit build``: every option of a build, passed on to ``cachekit.build``."""
+
+from __future__ import annotations
+
+import click
+
+from ..constants import (
+    DEFAULT_FORMAT,
+    DEFAULT_GRACE_SECONDS,
+    DEFAULT_MAX_PIXELS,
+    DEFAULT_PIPELINE,
+)
+from ..image.recipes import builtin_pipelines
+from .app import EXIT_CODES, duration, friendly, main, options_of, with_storage_options
+
+
+@main.command("build", epilog=EXIT_CODES)
+@click.argument("raw", type=click.Path(path_type=str))
+@click.option("--out", required=True, type=click.Path(path_type=str), help="Cache folder to write.")
+@click.option(
+    "--format", "fmt", default=DEFAULT_FORMAT, show_default=True, help="Shard format: pt, hdf5 or zarr."
+)
+@click.option(
+    "--pipeline",
+    default=DEFAULT_PIPELINE,
+    show_default=True,
+    help=f"Preprocessing recipe: a built-in ({', '.join(builtin_pipelines())}; see `cachekit recipes`) "
+    "or a path to your own .toml.",
+)
+@click.option("--size", type=int, default=None, help="Override the recipe's output side in pixels.")
+@click.option(
+    "--workers", type=int, default=None, help="Worker processes [default: the CPUs this process may use]."
+)
+@click.option(
+    "--shard-size",
+    type=int,
+    default=None,
+    help="Samples per shard [default: ~128 MB of pixels, ~32 MB for a URL --out; fewer for small datasets].",
+)
+@click.option(
+    "--labels",
+    type=click.Path(path_type=str),
+    default=None,
+    help="CSV of file,label (paths relative to RAW); only the files it lists are used.",
+)
+@click.option(
+    "--compression",
+    default="none",
+    show_default=True,
+    help="hdf5: gzip or lzf (zstd, lz4 with hdf5plugin); zarr: zstd, lz4 or gzip; pt: none.",
+)
+@click.option(
+    "--store",
+    type=click.Choice(["pixels", "jpeg", "png"]),
+    default="pixels",
+    show_default=True,
+    help="Keep samples as decoded pixels, or re-encoded (small caches; decoded on every read).",
+)
+@click.option("--quality", type=int, default=90, show_default=True, help="--store jpeg: JPEG quality.")
+@click.option(
+    "--fast-decode",
+    is_flag=True,
+    help="Decode large JPEGs at 1/2, 1/4 or 1/8 size when still >= the target (faster, not exact).",
+)
+@click.option(
+    "--augment",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Store K augmented variants per input (random-resized crop, flip, colour jitter).",
+)
+@click.option(
+    "--order",
+    type=click.Choice(["shuffled", "sorted"]),
+    default="shuffled",
+    show_default=True,
+    help="shuffled: inputs spread over the shards by a seeded hash of their path (every shard mixes "
+    "all classes); sorted: path order, contiguous shards.",
+)
+@click.option(
+    "--shards",
+    type=int,
+    default=None,
+    help="--order shuffled: number of shards [default: inputs / --shard-size at the first build; "
+    "--update keeps it].",
+)
+@click.option(
+    "--seed",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Seed of the shuffled order and of --augment's random draws.",
+)
+@click.option(
+    "--augment-rotate",
+    type=float,
+    default=0.0,
+    show_default=True,
+    help="--augment: rotate up to +-DEG degrees.",
+)
+@click.option(
+    "--executor",
+    type=click.Choice(["local", "dask"]),
+    default="local",
+    show_default=True,
+    help="Where shard jobs run: local worker processes, or a dask.distributed cluster.",
+)
+@click.option(
+    "--scheduler",
+    default=None,
+    help="--executor dask: address of an existing scheduler (tcp://HOST:8786) [default: a LocalCluster].",
+)
+@click.option(
+    "--max-pixels",
+    type=int,
+    default=DEFAULT_MAX_PIXELS,
+    show_default=True,
+    help="Skip inputs larger than this (width x height, read from the header before decoding; "
+    "also bounds the recipe's intermediate images); 0: no limit.",
+)
+@click.option(
+    "--grace",
+    type=str,
+    default=None,
+    help="How long shards of the cache version this build replaces stay for readers still using it: "
+    f"seconds or 30m, 2h, 1d [default: {DEFAULT_GRACE_SECONDS // 3600}h; 0: remove them at the end].",
+)
+@click.option("--strict", is_flag=True, help="Exit 1 if any input had to be skipped.")
+@click.option(
+    "--overwrite",
+    is_flag=True,
+    help="Replace the cache in --out (even one of other options); only files it recorded are removed.",
+)
+@click.option(
+    "--update", is_flag=True, help="After RAW changed: rebuild only the shards whose inputs changed."
+)
+@click.option("--quiet", is_flag=True, help="No progress bar.")
+@with_storage_options
+@friendly
+def build_cmd(
+    raw,
+    out,
+    fmt,
+    pipeline,
+    size,
+    workers,
+    shard_size,
+    labels,
+    compression,
+    store,
+    quality,
+    fast_decode,
+    augment,
+    order,
+    shards,
+    seed,
+    augment_rotate,
+    executor,
+    scheduler,
+    max_pixels,
+    grace,
+    strict,
+    overwrite,
+    update,
+    quiet,
+    storage_option,
+) -> None:
+    """Decode + preprocess the images under RAW into a sharded cache at --out.
+
+    RAW is an ImageFolder tree (RAW/<class>/**/<image>), a flat folder of images, or any folder
+    with --labels. Either may be a URL (s3://bucket/raw; --storage-option for its endpoint and
+    credentials). Re-running the same command resumes an interrupted build.
+    """
+    from ..build.run import BuildConfig, build
+
+    storage_options = options_of(storage_option, raw, out)
+    config = BuildConfig(
+        format=fmt,
+        pipeline=pipeline,
+        size=size,
+        workers=workers,
+        shard_size=shard_size,
+        labels=labels,
+        strict=strict,
+        overwrite=overwrite,
+        update=update,
+        fast_decode=fast_decode,
+        augment=augment,
+        seed=seed,
+        augment_rotate=augment_rotate,
+        compression=compression,
+        store=store,
+        quality=quality,
+        order=order,
+        shards=shards,
+        max_pixels=max_pixels,
+        grace=duration(grace, "--grace") if grace is not None else None,
+        executor=executor,
+        executor_options={"scheduler": scheduler} if scheduler else {},
+        progress=not quiet,
+        storage_options=storage_options,
+    )
+    result = build(raw, out, config)
+    for s in result.manifest.skipped[:10]:
+        click.echo(f"skipped {s.path}: {s.reason}", err=True)
+    if len(result.manifest.skipped) > 10:
+        click.echo(f"... and {len(result.manifest.skipped) - 10} more skipped (see manifest.json)", err=True)
+    if result.retired:
+        click.echo(
+            f"kept {result.retired} shards of earlier versions for readers still using them; a later build "
+            "removes them once their grace period is over (--grace)",
+            err=True,
+        )
+    click.echo(result.summary())

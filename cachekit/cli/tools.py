@@ -1,0 +1,230 @@
+"""``cachekit bench``, ``doctor``, ``recipes`` and ``env``: measuring and describing."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from ..constants import (
+    DEFAULT_STEP_MS,
+)
+from .app import EXIT_CODES, friendly, main, options_of, with_storage_options
+
+
+def _int_list(ctx, param, value: str) -> tuple[int, ...]:
+    try:
+        out = tuple(int(v) for v in value.split(",") if v.strip())
+    except ValueError:
+        raise click.BadParameter(f"expected comma-separated integers, got {value!r}") from None
+    if not out or min(out) < 0:
+        raise click.BadParameter("expected at least one worker count >= 0")
+    return out
+
+
+@main.command("bench", epilog=EXIT_CODES)
+@click.argument("paths", nargs=-1, type=click.Path(path_type=str))
+@click.option(
+    "--synthetic",
+    type=int,
+    default=None,
+    help="Generate N ImageNet-like JPEGs, build pt, hdf5 and zarr caches (train-256 with --augment), compare.",
+)
+@click.option(
+    "--workdir", type=click.Path(path_type=str), default=None, help="--synthetic: where to keep its files."
+)
+@click.option("--batch-size", type=int, default=256, show_default=True)
+@click.option("--workers", default="0,2", show_default=True, callback=_int_list, help="Worker counts to try.")
+@click.option("--samples", type=int, default=None, help="Samples per epoch [default: all].")
+@click.option("--epochs", type=int, default=2, show_default=True, help="Epoch 1 is cold; the rest are warm.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--warm-only", is_flag=True, help="Do not drop the files from the page cache before epoch 1.")
+@click.option(
+    "--raw-backends", default="pil,opencv", show_default=True, help="Raw loaders to run: pil, opencv."
+)
+@click.option(
+    "--augment",
+    is_flag=True,
+    help="Every row does RandomResizedCrop + horizontal flip per sample, as its kind of user would "
+    "(PIL as torchvision, OpenCV transform=, make_loader(augment=...)); variable-sized caches allowed.",
+)
+@click.option(
+    "--augment-size",
+    type=int,
+    default=None,
+    help="--augment: crop side [default: the caches' sample size, 224 for variable-sized caches].",
+)
+@click.option(
+    "--json", "json_out", type=click.Path(path_type=str), default=None, help="Write every figure here."
+)
+@click.option(
+    "--plot",
+    type=click.Path(path_type=str),
+    default=None,
+    help="Write a PNG chart here: speed-up over the best raw loader (needs matplotlib).",
+)
+@click.option("--quiet", is_flag=True, help="No progress bars.")
+@with_storage_options
+@friendly
+def bench_cmd(
+    paths,
+    synthetic,
+    workdir,
+    batch_size,
+    workers,
+    samples,
+    epochs,
+    seed,
+    warm_only,
+    raw_backends,
+    augment,
+    augment_size,
+    json_out,
+    plot,
+    quiet,
+    storage_option,
+) -> None:
+    """Load speed of RAW (PIL and OpenCV) and each CACHE, side by side: cachekit bench RAW CACHE [CACHE ...]
+
+    A CACHE may be a URL (s3://...; --storage-option for its endpoint and credentials): its rows
+    then include fetching shards into the node's local shard cache.
+
+    RAW's files that a build would skip (empty, truncated, undecodable, unreadable) are left out of
+    every row and counted; every row reads the same samples. With --synthetic N no paths are
+    needed: it writes N JPEGs, builds pt, hdf5 and zarr caches and compares. With --augment every
+    row also crops and flips each sample at random (the training workload); caches whose samples
+    vary in size (--pipeline train-256) are then welcome.
+    """
+    from ..errors import UsageError
+    from ..store.storageopts import command_line
+    from ..tools.bench import BenchConfig, format_table, run_bench
+    from ..tools.benchsynthetic import bench_synthetic
+    from ..tools.benchview import check_outputs, write_outputs
+
+    check_outputs(json_out, plot)  # what could fail after a long run is checked before it starts
+    options = options_of(storage_option, *paths)
+
+    config = BenchConfig(
+        batch_size=batch_size,
+        workers=workers,
+        samples=samples,
+        epochs=epochs,
+        seed=seed,
+        cold=not warm_only,
+        raw_backends=tuple(b.strip() for b in raw_backends.split(",") if b.strip()),
+        augment=augment,
+        augment_size=augment_size,
+    )
+
+    def log(line: str) -> None:
+        click.echo(line, err=True)
+
+    if synthetic is not None:
+        if paths:
+            raise UsageError("--synthetic makes its own raw folder and caches; give no paths with it")
+        result = bench_synthetic(
+            synthetic, config, workdir=workdir, keep=workdir is not None, log=log, progress=not quiet
+        )
+    else:
+        if len(paths) < 2:
+            raise UsageError(
+                "give a raw folder and at least one cache (cachekit bench RAW CACHE), or --synthetic N"
+            )
+        result = run_bench(paths[0], paths[1:], config, log=log, progress=not quiet, storage_options=options)
+    result["command"] = command_line(sys.argv[1:])
+    click.echo(format_table(result))
+    for path in write_outputs(result, json_out, plot):
+        log(f"written: {path}")
+
+
+@main.command("doctor", epilog=EXIT_CODES)
+@click.argument("cache", type=click.Path(path_type=str))
+@click.option("--batch-size", type=int, default=256, show_default=True)
+@click.option("--steps", type=int, default=50, show_default=True, help="Steps timed (after 2 warm-up steps).")
+@click.option(
+    "--step-ms",
+    type=float,
+    default=None,
+    help=f"Simulate a training step of this many milliseconds [default: {DEFAULT_STEP_MS:g} without --model].",
+)
+@click.option(
+    "--step-kind",
+    type=click.Choice(["busy", "sleep"]),
+    default="busy",
+    show_default=True,
+    help="Simulated step: busy holds the GIL like a Python-heavy step; sleep releases it like a step "
+    "waiting on the GPU.",
+)
+@click.option(
+    "--model",
+    default=None,
+    help="MODULE:FUNCTION building a torch model to train instead (MODULE may be in the current folder).",
+)
+@click.option("--workers", type=int, default=None, help="Loader workers [default: make_loader's choice].")
+@click.option("--prefetch-factor", type=int, default=2, show_default=True)
+@click.option("--device", default=None, help="Device for --model [default: cuda if available, else cpu].")
+@click.option(
+    "--json", "json_out", type=click.Path(path_type=str), default=None, help="Write the figures here."
+)
+@with_storage_options
+@friendly
+def doctor_cmd(
+    cache,
+    batch_size,
+    steps,
+    step_ms,
+    step_kind,
+    model,
+    workers,
+    prefetch_factor,
+    device,
+    json_out,
+    storage_option,
+) -> None:
+    """Is training waiting for data? Times the loader against a step, measures disk and CPU, says what to change.
+
+    CACHE may be a URL (s3://...): its shards are then fetched into the node's local shard cache.
+    """
+    import json
+
+    from ..tools.doctor import diagnose, load_model
+
+    options = options_of(storage_option, cache)
+    report = diagnose(
+        cache,
+        batch_size=batch_size,
+        steps=steps,
+        step_ms=step_ms,
+        step_kind=step_kind,
+        model=load_model(model) if model else None,
+        workers=workers,
+        prefetch_factor=prefetch_factor,
+        device=device,
+        storage_options=options,
+    )
+    click.echo(report.summary())
+    if json_out:
+        with open(json_out, "w") as fh:
+            json.dump(report.to_json(), fh, indent=1)
+
+
+@main.command("recipes", epilog=EXIT_CODES)
+@click.argument("name", required=False)
+@friendly
+def recipes_cmd(name) -> None:
+    """List the built-in preprocessing recipes and the operations a recipe may use.
+
+    With NAME, print that recipe's TOML: a starting point for your own (build --pipeline FILE.toml).
+    """
+    from ..image.recipes import builtin_recipe_text
+    from ..tools.report import describe_recipes
+
+    click.echo(builtin_recipe_text(name).rstrip("\n") if name else describe_recipes())
+
+
+@main.command("env")
+def env_cmd() -> None:
+    """Print versions of cachekit and its dependencies, CPUs and GPUs: paste it into bug reports."""
+    from ..tools.report import environment
+
+    click.echo(environment())
