@@ -26,29 +26,33 @@ def _substitute(code: str, replacements: dict[str, str]) -> str:
     return code
 
 
-@pytest.mark.slow
-def test_the_train_val_loop_of_feeding_gpus_reshuffles_every_epoch(mixed_tree, tmp_path):
-    cache = tmp_path / "cache"
-    build(mixed_tree, cache, BuildConfig(pipeline="train-256", size=48, workers=1, progress=False))
-    code = _substitute(
-        _python_block("## Feeding GPUs"),
-        {
-            '"cache/"': repr(str(cache)),
-            'device="cuda"': 'device="cpu"',
-            "256,": "4,",
-            "range(90)": "range(3)",
-            "        ...": "        seen.append((epoch, labels.tolist(), images.shape, images.dtype))",
-        },
-    )
+#: What makes a README training loop run here: the CPU, small batches, three epochs, a record.
+_ON_THIS_MACHINE = {
+    'device="cuda"': 'device="cpu"',
+    "256,": "4,",
+    "range(90)": "range(3)",
+    "        ...": "        seen.append((epoch, labels.tolist(), images.shape, images.dtype))",
+}
+
+
+def _train_then_evaluate(code: str) -> None:
+    """Run a README train/val block; three epochs of one mix in three orders, 224x224 crops, float val."""
     scope = {"seen": []}
     exec(compile(code, str(README), "exec"), scope)
     seen = scope["seen"]
     orders = [[y for e, labels, *_ in seen if e == epoch for y in labels] for epoch in range(3)]
     assert all(sorted(o) == sorted(orders[0]) for o in orders) and len({tuple(o) for o in orders}) == 3
     assert {tuple(shape[1:]) for _, _, shape, _ in seen} == {(3, 224, 224)}
-    val = scope["val"]
-    images, _ = next(iter(val))
-    assert tuple(images.shape[1:]) == (3, 224, 224) and str(images.dtype) == "torch.float32"
+    images, _ = next(iter(scope["val"]))
+    assert tuple(images.shape[1:]) == (3, 224, 224) and images.dtype == torch.float32
+
+
+@pytest.mark.slow
+def test_the_train_val_loop_of_feeding_gpus_reshuffles_every_epoch(mixed_tree, tmp_path):
+    cache = tmp_path / "cache"
+    build(mixed_tree, cache, BuildConfig(pipeline="train-256", size=48, workers=1, progress=False))
+    code = _substitute(_python_block("## Feeding GPUs"), {'"cache/"': repr(str(cache)), **_ON_THIS_MACHINE})
+    _train_then_evaluate(code)
 
 
 @pytest.mark.slow
@@ -70,19 +74,4 @@ def test_the_first_screen_builds_then_trains_and_evaluates(mixed_tree, tmp_path,
         result = CliRunner().invoke(main, argv)
         assert result.exit_code == 0, result.output
         assert (tmp_path / "cache" / split / "manifest.json").is_file()
-    code = _substitute(
-        _python_block("# cachekit"),
-        {
-            'device="cuda"': 'device="cpu"',
-            "256,": "4,",
-            "range(90)": "range(3)",
-            "        ...": "        seen.append((epoch, labels.tolist(), images.shape, images.dtype))",
-        },
-    )
-    scope = {"seen": []}
-    exec(compile(code, str(README), "exec"), scope)
-    orders = [[y for e, labels, *_ in scope["seen"] if e == epoch for y in labels] for epoch in range(3)]
-    assert all(sorted(o) == sorted(orders[0]) for o in orders) and len({tuple(o) for o in orders}) == 3
-    assert {tuple(shape[1:]) for _, _, shape, _ in scope["seen"]} == {(3, 224, 224)}
-    images, _ = next(iter(scope["val"]))
-    assert tuple(images.shape[1:]) == (3, 224, 224) and images.dtype == torch.float32
+    _train_then_evaluate(_substitute(_python_block("# cachekit"), _ON_THIS_MACHINE))
