@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from ..errors import CacheError
+from ..image.ops import hwc_into_planes
 from ..store.encoding import decode_sample, read_sample
 from .batch import SampleBatch
 from .colour import jitter_planes
@@ -207,7 +208,10 @@ def assemble(
                     jitter_planes(out[j], draws.jitter[j])
             else:
                 dst = out[j, :, : heights[j], : widths[j]]
-                dst[...] = src.transpose(2, 0, 1) if hwc else src
+                if hwc:
+                    hwc_into_planes(src, dst)
+                else:
+                    dst[...] = src
 
     if on_threads or dataset.store != "pixels":
         _opencv_one_thread()

@@ -14,6 +14,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ..image.ops import hwc_into_planes
+
 __all__ = ["warp_planes", "warp_hwc", "warp_batch"]
 
 
@@ -52,7 +54,9 @@ def warp_hwc(src: np.ndarray, box, flip: bool, inside: bool, out: np.ndarray) ->
     """Channels-last ``src [H, W, C]`` (a freshly decoded image) into channels-first ``out [C, h, w]``."""
     tmp = np.empty((out.shape[1], out.shape[2], src.shape[2]), dtype=np.uint8)
     _warp_plane(src, box, inside, tmp)
-    out[...] = (tmp[:, ::-1] if flip else tmp).transpose(2, 0, 1)
+    if flip:
+        cv2.flip(tmp, 1, dst=tmp)
+    hwc_into_planes(tmp, out)
 
 
 def warp_batch(

@@ -25,6 +25,7 @@ __all__ = [
     "adjust_saturation_batch",
     "adjust_hue_batch",
     "normalize_batch",
+    "hwc_into_planes",
 ]
 
 
@@ -207,3 +208,16 @@ def normalize_batch(images: np.ndarray, mean, std) -> np.ndarray:
     mean = np.asarray(mean, dtype=np.float32).reshape(1, -1, 1, 1)
     std = np.asarray(std, dtype=np.float32).reshape(1, -1, 1, 1)
     return (images.astype(np.float32) / 255.0 - mean) / std
+
+
+def hwc_into_planes(src: np.ndarray, out: np.ndarray) -> None:
+    """``src [h, w, C]`` into channels-first ``out [C, h, w]`` (a view: strided rows are fine).
+
+    ``cv2.split`` into the planes is 6x faster than numpy's transposing copy (7 vs 47 us for
+    224x224x3); should OpenCV ever hand back new arrays instead of filling ours, numpy copies.
+    """
+    if src.ndim == 3 and src.shape[2] == out.shape[0] > 1:
+        planes = [out[c] for c in range(out.shape[0])]
+        if all(a is b for a, b in zip(cv2.split(src, planes), planes)):
+            return
+    out[...] = src.reshape(src.shape[0], src.shape[1], -1).transpose(2, 0, 1)

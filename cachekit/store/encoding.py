@@ -15,6 +15,7 @@ import cv2
 import numpy as np
 
 from ..errors import CacheError, UsageError
+from ..image.ops import hwc_into_planes
 
 __all__ = ["STORES", "encode_images", "decode_rows", "decode_sample", "read_sample", "check_store"]
 
@@ -95,8 +96,8 @@ def decode_rows(
     """Decode rows ``index`` of an encoded shard of fixed-size samples, read through ``column``."""
     out = np.empty((len(index), *shape), dtype=np.uint8)
     for j, i in enumerate(np.asarray(index, dtype=np.int64).tolist()):
-        img = read_sample(column, i, "encoded", shape[0])
-        if img.shape != tuple(shape):
-            raise CacheError(f"sample {i} decodes to {list(img.shape)}, not {list(shape)}")
-        out[j] = img
+        img = decode_sample(column, i, shape[0])  # [H, W, C]
+        if (img.shape[2], *img.shape[:2]) != tuple(shape):
+            raise CacheError(f"sample {i} decodes to {[img.shape[2], *img.shape[:2]]}, not {list(shape)}")
+        hwc_into_planes(img, out[j])
     return out
