@@ -7,13 +7,32 @@ path that is not a cache at all; 130 interrupted.
 
 from __future__ import annotations
 
-__all__ = ["CachekitError", "CacheError", "NotACacheError", "BuildError", "UsageError"]
+import re
+
+__all__ = ["CachekitError", "CacheError", "NotACacheError", "BuildError", "UsageError", "hide_userinfo"]
+
+#: ``user:password@`` of a URL, after its ``scheme://`` or, where a library quoted the URL without
+#: its scheme (``"user:password@bucket"``), after a quote, a space or the start of the text.
+_USERINFO = re.compile(
+    r"(?P<before>[A-Za-z][A-Za-z0-9+.-]*://|^|(?<=[\s\"'(=]))(?P<user>[^/@:\s\"']+):(?P<password>[^/@\s\"']+)@(?=[^\s@])"
+)
+
+
+def hide_userinfo(text: str) -> str:
+    """``text`` with the password of any ``user:password@host`` in it replaced by ``***``."""
+    return _USERINFO.sub(lambda m: f"{m['before']}{m['user']}:***@", text)
 
 
 class CachekitError(Exception):
-    """Base class: a problem with a clear cause, reported without a traceback."""
+    """Base class: a problem with a clear cause, reported without a traceback.
+
+    Its message never shows the password of a URL (``s3://user:password@...``).
+    """
 
     exit_code = 1
+
+    def __str__(self) -> str:
+        return hide_userinfo(super().__str__())
 
 
 class CacheError(CachekitError):

@@ -197,6 +197,19 @@ class CachedDataset(Dataset):
 
     # -- downloads ahead (caches on object storage) ---------------------------------------------
 
+    def check_batch_shards(self, batch_size: int, window: int, processes: int) -> None:
+        """For a cache on object storage: refuse batches that would pin more shards than fit.
+
+        A batch draws from the shards of a window of ``window`` samples, so it may touch up to
+        ``min(batch_size, shards in a window + 1)`` shards, each pinned while it is read.
+        """
+        if self._remote is None:
+            return
+        counts = np.diff(self.shard_offsets)
+        smallest = max(1, int(counts[counts > 0].min(initial=1)))
+        touched = min(int(batch_size), len(counts), -(-int(window) // smallest) + 1)
+        self._remote.check_pins(touched, processes)
+
     def plan_reads(self, indices) -> None:
         """This process will read ``indices`` in this order: fetch their shards ahead of need."""
         if self._remote is not None and len(indices):

@@ -259,6 +259,8 @@ def make_loader(
         partitions=partitions,
         group_spread=batch_size,  # an input's augmented variants never share a batch
     )
+    if hasattr(dataset, "check_batch_shards"):  # a cache on object storage: its node cache must hold
+        dataset.check_batch_shards(batch_size, sampler.window, local_world_size() * max(1, workers))
     mean = std = None
     if normalize:
         mean, std = dataset.manifest.mean, dataset.manifest.std

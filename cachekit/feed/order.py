@@ -96,8 +96,9 @@ def epoch_order(
     Shards come in a random order and their units are shuffled within windows of ``window``
     samples (None: all of them), from (seed, epoch) alone. With ``partitions`` > 1 the shards
     are split into that many fixed sets (``shard_partitions``), each ordered on its own, and the
-    orders interleaved: position ``p`` comes from partition ``p % partitions``; a partition shorter
-    than the longest repeats its own start.
+    orders interleaved: position ``p`` comes from partition ``p % partitions`` for as many units as
+    the smallest partition holds; the rest (less than a shard per partition) follow in a shuffled
+    tail, so every unit comes exactly once.
     """
     offsets = np.asarray(shard_offsets, dtype=np.int64)
     units_total = int(offsets[-1]) // group
@@ -112,8 +113,13 @@ def epoch_order(
     for k, shards in enumerate(shard_partitions(counts, partitions, seed)):
         rng = np.random.default_rng([seed % 2**64, epoch % 2**64, k + 1])
         orders.append(_windowed(_units_of_shards(starts[shards], counts[shards], rng), span, rng))
-    longest = max(len(o) for o in orders)
-    return np.stack([np.resize(o, longest) for o in orders], axis=1).reshape(-1)
+    # Interleave as many units of each as the shortest holds; the few left over (partitions differ
+    # by less than a shard) follow, in a shuffled tail: every unit exactly once, most node-local.
+    core = min(len(o) for o in orders)
+    interleaved = np.stack([o[:core] for o in orders], axis=1).reshape(-1)
+    rng = np.random.default_rng([seed % 2**64, epoch % 2**64, 0x7A11])
+    tail = rng.permutation(np.concatenate([o[core:] for o in orders]))
+    return np.concatenate([interleaved, tail])
 
 
 def node_partitions(dataset, world: int, local: int) -> int:

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 
 from ..cpus import local_world_size
-from ..errors import CacheError
+from ..errors import CacheError, UsageError
 from ..store.manifest import Manifest, ShardInfo
 from ..store.remote import access_error, filesystem
 from .ahead import ShardFetcher
@@ -60,6 +60,19 @@ class RemoteShards:
         """Open readers (pinned shards) one process may hold so that the node's ranks fit the limit."""
         per_node = self.cache.max_bytes // max(1, self.largest)
         return max(1, per_node // (2 * local_world_size()))
+
+    def check_pins(self, shards_per_batch: int, processes: int) -> None:
+        """Refuse a loader whose batches would pin more shards at once than the node cache holds:
+        each of ``processes`` reading processes on the node pins the shards of its current batch."""
+        need = shards_per_batch * self.largest * processes
+        if need > self.cache.max_bytes:
+            raise UsageError(
+                f"a batch may need {shards_per_batch} shards at once in each of {processes} reading "
+                f"processes on this node ({need} bytes), more than local_cache_bytes="
+                f"{self.cache.max_bytes}: raise local_cache_bytes, shuffle within fewer shards "
+                "(make_loader(window=...)), or build with class-mixed shards (the default --order "
+                "shuffled) or smaller shards"
+            )
 
     def check_files(self) -> None:
         fs, root = self.filesystem()

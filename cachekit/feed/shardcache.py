@@ -37,6 +37,8 @@ DEFAULT_LOCAL_CACHE_BYTES = env_int("CACHEKIT_LOCAL_CACHE_BYTES", 20 * 1024**3)
 #: Bytes per ranged GET of a download; several run at once.
 _PART = 8 * 1024 * 1024
 _PARALLEL = 8
+#: The file that marks a folder of shard copies as this cache's own.
+_MARKER = ".cachekit-shards"
 #: How long a download waits for pinned shards to be let go before the limit is declared too small.
 _WAIT_FOR_ROOM_S = env_int("CACHEKIT_LOCAL_CACHE_WAIT", 300)
 _LOG = ".downloads.log"
@@ -90,8 +92,16 @@ class NodeShardCache:
         if self._pid != os.getpid():  # forked: the parent's locks are the parent's
             self._pins, self._mutex, self._pid = {}, threading.Lock(), os.getpid()
 
-    def _lock_fd(self, name: str) -> int:
+    def _own_folder(self) -> None:
+        """This cache's folder, marked as the node cache's own: eviction looks in marked folders
+        only, so a ``local_cache`` that also holds other files (``/scratch``) never loses them."""
         self.folder.mkdir(parents=True, exist_ok=True)
+        marker = self.folder / _MARKER
+        if not marker.exists():
+            marker.write_text("shard copies of a cachekit cache; removed least recently used first\n")
+
+    def _lock_fd(self, name: str) -> int:
+        self._own_folder()
         return os.open(self.folder / f".{name}.lock", os.O_RDWR | os.O_CREAT, 0o644)
 
     def path(self, info: ShardInfo) -> Path:
@@ -179,19 +189,39 @@ class NodeShardCache:
     def _download(self, fs, remote: str, info: ShardInfo, part: Path) -> None:
         final = self.path(info)
         try:
-            if fs.isdir(remote):
-                files = sorted(fs.find(remote))
+            folder = fs.isdir(remote)
+            files = sorted(fs.find(remote, detail=True).items()) if folder else [(remote, fs.info(remote))]
+        except FileNotFoundError:
+            remove_path(part)
+            raise CacheError(f"{remote}: shard is missing") from None
+        except OSError as exc:
+            remove_path(part)
+            raise CacheError(f"{remote}: cannot be fetched ({exc})") from None
+        stored = sum(int(meta.get("size") or 0) for _, meta in files)
+        if stored != info.bytes:  # refused before a byte is fetched: the limit holds
+            remove_path(part)
+            raise CacheError(
+                f"{remote}: the object holds {stored} bytes, the manifest says {info.bytes}: the cache "
+                "was changed on storage after it was built; rebuild it or restore the shard"
+            )
+        try:
+            if folder:
                 remove_path(part)  # the reservation was a file; a folder shard is a folder
                 part.mkdir(parents=True)
-                for f in files:
+                for f, meta in files:
                     rel = f[len(remote.rstrip("/")) :].lstrip("/")
                     target = part / rel
                     target.parent.mkdir(parents=True, exist_ok=True)
-                    ranged_get(fs, f, target)
+                    ranged_get(fs, f, target, int(meta.get("size") or 0))
             else:
-                ranged_get(fs, remote, part)
-        except FileNotFoundError:
+                ranged_get(fs, remote, part, info.bytes)
+        except FileNotFoundError as exc:
             remove_path(part)
+            if exc.filename is not None and str(exc.filename).startswith(str(self.root)):
+                raise CacheError(
+                    f"{self.folder}: the local copy of {info.file} vanished while it was fetched "
+                    "(was the local_cache folder removed?)"
+                ) from None
             raise CacheError(f"{remote}: shard is missing") from None
         except OSError as exc:
             remove_path(part)
@@ -221,13 +251,19 @@ class NodeShardCache:
     # -- the byte limit ---------------------------------------------------------------------------
 
     def _entries(self) -> list[tuple[float, int, Path, Path | None]]:
-        """(mtime, bytes, path, lock path) of every shard copy and partial download under the root."""
+        """(mtime, bytes, path, lock path) of every shard copy and partial download in the root's
+        marked folders (those this class made); nothing else there is counted or touched."""
         found = []
-        for sub in (p for p in self.root.iterdir() if p.is_dir()):
+        subs = [
+            p for p in self.root.iterdir() if p.is_dir() and not p.is_symlink() and (p / _MARKER).is_file()
+        ]
+        for sub in subs:
             for entry in sub.iterdir():
                 name = entry.name
-                if name.endswith(".lock") or name == _LOG:
+                if name.endswith(".lock") or name in (_LOG, _MARKER) or entry.is_symlink():
                     continue
+                if not (name.startswith("shard-") or (name.startswith(".shard-") and name.endswith(".part"))):
+                    continue  # not a shard copy: left alone
                 try:
                     size, mtime = path_size(entry), entry.stat().st_mtime
                 except OSError:
@@ -244,8 +280,8 @@ class NodeShardCache:
         reserve them: ``reserve`` (the download's ``.part``) is made at full size under the same
         lock, so downloads of other processes count it."""
         deadline = time.monotonic() + _WAIT_FOR_ROOM_S
-        self.root.mkdir(parents=True, exist_ok=True)
         while True:
+            self._own_folder()  # again: a temp cleaner may have removed it meanwhile
             guard = os.open(self.root / ".evict.lock", os.O_RDWR | os.O_CREAT, 0o644)
             try:
                 fcntl.flock(guard, fcntl.LOCK_EX)
@@ -291,9 +327,10 @@ class NodeShardCache:
         return total
 
 
-def ranged_get(fs, remote: str, target: Path) -> None:
-    """Fetch ``remote`` into ``target`` with parallel ranged GETs of ``_PART`` bytes."""
-    size = int(fs.size(remote))
+def ranged_get(fs, remote: str, target: Path, size: int | None = None) -> None:
+    """Fetch ``remote`` into ``target`` with parallel ranged GETs of ``_PART`` bytes: its first
+    ``size`` bytes (default: the object's size), never more."""
+    size = int(fs.size(remote)) if size is None else int(size)
     with open(target, "wb") as fh:
         fh.truncate(size)
     ranges = [(start, min(size, start + _PART)) for start in range(0, size, _PART)]

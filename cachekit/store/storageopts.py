@@ -14,7 +14,7 @@ import json
 import re
 from collections.abc import Iterable, Iterator, Sequence
 
-from ..errors import CachekitError, UsageError
+from ..errors import CachekitError, UsageError, hide_userinfo
 
 __all__ = [
     "parse_storage_options",
@@ -28,7 +28,6 @@ __all__ = [
 #: Words that make an option's key secret: its value is hidden in every message.
 _SECRET_WORDS = ("secret", "token", "password", "passwd", "key", "credential", "sas", "signature", "auth")
 #: ``scheme://user:password@host`` in any text: the password part is hidden.
-_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^/@:\s]*):(?P<password>[^/@\s]+)@")
 _KEY_PART = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
 _INT = re.compile(r"-?(0|[1-9][0-9]*)")
 _FLOAT = re.compile(r"-?([0-9]+\.[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?|-?[0-9]+[eE][-+]?[0-9]+")
@@ -116,7 +115,7 @@ def redact(text: str, storage_options: dict | None = None) -> str:
     password of any ``scheme://user:password@`` replaced by ``***``."""
     for value in sorted(set(_secret_values(storage_options or {})), key=len, reverse=True):
         text = text.replace(value, _HIDDEN)
-    return _USERINFO.sub(lambda m: f"{m['scheme']}{m['user']}:{_HIDDEN}@", text)
+    return hide_userinfo(text)
 
 
 @contextlib.contextmanager

@@ -292,3 +292,21 @@ def test_an_object_storage_job_resumes_on_another_number_of_nodes(monkeypatch):
         assert len(rest) - len(set(rest.tolist())) < world  # only torch-style padding repeats
         assert all(len(list(s)) == len(s) for s in new)
         assert new[0].partitions == (world // 2 if world // 2 > 1 else 1)  # the next epoch: this job's own
+
+
+def test_node_partitions_read_every_sample_exactly_once(monkeypatch):
+    class Remote(FakeCache):
+        url = "s3://bucket/cache"
+
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    for n, shard_size in ((160, 16), (490, 16), (601, 7)):
+        cache = Remote(np.arange(n) % 7, shard_size=shard_size, mixed=True)  # partitions of unequal sizes
+        for drop_last in (False, True):
+            ranks = [ShardAwareDistributedSampler(cache, 8, r, seed=2, drop_last=drop_last) for r in range(8)]
+            assert ranks[0].partitions == 4
+            seen = np.concatenate([list(s) for s in ranks])
+            counts = np.bincount(seen, minlength=n)
+            if drop_last:
+                assert counts.max() == 1 and n - counts.sum() < 8  # at most world - 1 dropped
+            else:
+                assert counts.min() == 1 and counts.sum() - n < 8  # at most world - 1 repeated (padding)

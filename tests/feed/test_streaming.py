@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import shutil
 import socket
 import threading
 import time
@@ -14,7 +15,16 @@ import numpy as np
 import pytest
 from torch.utils.data import DataLoader
 
-from cachekit import BuildConfig, CachedDataset, UsageError, build, collate_batch, make_loader, read_manifest
+from cachekit import (
+    BuildConfig,
+    CachedDataset,
+    CacheError,
+    UsageError,
+    build,
+    collate_batch,
+    make_loader,
+    read_manifest,
+)
 from cachekit.store.atomic import path_size
 
 s3fs = pytest.importorskip("s3fs")
@@ -83,7 +93,9 @@ def _run_ranks(url, folder, limit, context, batch=4) -> tuple[dict, int]:
     def watch() -> None:
         while not stop.is_set():
             try:
-                copies = [p for p in Path(folder).glob("*/*") if not p.name.endswith((".lock", ".log"))]
+                copies = [p for p in Path(folder).glob("*/shard-*")] + list(
+                    Path(folder).glob("*/.shard-*.part")
+                )
                 most[0] = max(most[0], sum(path_size(p) for p in copies))  # shards and downloads
             except OSError:
                 pass
@@ -185,3 +197,51 @@ def test_waiting_for_a_download_never_waits_for_a_pin(s3_url, tmp_path):
         assert done.wait(60), "reading a shard waited on another process's pin"
     finally:
         os.close(pin)
+
+
+def test_the_node_cache_touches_only_its_own_files(s3_url, small_cache, tmp_path):
+    root = tmp_path / "scratch"  # a user's scratch space, used as local_cache too
+    (root / "my_project" / "results").mkdir(parents=True)
+    (root / "my_project" / "thesis.tex").write_text("four years")
+    (root / "my_project" / "results" / "shard-000001.pt").write_bytes(b"x" * 100_000)
+    (root / "notes.txt").write_text("keep")
+    largest = max(s.bytes for s in read_manifest(small_cache).shards)
+    ds = CachedDataset(s3_url, local_cache=root, local_cache_bytes=3 * largest)
+    assert len(_labels(make_loader(ds, 2, window=4))) == 40
+    shards = len(read_manifest(small_cache).shards)
+    assert len(ds._remote.cache.downloads()) == shards > 3  # through room for 3: evictions ran
+    assert len(list(ds._remote.cache.folder.glob("shard-*"))) <= 3
+    assert (root / "my_project" / "thesis.tex").read_text() == "four years"
+    assert (root / "my_project" / "results" / "shard-000001.pt").stat().st_size == 100_000
+    assert (root / "notes.txt").read_text() == "keep"
+    shutil.rmtree(root / ds._remote.cache.folder.name)  # a temp cleaner removes the copies mid-training
+    assert len(_labels(make_loader(ds, 2, window=4))) == 40
+
+
+def test_a_shard_replaced_on_storage_is_refused_before_it_is_fetched(s3_endpoint, small_cache, tmp_path):
+    fs = s3fs.S3FileSystem(anon=False)
+    fs.put(str(small_cache) + "/", "datasets/replaced", recursive=True)
+    info = read_manifest(small_cache).shards[0]
+    fs.pipe(f"datasets/replaced/{info.file}", b"\0" * (50 * info.bytes))  # someone's other data
+    ds = CachedDataset(
+        "s3://datasets/replaced", local_cache=tmp_path / "lc", local_cache_bytes=4 * info.bytes
+    )
+    with pytest.raises(CacheError, match="manifest says"):
+        ds[0]
+    assert all(path_size(p) <= info.bytes for p in (tmp_path / "lc").rglob("*") if p.is_file())
+
+
+def test_batches_that_cannot_fit_the_node_cache_are_refused_when_the_loader_is_made(
+    s3_endpoint, small_tree, tmp_path
+):
+    build(
+        small_tree,
+        tmp_path / "c",
+        BuildConfig(size=16, shard_size=2, order="sorted", workers=1, progress=False),
+    )
+    s3fs.S3FileSystem(anon=False).put(str(tmp_path / "c") + "/", "datasets/pure", recursive=True)
+    largest = max(s.bytes for s in read_manifest(tmp_path / "c").shards)
+    ds = CachedDataset("s3://datasets/pure", local_cache=tmp_path / "lc", local_cache_bytes=4 * largest)
+    with pytest.raises(UsageError, match="shards at once"):
+        make_loader(ds, 16)  # class-pure shards: batches draw from the whole cache, up to 16 shards
+    assert len(_labels(make_loader(ds, 2))) == 40  # two shards a batch fit
