@@ -61,6 +61,8 @@ def filesystem(url: str, storage_options: dict | None = None, *, fresh: bool = F
         raise UsageError(f"{url}: {exc} (for s3:// pip install 'cachekit-vision[remote]')") from None
     except (ValueError, TypeError) as exc:
         raise UsageError(f"{url}: bad storage options: {redact(str(exc), storage_options)}") from None
+    except Exception as exc:  # filesystems that connect when made (ftp, sftp, ...): one line
+        raise access_error(url, exc, UsageError, "connect") from None
     return fs, path.rstrip("/")
 
 
