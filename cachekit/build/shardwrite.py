@@ -37,6 +37,15 @@ def _check_space(out, file: str, arrays: dict[str, np.ndarray], options: dict) -
         )
 
 
+def _says_disk_full(exc: BaseException) -> bool:
+    """The error is a full disk, by its errno or, for libraries that wrap it (HDF5), its text: another
+    worker's failed shard may have freed the space by the time anyone looks at the disk."""
+    if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+        return True
+    text = str(exc)
+    return "No space left on device" in text or "errno = 28" in text
+
+
 def disk_full(out) -> bool:
     """True when the filesystem of a local ``out`` has less than 1 MiB free."""
     if not isinstance(out, LocalLocation):
@@ -67,10 +76,8 @@ def commit_shard(
     def write(tmp: Path) -> None:
         try:
             fmt.write(tmp, arrays, options)
-        except OSError:
-            raise
-        except Exception as exc:  # torch says "unexpected pos" when a write comes up short
-            if disk_full(out):  # checked while the temp file still takes up the space
+        except Exception as exc:  # torch says "unexpected pos", HDF5 "file write failed ... errno = 28"
+            if _says_disk_full(exc) or disk_full(out):  # checked while the temp file takes up the space
                 raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)) from exc
             raise
 
@@ -79,5 +86,6 @@ def commit_shard(
     except (BuildError, UsageError):
         raise
     except Exception as exc:  # OSError, and the backends' own wrappers (torch's RuntimeError, ...)
-        reason = "disk full" if disk_full(out) else write_failure(exc)
+        full = _says_disk_full(exc) or disk_full(out)
+        reason = "disk full" if full else write_failure(exc)
         raise BuildError(f"cannot write shard {out.url}/{file}: {reason}") from None
