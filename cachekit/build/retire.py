@@ -41,7 +41,10 @@ __all__ = [
 ]
 
 #: ``atomic.temp_name``: a hidden sibling ``.NAME.PID.tmp`` of a file being committed.
-_TEMP = re.compile(r"^\.(?:shard-|manifest\.json|" + re.escape(RETIRED_NAME) + r").*\.\d+\.tmp$")
+#: Exactly those names (a shard's is ``shard-<hex>.<pt|h5|zarr>``): a user's ``.shard-notes.tmp`` is not one.
+_TEMP = re.compile(
+    r"^\.(?:shard-[0-9a-f]{6,64}\.(?:pt|h5|zarr)|manifest\.json|" + re.escape(RETIRED_NAME) + r")\.\d+\.tmp$"
+)
 
 
 def is_own_record(name: str) -> bool:

@@ -182,8 +182,8 @@ def _run(t: _Target, config: BuildConfig, started: float) -> BuildResult:
         and not any(s.retry for s in previous.skipped)
         and all(reusable(out, s, verify=False) for s in previous.shards)
     ):  # up to date: only clean what an interrupted run left
-        if partial is not None and partial.fingerprint == fingerprint:
-            remove_unrecorded_plan(out, partial.planned, referenced)
+        if partial is not None:  # this run's, or an abandoned run's with other options: the cache
+            remove_unrecorded_plan(out, partial.planned, referenced)  # in place is the one kept
         remove_temps(out)
         removed = collect(out, referenced, grace)
         return BuildResult(
@@ -288,6 +288,7 @@ def _job(t: _Target, config: BuildConfig, index: int, shard: PlannedShard, paths
         augment=t.augment,
         max_pixels=config.max_pixels,
         unreadable_fails=config.executor == "dask",
+        sizes=tuple(int(t.source.sizes[i]) for i in shard.rows) if config.executor == "dask" else (),
         storage_options=config.storage_options,
     )
 

@@ -79,6 +79,9 @@ class ShardJob:
     #: An input that cannot be read fails the job instead of being skipped (dask: another worker
     #: may see it; a skip would hide a folder some workers do not mount).
     unreadable_fails: bool = False
+    #: Each input's size when RAW was listed (with ``unreadable_fails``): a worker that reads
+    #: other bytes sees another RAW than the client did, and fails instead of caching them.
+    sizes: tuple[int, ...] = ()
     #: How to reach ``root`` and ``out`` when they are URLs: plain data, so that each worker process
     #: makes its own filesystem; never shown (``repr``) nor written anywhere.
     storage_options: dict = field(default_factory=dict, repr=False)
@@ -161,9 +164,14 @@ def run_shard_job(job: ShardJob, progress: Callable[[int], None] | None = None) 
 
     read = input_reader(job.root, max_input_bytes(job.max_pixels), job.storage_options)
     done = 0
-    for rel, label in zip(job.paths, job.labels):
+    for k, (rel, label) in enumerate(zip(job.paths, job.labels)):
         try:
             data = read_retrying(read, rel)
+            if job.unreadable_fails and job.sizes and len(data) != job.sizes[k]:
+                raise InputUnreadable(
+                    f"{job.root}/{rel} on {socket.gethostname()} holds {len(data)} bytes, the client listed "
+                    f"{job.sizes[k]}: RAW must be one storage that every worker sees the same, at the same path"
+                )
         except DecodeError as exc:
             skipped.append(SkippedInput(rel, str(exc)))
             data = None

@@ -21,10 +21,14 @@ from ..store.location import LocalLocation, open_location, write_failure
 __all__ = ["commit_shard", "disk_full"]
 
 
-def _check_space(out, file: str, arrays: dict[str, np.ndarray], options: dict) -> None:
+def _check_space(out, file: str, format_name: str, arrays: dict[str, np.ndarray], options: dict) -> None:
     """Refuse to start writing a shard that cannot fit (HDF5 may crash when the disk fills up)."""
-    if not isinstance(out, LocalLocation) or options.get("compression", "none") != "none":
+    if not isinstance(out, LocalLocation):
+        return
+    if options.get("compression", "none") != "none" and format_name != "hdf5":
         return  # compressed sizes are not known in advance; the write itself reports a full disk
+    # (HDF5 may crash the process when the disk fills mid-write, so a compressed HDF5 shard needs
+    # room for its uncompressed size: compression rarely makes it larger)
     need = sum(a.nbytes for a in arrays.values()) + (256 << 10)
     try:
         free = shutil.disk_usage(out.path).free
@@ -70,7 +74,7 @@ def commit_shard(
     BuildError line ("disk full" when it is), whatever the backend raised.
     """
     out = open_location(out_url, storage_options)
-    _check_space(out, file, arrays, options)
+    _check_space(out, file, format_name, arrays, options)
     fmt = get_format(format_name)
 
     def write(tmp: Path) -> None:

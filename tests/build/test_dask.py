@@ -191,6 +191,35 @@ def test_raw_the_workers_cannot_read_fails_the_build_and_the_rerun_builds(small_
     assert result.status == "built" and result.skipped == 0 and result.manifest.num_samples == 40
 
 
+def _other_raw():
+    """On a dask worker: a RAW of its own, whose files differ from the client's."""
+    from cachekit.build import inputs
+
+    real = inputs.read_input
+    inputs.real_read_input, inputs.read_input = (
+        real,
+        lambda path, max_bytes=0: real(path, max_bytes) + b"\0" * 10,
+    )
+
+
+def test_workers_that_see_other_bytes_than_the_client_fail_the_build(small_tree, tmp_path, cluster):
+    cluster, client = cluster
+    remote = BuildConfig(
+        size=16,
+        shard_size=5,
+        executor="dask",
+        executor_options={"scheduler": cluster.scheduler_address},
+        progress=False,
+    )
+    client.run(_other_raw)
+    try:
+        with pytest.raises(BuildError, match=r"the client listed .* every worker sees the same"):
+            build(small_tree, tmp_path / "c", remote)
+    finally:
+        client.run(_show_raw)
+    assert not (tmp_path / "c" / "manifest.json").exists()
+
+
 @pytest.mark.slow
 def test_progress_advances_per_sample_under_dask(big_tree, tmp_path, cluster, monkeypatch):
     import tqdm

@@ -23,6 +23,8 @@ def _user_files(out):
     (out / "notes.txt").write_text("keep")
     (out / "shard-abc.pt.json").write_text("{}")
     (out / ".hidden.123.tmp").write_text("a user's temp file, not cachekit's")
+    (out / ".shard-notes.2024.tmp").write_text("looks like a temp shard, is not")
+    (out / ".manifest.json.backup.1.tmp").write_text("a user's backup")
 
 
 def _user_files_intact(out) -> bool:
@@ -32,6 +34,8 @@ def _user_files_intact(out) -> bool:
         and (out / "notes.txt").read_text() == "keep"
         and (out / "shard-abc.pt.json").read_text() == "{}"
         and (out / ".hidden.123.tmp").exists()
+        and (out / ".shard-notes.2024.tmp").exists()
+        and (out / ".manifest.json.backup.1.tmp").exists()
     )
 
 
@@ -51,6 +55,8 @@ def test_overwrite_removes_only_what_the_cache_recorded(small_tree, tmp_path):
         "notes.txt",
         "shard-abc.pt.json",
         ".hidden.123.tmp",
+        ".shard-notes.2024.tmp",
+        ".manifest.json.backup.1.tmp",
     }
 
 
@@ -148,6 +154,20 @@ def test_an_abandoned_build_of_other_options_is_cleaned_by_the_next(small_tree, 
     assert not abandoned & names  # never referenced by any manifest: removed at once
     assert {s.file for s in first.shards} <= names  # referenced by the replaced version: retired
     assert _user_files_intact(out)
+
+
+def test_an_up_to_date_run_cleans_what_an_abandoned_build_of_other_options_left(
+    small_tree, tmp_path, monkeypatch
+):
+    out = tmp_path / "c"
+    first = build(small_tree, out, BuildConfig(**CONFIG)).manifest
+    with monkeypatch.context() as patch:
+        _kill_at(patch, "write_sidecar", calls=2)
+        with pytest.raises(KeyboardInterrupt):
+            build(small_tree, out, BuildConfig(**{**CONFIG, "size": 12}, overwrite=True))
+    assert (out / ".cachekit-partial").exists()
+    assert build(small_tree, out, BuildConfig(**CONFIG)).status == "up to date"  # the cache's own command
+    assert {p.name for p in out.iterdir()} == {"manifest.json", *(s.file for s in first.shards)}
 
 
 def test_temp_files_of_a_killed_run_are_removed_by_the_next(small_tree, tmp_path):
