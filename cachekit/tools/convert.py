@@ -89,6 +89,8 @@ class _SourceShards:
     def local(self, index: int) -> Iterator[Path]:
         """A folder holding shard ``index`` under its own name, for as long as the block runs."""
         if self.fs is None:
+            info = self.manifest.shards[index]
+            self._check(Path(self.cache) / info.file, info)  # a flipped bit is never carried over
             yield Path(self.cache)
             return
         from ..feed.shardcache import ranged_get
@@ -106,12 +108,19 @@ class _SourceShards:
                 raise CacheError(f"{self.cache}/{info.file}: shard is missing") from None
             except Exception as exc:
                 raise access_error(f"{self.cache}/{info.file}", exc, CacheError, "fetch") from None
-            if path_size(local) != info.bytes or sha256_path(local) != info.sha256:
-                raise CacheError(
-                    f"{self.cache}/{info.file}: its bytes do not match the manifest's size and sha256 "
-                    "(changed since the cache was built; cachekit verify names every such shard)"
-                )
+            self._check(local, info)
             yield Path(tmp)
+
+    def _check(self, path: Path, info) -> None:
+        try:
+            same = path_size(path) == info.bytes and sha256_path(path) == info.sha256
+        except OSError:
+            same = False
+        if not same:
+            raise CacheError(
+                f"{self.cache}/{info.file}: its bytes do not match the manifest's size and sha256 "
+                "(changed since the cache was built; cachekit verify names every such shard)"
+            )
 
 
 def convert(

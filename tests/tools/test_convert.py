@@ -7,7 +7,7 @@ import pytest
 from click.testing import CliRunner
 from conftest import S3_SECRET, holds_secret, storage_option_args
 
-from cachekit import CachedDataset, UsageError, read_manifest
+from cachekit import CachedDataset, CacheError, UsageError, read_manifest
 from cachekit.cli import main
 from cachekit.tools import convert as convert_module
 from cachekit.tools.convert import convert
@@ -137,3 +137,16 @@ def test_a_changed_source_shard_on_s3_is_refused(s3_options, small_cache, tmp_pa
     result = CliRunner().invoke(main, [*argv, *storage_option_args(s3_options)])
     assert result.exit_code == 1 and victim in result.output and "sha256" in result.output, result.output
     assert not (tmp_path / "out" / "manifest.json").exists()
+
+
+def test_a_flipped_bit_in_a_local_source_shard_is_refused(small_cache, tmp_path):
+    import shutil
+
+    src = tmp_path / "src"
+    shutil.copytree(small_cache, src)
+    shard = src / read_manifest(src).shards[1].file
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0x01  # one pixel bit, somewhere in the middle
+    shard.write_bytes(bytes(data))
+    with pytest.raises(CacheError, match="do not match the manifest"):
+        convert(src, tmp_path / "out", "hdf5")
