@@ -1,7 +1,7 @@
 """Colour jitter (brightness, contrast, saturation, hue, in that order) and normalisation.
 
 Two implementations of the same operations (torchvision's definitions, each result clamped):
-``jitter_planes`` works in place on one uint8 channels-first sample with OpenCV (lookup tables,
+``jitter_planes`` works in place on one uint8 channels-first sample with OpenCV (saturating
 weighted sums, 8-bit HSV), cache-friendly in a thread per batch slice; ``jitter_batch`` works on a
 whole float batch with torch, on whatever device it is. They agree to rounding, and hue to the
 8-bit HSV quantisation of the OpenCV path (a 256th of a turn).
@@ -17,11 +17,6 @@ __all__ = ["jitter_planes", "jitter_batch", "GRAY"]
 
 #: RGB -> gray weights (ITU-R 601), as torchvision's ``rgb_to_grayscale``.
 GRAY = (0.299, 0.587, 0.114)
-_LEVELS = np.arange(256, dtype=np.float32)
-
-
-def _lut(values: np.ndarray) -> np.ndarray:
-    return np.clip(values + 0.5, 0, 255).astype(np.uint8)
 
 
 def _gray_u8(chw: np.ndarray) -> np.ndarray:
@@ -34,24 +29,17 @@ def _gray_u8(chw: np.ndarray) -> np.ndarray:
 def jitter_planes(chw: np.ndarray, factors: np.ndarray) -> None:
     """Jitter one uint8 ``[3, H, W]`` sample in place; ``factors`` = (brightness, contrast, saturation, hue).
 
-    Brightness and contrast fold into one lookup table per channel (the mean gray level after
-    brightness comes from the channels' histograms), saturation is one 8-bit weighted sum per
-    channel with the gray image, hue one trip through OpenCV's 8-bit HSV.
+    Brightness and contrast are saturating weighted sums over the whole sample at once (the mean
+    gray level for contrast is taken after brightness, from the channels' means), saturation is
+    one 8-bit weighted sum per channel with the gray image, hue one trip through OpenCV's 8-bit HSV.
     """
     brightness, contrast, saturation, hue = (float(v) for v in factors)
-    if brightness != 1.0 or contrast != 1.0:
-        bright = _lut(_LEVELS * brightness) if brightness != 1.0 else _LEVELS.astype(np.uint8)
-        luts = [bright] * 3
-        if contrast != 1.0:
-            pixels = chw.shape[1] * chw.shape[2]
-            means = [
-                float(cv2.calcHist([chw[c]], [0], None, [256], [0, 256]).reshape(-1) @ bright) / pixels
-                for c in range(3)
-            ]
-            mean = sum(w * m for w, m in zip(GRAY, means))
-            luts = [_lut(bright.astype(np.float32) * contrast + (1.0 - contrast) * mean)] * 3
-        for c in range(3):
-            cv2.LUT(chw[c], luts[c], dst=chw[c])
+    flat = chw.reshape(-1, chw.shape[-1])  # the three planes as one 2-D image: one call each
+    if brightness != 1.0:
+        cv2.addWeighted(flat, brightness, flat, 0.0, 0.0, dst=flat)
+    if contrast != 1.0:
+        mean = sum(w * cv2.mean(chw[c])[0] for c, w in enumerate(GRAY))
+        cv2.addWeighted(flat, contrast, flat, 0.0, (1.0 - contrast) * mean, dst=flat)
     if saturation != 1.0:
         gray = _gray_u8(chw)
         for c in range(3):
