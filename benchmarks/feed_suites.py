@@ -30,25 +30,41 @@ def _cpu_now() -> float:
     return time.process_time() + sum(process_counters(pid).cpu_s for pid in child_pids())
 
 
-def _time(name: str, loader, epochs: int) -> dict:
-    """Warm-up pass, then ``epochs`` timed passes: median samples/s and CPU seconds per wall second."""
-    for _ in loader:
-        pass
-    rates, cpu_share = [], []
+def _pass(loader) -> tuple[float, float]:
+    """One timed pass: (samples/s, CPU seconds per wall second)."""
+    t0, c0, n = time.perf_counter(), _cpu_now(), 0
+    for batch in loader:
+        n += len(batch[1])
+    wall = time.perf_counter() - t0
+    return n / wall, (_cpu_now() - c0) / wall
+
+
+def _interleaved(loaders: dict, epochs: int) -> list[dict]:
+    """A warm-up pass of each, then ``epochs`` rounds of one timed pass of each in turn.
+
+    Interleaving keeps a slow spell of a shared machine from landing on one loader only; each row
+    gets its median samples/s and CPU use, and ``ratio_to_first`` the median of its per-round ratio
+    to the first loader (the fairest comparison when the machine's speed drifts).
+    """
+    for loader in loaders.values():
+        for _ in loader:
+            pass
+    runs: dict[str, list] = {name: [] for name in loaders}
     for _ in range(epochs):
-        t0, c0, n = time.perf_counter(), _cpu_now(), 0
-        for batch in loader:
-            n += len(batch[1])
-        wall = time.perf_counter() - t0
-        rates.append(n / wall)
-        cpu_share.append((_cpu_now() - c0) / wall)
-    row = {
-        "loader": name,
-        "samples_per_s": statistics.median(rates),
-        "cpu_per_wall": statistics.median(cpu_share),
-    }
-    print(f"{name}: {row['samples_per_s']:,.0f} samples/s, {row['cpu_per_wall']:.2f} CPU s per wall s")
-    return row
+        for name, loader in loaders.items():
+            runs[name].append(_pass(loader))
+    first = next(iter(runs.values()))
+    rows = []
+    for name, passes in runs.items():
+        row = {
+            "loader": name,
+            "samples_per_s": statistics.median(r for r, _ in passes),
+            "cpu_per_wall": statistics.median(c for _, c in passes),
+            "ratio_to_first": statistics.median(a[0] / b[0] for a, b in zip(passes, first)),
+        }
+        print(f"{name}: {row['samples_per_s']:,.0f} samples/s, {row['cpu_per_wall']:.2f} CPU s per wall s")
+        rows.append(row)
+    return rows
 
 
 def _train256(args, root: Path) -> Path:
@@ -64,27 +80,25 @@ def feed(args, root):
     cache = _train256(args, root)
     ds = CachedDataset(cache)
     bs = args.batch_size
-    ours = _time(
-        "make_loader(augment=[RandomResizedCrop(224), RandomHorizontalFlip()])",
-        make_loader(ds, bs, augment=[RandomResizedCrop(224), RandomHorizontalFlip()]),
-        args.repeats,
-    )
-    jitter = _time(
-        "  + ColorJitter(0.4, 0.4, 0.4, 0.1)",
-        make_loader(
-            ds, bs, augment=[RandomResizedCrop(224), RandomHorizontalFlip(), ColorJitter(0.4, 0.4, 0.4, 0.1)]
-        ),
-        args.repeats,
-    )
     per_sample = CachedDataset(cache, transform=OpenCVRandomResizedCropFlip(224))
     plain = DataLoader(
         per_sample, bs, shuffle=True, num_workers=2, persistent_workers=True, collate_fn=collate_batch
     )
-    baseline = _time(
-        "DataLoader(2 workers, transform=OpenCV RandomResizedCrop + flip per sample)", plain, args.repeats
+    jittered = [RandomResizedCrop(224), RandomHorizontalFlip(), ColorJitter(0.4, 0.4, 0.4, 0.1)]
+    baseline, ours, jitter = _interleaved(
+        {
+            "DataLoader(2 workers, transform=OpenCV RandomResizedCrop + flip per sample)": plain,
+            "make_loader(augment=[RandomResizedCrop(224), RandomHorizontalFlip()])": make_loader(
+                ds, bs, augment=[RandomResizedCrop(224), RandomHorizontalFlip()]
+            ),
+            "  + ColorJitter(0.4, 0.4, 0.4, 0.1)": make_loader(ds, bs, augment=jittered),
+        },
+        args.repeats,
     )
-    ratio = ours["samples_per_s"] / baseline["samples_per_s"]
-    print(f"make_loader augment / per-sample transform in 2 workers: {ratio:.2f}x")
+    ratio = ours["ratio_to_first"]
+    print(
+        f"make_loader augment / per-sample transform in 2 workers: {ratio:.2f}x (median of per-round ratios)"
+    )
     return {"rows": [ours, jitter, baseline], "ratio": ratio, "cache": str(cache), "samples": len(ds)}
 
 
@@ -95,16 +109,15 @@ def jpeg(args, root):
     if not cache.is_dir():
         build(raw, cache, BuildConfig(store="jpeg", progress=False))
     ds = CachedDataset(cache)
-    threads = _time(
-        "make_loader defaults (threads decode in this process)",
-        make_loader(ds, args.batch_size),
+    workers, threads = _interleaved(
+        {
+            "make_loader(workers=2) (worker processes)": make_loader(ds, args.batch_size, workers=2),
+            "make_loader defaults (threads decode in this process)": make_loader(ds, args.batch_size),
+        },
         args.repeats,
     )
-    workers = _time(
-        "make_loader(workers=2) (worker processes)", make_loader(ds, args.batch_size, workers=2), args.repeats
-    )
-    ratio = threads["samples_per_s"] / workers["samples_per_s"]
-    print(f"in-process threads / worker processes: {ratio:.2f}x")
+    ratio = threads["ratio_to_first"]
+    print(f"in-process threads / worker processes: {ratio:.2f}x (median of per-round ratios)")
     return {"rows": [threads, workers], "ratio": ratio}
 
 
@@ -119,21 +132,33 @@ def ffcv(args, root):
     beton = root / f"ffcv-{cache.name}.beton"
     script = Path(__file__).with_name("ffcv_rrc.py")
     cmd = [args.ffcv_python, str(script), str(cache), str(beton), "--batch-size", str(args.batch_size)]
-    cmd += ["--epochs", str(args.repeats), "--threads", "2"]
+    cmd += ["--epochs", "1", "--threads", "2"]
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1]), os.environ.get("PYTHONPATH", "")]),
     }
-    out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True).stdout
-    theirs = float(out.strip().splitlines()[-1].split()[0])
-    ours = _time(
-        "make_loader(augment=[RandomResizedCrop(224), RandomHorizontalFlip()]), 2 threads",
-        make_loader(ds, args.batch_size, augment=[RandomResizedCrop(224), RandomHorizontalFlip()], threads=2),
-        args.repeats,
+    loader = make_loader(
+        ds, args.batch_size, augment=[RandomResizedCrop(224), RandomHorizontalFlip()], threads=2
     )
-    ratio = ours["samples_per_s"] / theirs
+    for _ in loader:  # warm-up
+        pass
+    theirs_runs, ours_runs = [], []
+    for _ in range(args.repeats):  # in turn, so that a slow spell of the machine hits both
+        out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True).stdout
+        theirs_runs.append(float(out.strip().splitlines()[-1].split()[0]))
+        ours_runs.append(_pass(loader))
+    theirs = statistics.median(theirs_runs)
+    ours = {
+        "loader": "make_loader(augment=[RandomResizedCrop(224), RandomHorizontalFlip()]), 2 threads",
+        "samples_per_s": statistics.median(r for r, _ in ours_runs),
+        "cpu_per_wall": statistics.median(c for _, c in ours_runs),
+    }
+    ratio = statistics.median(o[0] / t for o, t in zip(ours_runs, theirs_runs))
+    print(
+        f"{ours['loader']}: {ours['samples_per_s']:,.0f} samples/s, {ours['cpu_per_wall']:.2f} CPU s per wall s"
+    )
     print(f"FFCV RandomResizedCropRGBImageDecoder + RandomHorizontalFlip, 2 threads: {theirs:,.0f} samples/s")
-    print(f"cachekit / FFCV: {ratio:.2f}x")
+    print(f"cachekit / FFCV: {ratio:.2f}x (median of per-round ratios)")
     return {"ffcv_samples_per_s": theirs, "ours": ours, "ratio": ratio, "python": sys.version}
 
 
