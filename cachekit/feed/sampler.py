@@ -121,7 +121,7 @@ class ShardAwareDistributedSampler(Sampler[int]):
         self._slot = slot_of_rank(self.rank, self.num_replicas, self.partitions, self._local)
 
     def _sizes(self) -> None:
-        """Epoch length and shares, which depend on the partitions (they may pad the order)."""
+        """Epoch length and shares (an epoch's order is every unit once, plus nothing)."""
         self.epoch_len = len(self.order()) * self.group_size
         self.num_samples = self._per_rank(self.epoch_len)  # a whole epoch's share of one rank
         self.total_size = self.num_samples * self.num_replicas
@@ -252,20 +252,19 @@ class ShardAwareDistributedSampler(Sampler[int]):
                 f"sampler state is for a dataset of {state.get('num_samples')} samples, not {self.dataset_len}"
             )
         saved_partitions = state.get("partitions")
-        if (
+        adopt = (
             self._own_partitions is not None  # the default, not the user's choice: resume the saved
             and isinstance(saved_partitions, int)  # job's partitions for this epoch (another number
-            and saved_partitions >= 1  # of nodes); later epochs go back to this job's own
+            and not isinstance(saved_partitions, bool)  # of nodes); later epochs go back to this
+            and saved_partitions >= 1  # job's own
             and saved_partitions != self.partitions
-        ):
-            self._set_partitions(saved_partitions)
-            self._sizes()
+        )
         mine = {
             "seed": self.seed,
             "shuffle": self.shuffle,
             "window": self.window,
             "group_size": self.group_size,
-            "partitions": self.partitions,
+            "partitions": saved_partitions if adopt else self.partitions,
         }
         if self.group_size > 1:
             mine["group_spread"] = self.group_spread
@@ -277,6 +276,9 @@ class ShardAwareDistributedSampler(Sampler[int]):
         end = self._end() if world == self.num_replicas else self.epoch_len
         if not isinstance(position, int) or not 0 <= position <= max(end, self.epoch_len):
             raise ValueError(f"sampler state position {position!r} is outside the epoch")
+        if adopt:  # every check passed: only now does the sampler change
+            self._set_partitions(saved_partitions)
+            self._sizes()
         if world != self.num_replicas and self.group_size > 1 and 0 < position < self.dataset_len:
             raise ValueError(
                 f"this cache's augmented variants are dealt to ranks per epoch: resume mid-epoch with "
