@@ -169,7 +169,9 @@ def _show_raw():
     inputs.read_input = inputs.real_read_input
 
 
-def test_raw_the_workers_cannot_read_fails_the_build_and_the_rerun_builds(small_tree, tmp_path, cluster):
+def _fails_on_the_workers(cluster, tweak, tree, out, match: str) -> BuildConfig:
+    """Build ``tree`` on the cluster with ``tweak`` run on every worker first: the build must fail
+    with ``match`` and write no manifest. Returns the config, for a rerun."""
     cluster, client = cluster
     remote = BuildConfig(
         size=16,
@@ -178,13 +180,19 @@ def test_raw_the_workers_cannot_read_fails_the_build_and_the_rerun_builds(small_
         executor_options={"scheduler": cluster.scheduler_address},
         progress=False,
     )
-    client.run(_hide_raw)
+    client.run(tweak)
     try:
-        with pytest.raises(BuildError, match=r"cannot read .* RAW must be storage that every worker sees"):
-            build(small_tree, tmp_path / "c", remote)
+        with pytest.raises(BuildError, match=match):
+            build(tree, out, remote)
     finally:
         client.run(_show_raw)
-    assert not (tmp_path / "c" / "manifest.json").exists()
+    assert not (out / "manifest.json").exists()
+    return remote
+
+
+def test_raw_the_workers_cannot_read_fails_the_build_and_the_rerun_builds(small_tree, tmp_path, cluster):
+    match = r"cannot read .* RAW must be storage that every worker sees"
+    remote = _fails_on_the_workers(cluster, _hide_raw, small_tree, tmp_path / "c", match)
     result = build(
         small_tree, tmp_path / "c", remote
     )  # the mount fixed: everything is built, nothing skipped
@@ -203,21 +211,8 @@ def _other_raw():
 
 
 def test_workers_that_see_other_bytes_than_the_client_fail_the_build(small_tree, tmp_path, cluster):
-    cluster, client = cluster
-    remote = BuildConfig(
-        size=16,
-        shard_size=5,
-        executor="dask",
-        executor_options={"scheduler": cluster.scheduler_address},
-        progress=False,
-    )
-    client.run(_other_raw)
-    try:
-        with pytest.raises(BuildError, match=r"the client listed .* every worker sees the same"):
-            build(small_tree, tmp_path / "c", remote)
-    finally:
-        client.run(_show_raw)
-    assert not (tmp_path / "c" / "manifest.json").exists()
+    match = r"the client listed .* every worker sees the same"
+    _fails_on_the_workers(cluster, _other_raw, small_tree, tmp_path / "c", match)
 
 
 @pytest.mark.slow

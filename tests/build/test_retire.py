@@ -139,13 +139,19 @@ def test_a_rerun_after_a_kill_at_any_point_cleans_every_leftover(
     assert retired and not retired & {s.file for s in m.shards}  # the replaced shards, kept for old readers
 
 
-def test_an_abandoned_build_of_other_options_is_cleaned_by_the_next(small_tree, tmp_path, monkeypatch):
-    out = tmp_path / "c"
+def _abandon_an_overwrite(small_tree, out, monkeypatch):
+    """A cache, then an --overwrite with other options killed after two shards: the first manifest."""
     first = build(small_tree, out, BuildConfig(**CONFIG)).manifest
     with monkeypatch.context() as patch:
         _kill_at(patch, "write_sidecar", calls=2)
         with pytest.raises(KeyboardInterrupt):
             build(small_tree, out, BuildConfig(**{**CONFIG, "size": 12}, overwrite=True))
+    return first
+
+
+def test_an_abandoned_build_of_other_options_is_cleaned_by_the_next(small_tree, tmp_path, monkeypatch):
+    out = tmp_path / "c"
+    first = _abandon_an_overwrite(small_tree, out, monkeypatch)
     abandoned = {p.name for p in out.glob("shard-*")} - {s.file for s in first.shards}
     assert len(abandoned) == 2
     _user_files(out)
@@ -160,11 +166,7 @@ def test_an_up_to_date_run_cleans_what_an_abandoned_build_of_other_options_left(
     small_tree, tmp_path, monkeypatch
 ):
     out = tmp_path / "c"
-    first = build(small_tree, out, BuildConfig(**CONFIG)).manifest
-    with monkeypatch.context() as patch:
-        _kill_at(patch, "write_sidecar", calls=2)
-        with pytest.raises(KeyboardInterrupt):
-            build(small_tree, out, BuildConfig(**{**CONFIG, "size": 12}, overwrite=True))
+    first = _abandon_an_overwrite(small_tree, out, monkeypatch)
     assert (out / ".cachekit-partial").exists()
     assert build(small_tree, out, BuildConfig(**CONFIG)).status == "up to date"  # the cache's own command
     assert {p.name for p in out.iterdir()} == {"manifest.json", *(s.file for s in first.shards)}
