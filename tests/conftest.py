@@ -184,3 +184,14 @@ def storage_option_args(options: dict) -> list[str]:
 def holds_secret(fs, prefix: str, secret: str) -> list[str]:
     """The objects under ``prefix`` whose bytes contain ``secret``."""
     return [path for path in fs.find(prefix) if secret.encode() in fs.cat_file(path)]
+
+
+#: The rows of a one-worker bench over a pt cache, as the chart names them (the make_loader row follows).
+ONE_WORKER_ROW_LABELS = [
+    "raw files, PIL, in-process",
+    "raw files, PIL, 1 worker",
+    "raw files, OpenCV, in-process",
+    "raw files, OpenCV, 1 worker",
+    "pt cache, in-process",
+    "pt cache, 1 worker",
+]

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from conftest import BAD_FILES, GOOD_FILES
+from conftest import BAD_FILES, GOOD_FILES, ONE_WORKER_ROW_LABELS
 from PIL import Image, PngImagePlugin
 
 from cachekit import BuildConfig, CachedDataset, build
@@ -166,14 +166,7 @@ def test_the_chart_says_what_it_shows(mixed_result, tmp_path):
     fig = bench_figure(mixed_result)
     ax = fig.axes[0]
     labels = [t.get_text() for t in ax.get_yticklabels()]
-    assert labels[:-1] == [
-        "raw files, PIL, in-process",
-        "raw files, PIL, 1 worker",
-        "raw files, OpenCV, in-process",
-        "raw files, OpenCV, 1 worker",
-        "pt cache, in-process",
-        "pt cache, 1 worker",
-    ]
+    assert labels[:-1] == ONE_WORKER_ROW_LABELS
     # make_loader's choice in words, e.g. "(in-process + prefetch, 2 threads)", on one line
     assert labels[-1].startswith("pt cache, make_loader (in-process + prefetch") and "\n" not in labels[-1]
     assert len(set(labels)) == len(labels) and not any(":" in label for label in labels)

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
-from conftest import BAD_FILES, GOOD_FILES
+from conftest import BAD_FILES, GOOD_FILES, ONE_WORKER_ROW_LABELS
 from PIL import Image
 
 from cachekit import BuildConfig, CachedDataset, build
@@ -195,14 +195,7 @@ def test_the_chart_and_table_say_the_rows_are_augmented(augmented, tmp_path):
     )
     assert "from train-256 caches" in title and "1x = the best raw loader" in title
     labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
-    assert labels[:-1] == [
-        "raw files, PIL, in-process",
-        "raw files, PIL, 1 worker",
-        "raw files, OpenCV, in-process",
-        "raw files, OpenCV, 1 worker",
-        "pt cache, in-process",
-        "pt cache, 1 worker",
-    ]
+    assert labels[:-1] == ONE_WORKER_ROW_LABELS
     assert labels[-1].startswith("pt cache, make_loader (in-process") and "augment" not in labels[-1]
     assert not any(":" in label or ";" in label for label in labels)
     legend = [t.get_text() for t in fig.legends[0].get_texts()]
