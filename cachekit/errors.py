@@ -11,16 +11,24 @@ import re
 
 __all__ = ["CachekitError", "CacheError", "NotACacheError", "BuildError", "UsageError", "hide_userinfo"]
 
-#: ``user:password@`` of a URL, after its ``scheme://`` or, where a library quoted the URL without
-#: its scheme (``"user:password@bucket"``), after a quote, a space or the start of the text.
+#: ``user:password@host`` of a URL: after its ``scheme://``, or, where a library quoted the URL
+#: without its scheme (``"user:password@bucket"``), after a quote, a space or the start of the text
+#: and before a host name of three characters or more (``ratio 3:4@2x`` is left alone).
 _USERINFO = re.compile(
-    r"(?P<before>[A-Za-z][A-Za-z0-9+.-]*://|^|(?<=[\s\"'(=]))(?P<user>[^/@:\s\"']+):(?P<password>[^/@\s\"']+)@(?=[^\s@])"
+    r"(?P<before>[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^/@:\s\"']*):(?P<password>[^/@\s\"']+)@(?=[^\s@])"
+    r"|(?P<before2>^|(?<=[\s\"'(=]))(?P<user2>[^/@:\s\"']+):(?P<password2>[^/@\s\"']+)@(?=[A-Za-z0-9][A-Za-z0-9.-]{2,})"
 )
 
 
 def hide_userinfo(text: str) -> str:
     """``text`` with the password of any ``user:password@host`` in it replaced by ``***``."""
-    return _USERINFO.sub(lambda m: f"{m['before']}{m['user']}:***@", text)
+
+    def hidden(m: re.Match) -> str:
+        if m["before"] is not None:
+            return f"{m['before']}{m['user']}:***@"
+        return f"{m['before2']}{m['user2']}:***@"
+
+    return _USERINFO.sub(hidden, text)
 
 
 class CachekitError(Exception):

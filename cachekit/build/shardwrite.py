@@ -35,9 +35,15 @@ def _check_space(out, file: str, format_name: str, arrays: dict[str, np.ndarray]
     except OSError:
         return
     if free < need:
+        why = (
+            "; a compressed HDF5 shard needs room for its uncompressed size while it is written, "
+            "since libhdf5 can crash when the disk fills mid-write"
+            if options.get("compression", "none") != "none"
+            else ""
+        )
         raise BuildError(
             f"cannot write shard {out.url}/{file}: disk full ({free / 1e6:.1f} MB free, "
-            f"the shard needs {need / 1e6:.1f} MB)"
+            f"the shard needs {need / 1e6:.1f} MB{why})"
         )
 
 

@@ -126,9 +126,9 @@ class ShardAwareDistributedSampler(Sampler[int]):
         self.num_samples = self._per_rank(self.epoch_len)  # a whole epoch's share of one rank
         self.total_size = self.num_samples * self.num_replicas
 
-    def _per_rank(self, remaining: int) -> int:
+    def _per_rank(self, remaining: int, world: int | None = None) -> int:
         """Samples per rank for ``remaining`` samples: whole units of ``group_size`` each."""
-        units, world = remaining // self.group_size, self.num_replicas
+        units, world = remaining // self.group_size, world or self.num_replicas
         return (units // world if self.drop_last else math.ceil(units / world)) * self.group_size
 
     def _own_order(self) -> None:
@@ -272,24 +272,32 @@ class ShardAwareDistributedSampler(Sampler[int]):
         if differ:
             hint = "; pass the saved values to the sampler (make_loader: window=, partitions=, batch_size)"
             raise ValueError(f"sampler state has another order: {', '.join(differ)}{hint}")
-        position, world = state.get("position"), state.get("num_replicas")
-        end = self._end() if world == self.num_replicas else self.epoch_len
-        if not isinstance(position, int) or not 0 <= position <= max(end, self.epoch_len):
+        position, world, epoch = state.get("position"), state.get("num_replicas"), state.get("epoch")
+        if not _count(world) or world < 1 or not _count(epoch):
+            raise ValueError(f"sampler state has no valid epoch or world size: {epoch!r}, {world!r}")
+        # where the saved epoch ended, for the world that saved it (variants pad whole units per rank)
+        saved_end = self._per_rank(self.dataset_len, world) * world if self.group_size > 1 else self.epoch_len
+        if not _count(position) or not 0 <= position <= max(saved_end, self.epoch_len):
             raise ValueError(f"sampler state position {position!r} is outside the epoch")
-        if adopt:  # every check passed: only now does the sampler change
-            self._set_partitions(saved_partitions)
-            self._sizes()
-        if world != self.num_replicas and self.group_size > 1 and 0 < position < self.dataset_len:
+        finished = position >= saved_end or (  # or too little left for a sample per rank (drop_last)
+            self.group_size == 1 and self._per_rank(max(0, saved_end - position), world) == 0
+        )
+        if world != self.num_replicas and self.group_size > 1 and 0 < position and not finished:
             raise ValueError(
                 f"this cache's augmented variants are dealt to ranks per epoch: resume mid-epoch with "
                 f"the {world} ranks the state was saved with, or from the start of an epoch"
             )
-        self.epoch = int(state["epoch"])
-        if world == self.num_replicas or self.group_size == 1:
-            self._start = position
-        else:  # at an epoch boundary: the start, or nothing left
-            self._start = self._end() if position >= self.dataset_len else 0
+        if adopt:  # every check passed: only now does the sampler change
+            self._set_partitions(saved_partitions)
+            self._sizes()
+        self.epoch = int(epoch)
+        self._start = 0 if world != self.num_replicas and self.group_size > 1 else position
         self._fresh = True
-        if self._start > 0 and len(self) == 0:  # saved at the end of its epoch: go on with the next
+        if position > 0 and (finished or len(self) == 0):  # saved at the end of its epoch: the next
             self.epoch += 1
             self._start = 0
+
+
+def _count(value) -> bool:
+    """An int that is not a bool (a state read back from JSON or a checkpoint)."""
+    return isinstance(value, int) and not isinstance(value, bool)

@@ -310,3 +310,40 @@ def test_node_partitions_read_every_sample_exactly_once(monkeypatch):
                 assert counts.max() == 1 and n - counts.sum() < 8  # at most world - 1 dropped
             else:
                 assert counts.min() == 1 and counts.sum() - n < 8  # at most world - 1 repeated (padding)
+
+
+def test_an_augmented_epoch_saved_at_its_end_resumes_with_the_next_on_any_world():
+    class Augmented(FakeCache):
+        group_size = 2
+
+    cache = Augmented(np.arange(20) // 2 % 5, shard_size=4, mixed=True)
+    for saved_world, new_world in ((3, 2), (4, 1)):
+        for drop_last in (False, True):
+            old = [
+                ShardAwareDistributedSampler(cache, saved_world, r, seed=1, drop_last=drop_last)
+                for r in range(saved_world)
+            ]
+            for s in old:
+                list(s)
+            state = old[0].state_dict()
+            new = ShardAwareDistributedSampler(cache, new_world, 0, seed=1, drop_last=drop_last)
+            new.load_state_dict(state)
+            ref = ShardAwareDistributedSampler(cache, new_world, 0, seed=1, drop_last=drop_last)
+            ref.set_epoch(1)
+            assert new.epoch == 1 and list(new) == list(ref)
+
+
+def test_a_broken_state_is_refused_and_changes_nothing(monkeypatch):
+    class Remote(FakeCache):
+        url = "s3://bucket/cache"
+
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    cache = Remote(np.arange(200) % 5, shard_size=10, mixed=True)
+    state = ShardAwareDistributedSampler(cache, 4, 0, seed=1).state_dict()  # 2 nodes: 2 partitions
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
+    sampler = ShardAwareDistributedSampler(cache, 4, 0, seed=1)
+    before = list(sampler.indices())
+    for broken in ({**state, "epoch": None}, {**state, "num_replicas": "4"}, {**state, "position": 10**9}):
+        with pytest.raises(ValueError):
+            sampler.load_state_dict(broken)
+        assert sampler.partitions == 1 and list(sampler.indices()) == before
