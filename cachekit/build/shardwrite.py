@@ -21,14 +21,18 @@ from ..store.location import LocalLocation, open_location, write_failure
 __all__ = ["commit_shard", "disk_full"]
 
 
-def _check_space(out, file: str, format_name: str, arrays: dict[str, np.ndarray], options: dict) -> None:
-    """Refuse to start writing a shard that cannot fit (HDF5 may crash when the disk fills up)."""
+def _check_space(out, file: str, fmt, arrays: dict[str, np.ndarray], options: dict) -> None:
+    """Refuse to start writing a shard that cannot fit.
+
+    A compressed shard's size is not known in advance, so its write reports a full disk itself,
+    unless its library may crash the process when the disk fills (``fmt.crashes_when_disk_fills``,
+    libhdf5): such a shard needs room for its uncompressed size (compression rarely enlarges it).
+    """
     if not isinstance(out, LocalLocation):
         return
-    if options.get("compression", "none") != "none" and format_name != "hdf5":
-        return  # compressed sizes are not known in advance; the write itself reports a full disk
-    # (HDF5 may crash the process when the disk fills mid-write, so a compressed HDF5 shard needs
-    # room for its uncompressed size: compression rarely makes it larger)
+    compressed = options.get("compression", "none") != "none"
+    if compressed and not fmt.crashes_when_disk_fills:
+        return
     need = sum(a.nbytes for a in arrays.values()) + (256 << 10)
     try:
         free = shutil.disk_usage(out.path).free
@@ -36,9 +40,9 @@ def _check_space(out, file: str, format_name: str, arrays: dict[str, np.ndarray]
         return
     if free < need:
         why = (
-            "; a compressed HDF5 shard needs room for its uncompressed size while it is written, "
-            "since libhdf5 can crash when the disk fills mid-write"
-            if options.get("compression", "none") != "none"
+            f"; a compressed {fmt.name} shard needs room for its uncompressed size while it is "
+            "written, since its library can crash when the disk fills mid-write"
+            if compressed
             else ""
         )
         raise BuildError(
@@ -80,8 +84,8 @@ def commit_shard(
     BuildError line ("disk full" when it is), whatever the backend raised.
     """
     out = open_location(out_url, storage_options)
-    _check_space(out, file, format_name, arrays, options)
     fmt = get_format(format_name)
+    _check_space(out, file, fmt, arrays, options)
 
     def write(tmp: Path) -> None:
         try:

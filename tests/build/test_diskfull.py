@@ -154,14 +154,19 @@ def test_a_compressed_hdf5_shard_needs_room_for_its_uncompressed_size(tmp_path, 
 
     from cachekit import BuildError
     from cachekit.build import shardwrite
+    from cachekit.store.formats import get_format
 
     usage = collections.namedtuple("usage", "total used free")
     monkeypatch.setattr(shardwrite.shutil, "disk_usage", lambda path: usage(10**9, 10**9 - 10**5, 10**5))
     arrays = {"images": np.zeros((4, 3, 64, 64), np.uint8), "labels": np.zeros(4, np.int64)}
     with pytest.raises(BuildError, match="disk full"):
         shardwrite._check_space(
-            shardwrite.open_location(str(tmp_path)), "s.h5", "hdf5", arrays, {"compression": "gzip"}
+            shardwrite.open_location(str(tmp_path)),
+            "s.h5",
+            get_format("hdf5"),
+            arrays,
+            {"compression": "gzip"},
         )
     shardwrite._check_space(
-        shardwrite.open_location(str(tmp_path)), "s.zarr", "zarr", arrays, {"compression": "zstd"}
+        shardwrite.open_location(str(tmp_path)), "s.zarr", get_format("zarr"), arrays, {"compression": "zstd"}
     )

@@ -59,6 +59,9 @@ class ShardFormat(Protocol):
     extension: str
     #: File descriptors an open reader holds (bounds how many shards a process keeps open).
     files_per_reader: int
+    #: Whether the library may crash the process when the disk fills mid-write (libhdf5 does): such
+    #: a shard is only started with room for its uncompressed size.
+    crashes_when_disk_fills: bool
 
     def write(self, path: Path, arrays: dict[str, np.ndarray], options: dict) -> None:
         """Write the shard ``arrays`` (``images``, ``labels``, extras) to ``path`` in one go."""

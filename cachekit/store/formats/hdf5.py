@@ -159,6 +159,7 @@ class Hdf5Format:
     name = "hdf5"
     extension = ".h5"
     files_per_reader = 1  # compressed images are read through the open file; others keep none
+    crashes_when_disk_fills = True
 
     def check_options(self, options: dict) -> None:
         codec = options.get("compression", "none")

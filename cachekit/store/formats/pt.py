@@ -68,6 +68,7 @@ class PtFormat:
     name = "pt"
     extension = ".pt"
     files_per_reader = 0  # torch maps the file and closes it
+    crashes_when_disk_fills = False
 
     def check_options(self, options: dict) -> None:
         if options.get("compression", "none") != "none":

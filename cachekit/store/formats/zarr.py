@@ -273,6 +273,7 @@ class ZarrFormat:
     name = "zarr"
     extension = ".zarr"
     files_per_reader = 0  # the images are mapped without keeping a descriptor
+    crashes_when_disk_fills = False
 
     def check_options(self, options: dict) -> None:
         codec = options.get("compression", "none")
