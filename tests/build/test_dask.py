@@ -35,12 +35,17 @@ def cluster():
         yield cluster, client
 
 
+def _on(scheduler: str, **config) -> BuildConfig:
+    """A build on the dask cluster at ``scheduler``, without a progress bar unless asked."""
+    return BuildConfig(
+        executor="dask", executor_options={"scheduler": scheduler}, **{"progress": False, **config}
+    )
+
+
 def test_dask_build_is_byte_identical_to_the_local_one(mixed_tree, tmp_path, cluster):
     config = dict(size=48, shard_size=3, progress=False)
     build(mixed_tree, tmp_path / "local", BuildConfig(workers=2, **config))
-    remote = BuildConfig(
-        executor="dask", executor_options={"scheduler": cluster[0].scheduler_address}, **config
-    )
+    remote = _on(cluster[0].scheduler_address, **config)
     result = build(mixed_tree, tmp_path / "dask", remote)
     assert result.built_shards == len(result.manifest.shards) > 1
     _same_cache(tmp_path / "local", tmp_path / "dask")
@@ -60,7 +65,7 @@ def test_a_worker_killed_mid_build_still_gives_a_valid_cache(big_tree, tmp_path,
     config = dict(size=64, shard_size=2, progress=False)
     build(big_tree, tmp_path / "local", BuildConfig(workers=1, **config))
     out = tmp_path / "dask"
-    remote = BuildConfig(executor="dask", executor_options={"scheduler": cluster.scheduler_address}, **config)
+    remote = _on(cluster.scheduler_address, **config)
     outcome = {}
 
     def run():
@@ -85,13 +90,7 @@ def test_a_worker_killed_mid_build_still_gives_a_valid_cache(big_tree, tmp_path,
 
 
 def test_two_builds_at_once_on_one_cluster_do_not_share_tasks(small_tree, tmp_path, cluster):
-    remote = BuildConfig(
-        size=16,
-        shard_size=5,
-        executor="dask",
-        executor_options={"scheduler": cluster[0].scheduler_address},
-        progress=False,
-    )
+    remote = _on(cluster[0].scheduler_address, size=16, shard_size=5)
     outcome = {}
 
     def run(name):
@@ -136,13 +135,7 @@ def test_an_out_the_workers_do_not_share_is_one_clear_error(small_tree, tmp_path
     cluster, client = cluster
     client.run(_redirect_out, str(tmp_path / "private"))
     try:
-        remote = BuildConfig(
-            size=16,
-            shard_size=5,
-            executor="dask",
-            executor_options={"scheduler": cluster.scheduler_address},
-            progress=False,
-        )
+        remote = _on(cluster.scheduler_address, size=16, shard_size=5)
         with pytest.raises(
             BuildError, match="--out must be storage that every worker and this process share, or a URL"
         ):
@@ -173,13 +166,7 @@ def _fails_on_the_workers(cluster, tweak, tree, out, match: str) -> BuildConfig:
     """Build ``tree`` on the cluster with ``tweak`` run on every worker first: the build must fail
     with ``match`` and write no manifest. Returns the config, for a rerun."""
     cluster, client = cluster
-    remote = BuildConfig(
-        size=16,
-        shard_size=5,
-        executor="dask",
-        executor_options={"scheduler": cluster.scheduler_address},
-        progress=False,
-    )
+    remote = _on(cluster.scheduler_address, size=16, shard_size=5)
     client.run(tweak)
     try:
         with pytest.raises(BuildError, match=match):
@@ -227,9 +214,7 @@ def test_progress_advances_per_sample_under_dask(big_tree, tmp_path, cluster, mo
             return super().update(n)
 
     monkeypatch.setattr(tqdm, "tqdm", Recorder)
-    remote = BuildConfig(
-        size=16, shard_size=48, executor="dask", executor_options={"scheduler": cluster[0].scheduler_address}
-    )
+    remote = _on(cluster[0].scheduler_address, size=16, shard_size=48, progress=True)
     build(big_tree, tmp_path / "c", remote)
     assert sum(updates) == 96 and len([n for n in updates if n]) >= 4 and max(updates) <= 32
 
@@ -239,8 +224,6 @@ def test_unreachable_scheduler_is_one_clear_error(small_tree, tmp_path, monkeypa
     from cachekit.build import executors
 
     monkeypatch.setattr(executors, "DASK_CONNECT_TIMEOUT", "2s")
-    bad = BuildConfig(
-        size=32, executor="dask", executor_options={"scheduler": "tcp://127.0.0.1:9"}, progress=False
-    )
+    bad = _on("tcp://127.0.0.1:9", size=32)
     with pytest.raises(UsageError, match="cannot reach the dask scheduler"):
         build(small_tree, tmp_path / "c", bad)
