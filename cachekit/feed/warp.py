@@ -44,17 +44,11 @@ def _warp_plane(src: np.ndarray, box, inside: bool, out: np.ndarray) -> None:
 
 def warp_planes(src: np.ndarray, box, flip: bool, inside: bool, out: np.ndarray) -> None:
     """Channels-first ``src [C, H, W]`` (a view: a memory-mapped row) into ``out [C, h, w]``, in place."""
-    top, left, h, w = (int(v) for v in box)
-    oh, ow = out.shape[1:]
-    if inside and (h, w) != (oh, ow):  # the common case, with as little Python per plane as can be
-        roi = src[:, top : top + h, left : left + w]
-        for c in range(src.shape[0]):
-            cv2.resize(roi[c], (ow, oh), dst=out[c], interpolation=cv2.INTER_LINEAR)
-    else:
-        for c in range(src.shape[0]):
-            _warp_plane(src[c], box, inside, out[c])
-    if flip:
-        cv2.flip(out.reshape(-1, ow), 1, dst=out.reshape(-1, ow))  # every plane's rows at once
+    for c in range(src.shape[0]):
+        _warp_plane(src[c], box, inside, out[c])
+    if flip:  # every plane's rows at once
+        rows = out.reshape(-1, out.shape[-1])
+        cv2.flip(rows, 1, dst=rows)
 
 
 def warp_hwc(src: np.ndarray, box, flip: bool, inside: bool, out: np.ndarray) -> None:
