@@ -22,21 +22,18 @@ import os
 import tempfile
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from ..constants import env_int
 from ..errors import CacheError, UsageError
 from ..store.atomic import fsync_dir, path_size, remove_path, sha256_path
 from ..store.manifest import ShardInfo
+from ..store.remote import fetch_shard, shard_objects
 
-__all__ = ["NodeShardCache", "DEFAULT_LOCAL_CACHE_BYTES", "default_cache_folder", "ranged_get"]
+__all__ = ["NodeShardCache", "DEFAULT_LOCAL_CACHE_BYTES", "default_cache_folder"]
 
 #: Default bound of the node's shard cache (bytes); CACHEKIT_LOCAL_CACHE_BYTES overrides it.
 DEFAULT_LOCAL_CACHE_BYTES = env_int("CACHEKIT_LOCAL_CACHE_BYTES", 20 * 1024**3)
-#: Bytes per ranged GET of a download; several run at once.
-_PART = 8 * 1024 * 1024
-_PARALLEL = 8
 #: The file that marks a folder of shard copies as this cache's own.
 _MARKER = ".cachekit-shards"
 #: How long a download waits for pinned shards to be let go before the limit is declared too small.
@@ -189,15 +186,14 @@ class NodeShardCache:
     def _download(self, fs, remote: str, info: ShardInfo, part: Path) -> None:
         final = self.path(info)
         try:
-            folder = fs.isdir(remote)
-            files = sorted(fs.find(remote, detail=True).items()) if folder else [(remote, fs.info(remote))]
+            objects = shard_objects(fs, remote)
         except FileNotFoundError:
             remove_path(part)
             raise CacheError(f"{remote}: shard is missing") from None
         except OSError as exc:
             remove_path(part)
             raise CacheError(f"{remote}: cannot be fetched ({exc})") from None
-        stored = sum(int(meta.get("size") or 0) for _, meta in files)
+        stored = sum(size for _, size in objects)
         if stored != info.bytes:  # refused before a byte is fetched: the limit holds
             remove_path(part)
             raise CacheError(
@@ -205,16 +201,7 @@ class NodeShardCache:
                 "was changed on storage after it was built; rebuild it or restore the shard"
             )
         try:
-            if folder:
-                remove_path(part)  # the reservation was a file; a folder shard is a folder
-                part.mkdir(parents=True)
-                for f, meta in files:
-                    rel = f[len(remote.rstrip("/")) :].lstrip("/")
-                    target = part / rel
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    ranged_get(fs, f, target, int(meta.get("size") or 0))
-            else:
-                ranged_get(fs, remote, part, info.bytes)
+            fetch_shard(fs, remote, part, objects)  # a folder shard replaces the reservation file
         except FileNotFoundError as exc:
             remove_path(part)
             if exc.filename is not None and str(exc.filename).startswith(str(self.root)):
@@ -325,29 +312,3 @@ class NodeShardCache:
             finally:
                 os.close(fd)
         return total
-
-
-def ranged_get(fs, remote: str, target: Path, size: int | None = None) -> None:
-    """Fetch ``remote`` into ``target`` with parallel ranged GETs of ``_PART`` bytes: its first
-    ``size`` bytes (default: the object's size), never more."""
-    size = int(fs.size(remote)) if size is None else int(size)
-    with open(target, "wb") as fh:
-        fh.truncate(size)
-    ranges = [(start, min(size, start + _PART)) for start in range(0, size, _PART)]
-
-    def get(bounds: tuple[int, int]) -> None:
-        data = fs.cat_file(remote, start=bounds[0], end=bounds[1])
-        if len(data) != bounds[1] - bounds[0]:
-            raise OSError(f"short read of {remote} at {bounds[0]}")
-        with open(target, "r+b") as fh:
-            fh.seek(bounds[0])
-            fh.write(data)
-
-    if len(ranges) <= 1:
-        for r in ranges:
-            get(r)
-        return
-    with ThreadPoolExecutor(max_workers=min(_PARALLEL, len(ranges))) as pool:
-        list(pool.map(get, ranges))
-    with open(target, "rb+") as fh:
-        os.fsync(fh.fileno())

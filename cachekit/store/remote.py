@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import json
 import os
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 from ..errors import CachekitError, UsageError
+from .atomic import remove_path
 from .storageopts import parse_storage_options, redact, secrets_hidden
 
 __all__ = [
@@ -21,6 +24,9 @@ __all__ = [
     "filesystem",
     "process_filesystem",
     "access_error",
+    "shard_objects",
+    "fetch_shard",
+    "ranged_get",
     "parse_storage_options",
     "redact",
     "secrets_hidden",
@@ -115,3 +121,59 @@ def access_error(
     if isinstance(exc, OSError) and exc.strerror:
         said = " ".join(exc.strerror.split())[:300]
     return fallback(f"cannot {doing} {url}: {said}" if doing else f"{url}: {said}")
+
+
+#: Bytes per ranged GET of a download; several run at once.
+_PART = 8 * 1024 * 1024
+_PARALLEL = 8
+
+
+def shard_objects(fs, remote: str) -> list[tuple[str, int]]:
+    """``(path, bytes)`` of each object of the shard at ``remote``: the file itself, or every file of
+    a folder shard (zarr), sorted. Raises FileNotFoundError when there is none."""
+    if fs.isdir(remote):
+        return [
+            (path, int(meta.get("size") or 0)) for path, meta in sorted(fs.find(remote, detail=True).items())
+        ]
+    return [(remote, int(fs.info(remote).get("size") or 0))]
+
+
+def fetch_shard(fs, remote: str, target: Path, objects: list[tuple[str, int]] | None = None) -> None:
+    """The shard at ``remote`` (a file, or a folder of files) as ``target``, by ranged GETs of the
+    sizes listed in ``objects`` (``shard_objects``, listed here when not given)."""
+    objects = shard_objects(fs, remote) if objects is None else objects
+    if objects and objects[0][0] == remote:
+        ranged_get(fs, remote, target, objects[0][1])
+        return
+    remove_path(target)  # a folder shard is a folder, whatever stood at ``target`` before
+    target.mkdir(parents=True)
+    for path, size in objects:
+        local = target / path[len(remote.rstrip("/")) :].lstrip("/")
+        local.parent.mkdir(parents=True, exist_ok=True)
+        ranged_get(fs, path, local, size)
+
+
+def ranged_get(fs, remote: str, target: Path, size: int | None = None) -> None:
+    """Fetch the object ``remote`` into ``target`` with parallel ranged GETs of ``_PART`` bytes: its
+    first ``size`` bytes (default: the object's size), never more."""
+    size = int(fs.size(remote)) if size is None else int(size)
+    with open(target, "wb") as fh:
+        fh.truncate(size)
+    ranges = [(start, min(size, start + _PART)) for start in range(0, size, _PART)]
+
+    def get(bounds: tuple[int, int]) -> None:
+        data = fs.cat_file(remote, start=bounds[0], end=bounds[1])
+        if len(data) != bounds[1] - bounds[0]:
+            raise OSError(f"short read of {remote} at {bounds[0]}")
+        with open(target, "r+b") as fh:
+            fh.seek(bounds[0])
+            fh.write(data)
+
+    if len(ranges) <= 1:
+        for r in ranges:
+            get(r)
+        return
+    with ThreadPoolExecutor(max_workers=min(_PARALLEL, len(ranges))) as pool:
+        list(pool.map(get, ranges))
+    with open(target, "rb+") as fh:
+        os.fsync(fh.fileno())

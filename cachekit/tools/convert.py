@@ -40,7 +40,7 @@ from ..store.atomic import path_size, sha256_path
 from ..store.formats import SHARD_NAME_COLUMN, get_format, identity_column
 from ..store.location import open_location, read_manifest, write_failure
 from ..store.manifest import Manifest, ShardInfo, json_text, manifest_text, shard_path
-from ..store.remote import access_error, filesystem, is_url, secrets_hidden
+from ..store.remote import access_error, fetch_shard, filesystem, is_url, secrets_hidden
 from ..store.sourcecol import SOURCE_BYTES, SOURCE_OFFSETS
 
 __all__ = ["convert"]
@@ -93,17 +93,12 @@ class _SourceShards:
             self._check(Path(self.cache) / info.file, info)  # a flipped bit is never carried over
             yield Path(self.cache)
             return
-        from ..feed.shardcache import ranged_get
-
         info = self.manifest.shards[index]
         remote = f"{self.root}/{info.file}"
         with tempfile.TemporaryDirectory(prefix="cachekit-convert-") as tmp:
             local = Path(tmp) / info.file
             try:
-                if self.fs.isdir(remote):
-                    self.fs.get(remote + "/", str(local), recursive=True)
-                else:
-                    ranged_get(self.fs, remote, local)
+                fetch_shard(self.fs, remote, local)
             except FileNotFoundError:
                 raise CacheError(f"{self.cache}/{info.file}: shard is missing") from None
             except Exception as exc:

@@ -21,7 +21,7 @@ from ..store.atomic import path_size, remove_path, sha256_path
 from ..store.formats import get_format
 from ..store.location import read_manifest
 from ..store.manifest import Manifest, ShardInfo, shard_path
-from ..store.remote import access_error, filesystem, is_url
+from ..store.remote import access_error, fetch_shard, filesystem, is_url
 
 __all__ = ["ShardProblem", "VerifyReport", "verify"]
 
@@ -116,8 +116,6 @@ def _remote_size(fs, path: str, url: str) -> int | None:
 
 
 def _verify_remote(url: str, quick: bool, storage_options: dict | None) -> VerifyReport:
-    from ..feed.shardcache import ranged_get
-
     manifest = read_manifest(url, storage_options=storage_options)
     fs, root = filesystem(url, storage_options)
     problems, checked = [], 0
@@ -133,7 +131,7 @@ def _verify_remote(url: str, quick: bool, storage_options: dict | None) -> Verif
             elif quick:
                 problem = None
             else:
-                problem = _fetch_and_check(fs, remote, folder, manifest, info, ranged_get)
+                problem = _fetch_and_check(fs, remote, folder, manifest, info)
             if problem is None:
                 checked += info.bytes
             else:
@@ -141,15 +139,10 @@ def _verify_remote(url: str, quick: bool, storage_options: dict | None) -> Verif
     return VerifyReport(manifest, tuple(problems), checked, quick)
 
 
-def _fetch_and_check(
-    fs, remote: str, folder: Path, manifest: Manifest, info: ShardInfo, ranged_get
-) -> str | None:
+def _fetch_and_check(fs, remote: str, folder: Path, manifest: Manifest, info: ShardInfo) -> str | None:
     local = folder / info.file
     try:
-        if fs.isdir(remote):
-            fs.get(remote + "/", str(local), recursive=True)
-        else:
-            ranged_get(fs, remote, local)
+        fetch_shard(fs, remote, local)
     except Exception as exc:  # the filesystem's own error types too
         return f"cannot be fetched ({' '.join(str(exc).split())[:200] or type(exc).__name__})"
     try:
