@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from torch.utils.data import DataLoader
 
 from cachekit import (
@@ -245,3 +246,16 @@ def test_batches_that_cannot_fit_the_node_cache_are_refused_when_the_loader_is_m
     with pytest.raises(UsageError, match="shards at once"):
         make_loader(ds, 16)  # class-pure shards: batches draw from the whole cache, up to 16 shards
     assert len(_labels(make_loader(ds, 2))) == 40  # two shards a batch fit
+
+
+def test_folder_shards_stream_and_verify_from_s3(s3_endpoint, mixed_tree, tmp_path):
+    from cachekit.tools.verify import verify
+
+    local = tmp_path / "z"
+    build(mixed_tree, local, BuildConfig(format="zarr", size=32, shard_size=3, workers=1, progress=False))
+    s3fs.S3FileSystem(anon=False).put(str(local) + "/", "datasets/zarr", recursive=True)
+    ds = CachedDataset("s3://datasets/zarr", local_cache=tmp_path / "lc")
+    expected = CachedDataset(local).read_batch(range(len(ds)))
+    images, labels = ds.read_batch(range(len(ds)))
+    assert torch.equal(images, expected[0]) and torch.equal(labels, expected[1])
+    assert verify("s3://datasets/zarr").ok
