@@ -195,3 +195,20 @@ ONE_WORKER_ROW_LABELS = [
     "pt cache, in-process",
     "pt cache, 1 worker",
 ]
+
+
+@pytest.fixture(scope="session")
+def learnable_tree(tmp_path_factory) -> Path:
+    """Four classes a tiny CNN tells apart (each tints its images towards one colour), 12 images each."""
+    from cachekit.tools.synthetic import synthetic_image
+
+    raw = tmp_path_factory.mktemp("learnable") / "raw"
+    rng = np.random.default_rng(0)
+    tints = [(1.0, 0.2, 0.2), (0.2, 1.0, 0.2), (0.2, 0.2, 1.0), (0.6, 0.6, 0.6)]
+    for c, tint in enumerate(tints):
+        (raw / f"c{c}").mkdir(parents=True)
+        for i in range(12):
+            h, w = 48 + 8 * (i % 3), 64 - 8 * (i % 2)  # sizes vary, as a photo folder's do
+            img = (synthetic_image(rng, h, w) * np.array(tint)).astype(np.uint8)
+            cv2.imwrite(str(raw / f"c{c}" / f"{i}.png"), img[..., ::-1])
+    return raw

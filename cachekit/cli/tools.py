@@ -12,7 +12,9 @@ from ..constants import (
 from .app import EXIT_CODES, friendly, main, options_of, with_storage_options
 
 
-def _int_list(ctx, param, value: str) -> tuple[int, ...]:
+def _int_list(ctx, param, value: str | None) -> tuple[int, ...] | None:
+    if value is None:
+        return None
     try:
         out = tuple(int(v) for v in value.split(",") if v.strip())
     except ValueError:
@@ -34,7 +36,12 @@ def _int_list(ctx, param, value: str) -> tuple[int, ...]:
     "--workdir", type=click.Path(path_type=str), default=None, help="--synthetic: where to keep its files."
 )
 @click.option("--batch-size", type=int, default=256, show_default=True)
-@click.option("--workers", default="0,2", show_default=True, callback=_int_list, help="Worker counts to try.")
+@click.option(
+    "--workers",
+    default=None,
+    callback=_int_list,
+    help="Worker counts to try, such as 0,2 [default: 0,2, leaving out those /dev/shm cannot serve].",
+)
 @click.option("--samples", type=int, default=None, help="Samples per epoch [default: all].")
 @click.option("--epochs", type=int, default=2, show_default=True, help="Epoch 1 is cold; the rest are warm.")
 @click.option("--seed", type=int, default=0, show_default=True)

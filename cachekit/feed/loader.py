@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import logging
 import numbers
+import os
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, IterableDataset
 
 from ..cpus import available_cpus, local_world_size
 from .assemble import BatchRequest
@@ -25,6 +27,7 @@ from .batch import collate_batch, collate_padded
 from .device import DeviceStage, check_device
 from .prefetch import Prefetcher
 from .sampler import ShardAwareDistributedSampler
+from .shm import ShmTooSmall, shm_shortfall
 from .transforms import Plan, compile_plan
 
 __all__ = ["CacheLoader", "make_loader", "suggest_num_workers", "suggest_threads"]
@@ -160,6 +163,49 @@ def _check_counts(**values: Any) -> None:
             raise ValueError(f"{name} must be at least {lowest[name]}, got {value}")
 
 
+def _open_dataset(dataset, storage_options: dict | None):
+    """A path or URL opens a ``CachedDataset``; anything else must be a map-style dataset."""
+    if isinstance(dataset, (str, os.PathLike)):
+        from .dataset import CachedDataset
+
+        return CachedDataset(dataset, storage_options=storage_options)
+    if storage_options:
+        raise ValueError("storage_options go with a cache path or URL, not with a dataset object")
+    if isinstance(dataset, IterableDataset) or not (
+        hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__")
+    ):
+        raise TypeError(
+            f"make_loader takes a cache path or URL or a map-style dataset (with __getitem__ and "
+            f"__len__, such as CachedDataset), not {type(dataset).__name__}"
+        )
+    return dataset
+
+
+def _batch_bytes(dataset, batch_size: int, plan: Plan | None) -> int | None:
+    """Bytes of one batch as it is handed over from a worker process, or None when unknown."""
+    spec = getattr(getattr(dataset, "manifest", None), "sample", None)
+    if spec is None:
+        return None
+    size = plan.fixed_size() if plan is not None else None
+    per_sample = spec.shape[0] * size[0] * size[1] if size else spec.nbytes
+    return per_sample * batch_size
+
+
+def _fit_workers(workers: int, asked: bool, batch_bytes: int | None, prefetch_factor: int) -> int:
+    """``workers``, or 0 with a warning when /dev/shm cannot hold their batches and none were asked
+    for; asked-for workers that cannot fit are refused in one line (``ShmTooSmall``)."""
+    why = shm_shortfall(batch_bytes, workers, prefetch_factor) if batch_bytes else None
+    if why is None:
+        return workers
+    if asked:
+        raise ShmTooSmall(why)
+    warnings.warn(
+        f"make_loader reads in-process instead of in {workers} worker processes: {why}", stacklevel=3
+    )
+    log.warning("make_loader: in-process reads: %s", why)
+    return 0
+
+
 def _choose_augment_on(augment_on: str, device: torch.device | None, plan: Plan | None) -> bool:
     if augment_on not in ("auto", "threads", "device"):
         raise ValueError(f"augment_on must be 'auto', 'threads' or 'device', got {augment_on!r}")
@@ -193,8 +239,10 @@ def make_loader(
     window: int | None = None,
     partitions: int | None = None,
     multiprocessing_context=None,
+    storage_options: dict | None = None,
 ) -> CacheLoader:
-    """A DataLoader for ``dataset`` (a CachedDataset) with sampler, reading mode and pinning chosen.
+    """A DataLoader for ``dataset`` (a CachedDataset, or a cache's path or URL, opened with
+    ``storage_options``) with sampler, reading mode and pinning chosen.
 
     - Shuffling: ``ShardAwareDistributedSampler`` (class-mixed, a new order every pass; ``window``
       samples shuffled together, default per the cache; ``partitions``: fixed shard sets per
@@ -204,7 +252,10 @@ def make_loader(
       index); on the GPU when ``device`` is CUDA (``augment_on="auto"``), else by ``threads``
       threads (default: this rank's share of the CPUs) in this process.
     - ``workers`` (default 0: in-process reads with a prefetch thread; ``suggest_num_workers`` for
-      per-sample ``transform=`` functions and codecs that decode serially).
+      per-sample ``transform=`` functions and codecs that decode serially). Worker processes hand
+      batches over through /dev/shm: when it is too small for them (a container's 64 MB), chosen
+      workers give way to in-process reads with a warning, and asked-for ones are refused in one
+      line (``ShmTooSmall``) naming ``--shm-size`` / ``--ipc=host``.
     - ``pin_memory`` (default: CUDA is available and batches go to it).
     - ``device``: batches are moved there (side stream on CUDA); ``dtype`` (a float type) scales
       uint8 to [0, 1] there, ``normalize`` applies the cache's mean/std in fp32 (default dtype
@@ -215,6 +266,7 @@ def make_loader(
     _check_counts(
         batch_size=batch_size, prefetch_factor=prefetch_factor, seed=seed, workers=workers, threads=threads
     )
+    dataset = _open_dataset(dataset, storage_options)
     if distributed is None:
         distributed = dist.is_available() and dist.is_initialized()
     world = dist.get_world_size() if distributed else 1
@@ -240,8 +292,10 @@ def make_loader(
             "with their sizes) or an augment ending in a fixed size (RandomResizedCrop, CenterCrop)"
         )
     codec = getattr(getattr(dataset, "manifest", None), "format_options", {}).get("compression", "none")
+    asked = workers is not None
     if workers is None:
         workers = suggest_num_workers(batch_size) if per_sample or codec in _SERIAL_CODECS else 0
+    workers = _fit_workers(workers, asked, _batch_bytes(dataset, batch_size, plan), prefetch_factor)
     if threads is None:
         threads = 1 if workers > 0 else suggest_threads()
     if prefetch_thread is None:

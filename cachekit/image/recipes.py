@@ -1,8 +1,8 @@
 """Preprocessing recipes: TOML files naming a sequence of ``cachekit.image.ops`` steps with their parameters.
 
 A recipe is data: its resolved form (name, size, steps) is recorded in the manifest and hashed into
-the cache fingerprint. Built-in recipes live in the project's top-level ``pipelines/`` folder,
-installed inside the package as ``cachekit/pipelines/``; a user passes a path to their own.
+the cache fingerprint. Built-in recipes are the TOML files of ``cachekit/pipelines/``, shipped in
+the wheel; a user passes a path to their own.
 Parameters may refer to the recipe's output side as ``"size"`` or ``"size*A/B"`` so ``--size``
 rescales the whole recipe.
 """
@@ -133,14 +133,8 @@ class Pipeline:
 
 
 def _builtin_folder():
-    """The built-in recipes: ``cachekit/pipelines`` when installed, else the checkout's ``pipelines/``."""
-    try:
-        folder = resources.files("cachekit.pipelines")
-        if any(p.name.endswith(".toml") for p in folder.iterdir()):
-            return folder
-    except (ModuleNotFoundError, FileNotFoundError, NotADirectoryError):
-        pass
-    return Path(__file__).resolve().parents[2] / "pipelines"  # an editable install or a source tree
+    """The built-in recipes: the TOML files of the ``cachekit.pipelines`` package."""
+    return resources.files("cachekit.pipelines")
 
 
 def builtin_pipelines() -> list[str]:

@@ -35,6 +35,7 @@ from ..constants import DEFAULT_PIPELINE, VERSION
 from ..cpus import available_cpus
 from ..errors import CachekitError, UsageError
 from ..feed.dataset import CachedDataset
+from ..feed.shm import shm_shortfall
 from ..image.recipes import load_pipeline
 from ..store.remote import is_url
 from .baselines import BACKENDS, RawImageDataset, RawInputs, check_raw_inputs
@@ -44,12 +45,23 @@ from .benchview import augment_text, cache_names, format_table, plot_result, wor
 
 __all__ = [
     "BenchConfig",
+    "DEFAULT_WORKERS",
+    "MIN_BATCHES",
     "run_bench",
     "format_table",
     "plot_result",
     "memcpy_bandwidth",
     "drop_page_cache",
 ]
+
+
+#: Worker counts each loader is timed with when none are given.
+DEFAULT_WORKERS = (0, 2)
+#: Batches an epoch below which a row's speed is mostly its start-up (workers, first reads): the
+#: figures are still printed, with a warning that says so.
+MIN_BATCHES = 10
+#: prefetch_factor of the bench's DataLoaders (torch's default).
+_PREFETCH = 2
 
 
 @dataclass(frozen=True)
@@ -61,7 +73,7 @@ class BenchConfig:
     """
 
     batch_size: int = 256
-    workers: tuple[int, ...] = (0, 2)
+    workers: tuple[int, ...] | None = None  # None: DEFAULT_WORKERS, those /dev/shm can serve
     samples: int | None = None  # None: every sample
     epochs: int = 2
     seed: int = 0
@@ -76,6 +88,8 @@ class BenchConfig:
             raise UsageError("--batch-size and --epochs must be at least 1")
         if self.samples is not None and self.samples < 1:
             raise UsageError("--samples must be at least 1")
+        if self.workers is not None and (not self.workers or min(self.workers) < 0):
+            raise UsageError("--workers takes worker counts of 0 or more, such as 0,2")
         unknown = set(self.raw_backends) - set(BACKENDS)
         if unknown:
             raise UsageError(
@@ -278,6 +292,16 @@ def _run(raw, caches, datasets, config: BenchConfig, log, progress: bool, storag
     log(f"{n} samples per epoch in every row, matched by {align.by}")
     if crop:
         log(f"augmented: every row does {augment_text(crop)} per sample")
+    warnings = []
+    batches = -(-n // config.batch_size)
+    if batches < MIN_BATCHES:
+        warnings.append(
+            f"only {batches} batch{'es' if batches > 1 else ''} of {config.batch_size} an epoch: each row's "
+            "speed is mostly its start-up, so rows may rank in another order than on a real epoch; "
+            f"give more --samples or a smaller --batch-size (at least {MIN_BATCHES} batches)"
+        )
+        log(f"warning: {warnings[-1]}")
+    counts = _worker_counts(config, _sample_bytes(crop, datasets) * config.batch_size, log)
     rows = []
 
     def add(name, workers, make, files):
@@ -290,11 +314,11 @@ def _run(raw, caches, datasets, config: BenchConfig, log, progress: bool, storag
 
     bs = config.batch_size
     for backend, ds in raw_ds.items():
-        for w in config.workers:
+        for w in counts:
             add(f"raw-{backend}", w, raw_row(ds, align.raw, w, bs), [Path(p) for p in ds.paths])
     for path, name, order in zip(caches, names, align.caches):
         files = [] if is_url(path) else _files(Path(path))  # a URL cache's copies are fetched afresh
-        for w in config.workers:
+        for w in counts:
             add(name, w, cache_row(path, order, w, bs, crop, storage_options), files)
         add(name, "make_loader", make_loader_row(path, bs, config.seed, crop, storage_options), files)
 
@@ -303,6 +327,14 @@ def _run(raw, caches, datasets, config: BenchConfig, log, progress: bool, storag
     for r in rows:
         r["speedup"] = r["samples_per_s"] / baseline["samples_per_s"] if baseline else None
     memcpy = memcpy_bandwidth()
+    ratios = _ratios(rows, baseline, None if crop else memcpy)
+    for key, value in ratios.items():
+        if key.endswith("/ memcpy") and value > 1.0:
+            warnings.append(
+                f"{key} is {value:.2f}: over the copy limit, which no loader can pass; this figure "
+                "cannot be trusted (too few batches timed, or the clock caught a pause)"
+            )
+            log(f"warning: {warnings[-1]}")
     return {
         "cachekit_version": VERSION,
         "config": asdict(config),
@@ -331,8 +363,30 @@ def _run(raw, caches, datasets, config: BenchConfig, log, progress: bool, storag
         ],
         "rows": rows,
         "baseline": {k: baseline[k] for k in ("loader", "workers", "samples_per_s")} if baseline else None,
-        "ratios": _ratios(rows, baseline, None if crop else memcpy),
+        "ratios": ratios,
+        "warnings": warnings,
     }
+
+
+def _sample_bytes(crop: tuple[int, int] | None, datasets: Sequence[CachedDataset]) -> int:
+    """Bytes of the largest sample any row hands over (raw rows run a cache's recipe, or crop)."""
+    if crop:
+        return 3 * crop[0] * crop[1]
+    return max((d.manifest.sample.nbytes for d in datasets), default=3 * 224 * 224)
+
+
+def _worker_counts(config: BenchConfig, batch_bytes: int, log) -> tuple[int, ...]:
+    """The worker counts to time: asked-for ones /dev/shm cannot serve are a UsageError, default
+    ones are left out with a warning (a container's 64 MB /dev/shm)."""
+    counts = config.workers if config.workers is not None else DEFAULT_WORKERS
+    short = {w: shm_shortfall(batch_bytes, w, _PREFETCH) for w in counts}
+    short = {w: why for w, why in short.items() if why}
+    if short and config.workers is not None:
+        w, why = next(iter(short.items()))
+        raise UsageError(f"--workers {w}: {why}")
+    for w, why in short.items():
+        log(f"warning: no {w}-worker rows: {why}")
+    return tuple(w for w in counts if w not in short)
 
 
 def _raw_summary(raw, inputs: RawInputs | None) -> dict | None:

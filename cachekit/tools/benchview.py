@@ -131,7 +131,10 @@ def format_table(result: dict) -> str:
         for kind, how in aug["how"].items():
             out.append(f"  {kind}: {how}")
     for key, value in result["ratios"].items():
-        out.append(f"{key}: {value:.2f}")
+        untrusted = key.endswith("/ memcpy") and value > 1.0
+        out.append(f"{key}: {value:.2f}" + (" (over the copy limit: cannot be trusted)" if untrusted else ""))
+    for warning in result.get("warnings", []):
+        out.append(f"warning: {warning}")
     return "\n".join(out)
 
 

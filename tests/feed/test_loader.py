@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -77,57 +74,6 @@ def test_prefetch_thread_propagates_errors(small_cache):
     loader = make_loader(ds, batch_size=4, workers=0)
     with pytest.raises(ZeroDivisionError):
         next(iter(loader))
-
-
-@pytest.fixture(scope="module")
-def learnable_cache(tmp_path_factory):
-    """Four classes a tiny CNN can tell apart: each tints its images towards one colour."""
-    import cv2
-    import numpy as np
-
-    from cachekit import BuildConfig, build
-    from cachekit.tools.synthetic import synthetic_image
-
-    raw = tmp_path_factory.mktemp("learnable") / "raw"
-    rng = np.random.default_rng(0)
-    tints = [(1.0, 0.2, 0.2), (0.2, 1.0, 0.2), (0.2, 0.2, 1.0), (0.6, 0.6, 0.6)]
-    for c, tint in enumerate(tints):
-        (raw / f"c{c}").mkdir(parents=True)
-        for i in range(12):
-            img = (synthetic_image(rng, 48, 48) * np.array(tint)).astype(np.uint8)
-            cv2.imwrite(str(raw / f"c{c}" / f"{i}.png"), img[..., ::-1])
-    out = raw.parent / "cache"
-    build(raw, out, BuildConfig(size=32, workers=1, progress=False))
-    return out
-
-
-def test_train_ddp_example_under_torchrun(learnable_cache):
-    small_cache = learnable_cache
-    example = Path(__file__).resolve().parents[2] / "examples" / "train_ddp.py"
-    torchrun = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc_per_node",
-        "2",
-        "--master_port",
-        "0",
-        "--rdzv-backend",
-        "c10d",
-        "--rdzv-endpoint",
-        "127.0.0.1:0",
-    ]
-    proc = subprocess.run(
-        [*torchrun, str(example), str(small_cache), "--steps", "40", "--batch-size", "8", "--lr", "0.02"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    done = [line for line in proc.stdout.splitlines() if line.startswith("done:")]
-    first, last = (float(v) for v in done[0].split("loss")[1].split("->"))
-    assert last < first * 0.9, proc.stdout
 
 
 # -- augmentation through make_loader -------------------------------------------------------------

@@ -23,7 +23,7 @@ from cachekit.constants import DIST_NAME
 from cachekit.tools.baselines import RawImageDataset, check_raw_inputs
 from cachekit.tools.bench import BenchConfig, run_bench
 from cachekit.tools.benchsamples import align_samples, cache_pipeline
-from cachekit.tools.benchview import bench_figure, plot_result
+from cachekit.tools.benchview import bench_figure, format_table, plot_result
 
 QUICK = BenchConfig(batch_size=4, workers=(0,), epochs=1, cold=False)
 
@@ -306,3 +306,37 @@ def test_an_unwritable_output_fails_before_any_work(tmp_path, target):
             pytest.skip("running as a user who may write anything")
     code, _, err = _cli("--synthetic", 4, "--workdir", tmp_path / "w", "--json", out)
     assert code == 2 and not (tmp_path / "w").exists(), err
+
+
+def test_a_row_of_few_batches_says_its_speed_is_mostly_start_up(mixed_result):
+    batches = -(-mixed_result["samples"] // 4)
+    assert batches < 10
+    (warning,) = [w for w in mixed_result["warnings"] if "batch" in w]
+    assert f"only {batches} batches of 4 an epoch" in warning and "--samples" in warning
+    assert f"warning: {warning}" in format_table(mixed_result)
+
+
+def test_a_ratio_over_the_copy_limit_is_never_printed_as_a_result(mixed_tree, mixed_cache, monkeypatch):
+    import cachekit.tools.bench as bench
+
+    monkeypatch.setattr(bench, "memcpy_bandwidth", lambda: 1.0)  # any loader now beats "the copy limit"
+    result = run_bench(None, [mixed_cache], QUICK)
+    (key,) = [k for k in result["ratios"] if k.endswith("/ memcpy")]
+    assert result["ratios"][key] > 1
+    assert any(key in w and "cannot be trusted" in w for w in result["warnings"])
+    line = next(line for line in format_table(result).splitlines() if line.startswith(key))
+    assert line.endswith("(over the copy limit: cannot be trusted)")
+
+
+def test_worker_rows_that_shm_cannot_serve_are_left_out_or_refused(mixed_cache, monkeypatch):
+    import cachekit.feed.shm as shm
+    from cachekit import UsageError
+
+    monkeypatch.setattr(shm, "shm_free_bytes", lambda path=None: 1000)
+    lines = []
+    default = BenchConfig(batch_size=4, epochs=1, cold=False)
+    result = run_bench(None, [mixed_cache], default, log=lines.append)
+    assert {r["workers"] for r in result["rows"]} == {0, "make_loader"}
+    assert any("no 2-worker rows" in line and "--shm-size" in line for line in lines)
+    with pytest.raises(UsageError, match="--workers 2: /dev/shm has 0 MiB free"):
+        run_bench(None, [mixed_cache], BenchConfig(batch_size=4, workers=(0, 2), epochs=1, cold=False))

@@ -1,0 +1,5 @@
+"""``python -m cachekit``: the ``cachekit`` command."""
+
+from .cli import main
+
+main()
