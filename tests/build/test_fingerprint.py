@@ -12,7 +12,7 @@ import cv2
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from cachekit import BuildConfig, UsageError, build, read_manifest
@@ -76,6 +76,62 @@ def test_an_older_format_cache_needs_overwrite(small_tree, tmp_path):
     assert result.status == "built" and verify(out).ok
 
 
+# -- every option that shapes a cache is in its fingerprint --------------------------------------
+
+#: Each BuildConfig option that shapes what a cache holds: (what the first build sets, what the
+#: second changes). Options that need another (a codec needs hdf5) set it in both.
+SHAPING = {
+    "format": ({}, {"format": "zarr"}),
+    "pipeline": ({}, {"pipeline": "letterbox-640"}),
+    "size": ({}, {"size": 12}),
+    "shard_size": ({}, {"shard_size": 5}),
+    "labels": ({}, {"labels": "LABELS"}),
+    "fast_decode": ({}, {"fast_decode": True}),
+    "augment": ({}, {"augment": 2}),
+    "seed": ({}, {"seed": 5}),
+    "augment_rotate": ({"augment": 2}, {"augment": 2, "augment_rotate": 10.0}),
+    "compression": ({"format": "hdf5"}, {"format": "hdf5", "compression": "gzip"}),
+    "store": ({}, {"store": "png"}),
+    "quality": ({"store": "jpeg"}, {"store": "jpeg", "quality": 70}),
+    "order": ({}, {"order": "sorted"}),
+    "shards": ({}, {"shards": 3}),
+    "max_pixels": ({}, {"max_pixels": 1_000_000}),
+}
+#: Options that change how a build runs, never what it writes.
+NOT_SHAPING = {
+    "workers", "strict", "overwrite", "update", "grace", "executor", "executor_options", "progress",
+    "storage_options",
+}  # fmt: skip
+
+
+def test_every_build_option_is_known_to_shape_the_cache_or_not():
+    from dataclasses import fields
+
+    names = {f.name for f in fields(BuildConfig)}
+    assert names == set(SHAPING) | NOT_SHAPING, "a new BuildConfig option: add it to SHAPING or NOT_SHAPING"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("option", sorted(SHAPING))
+def test_every_option_that_shapes_a_cache_changes_its_fingerprint(option, small_tree, tmp_path):
+    """Changed alone, each option is refused without --overwrite, and with it gives a new cache:
+    never "up to date" on the old bytes, and byte for byte what a fresh build with it writes."""
+    labels = tmp_path / "labels.csv"
+    rows = sorted(p.relative_to(small_tree).as_posix() for p in small_tree.rglob("*.jpg"))
+    labels.write_text("".join(f"{r},{'odd' if i % 2 else 'even'}\n" for i, r in enumerate(rows)))
+    first, second = ({k: str(labels) if v == "LABELS" else v for k, v in d.items()} for d in SHAPING[option])
+    common = {"size": 16, "shard_size": 8, "workers": 1, "progress": False}
+    out = tmp_path / "cache"
+    before = build(small_tree, out, BuildConfig(**{**common, **first})).manifest
+    with pytest.raises(UsageError, match="--overwrite"):
+        build(small_tree, out, BuildConfig(**{**common, **second}))
+    result = build(small_tree, out, BuildConfig(**{**common, **second}, overwrite=True, grace=0))
+    assert result.status == "built" and result.manifest.fingerprint != before.fingerprint
+    fresh = build(small_tree, tmp_path / "fresh", BuildConfig(**{**common, **second})).manifest
+    assert fresh.fingerprint == result.manifest.fingerprint
+    assert [s.sha256 for s in fresh.shards] == [s.sha256 for s in result.manifest.shards]
+
+
 # -- the invariant, over random sequences ------------------------------------------------------------
 
 #: Options a step may pick: each changes the shard bytes.
@@ -95,6 +151,7 @@ def _image(name: str, version: int) -> bytes:
     return cv2.imencode(".jpg", synthetic_image(rng, 14 + version, 18))[1].tobytes()
 
 
+_PLAIN = {k: v[0] for k, v in OPTION_SPACE.items()}
 options = st.fixed_dictionaries({k: st.sampled_from(v) for k, v in OPTION_SPACE.items()})
 steps = st.lists(
     st.one_of(
@@ -126,13 +183,25 @@ def _referenced(out: Path) -> dict[str, bytes]:
 @pytest.mark.slow
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(sequence=steps)
+@example(  # a file removed and written again with the same bytes: a new mtime, a changed input
+    sequence=[
+        ("build", _PLAIN, ""),
+        ("remove", FILES[0], None),
+        ("add", FILES[0], None),
+        ("build", _PLAIN, ""),
+    ]
+)
 def test_any_sequence_of_builds_and_updates_ends_byte_identical_to_a_fresh_build(sequence):
     with tempfile.TemporaryDirectory() as tmp:
         raw, out = Path(tmp) / "raw", Path(tmp) / "cache"
-        present = {name: 0 for name in FILES[:5]}
-        for name, version in present.items():
+        # each file's (content version, write stamp): a file removed and written again with the
+        # same bytes has a new mtime, so it is a changed input (the build rightly asks for --update)
+        stamps = iter(range(1, 10**6))
+        present = {name: (0, next(stamps)) for name in FILES[:5]}
+        for name, (version, stamp) in present.items():
             (raw / name).parent.mkdir(parents=True, exist_ok=True)
             (raw / name).write_bytes(_image(name, version))
+            os.utime(raw / name, ns=(10**18 + stamp, 10**18 + stamp))
         built = None  # (options, the inputs they were built from) of the cache in `out`
         for kind, arg, flag in sequence:
             if kind != "build":
@@ -141,10 +210,11 @@ def test_any_sequence_of_builds_and_updates_ends_byte_identical_to_a_fresh_build
                     path.unlink()
                     del present[arg]
                 elif kind in ("add", "modify"):
-                    present[arg] = present.get(arg, -1) + 1
+                    version = present[arg][0] + 1 if arg in present else 0
+                    present[arg] = (version, next(stamps))
                     path.parent.mkdir(parents=True, exist_ok=True)
-                    path.write_bytes(_image(arg, present[arg]))
-                    os.utime(path, ns=(10**18 + present[arg], 10**18 + present[arg]))
+                    path.write_bytes(_image(arg, version))
+                    os.utime(path, ns=(10**18 + present[arg][1],) * 2)
                 continue
             config = BuildConfig(
                 **arg,

@@ -206,3 +206,13 @@ def test_colour_jitter_takes_torchvision_forms_and_refuses_non_finite_strengths(
     assert (jitter[:, 2] == 1.0).all()
     assert (jitter[:, 3] >= -0.05).all() and (jitter[:, 3] <= 0.0).all()
     assert RandomResizedCrop(np.int64(16)).size == 16  # numpy integers are sizes too
+
+
+def test_random_resized_crop_positions_reach_every_edge():
+    """Every position of the box is drawn, the last row and column included (torchvision's
+    ``randint(0, H - h + 1)``): a range one short would never crop the bottom or right edge."""
+    n = 3000
+    step = RandomResizedCrop(8, scale=(0.25, 0.25), ratio=(1.0, 1.0))  # always a 16x16 box of 32x32
+    top, left, h, w = compile_plan([step]).draw(0, 0, np.arange(n), np.full(n, 32), np.full(n, 32)).boxes.T
+    assert (h == 16).all() and (w == 16).all()
+    assert set(top.tolist()) == set(range(17)) and set(left.tolist()) == set(range(17))

@@ -123,3 +123,40 @@ def test_a_shard_that_is_not_a_regular_file_is_refused(hdf5_cache, tmp_path):
         CachedDataset(cache)
     problems = {p.file: p.problem for p in verify(cache).problems}
     assert "not a regular file" in problems[name]
+
+
+def test_images_whose_chunks_run_past_the_end_of_the_file_are_a_cache_error(hdf5_cache, tmp_path):
+    """Raw chunks evenly spaced, as cachekit writes them, but moved so the last runs past the end
+    of the file (an index without checksums, HDF5's earliest layout, rewritten by hand): the
+    memory map must never be made past the file's end, and verify must say so."""
+    cache = tmp_path / "c"
+    shutil.copytree(hdf5_cache, cache)
+    manifest = json.loads((cache / "manifest.json").read_text())
+    info = manifest["shards"][0]
+    path = cache / info["file"]
+    with h5py.File(path, "r") as f:
+        columns = {name: f[name][()] for name in f}
+    with h5py.File(path, "w", libver="earliest") as f:
+        for name, value in columns.items():
+            chunks = (1, *value.shape[1:]) if name == "images" else None
+            f.create_dataset(name, data=value, chunks=chunks)
+
+    def chunk_offsets():
+        with h5py.File(path, "r") as f:
+            found = []
+            f["images"].id.chunk_iter(lambda s: found.append(s.byte_offset))
+            return found
+
+    data, row = bytearray(path.read_bytes()), columns["images"][0].size
+    offsets = chunk_offsets()
+    delta = len(data) - offsets[-1] - row // 2  # the last sample's second half lies past the end
+    for offset in offsets:  # each address is stored once, in the chunk B-tree
+        at = data.find(offset.to_bytes(8, "little"))
+        data[at : at + 8] = (offset + delta).to_bytes(8, "little")
+    path.write_bytes(bytes(data))
+    assert chunk_offsets()[-1] + row > path.stat().st_size
+    _agree(cache, manifest, 0)
+    with pytest.raises(CacheError, match="past the end of the file"):
+        CachedDataset(cache)[0]
+    (problem,) = verify(cache).problems
+    assert "past the end of the file" in problem.problem

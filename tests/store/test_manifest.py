@@ -231,3 +231,36 @@ def test_huge_and_deep_manifests_are_one_line_errors(small_cache, tmp_path, case
         result = CliRunner().invoke(main, [command, str(cache)])
         assert result.exit_code in (1, 2) and isinstance(result.exception, SystemExit), result.output
         assert result.output.startswith("error: ") and result.output.count("\n") == 1
+
+
+def test_every_torch_load_in_cachekit_refuses_pickled_code():
+    """``weights_only=True`` on every call: torch < 2.6 (which pyproject allows) loads pickles
+    that run code by default; the suite's own torch would not notice the flag missing."""
+    import ast
+
+    import cachekit
+
+    calls = []
+    for path in Path(cachekit.__file__).parent.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            func = getattr(node, "func", None)
+            if isinstance(node, ast.Call) and isinstance(func, ast.Attribute) and func.attr == "load":
+                if isinstance(func.value, ast.Name) and func.value.id == "torch":
+                    flags = {k.arg: getattr(k.value, "value", None) for k in node.keywords}
+                    calls.append((path.name, node.lineno, flags.get("weights_only")))
+    assert calls and all(flag is True for *_, flag in calls), calls
+
+
+def test_a_pt_shard_is_opened_with_weights_only(small_cache, monkeypatch):
+    import torch
+
+    seen = []
+    real = torch.load
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs.get("weights_only"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(torch, "load", spy)
+    CachedDataset(small_cache)[0]
+    assert seen == [True]

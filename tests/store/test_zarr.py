@@ -231,3 +231,21 @@ def test_a_chunk_is_never_decompressed_past_the_sample_size(name):
     cut = np.frombuffer(codec.encode(sample), dtype=np.uint8)[:-8].copy()
     with pytest.raises(Exception):  # noqa: B017 - each codec has its own error for a cut chunk
         decode(cut, out)
+
+
+def test_an_index_entry_running_past_the_data_is_refused_by_reads_and_verify(cache):
+    """An offset inside the file with a size that runs past the data (into the index itself)."""
+    manifest = _manifest(cache)
+    info = manifest["shards"][0]
+    inner = cache.joinpath(info["file"], *_INNER)
+    data_end = inner.stat().st_size - 16 * info["samples"] - 4
+
+    def past_the_end(index):
+        index[2, 1] = np.uint64(data_end) - index[2, 0] + np.uint64(8)
+
+    _rewrite_index(inner, info["samples"], past_the_end)
+    _agree(cache, manifest)
+    with pytest.raises(CacheError, match=r"points outside the file \(sample 2: "):
+        CachedDataset(cache)[2]
+    (problem,) = verify(cache).problems
+    assert problem.file == info["file"] and "points outside the file" in problem.problem

@@ -57,8 +57,14 @@ def _mapped_images(path: Path, dataset) -> np.ndarray | None:
     if len(found) != dataset.shape[0] or any(size != row or mask for _, _, size, mask in found):
         return None
     offsets = np.array([offset for _, offset, _, _ in found], dtype=np.int64)
-    if (offsets < 0).any() or (np.diff(offsets) != row).any() or offsets[-1] + row > path.stat().st_size:
-        return None
+    if (np.diff(offsets) != row).any():
+        return None  # laid out otherwise: read through h5py
+    size = path.stat().st_size
+    if offsets[0] < 0 or offsets[-1] + row > size:  # no library writes that: cut short, or crafted
+        raise CacheError(
+            f"{path.name}: its images' chunks run past the end of the file ({int(offsets[0])} + "
+            f"{len(found)} x {row} bytes, the file has {size}): truncated or crafted"
+        )
     mapped = map_file(path, path.name)
     prefetch_file(path)
     return np.ndarray(dataset.shape, dtype=dataset.dtype, buffer=mapped, offset=int(offsets[0]))
