@@ -10,10 +10,17 @@ from .feed.batch import SampleBatch, collate_batch, pad_collate
 from .feed.dataset import CachedDataset
 from .feed.loader import CacheLoader, make_loader, suggest_num_workers
 from .feed.sampler import ShardAwareDistributedSampler
-from .feed.transforms import CenterCrop, ColorJitter, RandomHorizontalFlip, RandomResizedCrop, Resize
+from .feed.transforms import (
+    CenterCrop,
+    ColorJitter,
+    Letterbox,
+    RandomHorizontalFlip,
+    RandomResizedCrop,
+    Resize,
+)
 from .image.recipes import Pipeline, load_pipeline
 from .store.location import read_manifest
-from .store.manifest import Manifest, SampleSpec, ShardInfo
+from .store.manifest import FieldSpec, Manifest, SampleSpec, ShardInfo
 from .tools.autobatch import autobatch
 from .tools.convert import convert
 from .tools.doctor import DoctorReport, diagnose
@@ -50,6 +57,8 @@ __all__ = [
     "ColorJitter",
     "CenterCrop",
     "Resize",
+    "Letterbox",
+    "FieldSpec",
     "available_cpus",
     "autobatch",
     "discover",

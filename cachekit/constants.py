@@ -9,6 +9,7 @@ __all__ = [
     "DIST_NAME",
     "MANIFEST_NAME",
     "MANIFEST_VERSION",
+    "READABLE_MANIFEST_VERSIONS",
     "LOCK_NAME",
     "PARTIAL_DIR",
     "DEFAULT_FORMAT",
@@ -20,6 +21,7 @@ __all__ = [
     "IMAGE_EXTENSIONS",
     "UNREAD_IMAGE_EXTENSIONS",
     "DEFAULT_MAX_PIXELS",
+    "MAX_ANNOTATIONS_BYTES",
     "RETIRED_NAME",
     "DEFAULT_GRACE_SECONDS",
     "SHUFFLE_WINDOW_SAMPLES",
@@ -35,8 +37,12 @@ DIST_NAME = "cachekit-vision"
 
 #: Name of the file that makes a folder a cache; written last, atomically.
 MANIFEST_NAME = "manifest.json"
-#: Bumped whenever the on-disk contract changes incompatibly.
-MANIFEST_VERSION = 3
+#: Bumped whenever the on-disk contract changes incompatibly: the newest version this code writes.
+#: A cache of image + class only is still written as version 3 (what it was before fields came), so
+#: that rebuilding one gives the same bytes and fingerprint; a sample with fields needs version 4.
+MANIFEST_VERSION = 4
+#: Versions this code reads.
+READABLE_MANIFEST_VERSIONS = (3, 4)
 #: Lock file held while a build writes into a cache folder.
 LOCK_NAME = ".cachekit.lock"
 #: Folder inside a cache where a build in progress keeps per-shard records (for resume).
@@ -64,6 +70,10 @@ MIN_SHARD_SAMPLES = 16
 MAX_SHARD_SAMPLES = 100_000
 #: How long a retired shard stays for readers of the cache version that referenced it (``--grace``).
 DEFAULT_GRACE_SECONDS = env_int("CACHEKIT_GRACE_SECONDS", 24 * 3600)
+
+#: Largest annotations file (COCO JSON) a build reads: parsed whole, it takes several times its
+#: size in memory (COCO's 448 MB train2017 file: ~4 GB).
+MAX_ANNOTATIONS_BYTES = env_int("CACHEKIT_MAX_ANNOTATIONS_BYTES", 2 << 30)
 
 #: Raw image extensions recognised by discovery (compared case-insensitively).
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp")

@@ -1,11 +1,19 @@
 """Batched on-the-fly augmentation for ``make_loader(augment=[...])``: torchvision-style, per-sample draws.
 
-    from cachekit.transforms import RandomResizedCrop, RandomHorizontalFlip, ColorJitter, CenterCrop, Resize
+    from cachekit.transforms import RandomResizedCrop, RandomHorizontalFlip, ColorJitter, CenterCrop, Resize, Letterbox
 
 Each sample's random draws come from (seed, epoch, sample index): reproducible, resumable,
-independent of thread and worker counts, and new every epoch. See ``cachekit.feed.transforms``.
+independent of thread and worker counts, and new every epoch. Boxes and masks move with the pixels.
+See ``cachekit.feed.transforms``.
 """
 
-from .feed.transforms import CenterCrop, ColorJitter, RandomHorizontalFlip, RandomResizedCrop, Resize
+from .feed.transforms import (
+    CenterCrop,
+    ColorJitter,
+    Letterbox,
+    RandomHorizontalFlip,
+    RandomResizedCrop,
+    Resize,
+)
 
-__all__ = ["RandomResizedCrop", "RandomHorizontalFlip", "ColorJitter", "CenterCrop", "Resize"]
+__all__ = ["RandomResizedCrop", "RandomHorizontalFlip", "ColorJitter", "CenterCrop", "Resize", "Letterbox"]

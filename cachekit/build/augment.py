@@ -31,6 +31,7 @@ __all__ = [
     "VariantParams",
     "variant_params",
     "crop_variant",
+    "rotation",
     "colour_batch",
 ]
 
@@ -119,12 +120,16 @@ def variant_params(config: AugmentConfig, key: int, variant: int, height: int, w
     )
 
 
+def rotation(p: VariantParams) -> np.ndarray:
+    """The 2x3 map (of pixel indices, as ``warpAffine`` takes) turning a variant about its crop's centre."""
+    centre = (p.left + p.width / 2.0, p.top + p.height / 2.0)
+    return cv2.getRotationMatrix2D(centre, p.angle, 1.0)
+
+
 def crop_variant(img: np.ndarray, p: VariantParams, out_hw: tuple[int, int]) -> np.ndarray:
     """The geometric part: rotate about the crop's centre (if asked), crop, resize to ``out_hw``."""
     if p.angle:
-        centre = (p.left + p.width / 2.0, p.top + p.height / 2.0)
-        matrix = cv2.getRotationMatrix2D(centre, p.angle, 1.0)
-        img = cv2.warpAffine(img, matrix, (img.shape[1], img.shape[0]), flags=cv2.INTER_LINEAR)
+        img = cv2.warpAffine(img, rotation(p), (img.shape[1], img.shape[0]), flags=cv2.INTER_LINEAR)
     crop = img[p.top : p.top + p.height, p.left : p.left + p.width]
     h, w = out_hw
     return cv2.resize(crop, (w, h), interpolation=ops.interpolation_for(crop.shape[:2], (h, w)))

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..constants import DEFAULT_FORMAT, DEFAULT_MAX_PIXELS, DEFAULT_PIPELINE
+from ..image.geometry import DEFAULT_MIN_VISIBILITY
 from ..store.manifest import Manifest
 
 __all__ = ["BuildConfig", "BuildResult"]
@@ -21,6 +22,12 @@ class BuildConfig:
     workers: int | None = None
     shard_size: int | None = None
     labels: str | Path | None = None
+    #: Boxes: a COCO instances JSON, or ``"yolo"`` / a YOLO ``data.yaml`` (``RAW/images`` + ``RAW/labels``).
+    annotations: str | Path | None = None
+    #: A folder with a class-map PNG per input, named as the input (``a/b.jpg`` -> ``a/b.png``).
+    masks: str | Path | None = None
+    #: Boxes keeping less of their area than this through the recipe (or a variant's crop) are dropped.
+    min_visibility: float = DEFAULT_MIN_VISIBILITY
     strict: bool = False
     overwrite: bool = False
     update: bool = False

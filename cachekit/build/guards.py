@@ -66,6 +66,8 @@ def check_config(config: BuildConfig) -> None:
         raise UsageError("--max-pixels must be >= 0 (0: no limit)")
     if config.grace is not None and config.grace < 0:
         raise UsageError("--grace must be >= 0")
+    if not (isinstance(config.min_visibility, (int, float)) and 0.0 <= config.min_visibility <= 1.0):
+        raise UsageError(f"--min-visibility must be between 0 and 1, got {config.min_visibility!r}")
 
 
 def refuse(

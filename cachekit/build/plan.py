@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..constants import DEFAULT_SHARD_BYTES, MANIFEST_VERSION, MAX_SHARD_SAMPLES, MIN_SHARD_SAMPLES
+from ..constants import DEFAULT_SHARD_BYTES, MAX_SHARD_SAMPLES, MIN_SHARD_SAMPLES
 from ..store.manifest import Manifest
 from .order import default_shards, shard_rows
 from .sources import Source
@@ -55,7 +55,7 @@ class Content:
     def fingerprint(self) -> str:
         return sha_json(
             {
-                "format_version": MANIFEST_VERSION,
+                "format_version": 4 if self.sample.get("fields") else 3,  # manifest_version_for
                 "pipeline": self.pipeline,
                 "format": self.format,
                 "options": self.options,
@@ -101,6 +101,8 @@ def _pipeline_changes(old: dict, new: dict) -> list[str]:
         out.append(
             f"fast-decode {'on' if old.get('fast_decode') else 'off'} -> {'on' if new.get('fast_decode') else 'off'}"
         )
+    if old.get("min_visibility") != new.get("min_visibility"):
+        out.append(f"min-visibility {old.get('min_visibility')} -> {new.get('min_visibility')}")
     a, b = old.get("augment") or {}, new.get("augment") or {}
     if a.get("variants", 0) != b.get("variants", 0):
         out.append(f"augment {a.get('variants', 0)} -> {b.get('variants', 0)}")
@@ -134,6 +136,10 @@ def option_changes(
         out.append(f"seed {old_seed} -> {seed}")
     if previous.limits != content.limits:
         out.append(f"max-pixels {previous.limits.get('max_pixels')} -> {content.limits.get('max_pixels')}")
+    old_fields = sorted(previous.sample.to_json().get("fields", {}))
+    new_fields = sorted(content.sample.get("fields", {}))
+    if old_fields != new_fields:
+        out.append(f"fields {', '.join(old_fields) or 'none'} -> {', '.join(new_fields) or 'none'}")
     if not out and previous.sample.to_json() != content.sample:
         out.append("sample layout")
     return out

@@ -42,6 +42,9 @@ from .sources import Source, discover
 
 __all__ = ["BuildConfig", "BuildResult", "build", "default_shard_size", "probe_shape"]
 
+#: Annotations left out that the manifest lists by name (all are counted).
+_DROPPED_LISTED = 1000
+
 
 def probe_shape(pipeline: Pipeline) -> tuple[int, int | None, int | None]:
     """The stored sample shape ``[3, H, W]``, found by running the recipe on two unlike images.
@@ -105,7 +108,13 @@ def _build(raw: str | os.PathLike, out: str | os.PathLike, config: BuildConfig) 
     check_apart(raw, out)
     location = open_location(out, config.storage_options)
     location.exists()  # an --out that is a file is refused before any work
-    source = discover(raw, config.labels, storage_options=config.storage_options)
+    source = discover(
+        raw,
+        config.labels,
+        annotations=config.annotations,
+        masks=config.masks,
+        storage_options=config.storage_options,
+    )
     pipeline = load_pipeline(config.pipeline, config.size)
     fmt = get_format(config.format)
     check_store(config.store, config.quality)
@@ -124,12 +133,14 @@ def _build(raw: str | os.PathLike, out: str | os.PathLike, config: BuildConfig) 
                 f"geometry ({', '.join(sorted(set(extras) - {'orig_size'}))}); use a classification recipe"
             )
         extras.update(AUGMENT_EXTRAS)
-    spec = SampleSpec(shape=probe_shape(pipeline), extras=extras)
+    spec = SampleSpec(shape=probe_shape(pipeline), extras=extras, fields=source.fields)
     if augment is not None and spec.ragged:
         raise UsageError(
             f"--augment needs a recipe with a fixed output size; {pipeline.name!r} keeps each image's"
         )
     pipeline_json = pipeline.to_json() | {"fast_decode": config.fast_decode}
+    if "boxes" in {f.kind for f in source.fields.values()}:
+        pipeline_json["min_visibility"] = config.min_visibility
     if augment is not None:
         pipeline_json["augment"] = augment.to_json()
     content = Content(
@@ -290,6 +301,9 @@ def _job(t: _Target, config: BuildConfig, index: int, shard: PlannedShard, paths
         unreadable_fails=config.executor == "dask",
         sizes=tuple(int(t.source.sizes[i]) for i in shard.rows) if config.executor == "dask" else (),
         storage_options=config.storage_options,
+        targets=tuple(t.source.targets[i] for i in shard.rows) if t.source.targets else (),
+        masks_root=t.source.extra.get("masks"),
+        min_visibility=config.min_visibility,
     )
 
 
@@ -353,6 +367,14 @@ def _manifest(
     }
     if t.source.unread:
         source["unread"] = dict(t.source.unread)
+    source.update({k: v for k, v in t.source.extra.items() if k != "masks"})
+    if t.source.extra.get("masks"):
+        source["masks"] = (
+            redact(t.source.extra["masks"]) if is_url(t.source.extra["masks"]) else t.source.extra["masks"]
+        )
+    if t.source.dropped:  # annotations left out: the first ones by name, and how many
+        source["dropped"] = [{"where": w, "reason": r} for w, r in t.source.dropped[:_DROPPED_LISTED]]
+        source["dropped_count"] = len(t.source.dropped)
     return Manifest(
         format=t.content.format,
         sample=t.spec,

@@ -16,6 +16,7 @@ import numpy as np
 
 from ..constants import DEFAULT_MAX_PIXELS
 from ..errors import BuildError
+from ..image.geometry import DEFAULT_MIN_VISIBILITY, Affine
 from ..image.ops import DecodeError
 from ..image.recipes import Pipeline
 from ..store.encoding import encode_images
@@ -23,7 +24,7 @@ from ..store.formats import SHARD_NAME_COLUMN, identity_column
 from ..store.manifest import SampleSpec, ShardInfo, SkippedInput
 from ..store.remote import redact
 from ..store.sourcecol import pack_sources
-from .augment import AugmentConfig, VariantParams, colour_batch, crop_variant, variant_params
+from .augment import AugmentConfig, colour_batch, crop_variant, rotation, variant_params
 from .headers import jpeg_size
 from .inputs import (
     INPUT_ERRORS,
@@ -36,6 +37,7 @@ from .inputs import (
     skip_reason,
 )
 from .order import input_key
+from .sampletargets import move_values, move_values_matrix, raw_values
 from .shardwrite import commit_shard, disk_full
 
 #: Augmented variants whose flip and colour jitter run together, as one batch.
@@ -85,6 +87,12 @@ class ShardJob:
     #: How to reach ``root`` and ``out`` when they are URLs: plain data, so that each worker process
     #: makes its own filesystem; never shown (``repr``) nor written anywhere.
     storage_options: dict = field(default_factory=dict, repr=False)
+    #: Each input's raw target (``Source.targets``), when the samples have fields besides the image.
+    targets: tuple = ()
+    #: The folder (or URL) of the inputs' mask files, when the samples have a ``mask`` field.
+    masks_root: str | None = None
+    #: Boxes keeping less of their area than this through the recipe or a variant's crop are dropped.
+    min_visibility: float = DEFAULT_MIN_VISIBILITY
 
 
 @dataclass(frozen=True)
@@ -98,11 +106,14 @@ class InputUnreadable(BuildError):
     """An input could not be read by a job that must not skip it (``ShardJob.unreadable_fails``)."""
 
 
-def _samples(job: ShardJob, rel: str, img: np.ndarray) -> list[tuple[np.ndarray, dict, VariantParams | None]]:
-    """The stored samples of one decoded input: the recipe's output, or K augmented variants."""
+def _samples(job: ShardJob, rel: str, img: np.ndarray, values: dict) -> list[tuple]:
+    """The stored samples of one decoded input, each ``(image, extras, variant, field values)``:
+    the recipe's output, or K augmented variants; the fields go through each one's geometry."""
+    fields = job.spec.fields
     if job.augment is None:
         out, extras = job.pipeline.apply(img)
-        return [(out, extras, None)]
+        affine, _ = job.pipeline.geometry(*img.shape[:2])
+        return [(out, extras, None, move_values(fields, values, affine, out.shape[:2], job.min_visibility))]
     _, h, w = job.spec.shape
     orig = np.array(img.shape[:2], dtype=np.int32)
     key = input_key(rel)
@@ -110,7 +121,18 @@ def _samples(job: ShardJob, rel: str, img: np.ndarray) -> list[tuple[np.ndarray,
     for v in range(job.augment.variants):
         p = variant_params(job.augment, key, v, img.shape[0], img.shape[1])
         extras = {"orig_size": orig, "input_key": np.int64(key), "variant": np.int32(v)}
-        found.append((crop_variant(img, p, (h, w)), extras, p))
+        moved = values
+        if fields:
+            then = Affine.crop(p.top, p.left, p.height, p.width, (h, w))
+            if p.flip:  # the pixels are flipped with the colour ops, later; their fields here
+                then = then.then(Affine.hflip(w))
+            if p.angle:
+                moved = move_values_matrix(
+                    fields, values, rotation(p), then, (h, w), job.min_visibility, img.shape[:2]
+                )
+            else:
+                moved = move_values(fields, values, then, (h, w), job.min_visibility)
+        found.append((crop_variant(img, p, (h, w)), extras, p, moved))
     return found
 
 
@@ -135,9 +157,10 @@ def run_shard_job(job: ShardJob, progress: Callable[[int], None] | None = None) 
     pixel_count = 0
     skipped: list[SkippedInput] = []
     kept = 0
-    pending: list[tuple[np.ndarray, dict, VariantParams | None, int, str]] = []  # awaiting colour ops
+    pending: list[tuple] = []  # (image, extras, variant, field values, label, path) awaiting colour ops
+    values: dict[str, list] = {name: [] for name in spec.fields}  # each kept sample's, per field
 
-    def store(hwc: np.ndarray, sample_extras: dict, label: int, rel: str) -> None:
+    def store(hwc: np.ndarray, sample_extras: dict, sample_values: dict, label: int, rel: str) -> None:
         nonlocal kept, pixel_sum, pixel_sumsq, pixel_count
         if images is not None:
             images[kept] = hwc.transpose(2, 0, 1)
@@ -147,6 +170,8 @@ def run_shard_job(job: ShardJob, progress: Callable[[int], None] | None = None) 
             ragged.append(chw)
         for name, value in sample_extras.items():
             extras[name][kept] = value
+        for name in values:
+            values[name].append(sample_values.get(name))
         labels[kept] = label
         sources.append(rel)
         flat = chw.reshape(spec.shape[0], -1).astype(np.float64)
@@ -158,11 +183,16 @@ def run_shard_job(job: ShardJob, progress: Callable[[int], None] | None = None) 
     def flush() -> None:
         if pending:
             coloured = colour_batch(np.stack([s[0] for s in pending]), [s[2] for s in pending])
-            for img, (_, sample_extras, _, label, rel) in zip(coloured, pending):
-                store(img, sample_extras, label, rel)
+            for img, (_, sample_extras, _, sample_values, label, rel) in zip(coloured, pending):
+                store(img, sample_extras, sample_values, label, rel)
             pending.clear()
 
     read = input_reader(job.root, max_input_bytes(job.max_pixels), job.storage_options)
+    read_mask = (
+        input_reader(job.masks_root, max_input_bytes(job.max_pixels), job.storage_options)
+        if job.masks_root
+        else None
+    )
     done = 0
     for k, (rel, label) in enumerate(zip(job.paths, job.labels)):
         try:
@@ -193,7 +223,9 @@ def run_shard_job(job: ShardJob, progress: Callable[[int], None] | None = None) 
                     max_pixels=job.max_pixels,
                     check_recipe=job.augment is None,  # augmented variants crop first, then resize
                 )
-                samples = _samples(job, rel, img)
+                target = job.targets[k] if job.targets else None
+                raw = raw_values(spec.fields, target, img.shape[:2], read_mask) if spec.fields else {}
+                samples = _samples(job, rel, img, raw)
                 shape = samples[0][0].transpose(2, 0, 1).shape
             except Exception as exc:  # any failure on one input is a skip, never an abort
                 skipped.append(SkippedInput(rel, skip_reason(exc)))
@@ -203,9 +235,9 @@ def run_shard_job(job: ShardJob, progress: Callable[[int], None] | None = None) 
                         SkippedInput(rel, f"pipeline gave shape {list(shape)}, not {list(spec.shape)}")
                     )
                 elif job.augment is None:
-                    store(samples[0][0], samples[0][1], label, rel)
+                    store(samples[0][0], samples[0][1], samples[0][3], label, rel)
                 else:
-                    pending.extend((img, ex, p, label, rel) for img, ex, p in samples)
+                    pending.extend((img, ex, p, moved, label, rel) for img, ex, p, moved in samples)
                     if len(pending) >= _COLOUR_BATCH:
                         flush()
             del data
@@ -226,6 +258,8 @@ def run_shard_job(job: ShardJob, progress: Callable[[int], None] | None = None) 
         if images is None:
             arrays["image_shape"] = np.array([r.shape for r in rows], dtype=np.int32).reshape(-1, 3)
     arrays.update({name: value[:kept] for name, value in extras.items()})
+    for name, field_spec in spec.fields.items():
+        arrays.update(field_spec.handler.pack(name, field_spec.params, values[name]))
     arrays.update(pack_sources(sources))
     arrays[SHARD_NAME_COLUMN] = identity_column(job.file)  # what a reader checks the file against
     size, digest = commit_shard(

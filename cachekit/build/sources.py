@@ -12,10 +12,11 @@ from __future__ import annotations
 import csv
 import errno
 import hashlib
+import json
 import os
 import stat
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 
@@ -23,9 +24,23 @@ import numpy as np
 
 from ..constants import IMAGE_EXTENSIONS, UNREAD_IMAGE_EXTENSIONS
 from ..errors import UsageError
+from ..store.fields import FieldSpec
 from ..store.remote import access_error, filesystem, is_url
 
-__all__ = ["Source", "discover", "inputs_digest", "is_image_name", "path_key", "path_bytes"]
+__all__ = [
+    "Source",
+    "discover",
+    "inputs_digest",
+    "is_image_name",
+    "path_key",
+    "path_bytes",
+    "Walk",
+    "walk",
+    "table",
+    "file_problem",
+    "stat_problem",
+    "remote_files",
+]
 
 
 def path_key(path: str) -> tuple[str, ...]:
@@ -66,9 +81,37 @@ class Source:
     classes: tuple[str, ...]
     ignored: tuple[tuple[str, str], ...] = ()  # (path, reason) found but not usable as inputs
     unread: dict[str, int] = field(default_factory=dict)  # extension -> files of it not read
+    #: The sample's fields besides the image (``FieldSpec`` by name; none for classification).
+    fields: dict = field(default_factory=dict)
+    #: Per input, its raw targets (JSON-able: boxes in its own pixels, its mask file, ...); or ().
+    targets: tuple = ()
+    #: Annotations left out (a bad box, a bad row), each ``(where, reason)``; their inputs are kept.
+    dropped: tuple[tuple[str, str], ...] = ()
+    #: What the manifest's ``source`` records besides the layout (COCO's category ids, ...).
+    extra: dict = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.paths)
+
+    def with_targets(self, fields: dict, targets, dropped, extra: dict) -> Source:
+        """This source with ``fields`` and each input's raw targets (in ``paths`` order)."""
+        targets = tuple(targets)
+        if len(targets) != len(self.paths):
+            raise ValueError("one target per input")
+        return replace(self, fields=dict(fields), targets=targets, dropped=tuple(dropped), extra=dict(extra))
+
+    def subset(self, rows, ignored=()) -> Source:
+        """The inputs ``rows`` only (in order), with ``ignored`` added to what was left out."""
+        rows = list(rows)
+        return replace(
+            self,
+            paths=tuple(self.paths[i] for i in rows),
+            labels=self.labels[rows],
+            sizes=self.sizes[rows],
+            mtimes=self.mtimes[rows],
+            targets=tuple(self.targets[i] for i in rows) if self.targets else (),
+            ignored=tuple(sorted([*self.ignored, *ignored])),
+        )
 
     def digest(self, rows: np.ndarray | range | None = None) -> str:
         """sha256 over (path, size, mtime, label) of the given rows, in order: changes iff they do."""
@@ -76,15 +119,19 @@ class Source:
 
 
 def inputs_digest(source: Source, rows) -> str:
+    """sha256 of the rows' paths, sizes, mtimes, labels and (when the source has fields) targets."""
     h = hashlib.sha256()
     for i in rows:
         h.update(path_bytes(source.paths[i]))
         h.update(f"\0{source.sizes[i]}\0{source.mtimes[i]}\0{source.labels[i]}\n".encode())
+        if source.targets:
+            h.update(json.dumps(source.targets[i], sort_keys=True, separators=(",", ":")).encode())
+            h.update(b"\n")
     return h.hexdigest()
 
 
 @dataclass
-class _Walk:
+class Walk:
     """What a walk of a local tree found: inputs with their stat, and what it left out."""
 
     files: list[tuple[str, int, int]] = field(default_factory=list)  # (rel, size, mtime_ns)
@@ -93,7 +140,7 @@ class _Walk:
     visited: set[tuple[int, int]] = field(default_factory=set)
 
 
-def _file_problem(st: os.stat_result) -> str | None:
+def file_problem(st: os.stat_result) -> str | None:
     if stat.S_ISREG(st.st_mode):
         return None
     kind = (
@@ -110,7 +157,7 @@ def _file_problem(st: os.stat_result) -> str | None:
     return f"not a regular file ({kind})"
 
 
-def _stat_problem(exc: OSError) -> str:
+def stat_problem(exc: OSError) -> str:
     if exc.errno == errno.ELOOP:
         return "symlink loop"
     if exc.errno == errno.ENOENT:
@@ -118,7 +165,7 @@ def _stat_problem(exc: OSError) -> str:
     return f"unreadable: {exc.strerror or exc}"
 
 
-def _walk(root: Path, top_rel: str, found: _Walk) -> None:
+def walk(root: Path, top_rel: str, found: Walk) -> None:
     """Add the image files below ``root/top_rel`` to ``found``; every real folder is walked once.
 
     A symlinked folder is followed when it leads out of RAW (data kept on another disk), never
@@ -133,7 +180,7 @@ def _walk(root: Path, top_rel: str, found: _Walk) -> None:
         try:
             st = folder.stat()
         except OSError as exc:
-            found.ignored.append((rel, _stat_problem(exc)))
+            found.ignored.append((rel, stat_problem(exc)))
             continue
         if rel and folder.is_symlink():
             target = os.path.realpath(folder)
@@ -175,9 +222,9 @@ def _walk(root: Path, top_rel: str, found: _Walk) -> None:
             try:
                 st = entry.stat()  # follows symlinks: a link to /dev/zero is a device
             except OSError as exc:
-                found.ignored.append((child, _stat_problem(exc)))
+                found.ignored.append((child, stat_problem(exc)))
                 continue
-            problem = _file_problem(st)
+            problem = file_problem(st)
             if problem is not None:
                 found.ignored.append((child, problem))
             else:
@@ -185,7 +232,7 @@ def _walk(root: Path, top_rel: str, found: _Walk) -> None:
         stack.extend(reversed(subdirs))
 
 
-def _table(root, layout: str, rows: list[tuple[str, int, int, int]], classes, ignored, unread) -> Source:
+def table(root, layout: str, rows: list[tuple[str, int, int, int]], classes, ignored, unread) -> Source:
     """A Source from ``(path, label, size, mtime_ns)`` rows."""
     return Source(
         root=root,
@@ -200,70 +247,176 @@ def _table(root, layout: str, rows: list[tuple[str, int, int, int]], classes, ig
     )
 
 
-def _read_labels_csv(root, labels_csv: Path) -> tuple[list[tuple[str, int]], list[str]]:
-    """``(path, label)`` rows of a labels CSV, sorted by path, and the class names."""
-    if not labels_csv.is_file():
-        raise UsageError(f"labels file {labels_csv} does not exist")
-    with open(labels_csv, newline="", encoding="utf-8-sig") as fh:
-        rows = [r for r in csv.reader(fh) if r and any(c.strip() for c in r)]
-    if rows and rows[0][0].strip().lower() in ("file", "path", "filename", "image"):
-        rows = rows[1:]
-    pairs = []
-    for n, row in enumerate(rows, 1):
-        if len(row) < 2 or not row[0].strip():
-            raise UsageError(f"{labels_csv}: row {n} is not 'file,label': {row!r}")
+#: Header names of a labels CSV's path column, and the columns it may have besides.
+_PATH_HEADERS = ("file", "path", "filename", "image")
+_COLUMNS = ("label", "labels", "caption")
+
+
+@dataclass
+class _LabelsTable:
+    """A labels CSV, read: each listed path's class, and its classes and caption when it has them."""
+
+    pairs: list[tuple[str, int]]
+    classes: list[str]
+    multi: dict[str, list[int]] | None  # a ``labels`` column: several classes per path
+    captions: dict[str, str] | None  # a ``caption`` column
+    has_label: bool
+
+    def attach(self, source: Source) -> Source:
+        """``source`` (the listed files that exist) with the CSV's fields."""
+        fields, parts = {}, []
+        if self.multi is not None:
+            fields["labels"], parts = FieldSpec("labels"), [*parts, "labels"]
+        if self.captions is not None:
+            fields["text"], parts = FieldSpec("text"), [*parts, "text"]
+        if not fields:
+            return source
+        if self.has_label:
+            fields = {"label": FieldSpec("label"), **fields}
+        values = {"labels": self.multi, "text": self.captions}
+        targets = [{k: values[k][p] for k in parts} for p in source.paths]
+        return source.with_targets(fields, targets, (), source.extra)
+
+
+def _csv_rows(labels_csv: Path) -> list[list[str]]:
+    """The non-empty rows of a CSV file, or one line (UsageError) saying why it cannot be read."""
+    try:
+        st = labels_csv.stat()
+    except OSError:
+        raise UsageError(f"labels file {labels_csv} does not exist") from None
+    problem = file_problem(st)
+    if problem:
+        raise UsageError(f"labels file {labels_csv} is {problem}")
+    try:
+        with open(labels_csv, newline="", encoding="utf-8-sig") as fh:
+            return [r for r in csv.reader(fh) if r and any(c.strip() for c in r)]
+    except UnicodeDecodeError:
+        raise UsageError(f"labels file {labels_csv} is not UTF-8 text (a CSV of file,label rows)") from None
+    except csv.Error as exc:
+        raise UsageError(f"labels file {labels_csv} is not a CSV file ({exc})") from None
+    except OSError as exc:
+        raise UsageError(f"labels file {labels_csv} cannot be read ({exc.strerror or exc})") from None
+
+
+def _header(labels_csv: Path, rows: list[list[str]]) -> dict[str, int]:
+    """Column name -> index; without a header row, ``file,label``."""
+    first = [c.strip().lower() for c in rows[0]] if rows else []
+    if not first or first[0] not in _PATH_HEADERS:
+        return {"label": 1}
+    unknown = [c for c in first[1:] if c and c not in _COLUMNS]
+    if unknown or len(set(first)) != len(first):
+        raise UsageError(
+            f"{labels_csv}: header {rows[0]!r}: columns after the path may be {', '.join(_COLUMNS)}, each once"
+        )
+    return {c: i for i, c in enumerate(first) if i and c}
+
+
+def _class_index(tokens: set[str]) -> tuple[list[str], dict[str, int]]:
+    """Class names and each token's index: integers stand for themselves, names are sorted."""
+    tokens = {t for t in tokens if t not in ("", "-1")}
+    if all(t.isdigit() for t in tokens):
+        top = max((int(t) for t in tokens), default=-1)
+        return [str(i) for i in range(top + 1)], {t: int(t) for t in tokens} | {"-1": -1, "": -1}
+    classes = sorted(tokens)
+    return classes, {c: i for i, c in enumerate(classes)} | {"-1": -1, "": -1}
+
+
+def _read_labels_csv(root, labels_csv: Path) -> _LabelsTable:
+    """A labels CSV: ``file,label`` rows, or a header naming ``label``, ``labels`` (several classes,
+    ``;``-separated) and ``caption`` columns; rows sorted by path."""
+    rows = _csv_rows(labels_csv)
+    columns = _header(labels_csv, rows)
+    body = rows[1:] if rows and rows[0][0].strip().lower() in _PATH_HEADERS else rows
+    width = max(columns.values(), default=0) + 1
+    entries: dict[str, list[str]] = {}
+    for n, row in enumerate(body, 1):
+        if len(row) < width or not row[0].strip():
+            raise UsageError(
+                f"{labels_csv}: row {n} does not have the {width} columns of its header: {row!r}"
+                if columns != {"label": 1}
+                else f"{labels_csv}: row {n} is not 'file,label': {row!r}"
+            )
         rel = Path(row[0].strip()).as_posix()
         if rel.startswith("/") or ".." in Path(rel).parts:
             raise UsageError(f"{labels_csv}: row {n}: {rel!r} must be a path inside {root}")
-        pairs.append((rel, row[1].strip()))
-    if not pairs:
+        cells = [row[columns[c]].strip() if c in columns else "" for c in _COLUMNS]
+        if entries.setdefault(rel, cells) != cells:
+            raise UsageError(f"{labels_csv}: {rel!r} is listed twice, with other values")
+    if not entries:
         raise UsageError(f"{labels_csv}: no rows")
-    seen: dict[str, str] = {}
-    for rel, label in pairs:
-        if seen.setdefault(rel, label) != label:
-            raise UsageError(f"{labels_csv}: {rel!r} is listed with two labels")
-    names = sorted(seen, key=path_key)
-    values = [seen[p] for p in names]
-    if all(v.lstrip("-").isdigit() for v in values):
-        ints = [int(v) for v in values]
-        if min(ints) < -1:
-            raise UsageError(f"{labels_csv}: integer labels must be >= -1")
-        return list(zip(names, ints)), [str(i) for i in range(max(ints) + 1)]
-    classes = sorted(set(values))
-    index = {c: i for i, c in enumerate(classes)}
-    return [(p, index[v]) for p, v in zip(names, values)], classes
+    names = sorted(entries, key=path_key)
+    label_tokens = {entries[p][0] for p in names}
+    multi_tokens = {t.strip() for p in names for t in entries[p][1].split(";") if t.strip()}
+    if (
+        "label" in columns
+        and all(t.lstrip("-").isdigit() for t in label_tokens if t)
+        and any(int(t) < -1 for t in label_tokens if t)
+    ):
+        raise UsageError(f"{labels_csv}: integer labels must be >= -1")
+    classes, index = _class_index(label_tokens | multi_tokens)
+    pairs = [(p, index[entries[p][0]]) for p in names]
+    multi = None
+    if "labels" in columns:
+        multi = {p: sorted({index[t.strip()] for t in entries[p][1].split(";") if t.strip()}) for p in names}
+    captions = {p: entries[p][2] for p in names} if "caption" in columns else None
+    return _LabelsTable(pairs, classes, multi, captions, "label" in columns)
 
 
 def _csv_source(root: Path, labels_csv: Path) -> Source:
-    pairs, classes = _read_labels_csv(root, labels_csv)
+    labels = _read_labels_csv(root, labels_csv)
     rows, ignored = [], []
-    for rel, label in pairs:
+    for rel, label in labels.pairs:
         try:
             st = (root / rel).stat()
         except OSError as exc:
-            ignored.append((rel, _stat_problem(exc)))
+            ignored.append((rel, stat_problem(exc)))
             continue
-        problem = _file_problem(st)
+        problem = file_problem(st)
         if problem is not None:
             ignored.append((rel, problem))
         else:
             rows.append((rel, label, st.st_size, st.st_mtime_ns))
-    return _table(root, "csv", rows, classes, ignored, {})
+    return labels.attach(table(root, "csv", rows, labels.classes, ignored, {}))
 
 
 def discover(
     root: str | os.PathLike,
     labels_csv: str | os.PathLike | None = None,
     *,
+    annotations: str | os.PathLike | None = None,
+    masks: str | os.PathLike | None = None,
     storage_options: dict | None = None,
 ) -> Source:
     """Find the inputs of ``root`` (a folder, or an fsspec URL reached with ``storage_options``).
 
-    - ``labels_csv`` given: exactly the files it lists, with its labels (names or integers).
+    - ``annotations`` a COCO JSON file: the images it lists, with their boxes; ``"yolo"`` or a
+      YOLO ``data.yaml``: the images under ``root/images/`` with their ``root/labels/`` files.
+    - ``labels_csv`` given: exactly the files it lists, with its labels (names or integers), and its
+      ``labels`` (multi-label) and ``caption`` columns when it has them.
     - ``root/<class>/**/<image>``: ImageFolder; classes are the sorted sub-folder names, like
       torchvision's ImageFolder. Images directly in ``root`` are then ignored, and reported.
     - otherwise a flat folder: every image in ``root``, label -1.
+
+    ``masks``: a folder with a class map per input (``a/b.jpg`` -> ``masks/a/b.png``).
     """
+    source = _discover(root, labels_csv, annotations, storage_options)
+    if masks is not None:
+        from .annotate import add_masks
+
+        source = _nonempty(add_masks(source, masks, storage_options))
+    return source
+
+
+def _discover(root, labels_csv, annotations, storage_options) -> Source:
+    if annotations is not None:
+        from .annotate import coco_source, yolo_source
+
+        if labels_csv is not None:
+            raise UsageError("--annotations and --labels both say which files are inputs: give one of them")
+        text = str(annotations)
+        if text == "yolo" or text.lower().endswith((".yaml", ".yml")):
+            return _nonempty(yolo_source(root, text, storage_options))
+        return _nonempty(coco_source(root, annotations, storage_options))
     if is_url(root):
         return _discover_remote(str(root), labels_csv, storage_options)
     root = Path(root)
@@ -280,15 +433,15 @@ def discover(
     subdirs = [e.name for e in top if not e.name.startswith(".") and _is_dir(e)]
     per_class, visited = {}, {(st.st_dev, st.st_ino) for st in [root.stat()]}
     for d in subdirs:
-        walk = _Walk(visited=visited)  # shared: a real folder belongs to one class only
-        _walk(root, d, walk)
-        per_class[d] = walk
+        found = Walk(visited=visited)  # shared: a real folder belongs to one class only
+        walk(root, d, found)
+        per_class[d] = found
     classes = [d for d in subdirs if per_class[d].files]
     ignored: list[tuple[str, str]] = []
     unread: Counter = Counter()
-    for walk in per_class.values():
-        ignored += walk.ignored
-        unread += walk.unread
+    for found in per_class.values():
+        ignored += found.ignored
+        unread += found.unread
     if classes:
         rows = [
             (rel, label, size, mtime)
@@ -300,11 +453,11 @@ def discover(
         ]
         unread += Counter(ext for e in top if not _is_dir(e) and (ext := _unread_extension(e.name)))
         rows.sort(key=lambda r: path_key(r[0]))
-        return _nonempty(_table(root, "imagefolder", rows, classes, sorted(ignored), unread))
-    walk = _Walk()
-    _walk(root, "", walk)
-    rows = sorted(((rel, -1, size, mtime) for rel, size, mtime in walk.files), key=lambda r: path_key(r[0]))
-    return _nonempty(_table(root, "flat", rows, (), sorted(walk.ignored), walk.unread))
+        return _nonempty(table(root, "imagefolder", rows, classes, sorted(ignored), unread))
+    found = Walk()
+    walk(root, "", found)
+    rows = sorted(((rel, -1, size, mtime) for rel, size, mtime in found.files), key=lambda r: path_key(r[0]))
+    return _nonempty(table(root, "flat", rows, (), sorted(found.ignored), found.unread))
 
 
 def _is_dir(entry: os.DirEntry) -> bool:
@@ -338,8 +491,8 @@ def _mtime_ns(info: dict) -> int:
     return int.from_bytes(hashlib.sha256(tag.encode()).digest()[:7], "big")
 
 
-def _discover_remote(url: str, labels_csv: str | os.PathLike | None, storage_options: dict | None) -> Source:
-    """``discover`` for a folder on object storage (an fsspec URL): one listing, same layouts."""
+def remote_files(url: str, storage_options: dict | None) -> dict[str, tuple[int, int]]:
+    """Every file below ``url`` (hidden ones left out): relative path -> (size, mtime_ns)."""
     fs, base = filesystem(url, storage_options)
     try:
         found = fs.find(base, detail=True)
@@ -355,13 +508,19 @@ def _discover_remote(url: str, labels_csv: str | os.PathLike | None, storage_opt
         if not rel or info.get("type") == "directory" or any(p.startswith(".") for p in rel.split("/")):
             continue
         files[rel] = (int(info.get("size") or 0), _mtime_ns(info))
+    return files
+
+
+def _discover_remote(url: str, labels_csv: str | os.PathLike | None, storage_options: dict | None) -> Source:
+    """``discover`` for a folder on object storage (an fsspec URL): one listing, same layouts."""
+    files = remote_files(url, storage_options)
     unread = Counter(ext for r in files if (ext := _unread_extension(r)))
 
     if labels_csv is not None:
-        pairs, classes = _read_labels_csv(url, Path(labels_csv))
-        rows = [(p, lab, *files[p]) for p, lab in pairs if p in files]
-        ignored = [(p, "unreadable: not found") for p, _ in pairs if p not in files]
-        return _nonempty(_table(url, "csv", rows, classes, ignored, {}))
+        table_ = _read_labels_csv(url, Path(labels_csv))
+        rows = [(p, lab, *files[p]) for p, lab in table_.pairs if p in files]
+        ignored = [(p, "unreadable: not found") for p, _ in table_.pairs if p not in files]
+        return _nonempty(table_.attach(table(url, "csv", rows, table_.classes, ignored, {})))
     images = sorted((r for r in files if is_image_name(r)), key=path_key)
     nested = [r for r in images if "/" in r]
     if nested:
@@ -369,5 +528,5 @@ def _discover_remote(url: str, labels_csv: str | os.PathLike | None, storage_opt
         index = {c: i for i, c in enumerate(classes)}
         rows = [(r, index[r.split("/", 1)[0]], *files[r]) for r in nested]
         ignored = [(r, "outside any class folder") for r in images if "/" not in r]
-        return _nonempty(_table(url, "imagefolder", rows, classes, ignored, unread))
-    return _nonempty(_table(url, "flat", [(r, -1, *files[r]) for r in images], (), (), unread))
+        return _nonempty(table(url, "imagefolder", rows, classes, ignored, unread))
+    return _nonempty(table(url, "flat", [(r, -1, *files[r]) for r in images], (), (), unread))

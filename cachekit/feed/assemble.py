@@ -25,8 +25,9 @@ from ..image.ops import hwc_into_planes
 from ..store.encoding import decode_sample, read_sample
 from .batch import SampleBatch
 from .colour import jitter_planes
+from .targets import move_target, sample_target
 from .transforms import Plan
-from .warp import warp_hwc, warp_planes
+from .warp import single_threaded_torch, warp_hwc, warp_planes
 
 __all__ = ["BatchRequest", "run_chunks", "assemble"]
 
@@ -79,7 +80,7 @@ def _pool(threads: int) -> ThreadPoolExecutor:
         if pool is None or pool._max_workers < threads:
             _pools.clear()
             pool = _pools[os.getpid()] = ThreadPoolExecutor(
-                max_workers=threads, thread_name_prefix="cachekit-read"
+                max_workers=threads, thread_name_prefix="cachekit-read", initializer=single_threaded_torch
             )
         return pool
 
@@ -108,6 +109,8 @@ def run_chunks(n: int, threads: int, fn: Callable[[int, int], None]) -> None:
     samples takes more of them instead of waiting for one that drew expensive ones.
     """
     threads = max(1, min(int(threads), -(-n // CHUNK)))
+    if threading.current_thread().name.startswith("cachekit-"):  # our prefetch thread, not the user's
+        single_threaded_torch()
     if threads == 1:
         fn(0, n)
         return
@@ -159,22 +162,45 @@ def _source(dataset, reader, i: int) -> tuple[np.ndarray, bool]:
     return (array[i] if array is not None else reader.images(np.array([i]))[0]), False
 
 
-def _aux(draws, inside: np.ndarray) -> dict:
+def _aux(draws, heights: np.ndarray, widths: np.ndarray) -> dict:
     aux = {
         "boxes": torch.from_numpy(draws.boxes),
         "flips": torch.from_numpy(draws.flips),
-        "inside": torch.from_numpy(inside),
+        "sizes": torch.from_numpy(np.stack([heights, widths], axis=1)),
         "out_size": torch.tensor(draws.out_size, dtype=torch.int64),
+        "fill": draws.fill,
     }
+    if draws.pre is not None:
+        aux["pre"] = torch.from_numpy(draws.pre)
     if draws.jitter is not None:
         aux["jitter"] = torch.from_numpy(draws.jitter)
+        aux["order"] = torch.from_numpy(draws.order)
     return aux
 
 
+def _mask_buffers(dataset, n: int, hw: tuple[int, int] | None) -> dict[str, torch.Tensor]:
+    """A ``[n, H, W]`` buffer per mask field, when every mask of the batch has one size ``hw``.
+
+    Tensors, with rows taken as ``buffer[j].numpy()``: each row keeps the pooled block in use (a
+    numpy view of a numpy view names only the block as its base, and the pool would reuse it).
+    """
+    if hw is None:
+        return {}
+    return {
+        name: torch.from_numpy(dataset._buffers.get((n, *hw)))
+        for name, spec in dataset.fields.items()
+        if spec.kind == "mask"
+    }
+
+
 def assemble(
-    dataset, request: BatchRequest, readers: list, local: np.ndarray, labels: np.ndarray
+    dataset, request: BatchRequest, readers: list, local: np.ndarray, labels: np.ndarray, values=None
 ) -> SampleBatch:
-    """Read (and, on threads, augment) the samples at ``readers[j]``, row ``local[j]``, into one batch."""
+    """Read (and, on threads, augment) the samples at ``readers[j]``, row ``local[j]``, into one batch.
+
+    ``values``: each sample's stored field values (``targets.read_values``), for caches with fields;
+    they are decoded and moved with their pixels here, in the same threads.
+    """
     n = len(local)
     channels = dataset.sample_shape[0]
     heights, widths = _sizes(dataset, readers, local)
@@ -196,29 +222,65 @@ def assemble(
     else:
         out = dataset._buffers.get((n, *dataset.sample_shape))
     local_list = local.tolist()
+    targets: list = [None] * n if values is not None else []
+    if values is None:
+        masks = {}
+    elif draws is not None:
+        masks = _mask_buffers(dataset, n, draws.out_size)
+    else:  # as stored: padded like the images when their sizes differ
+        masks = _mask_buffers(dataset, n, tuple(out.shape[-2:]))
+        for buffer in masks.values():
+            buffer.zero_()
+    where = [dataset.manifest.shards[0].file]  # named in a damaged mask's error
 
     def work(lo: int, hi: int) -> None:
         for j in range(lo, hi):
             src, hwc = _source(dataset, readers[j], local_list[j])
             if on_threads:
+                pre = draws.pre[j] if draws.pre is not None else None
                 (warp_hwc if hwc else warp_planes)(
-                    src, draws.boxes[j], bool(draws.flips[j]), bool(inside[j]), out[j]
+                    src, draws.boxes[j], bool(draws.flips[j]), bool(inside[j]), out[j], draws.fill, pre
                 )
                 if draws.jitter is not None:
-                    jitter_planes(out[j], draws.jitter[j])
+                    jitter_planes(out[j], draws.jitter[j], draws.order[j])
             else:
                 dst = out[j, :, : heights[j], : widths[j]]
                 if hwc:
                     hwc_into_planes(src, dst)
                 else:
                     dst[...] = src
+            if values is not None:
+                target = sample_target(dataset.fields, values[j], where[0])
+                if draws is not None:
+                    rows = {name: buffer[j].numpy() for name, buffer in masks.items()}
+                    target = move_target(
+                        dataset.fields, target, draws.affine(j), draws.out_size, plan.min_visibility, rows
+                    )
+                else:
+                    for name, buffer in masks.items():
+                        mask = target[name]
+                        if mask.shape != (heights[j], widths[j]):
+                            raise CacheError(
+                                f"a stored mask is {mask.shape}, its image {heights[j]}x{widths[j]}"
+                            )
+                        row = buffer[j].numpy()
+                        row[: mask.shape[0], : mask.shape[1]] = mask
+                        target[name] = row[: mask.shape[0], : mask.shape[1]]
+                targets[j] = target
 
-    if on_threads or dataset.store != "pixels":
+    if on_threads or dataset.store != "pixels" or values is not None:
         _opencv_one_thread()
     run_chunks(n, request.threads, work)
     aux = None
     if draws is not None and request.on_device:
-        aux = _aux(draws, inside)
+        aux = _aux(draws, heights, widths)
     elif draws is None and dataset.ragged:
         aux = {"sizes": torch.from_numpy(np.stack([heights, widths], axis=1))}
-    return SampleBatch(torch.from_numpy(out), torch.from_numpy(labels), aux)
+    batch = SampleBatch(torch.from_numpy(out), torch.from_numpy(labels), aux)
+    if values is not None:
+        batch.targets, batch.masks = targets, masks
+        batch.fields = dataset.fields
+        batch.image_hw = (
+            [tuple(draws.out_size)] * n if draws is not None else list(zip(heights.tolist(), widths.tolist()))
+        )
+    return batch

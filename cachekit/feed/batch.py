@@ -5,10 +5,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import torch
 from torch.utils.data import default_collate
 
-__all__ = ["SampleBatch", "collate_batch", "collate_padded", "pad_collate", "stack_images"]
+from ..store.fields import FieldSpec
+from .targets import COLLATES, collate_targets, yolo_rows
+
+__all__ = ["SampleBatch", "Collate", "collate_batch", "collate_padded", "pad_collate", "stack_images"]
 
 
 class SampleBatch(list):
@@ -17,20 +21,35 @@ class SampleBatch(list):
     It is also a list of ``(image, label)`` pairs (built on first use), so torch's default collate
     works unchanged; ``collate_batch`` skips that and returns the stacked tensors directly.
     ``.aux``: what the loader still has to do on the device (augmentation parameters), or padded
-    samples' own sizes; None for a plain batch.
+    samples' own sizes; None for a plain batch. A cache with fields besides the class also gives
+    ``.targets`` (each sample's dict), ``.masks`` (each mask field's ``[B, H, W]`` buffer, when the
+    batch's masks share a size), ``.fields`` and ``.image_hw`` (each sample's size, unpadded).
     """
 
-    def __init__(self, images: torch.Tensor, labels: torch.Tensor, aux: dict | None = None) -> None:
+    def __init__(
+        self,
+        images: torch.Tensor,
+        labels: torch.Tensor,
+        aux: dict | None = None,
+        targets: list | None = None,
+        masks: dict | None = None,
+        fields: dict | None = None,
+        image_hw: list | None = None,
+    ) -> None:
         super().__init__()
         self.images = images
         self.labels = labels
         self.aux = aux
+        self.targets, self.masks, self.fields, self.image_hw = targets, masks, fields, image_hw
         self._filled = False
 
     def _fill(self) -> None:
         if not self._filled:
             self._filled = True
-            super().extend(zip(self.images, self.labels.tolist()))
+            if self.targets is None:
+                super().extend(zip(self.images, self.labels.tolist()))
+            else:
+                super().extend(zip(self.images, (_tensors(t) for t in self.targets)))
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -44,7 +63,13 @@ class SampleBatch(list):
         return super().__getitem__(i)
 
     def __reduce__(self):
-        return (SampleBatch, (self.images, self.labels, self.aux))
+        extra = (self.targets, self.masks, self.fields, self.image_hw)
+        return (SampleBatch, (self.images, self.labels, self.aux, *extra))
+
+
+def _tensors(target: dict) -> dict:
+    """A target dict with its arrays as tensors (text stays text)."""
+    return {k: torch.from_numpy(np.asarray(v)) if isinstance(v, np.ndarray) else v for k, v in target.items()}
 
 
 def stack_images(images: Sequence[torch.Tensor]) -> torch.Tensor:
@@ -60,29 +85,63 @@ def stack_images(images: Sequence[torch.Tensor]) -> torch.Tensor:
     return torch.stack(list(images)) if images else torch.empty(0, dtype=torch.uint8)
 
 
-def collate_batch(batch: Any) -> Any:
-    """Collate for DataLoaders over a CachedDataset: a SampleBatch is already stacked.
-
-    A batch with work left for the loader's device stage comes as ``(images, labels, aux)``.
-    """
-    if isinstance(batch, SampleBatch):
-        if batch.aux is None:
-            return batch.images, batch.labels
-        if set(batch.aux) == {"sizes"}:  # variable-sized samples, already padded: as pad_collate gives
-            return batch.images, batch.labels, batch.aux["sizes"]
-        return batch.images, batch.labels, batch.aux
-    if batch and isinstance(batch[0], tuple) and isinstance(batch[0][0], torch.Tensor):
-        images = stack_images([b[0] for b in batch])
-        return images, default_collate([b[1] for b in batch])
-    return default_collate(batch)
+def _fields_batch(batch: SampleBatch, mode: str):
+    """``(images, targets[, aux | sizes])`` of a batch whose samples have fields."""
+    if mode == "yolo":
+        targets = yolo_rows(batch.fields, batch.targets, batch.image_hw)
+    else:
+        targets = collate_targets(batch.fields, batch.targets, batch.masks)
+    if batch.aux is None:
+        return batch.images, targets
+    if set(batch.aux) == {"sizes"}:
+        return batch.images, targets, batch.aux["sizes"]
+    return batch.images, targets, batch.aux
 
 
-def collate_padded(batch: Any) -> Any:
-    """``make_loader(pad=True)``'s collate: batches read whole pass through (variable-sized ones come
-    padded, with their sizes); per-sample pairs (a ``transform=``) are padded by ``pad_collate``."""
-    if isinstance(batch, SampleBatch):
-        return collate_batch(batch)
-    return pad_collate(batch)
+def _pairs_targets(targets: list, mode: str, hw) -> Any:
+    """Per-sample targets of pairs (a ``transform=``): classes collated, field dicts kept as a list."""
+    if targets and isinstance(targets[0], dict):
+        if mode == "yolo":
+            fields = {k: FieldSpec("boxes") for k in ("boxes",) if k in targets[0]}
+            return yolo_rows(fields, targets, hw)
+        return [_tensors(t) for t in targets]
+    return default_collate(targets)
+
+
+class Collate:
+    """``make_loader``'s collate: batches read whole pass through already stacked; ``pad`` pads
+    per-sample pairs (a ``transform=``) of different sizes; ``targets`` is ``"auto"`` or ``"yolo"``."""
+
+    def __init__(self, *, pad: bool = False, targets: str = "auto") -> None:
+        if targets not in COLLATES:
+            raise ValueError(f"collate must be one of {', '.join(COLLATES)}, got {targets!r}")
+        self.pad, self.targets = pad, targets
+
+    def __call__(self, batch: Any) -> Any:
+        if isinstance(batch, SampleBatch):
+            if batch.targets is not None:
+                return _fields_batch(batch, self.targets)
+            if batch.aux is None:
+                return batch.images, batch.labels
+            if set(batch.aux) == {"sizes"}:  # variable-sized samples, already padded: as pad_collate gives
+                return batch.images, batch.labels, batch.aux["sizes"]
+            return batch.images, batch.labels, batch.aux
+        if batch and isinstance(batch[0], tuple) and isinstance(batch[0][0], torch.Tensor):
+            hw = [tuple(b[0].shape[-2:]) for b in batch]
+            if self.pad:
+                images, _, sizes = pad_collate([(b[0], 0) for b in batch])
+                return images, _pairs_targets([b[1] for b in batch], self.targets, hw), sizes
+            images = stack_images([b[0] for b in batch])
+            return images, _pairs_targets([b[1] for b in batch], self.targets, hw)
+        return default_collate(batch)
+
+
+#: Collate for DataLoaders over a CachedDataset: a SampleBatch is already stacked. A batch with work
+#: left for the loader's device stage comes as ``(images, labels, aux)``.
+collate_batch = Collate()
+#: ``make_loader(pad=True)``'s collate: batches read whole pass through (variable-sized ones come
+#: padded, with their sizes); per-sample pairs (a ``transform=``) are padded by ``pad_collate``.
+collate_padded = Collate(pad=True)
 
 
 def pad_collate(batch: Sequence[tuple[torch.Tensor, Any]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -27,12 +27,20 @@ from .batch import SampleBatch, stack_images
 from .buffers import BufferPool
 from .readers import ReaderPool, default_max_open
 from .remotecache import RemoteShards
+from .targets import read_values, sample_target
 
 __all__ = ["CachedDataset"]
 
 
+def _tensors(target: dict) -> dict:
+    """A sample's target with its arrays as tensors (each its own copy: masks may view a batch buffer)."""
+    return {k: torch.from_numpy(np.array(v)) if isinstance(v, np.ndarray) else v for k, v in target.items()}
+
+
 class CachedDataset(Dataset):
-    """Samples of a cache as ``(uint8 tensor [C, H, W], int label)``.
+    """Samples of a cache as ``(uint8 tensor [C, H, W], target)``: the target is the int class of a
+    classification cache, and a dict of the sample's fields otherwise (``boxes`` float32 ``[N, 4]``
+    xyxy with ``classes`` and ``iscrowd``; ``mask`` uint8 ``[H, W]``; ``labels``; ``text``; ...).
 
     ``transform`` is applied to each image tensor and ``target_transform`` to each label; without
     them, ``__getitems__`` reads a whole batch with one gather per shard.
@@ -114,6 +122,11 @@ class CachedDataset(Dataset):
     @property
     def classes(self) -> list[str]:
         return list(self.manifest.classes)
+
+    @property
+    def fields(self) -> dict:
+        """The sample's fields besides the image (``FieldSpec`` by name); empty for classification."""
+        return self.manifest.sample.fields
 
     @property
     def sample_shape(self) -> tuple[int, ...]:
@@ -238,15 +251,25 @@ class CachedDataset(Dataset):
 
     def read_samples(self, indices: Sequence[int] | np.ndarray) -> tuple[list[torch.Tensor], torch.Tensor]:
         """Each sample's image at its own size (ragged caches) and the labels, for ``indices``."""
+        images, labels, _ = self._read_each(indices)
+        return images, labels
+
+    def _read_each(self, indices) -> tuple[list[torch.Tensor], torch.Tensor, list[dict] | None]:
+        """Images at their own sizes, labels, and (caches with fields) each sample's target dict."""
         idx, shards = self._locate(indices)
         images, labels = [], np.empty(len(idx), dtype=np.int64)
+        targets = [] if self.fields else None
         for j, (shard, i) in enumerate(zip(shards.tolist(), (idx - self.shard_offsets[shards]).tolist())):
             with self._reader(shard) as reader:
                 images.append(
                     torch.from_numpy(read_sample(reader.column, i, self.store, self.sample_shape[0]))
                 )
                 labels[j] = reader.column("labels", [i])[0]
-        return images, torch.from_numpy(labels)
+                if targets is not None:
+                    info = self.manifest.shards[shard]
+                    (values,) = read_values(self.fields, reader.column, [i], info.samples)
+                    targets.append(sample_target(self.fields, values, info.file))
+        return images, torch.from_numpy(labels), targets
 
     def read_batch(
         self, indices: Sequence[int] | np.ndarray, *, threads: int = 1
@@ -269,6 +292,7 @@ class CachedDataset(Dataset):
         local = idx - self.shard_offsets[shards]
         labels = np.empty(len(idx), dtype=np.int64)
         readers: list = [None] * len(idx)
+        values: list | None = [None] * len(idx) if self.fields else None
         borrowed = []
         try:
             for shard in np.unique(shards).tolist():
@@ -278,7 +302,13 @@ class CachedDataset(Dataset):
                 labels[pos] = reader.column("labels", local[pos])
                 for j in pos.tolist():
                     readers[j] = reader
-            return assemble(self, request, readers, local, labels)
+                if values is not None:
+                    found = read_values(
+                        self.fields, reader.column, local[pos].tolist(), self.manifest.shards[shard].samples
+                    )
+                    for j, v in zip(pos.tolist(), found):
+                        values[j] = v
+            return assemble(self, request, readers, local, labels, values)
         finally:
             for reader in borrowed:  # an evicted reader closes here, with the batch read
                 self._readers.release(reader)
@@ -307,13 +337,17 @@ class CachedDataset(Dataset):
     def __getitem__(self, index: int) -> tuple[torch.Tensor, Any]:
         if isinstance(index, (bool, np.bool_)) or not isinstance(index, (int, np.integer)):
             raise TypeError(f"dataset index must be an integer, got {type(index).__name__}")
-        images, labels = self.read_batch([int(index)])
-        image, label = images[0], int(labels[0])
+        if self.ragged:
+            (image,), labels, targets = self._read_each([int(index)])
+        else:
+            batch = self.read_request(BatchRequest([int(index)]))
+            image, labels, targets = batch.images[0], batch.labels, batch.targets
+        target = int(labels[0]) if targets is None else _tensors(targets[0])
         if self.transform is not None:
             image = self.transform(image)
         if self.target_transform is not None:
-            label = self.target_transform(label)
-        return image, label
+            target = self.target_transform(target)
+        return image, target
 
     def __getitems__(self, indices: Sequence[int]) -> list:
         plain = self.transform is None and self.target_transform is None
@@ -322,15 +356,16 @@ class CachedDataset(Dataset):
             batch = self.read_request(request)
             if self.transform is None and self.target_transform is None:
                 return batch
-            images, labels = batch.images, batch.labels.tolist()
+            images = batch.images
+            targets = batch.labels.tolist() if batch.targets is None else [_tensors(t) for t in batch.targets]
         else:  # each at its own size: collate pads them or says why it cannot stack
-            images, labels = self.read_samples(indices)
-            labels = labels.tolist()
+            images, labels, found = self._read_each(indices)
+            targets = labels.tolist() if found is None else [_tensors(t) for t in found]
         pairs = []
-        for image, label in zip(images, labels):
+        for image, target in zip(images, targets):
             image = self.transform(image) if self.transform is not None else image
-            label = self.target_transform(label) if self.target_transform is not None else label
-            pairs.append((image, label))
+            target = self.target_transform(target) if self.target_transform is not None else target
+            pairs.append((image, target))
         return pairs
 
     def close(self) -> None:

@@ -33,6 +33,18 @@ def check_device(device: torch.device | str | None) -> torch.device | None:
     return device
 
 
+def _tensors_in(value) -> Iterator[torch.Tensor]:
+    """Every tensor in a batch: its images, labels, and the tensors of per-sample target dicts."""
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _tensors_in(v)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _tensors_in(v)
+
+
 class DeviceStage:
     """Finishes host batches ``(images, labels[, aux | sizes])`` into what the training step gets."""
 
@@ -65,13 +77,18 @@ class DeviceStage:
 
     # -- per batch ----------------------------------------------------------------------------
 
+    #: Augmentation parameters read on the host (reading them from the device would sync it).
+    _HOST = ("out_size", "order", "fill")
+
     def _move(self, value):
         if self.device is None:
             return value
         if isinstance(value, torch.Tensor):
             return value.to(self.device, non_blocking=True)
-        if isinstance(value, dict):  # the output size stays on the host: reading it must not sync
-            return {k: v if k == "out_size" else self._move(v) for k, v in value.items()}
+        if isinstance(value, dict):
+            return {k: v if k in self._HOST else self._move(v) for k, v in value.items()}
+        if isinstance(value, list):  # per-sample target dicts
+            return [self._move(v) for v in value]
         return value
 
     def _images(self, images: torch.Tensor, aux: dict | None) -> tuple[torch.Tensor, bool]:
@@ -79,9 +96,11 @@ class DeviceStage:
         if aux is None or "boxes" not in aux:
             return images, False
         out_size = tuple(int(v) for v in aux["out_size"].tolist())
-        x = warp_batch(images, aux["boxes"], aux["flips"], aux["inside"], out_size)
+        x = warp_batch(
+            images, aux["boxes"], aux["flips"], aux["sizes"], out_size, float(aux["fill"]), aux.get("pre")
+        )
         if "jitter" in aux:
-            x = jitter_batch(x, aux["jitter"], hue=aux["hue"])
+            x = jitter_batch(x, aux["jitter"], hue=aux["hue"], order=aux.get("order"))
         return x, True
 
     def _convert(self, x: torch.Tensor, scaled_255: bool) -> torch.Tensor:
@@ -126,8 +145,8 @@ class DeviceStage:
         if event is not None:
             current = torch.cuda.current_stream(self.device)
             current.wait_event(event)
-            for t in out:
-                if isinstance(t, torch.Tensor) and t.is_cuda:
+            for t in _tensors_in(out):
+                if t.is_cuda:
                     t.record_stream(current)
         return out
 

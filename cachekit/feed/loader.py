@@ -22,15 +22,16 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader, IterableDataset
 
 from ..cpus import available_cpus, local_world_size
+from ..image.geometry import DEFAULT_MIN_VISIBILITY
 from .assemble import BatchRequest
-from .batch import collate_batch, collate_padded
+from .batch import Collate
 from .device import DeviceStage, check_device
 from .prefetch import Prefetcher
 from .sampler import ShardAwareDistributedSampler
 from .shm import ShmTooSmall, shm_shortfall
 from .transforms import Plan, compile_plan
 
-__all__ = ["CacheLoader", "make_loader", "suggest_num_workers", "suggest_threads"]
+__all__ = ["CacheLoader", "make_loader", "suggest_num_workers", "suggest_threads", "resolve_seed"]
 
 log = logging.getLogger("cachekit")
 
@@ -155,7 +156,7 @@ def _check_counts(**values: Any) -> None:
     """One line for an argument of the wrong kind, before anything is started."""
     lowest = {"batch_size": 1, "prefetch_factor": 1, "workers": 0, "threads": 1, "seed": None}
     for name, value in values.items():
-        if value is None and name in ("workers", "threads"):
+        if value is None and name in ("workers", "threads", "seed"):
             continue
         if isinstance(value, bool) or not isinstance(value, numbers.Integral):
             raise ValueError(f"{name} must be an integer, got {value!r}")
@@ -206,6 +207,23 @@ def _fit_workers(workers: int, asked: bool, batch_bytes: int | None, prefetch_fa
     return 0
 
 
+def resolve_seed(seed: int | None, distributed: bool) -> int:
+    """``seed``, or when None one from torch's (``torch.initial_seed()``, which ``torch.manual_seed``
+    sets), made the same on every rank by a broadcast from rank 0 when ``distributed``."""
+    if seed is not None:
+        return int(seed)
+    value = torch.initial_seed() & (2**63 - 1)
+    if distributed:
+        backend = dist.get_backend()
+        device = (
+            torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
+        )
+        held = torch.tensor([value], dtype=torch.int64, device=device)  # kept until the loader is made
+        dist.broadcast(held, src=0)
+        value = int(held.item())
+    return value
+
+
 def _choose_augment_on(augment_on: str, device: torch.device | None, plan: Plan | None) -> bool:
     if augment_on not in ("auto", "threads", "device"):
         raise ValueError(f"augment_on must be 'auto', 'threads' or 'device', got {augment_on!r}")
@@ -226,7 +244,7 @@ def make_loader(
     distributed: bool | None = None,
     drop_last: bool = False,
     *,
-    seed: int = 0,
+    seed: int | None = None,
     device: torch.device | str | None = None,
     dtype: torch.dtype | None = None,
     normalize: bool = False,
@@ -234,6 +252,8 @@ def make_loader(
     pad: bool = False,
     augment: list | None = None,
     augment_on: str = "auto",
+    min_visibility: float = DEFAULT_MIN_VISIBILITY,
+    collate: str = "auto",
     threads: int | None = None,
     channels_last: bool = False,
     window: int | None = None,
@@ -250,7 +270,13 @@ def make_loader(
       ``distributed`` (default: a process group is initialised).
     - ``augment``: ``cachekit.transforms`` run per batch, each sample's draws from (``seed``, epoch,
       index); on the GPU when ``device`` is CUDA (``augment_on="auto"``), else by ``threads``
-      threads (default: this rank's share of the CPUs) in this process.
+      threads (default: this rank's share of the CPUs) in this process. Boxes and masks move with
+      the pixels; a box keeping less than ``min_visibility`` of its area is dropped.
+    - ``seed`` (default: from ``torch.initial_seed()``, so ``torch.manual_seed`` sets it; the same on
+      every rank, broadcast from rank 0): the shuffle's and the augmentation's.
+    - Targets: the class (``labels [B]``) for classification caches; for caches with fields a list
+      of per-sample dicts when a field varies in size (boxes), else a dict of stacked tensors
+      (masks); ``collate="yolo"``: Ultralytics' ``[M, 6]`` rows (image, class, cx, cy, w, h).
     - ``workers`` (default 0: in-process reads with a prefetch thread; ``suggest_num_workers`` for
       per-sample ``transform=`` functions and codecs that decode serially). Worker processes hand
       batches over through /dev/shm: when it is too small for them (a container's 64 MB), chosen
@@ -272,7 +298,11 @@ def make_loader(
     world = dist.get_world_size() if distributed else 1
     rank = dist.get_rank() if distributed else 0
     device = check_device(device)
-    plan = compile_plan(augment)
+    plan = compile_plan(augment, min_visibility)
+    collate_fn = Collate(pad=pad, targets=collate)
+    if collate == "yolo" and not any(f.kind == "boxes" for f in getattr(dataset, "fields", {}).values()):
+        raise ValueError('collate="yolo" needs a cache with boxes (cachekit build --annotations)')
+    seed = resolve_seed(seed, distributed)
     on_device = _choose_augment_on(augment_on, device, plan)
     per_sample = getattr(dataset, "transform", None) is not None
     ragged = bool(getattr(dataset, "ragged", False))
@@ -340,7 +370,7 @@ def make_loader(
         batch_size=batch_size,
         sampler=sampler,
         num_workers=workers,
-        collate_fn=collate_padded if pad else collate_batch,
+        collate_fn=collate_fn,
         pin_memory=pin_memory,
         drop_last=drop_last,
         prefetch_thread=prefetch_factor if (prefetch_thread and workers == 0) else 0,

@@ -8,8 +8,11 @@ one resize per sample; the loader runs it with OpenCV in threads over the batch,
 ``grid_sample`` kernel on the device (``cachekit.feed.warp``); colour jitter follows
 (``cachekit.feed.colour``).
 
-Crop boxes are whole source pixels; resizing is bilinear, sampling inside the box (OpenCV's
-``INTER_LINEAR`` on the box); a crop larger than its image is padded with zeros, as torchvision's.
+Crop boxes are whole source pixels; resizing is torchvision's: bilinear, antialiased when it
+shrinks (``torch.nn.functional.interpolate(antialias=True)`` on the CPU, the same filter as one
+batched matrix product on a device); a crop larger than its image is padded with zeros, as
+torchvision's, and ``Letterbox`` pads with its ``fill``. Boxes and masks of caches that have them
+go through each sample's very map (``Draws.affine``).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..image.geometry import DEFAULT_MIN_VISIBILITY, Affine
 from .draws import uniforms
 
 __all__ = [
@@ -28,6 +32,7 @@ __all__ = [
     "ColorJitter",
     "CenterCrop",
     "Resize",
+    "Letterbox",
     "Plan",
     "Draws",
     "compile_plan",
@@ -112,7 +117,7 @@ class ColorJitter:
     """Brightness, contrast and saturation factors in [max(0, 1 - x), 1 + x], hue shift in [-hue,
     hue] turns (hue <= 0.5); each may also be a ``(min, max)`` pair, as torchvision's.
 
-    Applied in that order (as FFCV does; torchvision shuffles the order per sample).
+    Applied in a random order drawn per sample, as torchvision's ``ColorJitter`` does.
     """
 
     brightness: float | tuple[float, float] = 0.0
@@ -152,7 +157,25 @@ class Resize:
         _size(self.size, "Resize")
 
 
-TRANSFORMS = (RandomResizedCrop, RandomHorizontalFlip, ColorJitter, CenterCrop, Resize)
+@dataclass(frozen=True)
+class Letterbox:
+    """YOLO's letterbox: the longer side to ``size`` keeping the aspect ratio, centred on a ``size`` x
+    ``size`` canvas of ``fill`` (114, YOLO's grey). Boxes and masks move with the image."""
+
+    size: int
+    fill: int = 114
+
+    def __post_init__(self) -> None:
+        _size(self.size, "Letterbox")
+        if (
+            isinstance(self.fill, bool)
+            or not isinstance(self.fill, numbers.Integral)
+            or not 0 <= self.fill <= 255
+        ):
+            raise ValueError(f"Letterbox: fill must be an integer 0-255, got {self.fill!r}")
+
+
+TRANSFORMS = (RandomResizedCrop, RandomHorizontalFlip, ColorJitter, CenterCrop, Resize, Letterbox)
 
 
 @dataclass(frozen=True)
@@ -160,17 +183,35 @@ class Draws:
     """One batch's parameters: where each output comes from, and how it is coloured.
 
     ``boxes``: int64 ``[B, 4]`` (top, left, height, width) in source pixels, possibly reaching
-    outside the image (zero padding); ``flips``: bool ``[B]``; ``jitter``: float32 ``[B, 4]``
-    (brightness, contrast, saturation factors, hue shift in turns) or None.
+    outside the image (padded with ``fill``); ``flips``: bool ``[B]``; ``jitter``: float32 ``[B, 4]``
+    (brightness, contrast, saturation factors, hue shift in turns) or None, applied in the order
+    ``order`` (int8 ``[B, 4]``: a permutation of those four per sample). ``pre``: int64 ``[B, 2]``
+    sizes each image is first resized to when the list starts with ``Resize`` (the boxes are then in
+    the resized image's pixels, as torchvision resizes, then crops), with ``source_hw`` its own.
     """
 
     boxes: np.ndarray
     flips: np.ndarray
     out_size: tuple[int, int]
     jitter: np.ndarray | None
+    order: np.ndarray | None = None
+    fill: int = 0
+    pre: np.ndarray | None = None
+    source_hw: np.ndarray | None = None
+
+    def affine(self, j: int) -> Affine:
+        """Where sample ``j``'s points go: resized first (``pre``), its box onto the output, its flip."""
+        top, left, h, w = (float(v) for v in self.boxes[j])
+        affine = Affine.crop(top, left, h, w, self.out_size)
+        if self.pre is not None:
+            (ph, pw), (sh, sw) = self.pre[j], self.source_hw[j]
+            affine = Affine(pw / sw, ph / sh).then(affine)
+        return affine.then(Affine.hflip(self.out_size[1])) if self.flips[j] else affine
 
     def inside(self, heights: np.ndarray, widths: np.ndarray) -> np.ndarray:
-        """Which boxes lie within their image (the others need zero padding)."""
+        """Which boxes lie within their image (the others need padding); of the resized one (``pre``)."""
+        if self.pre is not None:
+            heights, widths = self.pre[:, 0], self.pre[:, 1]
         t, left, h, w = self.boxes.T
         return (t >= 0) & (left >= 0) & (t + h <= heights) & (left + w <= widths)
 
@@ -203,11 +244,25 @@ def _rrc_boxes(step: RandomResizedCrop, u: np.ndarray, vh: np.ndarray, vw: np.nd
     return np.stack([top, left, h, w], axis=1)
 
 
+def _letterbox_boxes(size: int, vh: np.ndarray, vw: np.ndarray) -> np.ndarray:
+    """The square of the view that a letterbox to ``size`` shows: the view scaled so its longer side
+    is ``size`` (sides rounded, as YOLO does), centred; (top, left, height, width) in view pixels."""
+    scale = size / np.maximum(vh, vw)
+    nh, nw = np.maximum(1, np.round(vh * scale)), np.maximum(1, np.round(vw * scale))
+    sy, sx = nh / vh, nw / vw
+    top, left = np.floor((size - nh) / 2), np.floor((size - nw) / 2)
+    return np.stack([-top / sy, -left / sx, size / sy, size / sx], axis=1)
+
+
 @dataclass(frozen=True)
 class Plan:
-    """A compiled list of transforms: its geometry folds into one box per sample, then colour."""
+    """A compiled list of transforms: its geometry folds into one box per sample, then colour.
+
+    ``min_visibility``: a box keeping less of its area through a sample's crop is dropped.
+    """
 
     steps: tuple
+    min_visibility: float = DEFAULT_MIN_VISIBILITY
 
     @property
     def jitter(self) -> ColorJitter | None:
@@ -217,14 +272,15 @@ class Plan:
     @property
     def geometric(self) -> bool:
         return any(
-            isinstance(s, (RandomResizedCrop, CenterCrop, Resize, RandomHorizontalFlip)) for s in self.steps
+            isinstance(s, (RandomResizedCrop, CenterCrop, Resize, RandomHorizontalFlip, Letterbox))
+            for s in self.steps
         )
 
     def fixed_size(self) -> tuple[int, int] | None:
         """The output size whatever the input's, or None when it follows the input."""
         size = None
         for step in self.steps:
-            if isinstance(step, (RandomResizedCrop, CenterCrop)):
+            if isinstance(step, (RandomResizedCrop, CenterCrop, Letterbox)):
                 size = _size(step.size, type(step).__name__)
             elif isinstance(step, Resize):
                 size = None if isinstance(step.size, int) else _size(step.size, "Resize")
@@ -239,7 +295,9 @@ class Plan:
         top, left = np.zeros(n), np.zeros(n)  # the current view's box in source pixels
         bh, bw = vh.copy(), vw.copy()
         flips = np.zeros(n, dtype=bool)
-        jitter = None
+        jitter = order = pre = None
+        fill = 0
+        cropped = False
         for k, step in enumerate(self.steps):
             stream = k + 1
             if isinstance(step, Resize):
@@ -251,15 +309,22 @@ class Plan:
                     )
                 else:
                     vh, vw = np.full(n, float(step.size[0])), np.full(n, float(step.size[1]))
+                if not cropped:  # the whole image is resized first, as torchvision does; crops follow
+                    pre = np.stack([vh, vw], axis=1).astype(np.int64)
+                    top, left, bh, bw = np.zeros(n), np.zeros(n), vh.copy(), vw.copy()
                 continue
             if isinstance(step, RandomHorizontalFlip):
                 flips ^= uniforms(seed, epoch, idx, stream, 1)[:, 0] < step.p
                 continue
             if isinstance(step, ColorJitter):
                 jitter = self._jitter(step, uniforms(seed, epoch, idx, stream, 4))
+                order = np.argsort(uniforms(seed, epoch, idx, stream + 1000, 4), axis=1).astype(np.int8)
                 continue
             out_h, out_w = _size(step.size, type(step).__name__)
-            if isinstance(step, CenterCrop):
+            if isinstance(step, Letterbox):
+                fill = step.fill
+                crop = _letterbox_boxes(step.size, vh, vw)
+            elif isinstance(step, CenterCrop):
                 crop = np.stack(
                     [
                         np.round((vh - out_h) / 2),
@@ -272,6 +337,7 @@ class Plan:
             else:
                 u = uniforms(seed, epoch, idx, stream, _ATTEMPTS * 4).reshape(n, _ATTEMPTS, 4)
                 crop = _rrc_boxes(step, u, vh, vw)
+            cropped = True
             ct, cl, ch, cw = crop.T
             cl = np.where(flips, vw - cl - cw, cl)  # a crop of the mirrored view, in unmirrored terms
             sy, sx = bh / vh, bw / vw
@@ -287,7 +353,17 @@ class Plan:
             [y0, x0, np.maximum(1, np.round(top + bh) - y0), np.maximum(1, np.round(left + bw) - x0)], axis=1
         )
         out = (int(vh[0]), int(vw[0])) if n else (0, 0)
-        return Draws(boxes=boxes.astype(np.int64), flips=flips, out_size=out, jitter=jitter)
+        source = np.stack([np.asarray(heights), np.asarray(widths)], axis=1).reshape(-1, 2).astype(np.int64)
+        return Draws(
+            boxes=boxes.astype(np.int64),
+            flips=flips,
+            out_size=out,
+            jitter=jitter,
+            order=order,
+            fill=fill,
+            pre=pre,
+            source_hw=source if pre is not None else None,
+        )
 
     @staticmethod
     def _jitter(step: ColorJitter, u: np.ndarray) -> np.ndarray:
@@ -297,8 +373,14 @@ class Plan:
         ).astype(np.float32)
 
 
-def compile_plan(transforms) -> Plan | None:
+def compile_plan(transforms, min_visibility: float = DEFAULT_MIN_VISIBILITY) -> Plan | None:
     """Check a list of cachekit transforms and compile it; None for an empty list."""
+    if (
+        isinstance(min_visibility, bool)
+        or not isinstance(min_visibility, numbers.Real)
+        or not (0.0 <= float(min_visibility) <= 1.0)
+    ):
+        raise ValueError(f"min_visibility must be a number in [0, 1], got {min_visibility!r}")
     if transforms is None:
         return None
     steps = tuple(transforms) if isinstance(transforms, (list, tuple)) else (transforms,)
@@ -311,4 +393,4 @@ def compile_plan(transforms) -> Plan | None:
             )
     if sum(isinstance(s, ColorJitter) for s in steps) > 1:
         raise ValueError("augment: give at most one ColorJitter")
-    return Plan(steps) if steps else None
+    return Plan(steps, float(min_visibility)) if steps else None

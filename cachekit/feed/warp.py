@@ -1,91 +1,196 @@
-"""Crop + resize + flip of samples: OpenCV per sample on the CPU, one ``grid_sample`` per batch on a device.
+"""Crop + resize + flip of samples: torch's antialiased resize per sample on the CPU, one batched
+matrix product per batch on a device.
 
-Both read a sample's box (top, left, height, width in source pixels) the same way: output pixel
-``j`` samples source coordinate ``left + (j + 0.5) * width / out_width - 0.5`` (pixel centres at
-integers), bilinearly, clamped to the box, which is what OpenCV's ``INTER_LINEAR`` resize of the
-box does; a flip mirrors the output. A box reaching outside its image (a crop larger than the
-image) is sampled with zeros outside instead, on both paths.
+Both read a sample's box (top, left, height, width in source pixels) the same way, as torchvision
+resizes a crop: output pixel ``j`` is centred on source coordinate ``left + (j + 0.5) * width /
+out_width``, and takes the source pixels around it weighted by a triangle as wide as one output
+pixel (bilinear when enlarging, antialiased when shrinking: PIL's and torchvision v2's filter).
+The CPU path is ``torch.nn.functional.interpolate(..., antialias=True)`` on the box itself,
+torchvision's own kernel; the device path builds that filter's weights for every sample at once
+and applies them as two batched matrix products. A box reaching outside its image (a crop larger
+than the image, a letterbox) takes ``fill`` there. A flip mirrors the output.
 """
 
 from __future__ import annotations
+
+import ctypes
+import threading
+import warnings
 
 import cv2
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..image.ops import hwc_into_planes
+__all__ = ["warp_planes", "warp_hwc", "warp_batch", "resize_weights", "single_threaded_torch"]
 
-__all__ = ["warp_planes", "warp_hwc", "warp_batch"]
-
-
-def _affine(box, out_hw: tuple[int, int]) -> np.ndarray:
-    """The matrix taking output pixel centres to source coordinates (for ``WARP_INVERSE_MAP``)."""
-    top, left, h, w = (float(v) for v in box)
-    sy, sx = h / out_hw[0], w / out_hw[1]
-    return np.array([[sx, 0.0, left + 0.5 * sx - 0.5], [0.0, sy, top + 0.5 * sy - 0.5]], dtype=np.float64)
+_local = threading.local()
+# Shard rows are read-only memory maps; torch only reads them here (once-per-process warning otherwise)
+warnings.filterwarnings("ignore", message="The given NumPy array is not writable", module=__name__)
 
 
-def _warp_plane(src: np.ndarray, box, inside: bool, out: np.ndarray) -> None:
+def single_threaded_torch() -> None:
+    """Run torch's kernels on one thread in the calling thread only (threads over a batch are the
+    parallelism: two reader threads each using torch's whole pool halve throughput, measured).
+
+    torch's ``set_num_threads`` is process-wide; OpenMP's own setting is per thread, so it is set
+    through the OpenMP runtime torch loaded, once per thread. Where there is none, nothing changes.
+    """
+    if getattr(_local, "single", False):
+        return
+    _local.single = True
+    torch.get_num_threads()  # torch sets this thread's OpenMP count on first use: let it, then ours
+    omp = _openmp()
+    if omp is not None:
+        omp.omp_set_num_threads(1)
+
+
+_omp = None
+
+
+def _openmp():
+    global _omp
+    if _omp is None:
+        _omp = False
+        try:
+            with open("/proc/self/maps") as fh:
+                libs = sorted({line.split()[-1] for line in fh if "omp" in line.rsplit("/", 1)[-1]})
+            for lib in libs:
+                handle = ctypes.CDLL(lib)
+                if hasattr(handle, "omp_set_num_threads"):
+                    _omp = handle
+                    break
+        except OSError:
+            pass
+    return _omp or None
+
+
+def _resize_into(src: torch.Tensor, out: np.ndarray) -> None:
+    """``src [C, h, w]`` (uint8, any strides) resized into ``out [C, H, W]``, torchvision's way."""
+    oh, ow = out.shape[-2:]
+    if tuple(src.shape[-2:]) == (oh, ow):
+        out[...] = src.numpy()
+        return
+    resized = F.interpolate(src[None], size=(oh, ow), mode="bilinear", antialias=True)[0]
+    out[...] = resized.numpy()
+
+
+def _paste(src: torch.Tensor, box, inside: bool, fill: int, out: np.ndarray) -> None:
+    """Resize the part of ``src [C, H, W]`` under ``box`` into ``out``; ``fill`` where the box leaves it."""
     top, left, h, w = (int(v) for v in box)
-    oh, ow = out.shape[:2]
     if inside:
-        roi = src[top : top + h, left : left + w]
-        if (h, w) == (oh, ow):
-            np.copyto(out, roi)
-        else:
-            cv2.resize(roi, (ow, oh), dst=out, interpolation=cv2.INTER_LINEAR)
-    else:
-        flags = cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP
-        cv2.warpAffine(
-            src, _affine(box, (oh, ow)), (ow, oh), dst=out, flags=flags, borderMode=cv2.BORDER_CONSTANT
-        )
+        _resize_into(src[:, top : top + h, left : left + w], out)
+        return
+    oh, ow = out.shape[-2:]
+    out[...] = fill
+    height, width = src.shape[-2:]
+    r0, r1 = max(top, 0), min(top + h, height)
+    c0, c1 = max(left, 0), min(left + w, width)
+    if r0 >= r1 or c0 >= c1:
+        return
+    sy, sx = oh / h, ow / w  # the visible part's place in the output, to whole output pixels
+    y0, y1 = round((r0 - top) * sy), round((r1 - top) * sy)
+    x0, x1 = round((c0 - left) * sx), round((c1 - left) * sx)
+    if y1 > y0 and x1 > x0:
+        _resize_into(src[:, r0:r1, c0:c1], out[:, y0:y1, x0:x1])
 
 
-def warp_planes(src: np.ndarray, box, flip: bool, inside: bool, out: np.ndarray) -> None:
-    """Channels-first ``src [C, H, W]`` (a view: a memory-mapped row) into ``out [C, h, w]``, in place."""
-    for c in range(src.shape[0]):
-        _warp_plane(src[c], box, inside, out[c])
+def _resized(src: torch.Tensor, pre) -> torch.Tensor:
+    """``src [C, H, W]`` resized whole to ``pre`` (height, width) first, when a list starts with Resize."""
+    if pre is None or tuple(int(v) for v in pre) == tuple(src.shape[-2:]):
+        return src
+    size = (int(pre[0]), int(pre[1]))
+    return F.interpolate(src[None], size=size, mode="bilinear", antialias=True)[0]
+
+
+def warp_planes(
+    src: np.ndarray, box, flip: bool, inside: bool, out: np.ndarray, fill: int = 0, pre=None
+) -> None:
+    """Channels-first ``src [C, H, W]`` (a view: a memory-mapped row) into ``out [C, h, w]``, in place;
+    resized to ``pre`` first when given (``box`` is then in the resized image's pixels)."""
+    _paste(_resized(torch.from_numpy(src), pre), box, inside, fill, out)
     if flip:  # every plane's rows at once
         rows = out.reshape(-1, out.shape[-1])
         cv2.flip(rows, 1, dst=rows)
 
 
-def warp_hwc(src: np.ndarray, box, flip: bool, inside: bool, out: np.ndarray) -> None:
+def warp_hwc(
+    src: np.ndarray, box, flip: bool, inside: bool, out: np.ndarray, fill: int = 0, pre=None
+) -> None:
     """Channels-last ``src [H, W, C]`` (a freshly decoded image) into channels-first ``out [C, h, w]``."""
-    tmp = np.empty((out.shape[1], out.shape[2], src.shape[2]), dtype=np.uint8)
-    _warp_plane(src, box, inside, tmp)
+    _paste(_resized(torch.from_numpy(src).permute(2, 0, 1), pre), box, inside, fill, out)
     if flip:
-        cv2.flip(tmp, 1, dst=tmp)
-    hwc_into_planes(tmp, out)
+        rows = out.reshape(-1, out.shape[-1])
+        cv2.flip(rows, 1, dst=rows)
+
+
+def resize_weights(
+    start: torch.Tensor,
+    length: torch.Tensor,
+    size: torch.Tensor,
+    out: torch.Tensor | int,
+    rows: int,
+    canvas: int,
+) -> torch.Tensor:
+    """``[B, rows, canvas]`` weights of the antialiased bilinear resize of each sample's span
+    ``[start, start + length)`` of source pixels to ``out`` pixels (per sample, at most ``rows``),
+    along one axis.
+
+    The triangle filter is as wide as one output pixel (at least one source pixel), normalised over
+    the span's pixels as torch's resize of the crop is. A span reaching past the image (``size``
+    pixels) is done as the CPU path does it: the part inside the image is resized into its place
+    in the output, rounded to whole output pixels, and the rest of the output gets no weight (the
+    caller adds the fill there); rows past a sample's ``out`` are zero too.
+    """
+    out = torch.as_tensor(out, dtype=start.dtype, device=start.device).expand_as(start)
+    r0, r1 = torch.clamp(start, min=0.0), torch.minimum(start + length, size)
+    scale = out / length  # output pixels per source pixel
+    y0, y1 = torch.round((r0 - start) * scale), torch.round((r1 - start) * scale)
+    y1 = torch.where(r1 > r0, torch.maximum(y1, y0), y0)
+    per = ((r1 - r0) / (y1 - y0).clamp(min=1.0))[:, None, None]  # source pixels per output pixel
+    support = torch.clamp(per, min=1.0)
+    index = torch.arange(rows, device=start.device, dtype=start.dtype)[None, :, None]
+    centres = r0[:, None, None] + (index - y0[:, None, None] + 0.5) * per
+    pixels = torch.arange(canvas, device=start.device, dtype=start.dtype)[None, None, :] + 0.5
+    weights = torch.clamp(1.0 - (pixels - centres).abs() / support, min=0.0)
+    weights = weights * ((pixels >= r0[:, None, None]) & (pixels < r1[:, None, None]))
+    weights = weights / weights.sum(dim=2, keepdim=True).clamp(min=1e-12)
+    inside = (index >= y0[:, None, None]) & (index < y1[:, None, None]) & (index < out[:, None, None])
+    return weights * inside
+
+
+def _axis(start, length, size, out: int, canvas: int, pre: torch.Tensor | None) -> torch.Tensor:
+    """One axis's ``[B, out, canvas]`` weights: the span of the (``pre``-resized) image onto ``out``."""
+    if pre is None:
+        return resize_weights(start, length, size, out, out, canvas)
+    rows = int(pre.max().item()) if len(pre) else 0  # the resized images' canvas
+    first = resize_weights(torch.zeros_like(size), size, size, pre, rows, canvas)  # [B, rows, canvas]
+    return resize_weights(start, length, pre, out, out, rows) @ first
 
 
 def warp_batch(
     images: torch.Tensor,
     boxes: torch.Tensor,
     flips: torch.Tensor,
-    inside: torch.Tensor,
+    sizes: torch.Tensor,
     out_hw: tuple[int, int],
+    fill: float = 0.0,
+    pre: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """``images`` uint8 ``[B, C, H, W]`` (samples at the top left of a padded canvas) -> float ``[B, C, h, w]``.
-
-    Values stay in [0, 255]; ``boxes``, ``flips`` and ``inside`` are per-sample tensors on any device.
-    """
+    """``images`` uint8 ``[B, C, H, W]`` (samples at the top left of a padded canvas, each of its own
+    ``sizes [B, 2]``) -> float ``[B, C, h, w]`` in [0, 255]; ``boxes``, ``flips`` per sample;
+    ``pre [B, 2]``: sizes the images are resized to first (the boxes are then in those pixels)."""
     device = images.device
     oh, ow = out_hw
     _, _, canvas_h, canvas_w = images.shape
     boxes = boxes.to(device=device, dtype=torch.float32)
+    sizes = sizes.to(device=device, dtype=torch.float32)
+    pre = pre.to(device=device, dtype=torch.float32) if pre is not None else None
     top, left, h, w = boxes.unbind(1)
-    cols = torch.arange(ow, device=device, dtype=torch.float32) + 0.5
-    rows = torch.arange(oh, device=device, dtype=torch.float32) + 0.5
-    xs = left[:, None] + cols[None, :] * (w / ow)[:, None] - 0.5  # [B, ow] source pixel centres
-    ys = top[:, None] + rows[None, :] * (h / oh)[:, None] - 0.5  # [B, oh]
-    inside = inside.to(device)[:, None]
-    # clamp to the box, as a resize of the box does; outside-image boxes keep zero padding
-    xs = torch.where(inside, torch.minimum(torch.maximum(xs, left[:, None]), (left + w - 1)[:, None]), xs)
-    ys = torch.where(inside, torch.minimum(torch.maximum(ys, top[:, None]), (top + h - 1)[:, None]), ys)
-    xs = torch.where(flips.to(device)[:, None], xs.flip(1), xs)
-    gx = (xs + 0.5) * (2.0 / canvas_w) - 1.0
-    gy = (ys + 0.5) * (2.0 / canvas_h) - 1.0
-    grid = torch.stack(torch.broadcast_tensors(gx[:, None, :], gy[:, :, None]), dim=-1)
-    return F.grid_sample(images.float(), grid, mode="bilinear", padding_mode="zeros", align_corners=False)
+    wy = _axis(top, h, sizes[:, 0], oh, canvas_h, None if pre is None else pre[:, 0])  # [B, oh, H]
+    wx = _axis(left, w, sizes[:, 1], ow, canvas_w, None if pre is None else pre[:, 1])  # [B, ow, W]
+    wx = torch.where(flips.to(device)[:, None, None], wx.flip(1), wx)
+    x = images.float() - fill if fill else images.float()
+    rows = torch.einsum("boh,bchw->bcow", wy, x)
+    out = torch.einsum("bcow,bpw->bcop", rows, wx)
+    return out + fill if fill else out

@@ -21,6 +21,7 @@ import numpy as np
 
 from ..errors import UsageError
 from . import ops
+from .geometry import Affine
 
 __all__ = [
     "Pipeline",
@@ -74,6 +75,36 @@ _OUTPUT_HW: dict[str, Callable[..., tuple[int, int]]] = {
     "letterbox": lambda h, w, size, **_: (size, size),
 }
 
+
+def _center_crop_map(h: int, w: int, size: int, **_: Any) -> Affine:
+    pad_top, pad_left = max(0, size - h) // 2, max(0, size - w) // 2
+    hp, wp = max(h, size), max(w, size)
+    top, left = int(round((hp - size) / 2.0)), int(round((wp - size) / 2.0))
+    return Affine(1.0, 1.0, float(pad_left - left), float(pad_top - top))
+
+
+def _letterbox_map(h: int, w: int, size: int, **_: Any) -> Affine:
+    nh, nw = _longer_hw(h, w, size)
+    return Affine(nw / w, nh / h, float((size - nw) // 2), float((size - nh) // 2))
+
+
+def _resize_map(out_hw: Callable[..., tuple[int, int]]) -> Callable[..., Affine]:
+    def geometry(h: int, w: int, **params: Any) -> Affine:
+        nh, nw = out_hw(h, w, **params)
+        return Affine(nw / w, nh / h)
+
+    return geometry
+
+
+#: Each op as a map of coordinates (``cachekit.image.geometry``), for its input's (height, width):
+#: what moves a sample's boxes and mask with its pixels.
+_GEOMETRY: dict[str, Callable[..., Affine]] = {
+    "resize_shorter": _resize_map(_shorter_hw),
+    "resize_longer": _resize_map(_longer_hw),
+    "center_crop": _center_crop_map,
+    "letterbox": _letterbox_map,
+}
+
 _SIZE_EXPR = re.compile(r"^size(?:\*(\d+(?:\.\d+)?))?(?:/(\d+(?:\.\d+)?))?$")
 
 
@@ -118,6 +149,14 @@ class Pipeline:
             h, w = _OUTPUT_HW[step.op](h, w, **step.params)
             peak = max(peak, h * w)
         return peak
+
+    def geometry(self, height: int, width: int) -> tuple[Affine, tuple[int, int]]:
+        """Where the recipe moves a point of a ``height`` x ``width`` input, and its output size."""
+        affine, (h, w) = Affine(), (height, width)
+        for step in self.steps:
+            affine = affine.then(_GEOMETRY[step.op](h, w, **step.params))
+            h, w = _OUTPUT_HW[step.op](h, w, **step.params)
+        return affine, (h, w)
 
     def apply(self, img: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """Run the steps on one decoded RGB image; return the image and its extras."""

@@ -14,9 +14,10 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..constants import MANIFEST_NAME, MANIFEST_VERSION, VERSION
+from ..constants import MANIFEST_NAME, MANIFEST_VERSION, READABLE_MANIFEST_VERSIONS, VERSION
 from ..errors import CacheError, NotACacheError
 from .atomic import commit_file
+from .fields import FieldSpec, field_columns
 from .limits import (
     MAX_DEPTH,
     MAX_EXTRA_BYTES,
@@ -35,6 +36,8 @@ from .shardfiles import check_plain_tree, check_shard_name, shard_path  # re-exp
 
 __all__ = [
     "MANIFEST_VERSION",
+    "manifest_version_for",
+    "FieldSpec",
     "ArraySpec",
     "SampleSpec",
     "ShardInfo",
@@ -153,12 +156,19 @@ class ArraySpec:
 
 @dataclass(frozen=True)
 class SampleSpec:
-    """What one stored sample is: a channels-first RGB image plus fixed-size extras."""
+    """What one stored sample is: a channels-first RGB image, fixed-size extras, and typed fields
+    (a class, several classes, boxes, a mask, text, arrays; none for a classification cache)."""
 
     shape: tuple[int, ...]
     dtype: str = "|u1"
     extras: dict[str, ArraySpec] = field(default_factory=dict)
     label_dtype: str = "<i8"
+    fields: dict[str, FieldSpec] = field(default_factory=dict)
+
+    @property
+    def targets(self) -> bool:
+        """True when a sample's target is a dict of fields rather than its class alone."""
+        return bool(self.fields)
 
     @property
     def ragged(self) -> bool:
@@ -179,7 +189,7 @@ class SampleSpec:
             "color": "RGB",
             "label_dtype": self.label_dtype,
             "extras": {k: v.to_json() for k, v in sorted(self.extras.items())},
-        }
+        } | ({"fields": {k: v.to_json() for k, v in sorted(self.fields.items())}} if self.fields else {})
 
     @classmethod
     def from_json(cls, obj: Any, where: str = "manifest.sample") -> SampleSpec:
@@ -204,7 +214,25 @@ class SampleSpec:
             if not re.match(r"^[a-z][a-z0-9_]{0,63}$", str(name)) or name in _RESERVED_COLUMNS:
                 raise CacheError(f"{where}.extras: bad extra name {name!r}")
             extras[name] = ArraySpec.from_json(spec, f"{where}.extras.{name}")
-        return cls(shape=shape, dtype=dtype, extras=extras, label_dtype=label_dtype)
+        fields = _fields(obj.get("fields", {}), f"{where}.fields", set(extras))
+        return cls(shape=shape, dtype=dtype, extras=extras, label_dtype=label_dtype, fields=fields)
+
+
+def _fields(obj: Any, where: str, taken: set[str]) -> dict[str, FieldSpec]:
+    """The ``fields`` object, each validated, none of whose columns clash with another column."""
+    if not isinstance(obj, dict) or len(obj) > MAX_EXTRAS:
+        raise CacheError(f"{where}: expected an object of at most {MAX_EXTRAS} fields")
+    fields = {name: FieldSpec.from_json(name, spec, f"{where}.{name}") for name, spec in obj.items()}
+    columns = list(field_columns(fields))
+    clash = (set(columns) & (_RESERVED_COLUMNS | taken)) | {c for c in columns if columns.count(c) > 1}
+    if clash:
+        raise CacheError(f"{where}: field columns {sorted(clash)} clash with other columns")
+    return fields
+
+
+def manifest_version_for(sample: SampleSpec) -> int:
+    """The format version a cache of such samples is written as: 3 without fields, as before them."""
+    return MANIFEST_VERSION if sample.fields else 3
 
 
 @dataclass(frozen=True)
@@ -319,7 +347,11 @@ class Manifest:
     limits: dict = field(default_factory=lambda: {"max_pixels": 0})
     created: str = ""
     cachekit_version: str = VERSION
-    format_version: int = MANIFEST_VERSION
+    format_version: int = 0  # 0: the version its samples need (``manifest_version_for``)
+
+    def __post_init__(self) -> None:
+        if not self.format_version:
+            object.__setattr__(self, "format_version", manifest_version_for(self.sample))
 
     @property
     def num_samples(self) -> int:
@@ -366,12 +398,14 @@ class Manifest:
         if not isinstance(obj, dict):
             raise CacheError(f"{where}: expected a JSON object, got {type(obj).__name__}")
         version = _get(obj, "format_version", where)
-        if version != MANIFEST_VERSION:
+        if isinstance(version, bool) or version not in READABLE_MANIFEST_VERSIONS:
             raise CacheError(
-                f"cache format mismatch: code={MANIFEST_VERSION}, file={version!r}; "
+                f"cache format mismatch: code={MANIFEST_VERSION}, file={short(version)}; "
                 "rebuild the cache with this version of cachekit"
             )
         sample = SampleSpec.from_json(_get(obj, "sample", where))
+        if sample.fields and version < 4:
+            raise CacheError(f"{where}.sample.fields: a version {version} manifest has no fields")
         channels = sample.shape[0]
         shards_obj = _get(obj, "shards", where)
         if not isinstance(shards_obj, list) or not shards_obj:

@@ -96,6 +96,9 @@ SHAPING = {
     "order": ({}, {"order": "sorted"}),
     "shards": ({}, {"shards": 3}),
     "max_pixels": ({}, {"max_pixels": 1_000_000}),
+    "annotations": ({}, {"annotations": "COCO"}),
+    "masks": ({}, {"masks": "MASKS"}),
+    "min_visibility": ({"annotations": "COCO"}, {"annotations": "COCO", "min_visibility": 0.5}),
 }
 #: Options that change how a build runs, never what it writes.
 NOT_SHAPING = {
@@ -111,6 +114,33 @@ def test_every_build_option_is_known_to_shape_the_cache_or_not():
     assert names == set(SHAPING) | NOT_SHAPING, "a new BuildConfig option: add it to SHAPING or NOT_SHAPING"
 
 
+def _coco(raw: Path, rows: list[str], tmp: Path) -> Path:
+    """COCO instances for ``rows``: one box a quarter of each image, centred, of one category."""
+    images, annotations = [], []
+    for i, rel in enumerate(rows):
+        h, w = cv2.imread(str(raw / rel)).shape[:2]
+        images.append({"id": i, "file_name": rel, "width": w, "height": h})
+        annotations.append(
+            {"id": i, "image_id": i, "category_id": 1, "bbox": [w / 4, h / 4, w / 2, h / 2], "iscrowd": 0}
+        )
+    path = tmp / "coco.json"
+    path.write_text(
+        json.dumps({"images": images, "annotations": annotations, "categories": [{"id": 1, "name": "x"}]})
+    )
+    return path
+
+
+def _masks(raw: Path, rows: list[str], tmp: Path) -> Path:
+    """A class map per input: its left half class 1."""
+    for rel in rows:
+        h, w = cv2.imread(str(raw / rel)).shape[:2]
+        mask = np.zeros((h, w), np.uint8)
+        mask[:, : w // 2] = 1
+        (tmp / "masks" / rel).parent.mkdir(parents=True, exist_ok=True)
+        cv2.imwrite(str(tmp / "masks" / rel).rsplit(".", 1)[0] + ".png", mask)
+    return tmp / "masks"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("option", sorted(SHAPING))
 def test_every_option_that_shapes_a_cache_changes_its_fingerprint(option, small_tree, tmp_path):
@@ -119,7 +149,11 @@ def test_every_option_that_shapes_a_cache_changes_its_fingerprint(option, small_
     labels = tmp_path / "labels.csv"
     rows = sorted(p.relative_to(small_tree).as_posix() for p in small_tree.rglob("*.jpg"))
     labels.write_text("".join(f"{r},{'odd' if i % 2 else 'even'}\n" for i, r in enumerate(rows)))
-    first, second = ({k: str(labels) if v == "LABELS" else v for k, v in d.items()} for d in SHAPING[option])
+    files = {"LABELS": str(labels), "COCO": str(_coco(small_tree, rows, tmp_path)),
+             "MASKS": str(_masks(small_tree, rows, tmp_path))}  # fmt: skip
+    first, second = (
+        {k: files.get(v, v) if isinstance(v, str) else v for k, v in d.items()} for d in SHAPING[option]
+    )
     common = {"size": 16, "shard_size": 8, "workers": 1, "progress": False}
     out = tmp_path / "cache"
     before = build(small_tree, out, BuildConfig(**{**common, **first})).manifest

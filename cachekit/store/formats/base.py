@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from ...errors import CacheError
+from ..fields import field_columns
 from ..manifest import SHARD_NAME_COLUMN, SampleSpec
 from ..shardfiles import OpenFilesExhausted, out_of_files
 
@@ -193,6 +194,21 @@ def check_arrays(
             raise CacheError(f"{path.name}: shard has no 1-D uint8 'image_bytes' array")
     for name, extra in spec.extras.items():
         expected[name] = ((samples, *extra.shape), np.dtype(extra.dtype))
+    ragged = {}
+    for name, column in field_columns(spec.fields).items():
+        if column.ragged:  # any number of rows, each of this shape
+            ragged[name] = (column.shape, np.dtype(column.dtype))
+        else:
+            expected[name] = (((samples + 1) if name.endswith("__offsets") else samples, *column.shape),
+                              np.dtype(column.dtype))  # fmt: skip
+    for name, (tail, dtype) in ragged.items():
+        got = arrays.get(name)
+        if got is None:
+            raise CacheError(f"{path.name}: shard has no {name!r} array")
+        if tuple(got.shape[1:]) != tail or len(got.shape) != 1 + len(tail) or np.dtype(got.dtype) != dtype:
+            raise CacheError(
+                f"{path.name}: {name!r} is {got.dtype}{list(got.shape)}, manifest says {dtype}[*, {', '.join(map(str, tail))}]"
+            )
     for name, (shape, dtype) in expected.items():
         if name not in arrays:
             raise CacheError(f"{path.name}: shard has no {name!r} array")

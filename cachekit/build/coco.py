@@ -1,0 +1,181 @@
+"""COCO instances annotations (``--annotations coco.json``): the images it lists, with their boxes.
+
+Every image entry names a file relative to RAW (``file_name``) and its ``width`` and ``height``;
+every annotation a ``bbox`` ``[x, y, w, h]`` in that image's pixels, a ``category_id`` and
+``iscrowd``. Classes are the categories in id order (``ds.classes``: their names; the manifest
+keeps their COCO ids). Images without annotations are kept, with no boxes.
+
+Nothing in the file is trusted: it is size-checked before it is read, and every entry is checked
+on its own. A bad image entry or annotation (a missing or duplicate id, a path outside RAW,
+NaN or infinite numbers, a box of no area or outside its image, an unknown image or category) is
+left out and reported with its reason; a box that overhangs its image by less than a pixel (COCO
+has some) is clipped. Only a file that is not COCO JSON at all stops the build, in one line.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from ..constants import MAX_ANNOTATIONS_BYTES
+from ..errors import UsageError
+from ..store.limits import short
+
+__all__ = ["CocoImages", "read_coco", "OVERHANG"]
+
+#: How far (pixels) a box may reach past its image's edge and be clipped instead of dropped.
+OVERHANG = 1.0
+
+
+class CocoImages:
+    """What a COCO file says: per image path, its size and boxes; the classes; what was left out."""
+
+    def __init__(self) -> None:
+        self.images: dict[
+            str, dict
+        ] = {}  # path -> {"size": [h, w], "boxes": [...], "classes": [...], "iscrowd": [...]}
+        self.classes: list[str] = []
+        self.category_ids: list[int] = []
+        self.dropped: list[tuple[str, str]] = []  # (path or "annotations[i]", reason)
+
+
+def _load(path: Path) -> dict:
+    try:
+        size = path.stat().st_size
+    except OSError as exc:
+        raise UsageError(f"annotations file {path}: cannot be read ({exc.strerror or exc})") from None
+    if not path.is_file():
+        raise UsageError(f"annotations file {path} is not a regular file")
+    if size > MAX_ANNOTATIONS_BYTES:
+        raise UsageError(
+            f"annotations file {path} is {size / 2**20:,.0f} MiB, over the {MAX_ANNOTATIONS_BYTES / 2**20:,.0f} "
+            "MiB limit (CACHEKIT_MAX_ANNOTATIONS_BYTES raises it)"
+        )
+    try:
+        with open(path, "rb") as fh:
+            obj = json.load(fh)
+    except (UnicodeDecodeError, json.JSONDecodeError, ValueError) as exc:
+        raise UsageError(f"annotations file {path}: not valid JSON ({short(str(exc))})") from None
+    except RecursionError:
+        raise UsageError(f"annotations file {path}: nested too deeply to be COCO annotations") from None
+    except MemoryError:
+        raise UsageError(f"annotations file {path}: too big to read into memory") from None
+    except OSError as exc:
+        raise UsageError(f"annotations file {path}: cannot be read ({exc.strerror or exc})") from None
+    if not isinstance(obj, dict) or not isinstance(obj.get("images"), list):
+        raise UsageError(f"annotations file {path}: not COCO annotations (no 'images' list)")
+    for key in ("annotations", "categories"):
+        if not isinstance(obj.get(key, []), list):
+            raise UsageError(f"annotations file {path}: {key!r} is not a list")
+    return obj
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and abs(value) < 2**62 else None
+
+
+def _relative(name: Any) -> str | None:
+    """A ``file_name`` as a plain path inside RAW, or None."""
+    if not isinstance(name, str) or not name or "\0" in name:
+        return None
+    p = PurePosixPath(name.replace("\\", "/"))
+    if p.is_absolute() or ".." in p.parts or not p.parts:
+        return None
+    return p.as_posix()
+
+
+def _categories(obj: dict, found: CocoImages) -> dict[int, int]:
+    """COCO category id -> class index (categories in id order)."""
+    named = {}
+    for i, cat in enumerate(obj.get("categories", [])):
+        cid = _int(cat.get("id")) if isinstance(cat, dict) else None
+        name = cat.get("name") if isinstance(cat, dict) else None
+        if cid is None or not isinstance(name, str):
+            found.dropped.append((f"categories[{i}]", "not a category (needs an integer id and a name)"))
+        elif cid in named:
+            found.dropped.append((f"categories[{i}]", f"category id {cid} is listed twice"))
+        else:
+            named[cid] = name
+    found.category_ids = sorted(named)
+    found.classes = [named[c] for c in found.category_ids]
+    return {c: i for i, c in enumerate(found.category_ids)}
+
+
+def _images(obj: dict, found: CocoImages) -> dict[int, str]:
+    """COCO image id -> path, for every usable image entry."""
+    by_id, paths = {}, set()
+    for i, img in enumerate(obj["images"]):
+        if not isinstance(img, dict):
+            found.dropped.append((f"images[{i}]", "not an image entry"))
+            continue
+        iid, rel = _int(img.get("id")), _relative(img.get("file_name"))
+        w, h = _int(img.get("width")), _int(img.get("height"))
+        why = (
+            "no integer id" if iid is None
+            else "no file_name inside RAW" if rel is None
+            else "no positive width and height" if not (w and h and w > 0 and h > 0)
+            else f"image id {iid} is listed twice" if iid in by_id
+            else f"{rel} is listed twice" if rel in paths
+            else None
+        )  # fmt: skip
+        if why:
+            found.dropped.append((rel or f"images[{i}]", why))
+            continue
+        by_id[iid] = rel
+        paths.add(rel)
+        found.images[rel] = {"size": [h, w], "boxes": [], "classes": [], "iscrowd": []}
+    return by_id
+
+
+def _box(bbox: Any, h: int, w: int) -> tuple[list[float] | None, str]:
+    """``[x, y, w, h]`` as a clipped xyxy box, or None and why not."""
+    if not isinstance(bbox, list) or len(bbox) != 4:
+        return None, "bbox is not [x, y, width, height]"
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in bbox):
+        return None, f"bbox {short(bbox)} has a value that is not a finite number"
+    x, y, bw, bh = (float(v) for v in bbox)
+    if bw <= 0 or bh <= 0:
+        return None, f"bbox {short(bbox)} has no area"
+    x1, y1, x2, y2 = x, y, x + bw, y + bh
+    if x1 < -OVERHANG or y1 < -OVERHANG or x2 > w + OVERHANG or y2 > h + OVERHANG:
+        return None, f"bbox {short(bbox)} lies outside its {w}x{h} image"
+    x1, y1, x2, y2 = max(x1, 0.0), max(y1, 0.0), min(x2, float(w)), min(y2, float(h))
+    if x2 <= x1 or y2 <= y1:
+        return None, f"bbox {short(bbox)} has no area inside its image"
+    return [x1, y1, x2, y2], ""
+
+
+def read_coco(path: str | Path) -> CocoImages:
+    """Parse and check a COCO instances file; a file that is not one is a UsageError (one line)."""
+    obj = _load(Path(path))
+    found = CocoImages()
+    category = _categories(obj, found)
+    by_id = _images(obj, found)
+    for i, ann in enumerate(obj.get("annotations", [])):
+        where = f"annotations[{i}]"
+        if not isinstance(ann, dict):
+            found.dropped.append((where, "not an annotation"))
+            continue
+        rel = by_id.get(_int(ann.get("image_id")))
+        if rel is None:
+            found.dropped.append((where, f"unknown image_id {short(ann.get('image_id'))}"))
+            continue
+        cls = category.get(_int(ann.get("category_id")))
+        if cls is None:
+            found.dropped.append((rel, f"{where}: unknown category_id {short(ann.get('category_id'))}"))
+            continue
+        crowd = ann.get("iscrowd", 0)
+        if crowd not in (0, 1) or isinstance(crowd, float):
+            found.dropped.append((rel, f"{where}: iscrowd {short(crowd)} is not 0 or 1"))
+            continue
+        entry = found.images[rel]
+        box, why = _box(ann.get("bbox"), *entry["size"])
+        if box is None:
+            found.dropped.append((rel, f"{where}: {why}"))
+            continue
+        entry["boxes"].append(box)
+        entry["classes"].append(cls)
+        entry["iscrowd"].append(int(crowd))
+    return found

@@ -1,0 +1,130 @@
+"""One input's field values in a shard job: read from its raw target, then moved with its pixels.
+
+``raw_values`` turns what discovery recorded (COCO boxes in the image's pixels, YOLO's normalised
+rows, a mask file, classes, a caption) into values in the decoded image's pixels, once its size is
+known; a target that does not fit its image (another size than the annotations say, a mask of
+another size) is a ``DecodeError``: the input is skipped with that reason. ``move_values`` sends
+boxes and masks through the same map as the pixels (``cachekit.image.geometry``).
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable
+
+import numpy as np
+
+from ..image.geometry import Affine, move_boxes, move_boxes_matrix, warp_mask, warp_mask_matrix
+from ..image.ops import DecodeError
+from ..store.fields import FieldSpec, empty_boxes
+
+__all__ = ["raw_values", "move_values", "move_values_matrix", "load_mask"]
+
+
+def load_mask(data: bytes, where: str) -> np.ndarray:
+    """A class-map file (grayscale or palette PNG; 16-bit maps of at most 256 classes) as uint8 [H, W].
+
+    PIL reads a palette PNG's indices (the classes, as VOC stores them), where OpenCV would give its
+    colours; a colour image is not a class map and is refused.
+    """
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(io.BytesIO(data)) as img:
+            mode = img.mode
+            if mode in ("RGB", "RGBA", "CMYK", "YCbCr", "LAB", "HSV", "LA", "PA"):
+                raise DecodeError(
+                    f"mask {where} is a {mode} image, not a class map (grayscale or palette PNG)"
+                )
+            array = np.asarray(img)
+    except DecodeError:
+        raise
+    except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError) as exc:
+        raise DecodeError(f"mask {where} does not decode ({' '.join(str(exc).split())[:120]})") from None
+    if array.ndim != 2:
+        raise DecodeError(f"mask {where} is not a 2-D class map")
+    if array.dtype != np.uint8:
+        if array.dtype.kind not in "iub" or array.size and (array.min() < 0 or array.max() > 255):
+            raise DecodeError(f"mask {where} holds values outside 0-255 (a uint8 class map)")
+        array = array.astype(np.uint8)
+    return np.ascontiguousarray(array)
+
+
+def _boxes(target: dict, h: int, w: int) -> dict:
+    if "yolo" in target:
+        rows = np.asarray(target["yolo"], dtype=np.float64).reshape(-1, 5)
+        cx, cy, bw, bh = rows[:, 1] * w, rows[:, 2] * h, rows[:, 3] * w, rows[:, 4] * h
+        boxes = np.stack([cx - bw / 2, cy - bh / 2, cx + bw / 2, cy + bh / 2], axis=1)
+        boxes = np.clip(boxes, 0, [w, h, w, h])
+        return {"boxes": boxes.astype(np.float32), "classes": rows[:, 0].astype(np.int64),
+                "iscrowd": np.zeros(len(rows), dtype=np.uint8)}  # fmt: skip
+    ah, aw = target["size"]
+    if (ah, aw) != (h, w):
+        turned = " (its EXIF orientation turns it)" if (ah, aw) == (w, h) else ""
+        raise DecodeError(f"decodes to {w}x{h}, the annotations say {aw}x{ah}{turned}")
+    if not target["boxes"]:
+        return empty_boxes()
+    return {
+        "boxes": np.asarray(target["boxes"], dtype=np.float32).reshape(-1, 4),
+        "classes": np.asarray(target["classes"], dtype=np.int64),
+        "iscrowd": np.asarray(target["iscrowd"], dtype=np.uint8),
+    }
+
+
+def raw_values(
+    fields: dict[str, FieldSpec],
+    target: dict | None,
+    hw: tuple[int, int],
+    read_mask: Callable[[str], bytes] | None,
+) -> dict:
+    """Each field's value for an input decoded to ``hw``, in its own pixels (``label``: the labels column)."""
+    target = target or {}
+    h, w = hw
+    values = {}
+    for name, spec in fields.items():
+        if spec.kind == "boxes":
+            values[name] = _boxes(target, h, w)
+        elif spec.kind == "mask":
+            rel = target["mask"][0]
+            mask = load_mask(read_mask(rel), rel)
+            if mask.shape != (h, w):
+                raise DecodeError(f"its mask {rel} is {mask.shape[1]}x{mask.shape[0]}, the image {w}x{h}")
+            values[name] = mask
+        elif spec.kind == "labels":
+            values[name] = np.asarray(target.get("labels", []), dtype=np.int64)
+        elif spec.kind == "text":
+            values[name] = str(target.get("text", ""))
+    return values
+
+
+def move_values(
+    fields: dict[str, FieldSpec], values: dict, affine: Affine, out_hw: tuple[int, int], min_visibility: float
+) -> dict:
+    """The values after the pixels went through ``affine`` into an ``out_hw`` image."""
+    out = dict(values)
+    for name, spec in fields.items():
+        if spec.kind == "boxes":
+            out[name] = move_boxes(values[name], affine, out_hw, min_visibility)
+        elif spec.kind == "mask":
+            out[name] = warp_mask(values[name], affine, out_hw)
+    return out
+
+
+def move_values_matrix(
+    fields: dict[str, FieldSpec],
+    values: dict,
+    matrix: np.ndarray,
+    then: Affine,
+    out_hw: tuple[int, int],
+    min_visibility: float,
+    size_hw: tuple[int, int],
+) -> dict:
+    """Through a 2x3 map of pixel indices (a rotation, ``warpAffine``'s, keeping ``size_hw``), then ``then``."""
+    out = dict(values)
+    for name, spec in fields.items():
+        if spec.kind == "boxes":
+            turned = move_boxes_matrix(values[name], matrix, size_hw, min_visibility=0.0)
+            out[name] = move_boxes(turned, then, out_hw, min_visibility)
+        elif spec.kind == "mask":
+            out[name] = warp_mask(warp_mask_matrix(values[name], matrix, size_hw), then, out_hw)
+    return out

@@ -1,0 +1,108 @@
+"""YOLO (Ultralytics) datasets (``--annotations yolo`` or ``--annotations data.yaml``): the images
+under ``RAW/images/``, each with a ``RAW/labels/…/<name>.txt`` of ``class cx cy w h`` rows,
+normalised to the image's width and height.
+
+Class names come from ``data.yaml`` (``RAW/data.yaml``, or the file given) when there is one
+(``names:`` as a list or an ``{id: name}`` map), else they are the numbers seen. An image without
+a label file, or with an empty one, is kept with no boxes (a background image, as Ultralytics
+treats it). A segmentation row (``class x1 y1 x2 y2 ...``, a polygon) gives the box round its
+points. Bad rows (not numbers, NaN, a class outside the names, a box of no area or outside the
+image) are left out and reported, each with its file, line and reason; boxes overhanging the image
+by rounding (under 0.1%) are clipped.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from ..errors import UsageError
+
+__all__ = ["read_names", "parse_label_file", "label_path", "LABEL_FILE_MAX_BYTES"]
+
+#: A label file larger than this is not read (a line a box: a million boxes).
+LABEL_FILE_MAX_BYTES = 64 << 20
+_SLACK = 1e-3  # normalised coordinates this far past [0, 1] are rounding, and clipped
+
+
+def label_path(rel: str) -> str | None:
+    """The label file of an image at ``images/…/x.jpg`` (relative to RAW): ``labels/…/x.txt``."""
+    parts = rel.split("/")
+    if len(parts) < 2 or parts[0] != "images":
+        return None
+    stem = parts[-1].rsplit(".", 1)[0]
+    return "/".join(["labels", *parts[1:-1], f"{stem}.txt"])
+
+
+def read_names(path: Path) -> list[str] | None:
+    """Class names from a YOLO ``data.yaml``; None when it has none. A broken file: UsageError."""
+    import yaml
+
+    try:
+        text = path.read_text(encoding="utf-8")
+        data = yaml.safe_load(text)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{path}: cannot be read ({exc})") from None
+    except yaml.YAMLError as exc:
+        raise UsageError(f"{path}: not valid YAML ({' '.join(str(exc).split())[:200]})") from None
+    names = data.get("names") if isinstance(data, dict) else None
+    if names is None:
+        return None
+    if isinstance(names, dict):
+        if not all(isinstance(k, int) and not isinstance(k, bool) for k in names) or sorted(names) != list(
+            range(len(names))
+        ):
+            raise UsageError(f"{path}: 'names' must map the ids 0, 1, 2, ... to names")
+        names = [names[i] for i in range(len(names))]
+    if not isinstance(names, list) or not all(isinstance(n, (str, int, float)) for n in names):
+        raise UsageError(f"{path}: 'names' must be a list of class names")
+    return [str(n) for n in names]
+
+
+def _row(values: list[str], classes: int | None) -> tuple[list[float] | None, str]:
+    """One label row as ``[class, cx, cy, w, h]`` (normalised), or None and why not."""
+    if len(values) != 5 and (len(values) < 7 or len(values) % 2 == 0):
+        return None, f"{len(values)} values: expected 'class cx cy w h' or a class and polygon points"
+    try:
+        numbers = [float(v) for v in values]
+    except ValueError:
+        return None, "a value that is not a number"
+    if not all(math.isfinite(v) for v in numbers):
+        return None, "a value that is not a finite number"
+    cls = numbers[0]
+    if cls != int(cls) or cls < 0 or (classes is not None and cls >= classes):
+        known = f" (data.yaml names {classes})" if classes is not None else ""
+        return None, f"class {values[0]} is not a known class index{known}"
+    if len(values) == 5:
+        cx, cy, w, h = numbers[1:]
+        x1, y1, x2, y2 = cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2
+    else:
+        xs, ys = numbers[1::2], numbers[2::2]
+        x1, y1, x2, y2 = min(xs), min(ys), max(xs), max(ys)
+    if x2 - x1 <= 0 or y2 - y1 <= 0:
+        return None, "a box of no area"
+    if x1 < -_SLACK or y1 < -_SLACK or x2 > 1 + _SLACK or y2 > 1 + _SLACK:
+        return None, "a box outside the image (normalised coordinates must lie in [0, 1])"
+    x1, y1, x2, y2 = max(x1, 0.0), max(y1, 0.0), min(x2, 1.0), min(y2, 1.0)
+    return [int(cls), (x1 + x2) / 2, (y1 + y2) / 2, x2 - x1, y2 - y1], ""
+
+
+def parse_label_file(
+    data: bytes, where: str, classes: int | None
+) -> tuple[list[list[float]], list[tuple[str, str]]]:
+    """The rows of one label file, and ``(where, reason)`` for each row left out."""
+    rows, dropped = [], []
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return [], [(where, "not a UTF-8 text file")]
+    for n, line in enumerate(text.splitlines(), 1):
+        values = line.split()
+        if not values:
+            continue
+        row, why = _row(values, classes)
+        if row is None:
+            dropped.append((where, f"line {n}: {why}"))
+        else:
+            rows.append(row)
+    return rows, dropped

@@ -1,0 +1,99 @@
+"""What every field kind shares: its on-disk columns, and packing/unpacking of ragged values.
+
+A field is a named, typed part of a sample besides its image (a class, several classes, boxes, a
+mask, a caption, an array). Each kind (one small module each) says which columns it stores, packs
+a shard's per-sample values into them and unpacks rows again; the writer and the readers never
+branch on the kind. A ragged field keeps every sample's values back to back in a ``values``
+column and ``N + 1`` int64 ``offsets``; both are checked before they are used.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from ...errors import CacheError
+
+__all__ = ["Column", "FieldKind", "ColumnReader", "pack_ragged", "ragged_rows", "column_name"]
+
+#: ``column(name, index)``: rows of one column of an open shard (``index`` a slice or an array).
+ColumnReader = Callable[[str, Any], np.ndarray]
+
+
+@dataclass(frozen=True)
+class Column:
+    """One stored column: its per-row shape and dtype; a ``ragged`` column has any number of rows."""
+
+    shape: tuple[int, ...]  # of one row
+    dtype: str  # "<f4", "|u1", ...
+    ragged: bool = False
+
+
+class FieldKind(Protocol):
+    """One kind of field: its columns, and how a shard's values go into them and come back."""
+
+    kind: str
+
+    def check_params(self, params: dict, where: str) -> dict:
+        """The kind's parameters from a manifest, validated (CacheError naming ``where``)."""
+
+    def columns(self, name: str, params: dict) -> dict[str, Column]:
+        """Every column a field called ``name`` stores (its name is part of each column's)."""
+
+    def pack(self, name: str, params: dict, values: Sequence) -> dict[str, np.ndarray]:
+        """A shard's columns from each sample's value, in row order."""
+
+    def unpack(
+        self, name: str, params: dict, column: ColumnReader, rows: Sequence[int], samples: int
+    ) -> list:
+        """The values of ``rows`` (local row numbers of a shard of ``samples`` rows)."""
+
+
+def column_name(field: str, part: str) -> str:
+    """The column holding ``part`` of field ``field`` (``boxes__offsets``)."""
+    return f"{field}__{part}"
+
+
+def pack_ragged(
+    arrays: Sequence[np.ndarray], dtype: str, tail: tuple[int, ...] = ()
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(values, offsets)``: the rows of every sample's array back to back, and where each starts."""
+    offsets = np.zeros(len(arrays) + 1, dtype=np.int64)
+    np.cumsum([len(a) for a in arrays], out=offsets[1:])
+    if arrays:
+        values = np.concatenate([np.asarray(a, dtype=dtype).reshape(-1, *tail) for a in arrays])
+    else:
+        values = np.zeros((0, *tail), dtype=dtype)
+    return np.ascontiguousarray(values.astype(dtype, copy=False)), offsets
+
+
+def ragged_rows(
+    column: ColumnReader,
+    values: str,
+    offsets: str,
+    rows: Sequence[int],
+    samples: int,
+    extra: Sequence[str] = (),
+) -> list[tuple[np.ndarray, ...]]:
+    """For each row, its slice of ``values`` (and of the ``extra`` columns that share its offsets).
+
+    The offsets are read as a whole (they are small), checked to run from 0 up, never down, to the
+    length of the values; a shard that says otherwise is a CacheError, never a wrong slice.
+    """
+    ends = np.asarray(column(offsets, slice(None)))
+    data = [np.asarray(column(name, slice(None))) for name in (values, *extra)]
+    if (
+        ends.shape != (samples + 1,)
+        or ends.dtype.kind not in "iu"
+        or (samples and (ends[0] != 0 or (np.diff(ends) < 0).any()))
+        or any(len(d) != (int(ends[-1]) if samples else len(d)) for d in data)
+    ):
+        raise CacheError(f"{offsets!r} do not match {values!r} (the shard is damaged)")
+    out = []
+    for row in rows:
+        lo, hi = int(ends[row]), int(ends[row + 1])
+        out.append(tuple(d[lo:hi] for d in data))
+    return out

@@ -1,0 +1,60 @@
+"""``mask``: a uint8 class map ``[H, W]`` the size of the stored image, kept as a PNG per sample.
+
+PNG is lossless and class maps are mostly runs of one value: a 640x640 map is a few kilobytes
+instead of 400, so the column stays small enough to hold in memory with the shard's other columns,
+and decoding one (OpenCV, which releases the GIL) costs less than resizing its image.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import cv2
+import numpy as np
+
+from ...errors import CacheError
+from .base import Column, ColumnReader, column_name, pack_ragged, ragged_rows
+
+__all__ = ["MaskKind", "encode_mask", "decode_mask"]
+
+
+def encode_mask(mask: np.ndarray) -> np.ndarray:
+    """A class map as PNG bytes (fast compression: masks compress well at any level)."""
+    ok, buf = cv2.imencode(
+        ".png", np.ascontiguousarray(mask, dtype=np.uint8), [cv2.IMWRITE_PNG_COMPRESSION, 1]
+    )
+    if not ok:  # pragma: no cover - OpenCV encodes any 2-D uint8 array
+        raise ValueError("OpenCV could not encode a mask as PNG")
+    return buf.reshape(-1)
+
+
+def decode_mask(data: np.ndarray, where: str) -> np.ndarray:
+    """PNG bytes back to a uint8 ``[H, W]`` class map; anything else is a CacheError."""
+    mask = cv2.imdecode(np.asarray(data, dtype=np.uint8), cv2.IMREAD_UNCHANGED) if len(data) else None
+    if mask is None or mask.ndim != 2 or mask.dtype != np.uint8:
+        raise CacheError(f"{where}: a stored mask does not decode to a uint8 class map")
+    return mask
+
+
+class MaskKind:
+    kind = "mask"
+
+    def check_params(self, params: dict, where: str) -> dict:
+        return {}
+
+    def columns(self, name: str, params: dict) -> dict[str, Column]:
+        return {
+            column_name(name, "png"): Column((), "|u1", ragged=True),
+            column_name(name, "offsets"): Column((), "<i8"),
+        }
+
+    def pack(self, name: str, params: dict, values: Sequence) -> dict[str, np.ndarray]:
+        data, offsets = pack_ragged([encode_mask(v) for v in values], "|u1")
+        return {column_name(name, "png"): data, column_name(name, "offsets"): offsets}
+
+    def unpack(
+        self, name: str, params: dict, column: ColumnReader, rows: Sequence[int], samples: int
+    ) -> list:
+        """The PNG bytes of each row (decoded by the reader's threads, where the work is)."""
+        found = ragged_rows(column, column_name(name, "png"), column_name(name, "offsets"), rows, samples)
+        return [v for (v,) in found]
