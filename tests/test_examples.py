@@ -65,3 +65,28 @@ def test_train_evaluates_every_epoch_on_either_recipe_in_one_process_and_under_t
         assert [line.split(":")[0] for line in epochs] == ["epoch 0", "epoch 1"], out
         correct, seen = (int(v) for v in epochs[-1].split("accuracy ")[1].split("/"))
         assert seen == 48 and 0 <= correct <= seen, out
+
+
+@pytest.fixture(scope="module")
+def detection_cache(tmp_path_factory) -> Path:
+    from cachekit.tools.synthetic_objects import make_object_dataset
+
+    raw = make_object_dataset(tmp_path_factory.mktemp("detection") / "raw", 24, size=(96, 128), classes=3)
+    out = raw.parent / "cache"
+    build(
+        raw,
+        out,
+        BuildConfig(annotations="yolo", pipeline="letterbox-640", size=128, workers=1, progress=False),
+    )
+    return out
+
+
+@pytest.mark.slow
+def test_train_detection_learns_in_one_process_and_under_torchrun(detection_cache):
+    for launcher in ([sys.executable], TORCHRUN):
+        out = _run([str(EXAMPLES / "train_detection.py"), str(detection_cache), "--steps", "40", "--batch-size", "4",
+                    "--size", "96"], launcher)  # fmt: skip
+        assert f"world {2 if launcher is TORCHRUN else 1}, 24 images, 3 classes" in out, out
+        done = [line for line in out.splitlines() if line.startswith("done:")]
+        first, last = (float(v) for v in done[0].split("loss")[1].split("->"))
+        assert last < first * 0.7, out

@@ -10,6 +10,7 @@ from ..constants import (
     DEFAULT_MAX_PIXELS,
     DEFAULT_PIPELINE,
 )
+from ..image.geometry import DEFAULT_MIN_VISIBILITY
 from ..image.recipes import builtin_pipelines
 from .app import EXIT_CODES, duration, friendly, main, options_of, with_storage_options
 
@@ -41,7 +42,28 @@ from .app import EXIT_CODES, duration, friendly, main, options_of, with_storage_
     "--labels",
     type=click.Path(path_type=str),
     default=None,
-    help="CSV of file,label (paths relative to RAW); only the files it lists are used.",
+    help="CSV of file,label (paths relative to RAW); only the files it lists are used. With a header "
+    "row (file,label,labels,caption): 'labels' holds several ;-separated classes, 'caption' a text.",
+)
+@click.option(
+    "--annotations",
+    type=str,
+    default=None,
+    help="Boxes: a COCO instances JSON (file_name relative to RAW), or 'yolo' / a YOLO data.yaml "
+    "(RAW/images/** with RAW/labels/**.txt of 'class cx cy w h').",
+)
+@click.option(
+    "--masks",
+    type=click.Path(path_type=str),
+    default=None,
+    help="Folder of class-map PNGs, one per input with its relative name (a/b.jpg -> MASKS/a/b.png).",
+)
+@click.option(
+    "--min-visibility",
+    type=float,
+    default=DEFAULT_MIN_VISIBILITY,
+    show_default=True,
+    help="Boxes keeping less of their area through the recipe (or a variant's crop) are dropped.",
 )
 @click.option(
     "--compression",
@@ -146,6 +168,9 @@ def build_cmd(
     workers,
     shard_size,
     labels,
+    annotations,
+    masks,
+    min_visibility,
     compression,
     store,
     quality,
@@ -168,7 +193,8 @@ def build_cmd(
     """Decode + preprocess the images under RAW into a sharded cache at --out.
 
     RAW is an ImageFolder tree (RAW/<class>/**/<image>), a flat folder of images, or any folder
-    with --labels. Either may be a URL (s3://bucket/raw; --storage-option for its endpoint and
+    with --labels; with --annotations (COCO or YOLO) the images come with their boxes, and with
+    --masks with a class map each. Either may be a URL (s3://bucket/raw; --storage-option for its endpoint and
     credentials). Re-running the same command resumes an interrupted build.
     """
     from ..build.run import BuildConfig, build
@@ -181,6 +207,9 @@ def build_cmd(
         workers=workers,
         shard_size=shard_size,
         labels=labels,
+        annotations=annotations,
+        masks=masks,
+        min_visibility=min_visibility,
         strict=strict,
         overwrite=overwrite,
         update=update,
@@ -201,6 +230,13 @@ def build_cmd(
         storage_options=storage_options,
     )
     result = build(raw, out, config)
+    dropped = result.manifest.source.get("dropped_count", 0)
+    if dropped:
+        first = result.manifest.source["dropped"][:5]
+        for d in first:
+            click.echo(f"annotation left out: {d['where']}: {d['reason']}", err=True)
+        if dropped > len(first):
+            click.echo(f"... {dropped} annotations left out in all (cachekit info lists them)", err=True)
     for s in result.manifest.skipped[:10]:
         click.echo(f"skipped {s.path}: {s.reason}", err=True)
     if len(result.manifest.skipped) > 10:

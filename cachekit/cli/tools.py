@@ -35,6 +35,11 @@ def _int_list(ctx, param, value: str | None) -> tuple[int, ...] | None:
 @click.option(
     "--workdir", type=click.Path(path_type=str), default=None, help="--synthetic: where to keep its files."
 )
+@click.option(
+    "--boxes",
+    is_flag=True,
+    help="--synthetic: images with objects and YOLO labels, built into detection caches (letterbox-640 + boxes).",
+)
 @click.option("--batch-size", type=int, default=256, show_default=True)
 @click.option(
     "--workers",
@@ -77,6 +82,7 @@ def bench_cmd(
     paths,
     synthetic,
     workdir,
+    boxes,
     batch_size,
     workers,
     samples,
@@ -130,9 +136,17 @@ def bench_cmd(
         if paths:
             raise UsageError("--synthetic makes its own raw folder and caches; give no paths with it")
         result = bench_synthetic(
-            synthetic, config, workdir=workdir, keep=workdir is not None, log=log, progress=not quiet
+            synthetic,
+            config,
+            workdir=workdir,
+            keep=workdir is not None,
+            log=log,
+            progress=not quiet,
+            boxes=boxes,
         )
     else:
+        if boxes:
+            raise UsageError("--boxes goes with --synthetic N")
         if len(paths) < 2:
             raise UsageError(
                 "give a raw folder and at least one cache (cachekit bench RAW CACHE), or --synthetic N"

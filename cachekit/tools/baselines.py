@@ -41,6 +41,7 @@ __all__ = [
     "RawInputs",
     "RawImageDataset",
     "check_raw_inputs",
+    "classification_recipe",
     "pil_classification",
     "pil_random_resized_crop_flip",
     "rrc_params",
@@ -213,6 +214,11 @@ def _pil_refuses(data: bytes) -> str | None:
     return None
 
 
+def classification_recipe(pipeline: Pipeline) -> bool:
+    """True for recipes the PIL raw loader can run (a resize and a centre crop, or nothing)."""
+    return _classification_sizes(pipeline) is not None
+
+
 def check_raw_inputs(
     root: str | os.PathLike,
     pipeline: Pipeline,
@@ -220,6 +226,7 @@ def check_raw_inputs(
     pil: bool = False,
     workers: int = 0,
     progress: bool = False,
+    discover_options: dict | None = None,
 ) -> RawInputs:
     """Read and decode every input of ``root`` once, as a build would; return the usable ones.
 
@@ -228,7 +235,7 @@ def check_raw_inputs(
     """
     from tqdm import tqdm
 
-    source = discover(root)
+    source = discover(root, **(discover_options or {}))
     root = Path(root)
     loader = DataLoader(
         _Check(root, source.paths, pipeline, pil),

@@ -38,9 +38,9 @@ from ..feed.dataset import CachedDataset
 from ..feed.shm import shm_shortfall
 from ..image.recipes import load_pipeline
 from ..store.remote import is_url
-from .baselines import BACKENDS, RawImageDataset, RawInputs, check_raw_inputs
+from .baselines import BACKENDS, RawImageDataset, RawInputs, check_raw_inputs, classification_recipe
 from .benchrows import MAX_AUGMENT_SIZE, augment_record, augment_size, cache_row, make_loader_row, raw_row
-from .benchsamples import align_samples, cache_pipeline
+from .benchsamples import align_samples, cache_pipeline, raw_discovery
 from .benchview import augment_text, cache_names, format_table, plot_result, workers_text
 
 __all__ = [
@@ -263,14 +263,19 @@ def _run(raw, caches, datasets, config: BenchConfig, log, progress: bool, storag
             )
     names = cache_names(caches, [d.manifest.format for d in datasets])
     inputs = None
-    if raw is not None and config.raw_backends:
+    backends = config.raw_backends
+    if raw is not None and backends:
         pipeline = cache_pipeline(datasets[0]) if datasets else load_pipeline(DEFAULT_PIPELINE)
+        if "pil" in backends and not crop and not classification_recipe(pipeline):
+            backends = tuple(b for b in backends if b != "pil")
+            log(f"no raw-pil rows: the PIL loader runs the classification recipe only, not {pipeline.name!r}")
         inputs = check_raw_inputs(
             raw,
             pipeline,
-            pil="pil" in config.raw_backends,
+            pil="pil" in backends,
             workers=available_cpus(),
             progress=progress,
+            discover_options=raw_discovery(datasets[0].manifest, raw) if datasets else {},
         )
         for path, reason in inputs.skipped[:10]:
             log(f"skipped {path}: {reason}")
@@ -282,9 +287,7 @@ def _run(raw, caches, datasets, config: BenchConfig, log, progress: bool, storag
             f"raw: {inputs.found} image files, {len(inputs.skipped)} skipped as a build would skip them"
             + (f", {len(inputs.refused)} more left out for PIL" if inputs.refused else "")
         )
-    raw_ds = (
-        {b: RawImageDataset(inputs, backend=b, augment=crop) for b in config.raw_backends} if inputs else {}
-    )
+    raw_ds = {b: RawImageDataset(inputs, backend=b, augment=crop) for b in backends} if inputs else {}
     align = align_samples(inputs, datasets, samples=config.samples, seed=config.seed)
     n = len(align)
     if n == 0:

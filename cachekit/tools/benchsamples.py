@@ -8,6 +8,7 @@ sample k * K with K augmented variants per input). Files PIL cannot read are lef
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -17,7 +18,7 @@ from ..feed.dataset import CachedDataset
 from ..image.recipes import Pipeline, Step
 from .baselines import RawInputs
 
-__all__ = ["Alignment", "align_samples", "cache_pipeline"]
+__all__ = ["raw_discovery", "Alignment", "align_samples", "cache_pipeline"]
 
 
 def cache_pipeline(dataset: CachedDataset) -> Pipeline:
@@ -25,6 +26,20 @@ def cache_pipeline(dataset: CachedDataset) -> Pipeline:
     p = dataset.manifest.pipeline
     steps = tuple(Step(s["op"], {k: v for k, v in s.items() if k != "op"}) for s in p.get("steps", []))
     return Pipeline(name=str(p.get("name", "cache")), size=p.get("size"), steps=steps)
+
+
+def raw_discovery(manifest, raw) -> dict:
+    """How to find a cache's inputs in RAW again: its annotations (YOLO, or the COCO file of the
+    name the manifest records, in RAW) and mask folder, as ``discover`` takes them."""
+    source = manifest.source
+    options = {}
+    if source.get("layout") == "yolo":
+        options["annotations"] = "yolo"
+    elif source.get("layout") == "coco" and source.get("annotations"):
+        options["annotations"] = os.path.join(str(raw), source["annotations"])
+    if source.get("masks") and not str(source["masks"]).startswith(("s3://", "gs://")):
+        options["masks"] = source["masks"]
+    return options
 
 
 def _sample_sources(ds: CachedDataset) -> list[str] | None:

@@ -37,6 +37,7 @@ from ..build.shardwrite import commit_shard
 from ..constants import DEFAULT_GRACE_SECONDS, MANIFEST_NAME, PARTIAL_DIR
 from ..errors import BuildError, CacheError, UsageError
 from ..store.atomic import path_size, sha256_path
+from ..store.fields import field_columns
 from ..store.formats import SHARD_NAME_COLUMN, get_format, identity_column
 from ..store.location import open_location, read_manifest, write_failure
 from ..store.manifest import Manifest, ShardInfo, json_text, manifest_text, shard_path
@@ -62,7 +63,7 @@ def _read_shard(root: Path, manifest: Manifest, index: int) -> dict[str, np.ndar
             arrays = {name: np.array(reader.column(name, slice(None))) for name in names}
         for name in ("labels", *manifest.sample.extras):
             arrays[name] = np.array(reader.column(name, rows))
-        for name in (SOURCE_BYTES, SOURCE_OFFSETS):
+        for name in (SOURCE_BYTES, SOURCE_OFFSETS, *field_columns(manifest.sample.fields)):
             arrays[name] = np.array(reader.column(name, slice(None)))
         return arrays
     finally:

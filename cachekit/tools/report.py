@@ -50,6 +50,7 @@ def describe(m: Manifest) -> str:
         ),
         f"pipeline:  {m.pipeline.get('name')}: {steps or 'no steps'}",
         f"classes:   {classes or '(unlabelled)'}",
+        f"fields:    {_fields(m)}",
         "mean/std:  "
         + " ".join(f"{v:.4f}" for v in m.mean)
         + " / "
@@ -58,12 +59,43 @@ def describe(m: Manifest) -> str:
         f"source:    {m.source.get('root', '?')} ({m.source.get('layout', '?')}, {m.source.get('inputs', '?')} inputs)",
         f"built:     {m.created} by cachekit {m.cachekit_version}; fingerprint {m.fingerprint[:16]}",
     ]
+    dropped = m.source.get("dropped") or []
+    if dropped:
+        lines.append(f"annotations left out: {m.source.get('dropped_count', len(dropped))}")
+        lines += [f"  {d.get('where')}: {d.get('reason')}" for d in dropped[:10] if isinstance(d, dict)]
+        if m.source.get("dropped_count", len(dropped)) > 10:
+            lines.append(
+                f"  ... and {m.source.get('dropped_count', len(dropped)) - 10} more (manifest.json lists {len(dropped)})"
+            )
     if m.skipped:
         lines.append("skipped:")
         lines += [f"  {s.path}: {s.reason}" for s in m.skipped[:10]]
         if len(m.skipped) > 10:
             lines.append(f"  ... and {len(m.skipped) - 10} more")
     return "\n".join(lines)
+
+
+_FIELD_WORDS = {
+    "label": "one class (int)",
+    "labels": "several classes (int64 [K])",
+    "boxes": "boxes (float32 [N, 4] xyxy, classes, iscrowd)",
+    "mask": "class map (uint8 [H, W])",
+    "text": "text (str)",
+}
+
+
+def _fields(m: Manifest) -> str:
+    """What a sample's target holds, in words."""
+    if not m.sample.fields:
+        return "the class of each image (target: int)"
+    parts = []
+    for name, spec in m.sample.fields.items():
+        if spec.kind == "array":
+            shape = ", ".join("*" if v is None else str(v) for v in spec.params["shape"])
+            parts.append(f"{name}: array ({spec.params['dtype']} [{shape}])")
+        else:
+            parts.append(f"{name}: {_FIELD_WORDS[spec.kind]}")
+    return "; ".join(parts) + " (target: dict)"
 
 
 def _version(dist: str) -> str:

@@ -16,8 +16,11 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from ..errors import CacheError
 from ..store.atomic import path_size, remove_path, sha256_path
+from ..store.fields import decode_mask
 from ..store.formats import get_format
 from ..store.location import read_manifest
 from ..store.manifest import Manifest, ShardInfo, shard_path
@@ -79,8 +82,37 @@ def _check_shard(root: Path, manifest: Manifest, info: ShardInfo, quick: bool) -
     try:
         if len(reader) != info.samples:
             return f"holds {len(reader)} samples, manifest says {info.samples}"
+        if manifest.sample.fields and not quick:
+            return _check_fields(manifest, info, reader)
+    except CacheError as exc:
+        return str(exc).removeprefix(f"{info.file}: ")
     finally:
         reader.close()
+    return None
+
+
+def _check_fields(manifest: Manifest, info: ShardInfo, reader) -> str | None:
+    """Every row of every field unpacks: offsets within their values, masks that decode to their
+    image's size, text that is UTF-8, classes that index ``classes``."""
+    rows = list(range(info.samples))
+    if manifest.sample.ragged:
+        shapes = np.asarray(reader.column("image_shape", slice(None)))[:, 1:]
+    else:
+        shapes = np.tile(np.array(manifest.sample.shape[1:]), (info.samples, 1))
+    for name, spec in manifest.sample.fields.items():
+        values = spec.handler.unpack(name, spec.params, reader.column, rows, info.samples)
+        for row, value in zip(rows, values):
+            if spec.kind == "mask" and decode_mask(value, info.file).shape != tuple(shapes[row]):
+                return f"field {name!r}: the mask of row {row} is not its image's size"
+            classes = value["classes"] if spec.kind == "boxes" else value if spec.kind == "labels" else None
+            if (
+                classes is not None
+                and len(classes)
+                and (classes.min() < 0 or classes.max() >= len(manifest.classes))
+            ):
+                return (
+                    f"field {name!r}: row {row} names a class outside the manifest's {len(manifest.classes)}"
+                )
     return None
 
 

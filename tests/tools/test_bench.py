@@ -340,3 +340,17 @@ def test_worker_rows_that_shm_cannot_serve_are_left_out_or_refused(mixed_cache, 
     assert any("no 2-worker rows" in line and "--shm-size" in line for line in lines)
     with pytest.raises(UsageError, match="--workers 2: /dev/shm has 0 MiB free"):
         run_bench(None, [mixed_cache], BenchConfig(batch_size=4, workers=(0, 2), epochs=1, cold=False))
+
+
+def test_bench_synthetic_boxes_and_doctor_run_on_detection_caches(tmp_path):
+    from cachekit.tools.benchsynthetic import bench_synthetic
+    from cachekit.tools.doctor import diagnose
+
+    config = BenchConfig(batch_size=4, workers=(0,), epochs=1, cold=False)
+    result = bench_synthetic(12, config, workdir=tmp_path, formats=("pt",), boxes=True)
+    assert result["synthetic"]["boxes"] and result["caches"][0]["pipeline"] == "letterbox-640"
+    assert {r["loader"] for r in result["rows"]} == {"raw-opencv", "cache-pt"}  # PIL runs classification only
+    cache = tmp_path / "boxes-pt"
+    assert set(CachedDataset(cache).fields) == {"boxes"}
+    report = diagnose(cache, batch_size=4, steps=4, step_ms=1.0)
+    assert report.samples_per_s > 0
