@@ -62,8 +62,12 @@ def grid_targets(targets: list[dict], classes: int, hw: tuple[int, int], device)
 
 
 def detection_loss(out: torch.Tensor, targets: list[dict], classes: int) -> torch.Tensor:
-    obj, cls, size = grid_targets(targets, classes, (out.shape[2] * STRIDE, out.shape[3] * STRIDE), out.device)
-    loss = F.binary_cross_entropy_with_logits(out[:, 0], obj, pos_weight=torch.tensor(10.0, device=out.device))
+    obj, cls, size = grid_targets(
+        targets, classes, (out.shape[2] * STRIDE, out.shape[3] * STRIDE), out.device
+    )
+    loss = F.binary_cross_entropy_with_logits(
+        out[:, 0], obj, pos_weight=torch.tensor(10.0, device=out.device)
+    )
     hit = obj > 0
     if hit.any():
         loss = loss + F.cross_entropy(out[:, 1 : 1 + classes].permute(0, 2, 3, 1)[hit], cls[hit])
