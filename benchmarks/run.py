@@ -15,6 +15,8 @@ Suites (sizes are flags; defaults fit a 2-core laptop in a few minutes):
           and distinct classes per shard against a uniform draw
   rss     DataLoader worker memory over 10k- and 100k-sample caches (no copy-on-read growth)
   feed, jpeg, ffcv, stream   the read path (augmentation at read time, encoded stores, FFCV): feed_suites.py
+  detect, ceiling   detection feeds (letterbox + flip with boxes) against per-sample loaders, the cost
+          of boxes, and antialiased crops against a bare memory map + threads: detect_suites.py
 
 Every figure is a median (or best) over repeats inside one run and is printed with the command
 that reproduced it; ratios, not absolute numbers, are what carry over to other machines.
@@ -329,6 +331,7 @@ def rss(args, root):
     return out
 
 
+import detect_suites  # noqa: E402,F401  (registers detect, ceiling)
 import feed_suites  # noqa: E402,F401  (registers the read-path suites: feed, jpeg, mix, ffcv)
 
 

@@ -218,10 +218,16 @@ def resolve_seed(seed: int | None, distributed: bool) -> int:
         device = (
             torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
         )
-        held = torch.tensor([value], dtype=torch.int64, device=device)  # kept until the loader is made
+        held = torch.tensor([value], dtype=torch.int64, device=device)
         dist.broadcast(held, src=0)
         value = int(held.item())
+        # kept for good: a gloo thread that drops its last reference to a tensor Python has let go
+        # of needs the GIL, which it cannot get while the interpreter exits (an abort)
+        _BROADCAST.append(held)
     return value
+
+
+_BROADCAST: list[torch.Tensor] = []
 
 
 def _choose_augment_on(augment_on: str, device: torch.device | None, plan: Plan | None) -> bool:

@@ -1,0 +1,216 @@
+"""Read-path suites for detection and for antialiased classification crops.
+
+detect   letterbox + flip with boxes: what Ultralytics-style users run (per sample: OpenCV decode of
+         the JPEG, its YOLO label file, letterbox, flip, box math, in a 2-worker DataLoader) against
+         the same per-sample transform over the cache in 2 workers, and make_loader(augment=
+         [Letterbox, RandomHorizontalFlip]) reading the cache in this process; also the cost of
+         boxes (~7 an image): make_loader on the detection cache against the same images without
+ceiling  RandomResizedCrop(224) + flip, antialiased, from a train-256 cache: make_loader against a
+         bare memory map of the same pixels and a thread pool doing the same crop (torch's
+         antialiased resize, one thread each), the fastest this machine does that work
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import cv2
+import numpy as np
+import torch
+import torch.nn.functional as F
+from feed_suites import _interleaved, _train256
+from registry import suite
+from torch.utils.data import DataLoader, Dataset
+
+from cachekit import BuildConfig, CachedDataset, build, make_loader
+from cachekit.feed.transforms import compile_plan
+from cachekit.feed.warp import single_threaded_torch
+from cachekit.tools.synthetic_objects import make_object_dataset
+from cachekit.transforms import Letterbox, RandomHorizontalFlip, RandomResizedCrop
+
+
+def _letterbox_boxes(
+    img: np.ndarray, boxes: np.ndarray, size: int, flip: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """Ultralytics' LetterBox (resize with cv2, pad with 114) and a flip, on an image and its xyxy boxes."""
+    h, w = img.shape[:2]
+    r = size / max(h, w)
+    nh, nw = round(h * r), round(w * r)
+    if (nh, nw) != (h, w):
+        img = cv2.resize(img, (nw, nh), interpolation=cv2.INTER_LINEAR)
+    top, left = (size - nh) // 2, (size - nw) // 2
+    img = cv2.copyMakeBorder(
+        img, top, size - nh - top, left, size - nw - left, cv2.BORDER_CONSTANT, value=(114,) * 3
+    )
+    boxes = boxes * [nw / w, nh / h, nw / w, nh / h] + [left, top, left, top]
+    if flip:
+        img = np.ascontiguousarray(img[:, ::-1])
+        boxes = np.stack([size - boxes[:, 2], boxes[:, 1], size - boxes[:, 0], boxes[:, 3]], axis=1)
+    return img, boxes
+
+
+class YoloFolder(Dataset):
+    """Raw JPEGs and their YOLO label files, decoded and letterboxed per sample (the usual loader)."""
+
+    def __init__(self, raw: Path, size: int) -> None:
+        self.images = sorted((raw / "images").glob("*.jpg"))
+        self.raw, self.size = raw, size
+
+    def __len__(self) -> int:
+        return len(self.images)
+
+    def __getitem__(self, i: int):
+        img = cv2.cvtColor(cv2.imread(str(self.images[i])), cv2.COLOR_BGR2RGB)
+        rows = np.loadtxt(self.raw / "labels" / f"{self.images[i].stem}.txt", ndmin=2).reshape(-1, 5)
+        h, w = img.shape[:2]
+        cx, cy, bw, bh = rows[:, 1] * w, rows[:, 2] * h, rows[:, 3] * w, rows[:, 4] * h
+        boxes = np.stack([cx - bw / 2, cy - bh / 2, cx + bw / 2, cy + bh / 2], axis=1)
+        img, boxes = _letterbox_boxes(img, boxes, self.size, bool(np.random.rand() < 0.5))
+        target = {
+            "boxes": torch.from_numpy(boxes.astype(np.float32)),
+            "classes": torch.from_numpy(rows[:, 0].astype(np.int64)),
+        }
+        return torch.from_numpy(img).permute(2, 0, 1), target
+
+
+class CachePerSample(Dataset):
+    """The cache read sample by sample, with the same per-sample letterbox, flip and box math."""
+
+    def __init__(self, cache: Path, size: int) -> None:
+        self.ds, self.size = CachedDataset(cache), size
+
+    def __len__(self) -> int:
+        return len(self.ds)
+
+    def __getitem__(self, i: int):
+        image, t = self.ds[i]
+        img = np.ascontiguousarray(image.numpy().transpose(1, 2, 0))
+        img, boxes = _letterbox_boxes(img, t["boxes"].numpy(), self.size, bool(np.random.rand() < 0.5))
+        return torch.from_numpy(img).permute(2, 0, 1), {"boxes": torch.from_numpy(boxes.astype(np.float32)),
+                                                         "classes": t["classes"]}  # fmt: skip
+
+
+def _collate(batch):
+    return torch.stack([b[0] for b in batch]), [b[1] for b in batch]
+
+
+def _objects(args, root: Path) -> Path:
+    raw = root / f"objects-{args.images}"
+    if not raw.is_dir():
+        make_object_dataset(raw, args.images, size=(375, 500), most=14, ext=".jpg")  # ~7 objects an image
+    return raw
+
+
+@suite
+def detect(args, root):
+    size = 640
+    raw = _objects(args, root)
+    cache = root / f"detect-{raw.name}"
+    if not cache.is_dir():  # stored with the longer side at 640, as Ultralytics' image cache keeps them
+        build(raw, cache, BuildConfig(annotations="yolo", pipeline="max-side-512", size=size, progress=False))
+    plain = root / f"plain-{raw.name}"
+    if not plain.is_dir():  # the same images without boxes: what boxes cost
+        rows = "".join(f"{p.relative_to(raw).as_posix()},0\n" for p in sorted((raw / "images").glob("*.jpg")))
+        (root / f"{raw.name}.csv").write_text(rows)
+        build(raw, plain, BuildConfig(labels=str(root / f"{raw.name}.csv"), pipeline="max-side-512", size=size,
+                                      progress=False))  # fmt: skip
+    bs = args.batch_size
+    workers = {"num_workers": 2, "persistent_workers": True, "collate_fn": _collate}
+    steps = [Letterbox(size), RandomHorizontalFlip()]
+    rows = _interleaved(
+        {
+            "raw JPEG + YOLO txt, per-sample OpenCV letterbox + flip + box math, 2 workers": DataLoader(
+                YoloFolder(raw, size), bs, shuffle=True, **workers
+            ),
+            "cache, the same per-sample transform, 2 workers": DataLoader(
+                CachePerSample(cache, size), bs, shuffle=True, **workers
+            ),
+            "make_loader(augment=[Letterbox(640), RandomHorizontalFlip()]), boxes moved": make_loader(
+                cache, bs, augment=steps
+            ),
+            "the same images without boxes": make_loader(plain, bs, augment=steps),
+        },
+        args.repeats,
+    )
+    raw_row, per_sample, ours, no_boxes = rows
+    boxes = sum(len(CachedDataset(cache)[i][1]["boxes"]) for i in range(min(200, args.images)))
+    out = {
+        "rows": rows,
+        "vs_raw": ours["ratio_to_first"],
+        "vs_per_sample_cache": ours["samples_per_s"] / per_sample["samples_per_s"],
+        "boxes_cost": 1 - ours["samples_per_s"] / no_boxes["samples_per_s"],
+        "boxes_per_image": boxes / min(200, args.images),
+    }
+    print(f"make_loader / raw per-sample loader: {out['vs_raw']:.2f}x (median of per-round ratios)")
+    print(f"make_loader / the same transform per sample over the cache: {out['vs_per_sample_cache']:.2f}x")
+    print(f"boxes ({out['boxes_per_image']:.1f} an image) cost {100 * out['boxes_cost']:.1f}% of read speed")
+    return out
+
+
+class _Ceiling:
+    """A bare memory map of a train-256 cache's pixels and a pool of threads cropping from it."""
+
+    def __init__(self, cache: Path, threads: int) -> None:
+        ds = CachedDataset(cache)
+        rows = [ds[i][0].numpy() for i in range(len(ds))]
+        sizes = np.array([r.shape for r in rows])
+        self.offsets = np.concatenate([[0], np.cumsum([r.size for r in rows])])
+        flat = np.lib.format.open_memmap(str(cache) + ".flat.npy", "w+", np.uint8, (int(self.offsets[-1]),))
+        for r, o in zip(rows, self.offsets):
+            flat[o : o + r.size] = r.reshape(-1)
+        flat.flush()
+        self.flat = np.load(str(cache) + ".flat.npy", mmap_mode="r")
+        self.sizes, self.n = sizes, len(rows)
+        self.pool = ThreadPoolExecutor(threads, initializer=single_threaded_torch)
+        self.threads = threads
+        self.plan = compile_plan([RandomResizedCrop(224), RandomHorizontalFlip()])
+
+    def epoch(self, batch: int, rng: np.random.Generator) -> int:
+        """One pass in a random order; every sample's crop box and flip drawn as make_loader draws them."""
+        order = rng.permutation(self.n)
+        for lo in range(0, self.n, batch):
+            idx = order[lo : lo + batch]
+            draws = self.plan.draw(0, 0, idx, self.sizes[idx, 1], self.sizes[idx, 2])
+            out = np.empty((len(idx), 3, 224, 224), np.uint8)
+
+            def work(part, idx=idx, draws=draws, out=out):
+                for j in part:
+                    c, h, w = self.sizes[idx[j]]
+                    img = self.flat[self.offsets[idx[j]] : self.offsets[idx[j]] + c * h * w].reshape(c, h, w)
+                    t, left, ch, cw = draws.boxes[j]
+                    crop = torch.from_numpy(np.asarray(img[:, t : t + ch, left : left + cw]))[None]
+                    res = F.interpolate(crop, size=(224, 224), mode="bilinear", antialias=True)[0].numpy()
+                    out[j] = res[:, :, ::-1] if draws.flips[j] else res
+
+            list(self.pool.map(work, np.array_split(np.arange(len(idx)), self.threads)))
+        return self.n
+
+
+@suite
+def ceiling(args, root):
+    cache = _train256(args, root)
+    bare = _Ceiling(cache, threads=2)
+    loader = make_loader(
+        cache, args.batch_size, augment=[RandomResizedCrop(224), RandomHorizontalFlip()], threads=2
+    )
+    rng = np.random.default_rng(0)
+    bare.epoch(args.batch_size, rng)
+    for _ in loader:
+        pass
+    ours, theirs = [], []
+    for _ in range(args.repeats):
+        t0 = time.perf_counter()
+        n = bare.epoch(args.batch_size, rng)
+        theirs.append(n / (time.perf_counter() - t0))
+        t0, m = time.perf_counter(), 0
+        for _, labels in loader:
+            m += len(labels)
+        ours.append(m / (time.perf_counter() - t0))
+    ratio = statistics.median(a / b for a, b in zip(ours, theirs))
+    print(f"make_loader RandomResizedCrop(224) + flip, antialiased: {statistics.median(ours):,.0f} samples/s")
+    print(f"bare memory map + 2 threads, the same work: {statistics.median(theirs):,.0f} samples/s")
+    print(f"make_loader / ceiling: {ratio:.2f}x (median of per-round ratios)")
+    return {"ours": statistics.median(ours), "ceiling": statistics.median(theirs), "ratio": ratio}
