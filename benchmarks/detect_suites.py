@@ -64,7 +64,10 @@ class YoloFolder(Dataset):
 
     def __getitem__(self, i: int):
         img = cv2.cvtColor(cv2.imread(str(self.images[i])), cv2.COLOR_BGR2RGB)
-        rows = np.loadtxt(self.raw / "labels" / f"{self.images[i].stem}.txt", ndmin=2).reshape(-1, 5)
+        text = (self.raw / "labels" / f"{self.images[i].stem}.txt").read_text()
+        rows = np.array(
+            [line.split() for line in text.splitlines() if line.strip()], dtype=np.float64
+        ).reshape(-1, 5)
         h, w = img.shape[:2]
         cx, cy, bw, bh = rows[:, 1] * w, rows[:, 2] * h, rows[:, 3] * w, rows[:, 4] * h
         boxes = np.stack([cx - bw / 2, cy - bh / 2, cx + bw / 2, cy + bh / 2], axis=1)
@@ -181,7 +184,7 @@ class _Ceiling:
                     c, h, w = self.sizes[idx[j]]
                     img = self.flat[self.offsets[idx[j]] : self.offsets[idx[j]] + c * h * w].reshape(c, h, w)
                     t, left, ch, cw = draws.boxes[j]
-                    crop = torch.from_numpy(np.asarray(img[:, t : t + ch, left : left + cw]))[None]
+                    crop = torch.from_numpy(np.array(img[:, t : t + ch, left : left + cw]))[None]
                     res = F.interpolate(crop, size=(224, 224), mode="bilinear", antialias=True)[0].numpy()
                     out[j] = res[:, :, ::-1] if draws.flips[j] else res
 

@@ -25,7 +25,7 @@ from ..image.ops import hwc_into_planes
 from ..store.encoding import decode_sample, read_sample
 from .batch import SampleBatch
 from .colour import jitter_planes
-from .targets import move_target, sample_target
+from .targets import move_boxes_of_batch, move_target, sample_target
 from .transforms import Plan
 from .warp import single_threaded_torch, warp_hwc, warp_planes
 
@@ -231,7 +231,7 @@ def assemble(
         masks = _mask_buffers(dataset, n, tuple(out.shape[-2:]))
         for buffer in masks.values():
             buffer.zero_()
-    where = [dataset.manifest.shards[0].file]  # named in a damaged mask's error
+    indices = list(request)  # named in a damaged mask's error
 
     def work(lo: int, hi: int) -> None:
         for j in range(lo, hi):
@@ -250,13 +250,19 @@ def assemble(
                 else:
                     dst[...] = src
             if values is not None:
-                target = sample_target(dataset.fields, values[j], where[0])
-                if draws is not None:
+                target = sample_target(dataset.fields, values[j], f"sample {indices[j]}")
+                if draws is not None and masks:
                     rows = {name: buffer[j].numpy() for name, buffer in masks.items()}
-                    target = move_target(
-                        dataset.fields, target, draws.affine(j), draws.out_size, plan.min_visibility, rows
+                    target = move_target(  # the boxes move after, the whole batch's at once
+                        dataset.fields,
+                        target,
+                        draws.affine(j),
+                        draws.out_size,
+                        plan.min_visibility,
+                        rows,
+                        False,
                     )
-                else:
+                elif draws is None:
                     for name, buffer in masks.items():
                         mask = target[name]
                         if mask.shape != (heights[j], widths[j]):
@@ -271,6 +277,8 @@ def assemble(
     if on_threads or dataset.store != "pixels" or values is not None:
         _opencv_one_thread()
     run_chunks(n, request.threads, work)
+    if values is not None and draws is not None:
+        move_boxes_of_batch(dataset.fields, targets, draws.maps(), draws.out_size, plan.min_visibility)
     aux = None
     if draws is not None and request.on_device:
         aux = _aux(draws, heights, widths)

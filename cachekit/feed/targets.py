@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from ..image.geometry import Affine, move_boxes, warp_mask
+from ..image.geometry import Affine, move_boxes, move_boxes_batch, warp_mask
 from ..store.fields import FieldSpec, decode_mask
 
 __all__ = [
@@ -28,6 +28,7 @@ __all__ = [
     "read_values",
     "sample_target",
     "move_target",
+    "move_boxes_of_batch",
     "box_keys",
     "collate_targets",
     "yolo_rows",
@@ -76,12 +77,14 @@ def move_target(
     out_hw: tuple[int, int],
     min_visibility: float,
     mask_out: dict[str, np.ndarray] | None = None,
+    boxes: bool = True,
 ) -> dict:
     """A sample's target after its pixels went through ``affine`` into ``out_hw``; masks are written
-    into ``mask_out[name]`` when given (a row of the batch's mask buffer)."""
+    into ``mask_out[name]`` when given (a row of the batch's mask buffer). ``boxes=False`` leaves the
+    boxes for ``move_boxes_of_batch``."""
     out = dict(target)
     for name, spec in fields.items():
-        if spec.kind == "boxes":
+        if spec.kind == "boxes" and boxes:
             b, c, k = box_keys(name)
             moved = move_boxes(
                 {"boxes": target[b], "c": target[c], "k": target[k]}, affine, out_hw, min_visibility
@@ -91,6 +94,21 @@ def move_target(
             dst = mask_out.get(name) if mask_out else None
             out[name] = warp_mask(target[name], affine, out_hw, fill=0, out=dst)
     return out
+
+
+def move_boxes_of_batch(
+    fields: dict[str, FieldSpec], targets: list[dict], maps, out_hw: tuple[int, int], min_visibility: float
+) -> None:
+    """Every boxes field of a batch's targets through each sample's map, in place, all at once."""
+    for name, spec in fields.items():
+        if spec.kind != "boxes":
+            continue
+        b, c, k = box_keys(name)
+        moved = move_boxes_batch(
+            [{"boxes": t[b], "c": t[c], "k": t[k]} for t in targets], maps, out_hw, min_visibility
+        )
+        for t, m in zip(targets, moved):
+            t[b], t[c], t[k] = m["boxes"], m["c"], m["k"]
 
 
 def _ragged(fields: dict[str, FieldSpec], fixed_masks: bool) -> bool:

@@ -199,6 +199,19 @@ class Draws:
     pre: np.ndarray | None = None
     source_hw: np.ndarray | None = None
 
+    def maps(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Every sample's ``affine`` at once, as arrays ``(sx, sy, tx, ty)``."""
+        top, left, h, w = (self.boxes[:, k].astype(np.float64) for k in range(4))
+        oh, ow = self.out_size
+        sx, sy = ow / w, oh / h
+        tx, ty = -left * sx, -top * sy
+        if self.pre is not None:  # resized first: source -> pre, then the box
+            px = self.pre[:, 1] / self.source_hw[:, 1]
+            py = self.pre[:, 0] / self.source_hw[:, 0]
+            sx, sy = px * sx, py * sy
+        flip = self.flips.astype(bool)
+        return np.where(flip, -sx, sx), sy, np.where(flip, ow - tx, tx), ty
+
     def affine(self, j: int) -> Affine:
         """Where sample ``j``'s points go: resized first (``pre``), its box onto the output, its flip."""
         top, left, h, w = (float(v) for v in self.boxes[j])
