@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import statistics
 import time
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -30,6 +31,10 @@ from cachekit.feed.transforms import compile_plan
 from cachekit.feed.warp import single_threaded_torch
 from cachekit.tools.synthetic_objects import make_object_dataset
 from cachekit.transforms import Letterbox, RandomHorizontalFlip, RandomResizedCrop
+
+warnings.filterwarnings(
+    "ignore", message="The given NumPy array is not writable"
+)  # read-only maps, only read
 
 
 def _letterbox_boxes(
@@ -184,7 +189,7 @@ class _Ceiling:
                     c, h, w = self.sizes[idx[j]]
                     img = self.flat[self.offsets[idx[j]] : self.offsets[idx[j]] + c * h * w].reshape(c, h, w)
                     t, left, ch, cw = draws.boxes[j]
-                    crop = torch.from_numpy(np.array(img[:, t : t + ch, left : left + cw]))[None]
+                    crop = torch.from_numpy(np.asarray(img[:, t : t + ch, left : left + cw]))[None]
                     res = F.interpolate(crop, size=(224, 224), mode="bilinear", antialias=True)[0].numpy()
                     out[j] = res[:, :, ::-1] if draws.flips[j] else res
 
