@@ -14,15 +14,17 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
+import numpy as np
+
 from ..errors import UsageError
-from ..store.fields import FieldSpec
+from ..store.fields import ARRAY_DTYPES, FieldSpec
 from ..store.remote import access_error, filesystem, is_url
 from .coco import read_coco
 from .inputs import read_input
 from .sources import Source, Walk, file_problem, is_image_name, path_key, stat_problem, table, walk
 from .yolo import LABEL_FILE_MAX_BYTES, label_path, parse_label_file, read_names
 
-__all__ = ["Tree", "open_tree", "coco_source", "yolo_source", "add_masks", "MASK_EXTENSION"]
+__all__ = ["Tree", "open_tree", "coco_source", "yolo_source", "add_masks", "add_arrays", "MASK_EXTENSION"]
 
 MASK_EXTENSION = ".png"
 
@@ -45,10 +47,11 @@ class Tree:
         """``(size, mtime_ns)`` of a regular file, or the reason it cannot be an input."""
         if self._files is not None:
             return self._files.get(rel, "unreadable: not found")
+        path = Path(self.root) / rel
         try:
-            st = (Path(self.root) / rel).stat()
+            st = path.stat()
         except OSError as exc:
-            return stat_problem(exc)
+            return "not found" if not os.path.lexists(path) else stat_problem(exc)
         return file_problem(st) or (st.st_size, st.st_mtime_ns)
 
     def images(self, top: str) -> tuple[list[tuple[str, int, int]], list[tuple[str, str]], dict]:
@@ -171,3 +174,74 @@ def add_masks(source: Source, masks: str | os.PathLike, storage_options: dict | 
     targets = [dict(t or {}) | {"mask": m} for t, m in zip(out.targets or [None] * len(out), found)]
     extra = dict(out.extra) | {"masks": str(masks) if is_url(masks) else str(Path(masks).resolve())}
     return out.with_targets(out.fields | {"mask": FieldSpec("mask")}, targets, out.dropped, extra)
+
+
+#: Largest ``.npy`` file a build reads as one sample's array.
+ARRAY_FILE_MAX_BYTES = 64 << 20
+
+
+def _npy_header(data: bytes) -> tuple[np.dtype, tuple[int, ...]] | str:
+    """The dtype and shape a ``.npy`` file declares (nothing pickled is read), or why it cannot be used."""
+    import io
+
+    fh = io.BytesIO(data)
+    try:
+        version = np.lib.format.read_magic(fh)
+        read = (
+            np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        )
+        shape, _, dtype = read(fh)
+    except (ValueError, OSError, SyntaxError) as exc:
+        return f"not a .npy file ({' '.join(str(exc).split())[:100]})"
+    if dtype.hasobject:
+        return "a .npy file of Python objects (only numbers are read)"
+    le = dtype.newbyteorder("<") if dtype.byteorder not in ("=", "|", "<") or dtype.itemsize > 1 else dtype
+    if le.str not in ARRAY_DTYPES:
+        return f"dtype {dtype.str} (an array field takes {', '.join(ARRAY_DTYPES)})"
+    return le, tuple(int(v) for v in shape)
+
+
+def add_arrays(
+    source: Source, name: str, folder: str | os.PathLike, storage_options: dict | None = None
+) -> Source:
+    """``source`` with an ``array`` field ``name``: for each input ``a/b.jpg`` the array ``FOLDER/a/b.npy``.
+
+    Its dtype is the files' (all alike); its shape theirs, with ``null`` where they differ. An input
+    without its file, or with one of another dtype or number of dimensions, is left out and reported.
+    """
+    if name in source.fields or name in ("labels", "images", "label", "boxes", "mask", "text"):
+        raise UsageError(f"--array {name}=...: the name {name!r} is taken; choose another")
+    tree = open_tree(folder, storage_options)
+    rels = {rel: f"{rel.rsplit('.', 1)[0]}.npy" for rel in source.paths}
+    found = {r: tree.stat(n) for r, n in rels.items()}
+    data = tree.read_many([n for r, n in rels.items() if not isinstance(found[r], str)], ARRAY_FILE_MAX_BYTES)
+    headers = {r: _npy_header(data[n]) if isinstance(data.get(n), bytes) else (data.get(n) or found[r])
+               for r, n in rels.items()}  # fmt: skip
+    good = [h for h in headers.values() if not isinstance(h, str)]
+    if not good:
+        raise UsageError(
+            f"{folder} holds no usable .npy array for any input (named as the images, a/b.jpg -> a/b.npy)"
+        )
+    dtype, first = good[0]
+    keep, ignored, files = [], [], []
+    for i, rel in enumerate(source.paths):
+        h = headers[rel]
+        if not isinstance(h, str) and (h[0] != dtype or len(h[1]) != len(first)):
+            h = f"{h[0].str}{list(h[1])}, the first array is {dtype.str}{list(first)}"
+        if isinstance(h, str):
+            ignored.append((rel, f"array {name} at {folder}/{rels[rel]}: {h}"))
+            continue
+        keep.append(i)
+        files.append([rels[rel], *found[rel]])
+    shapes = [headers[source.paths[i]][1] for i in keep]
+    shape = [d if all(s[k] == d for s in shapes) else None for k, d in enumerate(first)]
+    out = source.subset(keep, ignored)
+    targets = []
+    for t, f in zip(out.targets or [None] * len(out), files):
+        t = dict(t or {})
+        t["arrays"] = {**t.get("arrays", {}), name: f}
+        targets.append(t)
+    root = str(folder) if is_url(folder) else str(Path(folder).resolve())
+    extra = dict(out.extra) | {"arrays": {**out.extra.get("arrays", {}), name: root}}
+    spec = FieldSpec("array", {"dtype": dtype.str, "shape": shape})
+    return out.with_targets(out.fields | {name: spec}, targets, out.dropped, extra)

@@ -28,6 +28,8 @@ class BuildConfig:
     masks: str | Path | None = None
     #: Boxes keeping less of their area than this through the recipe (or a variant's crop) are dropped.
     min_visibility: float = DEFAULT_MIN_VISIBILITY
+    #: Array fields: name -> a folder with a ``.npy`` per input (``a/b.jpg`` -> ``a/b.npy``).
+    arrays: dict = field(default_factory=dict)
     strict: bool = False
     overwrite: bool = False
     update: bool = False

@@ -113,6 +113,7 @@ def _build(raw: str | os.PathLike, out: str | os.PathLike, config: BuildConfig) 
         config.labels,
         annotations=config.annotations,
         masks=config.masks,
+        arrays=config.arrays,
         storage_options=config.storage_options,
     )
     pipeline = load_pipeline(config.pipeline, config.size)
@@ -303,6 +304,7 @@ def _job(t: _Target, config: BuildConfig, index: int, shard: PlannedShard, paths
         storage_options=config.storage_options,
         targets=tuple(t.source.targets[i] for i in shard.rows) if t.source.targets else (),
         masks_root=t.source.extra.get("masks"),
+        array_roots=dict(t.source.extra.get("arrays", {})),
         min_visibility=config.min_visibility,
     )
 
@@ -367,7 +369,9 @@ def _manifest(
     }
     if t.source.unread:
         source["unread"] = dict(t.source.unread)
-    source.update({k: v for k, v in t.source.extra.items() if k != "masks"})
+    source.update({k: v for k, v in t.source.extra.items() if k not in ("masks", "arrays")})
+    for name, folder in t.source.extra.get("arrays", {}).items():
+        source.setdefault("arrays", {})[name] = redact(folder) if is_url(folder) else folder
     if t.source.extra.get("masks"):
         source["masks"] = (
             redact(t.source.extra["masks"]) if is_url(t.source.extra["masks"]) else t.source.extra["masks"]

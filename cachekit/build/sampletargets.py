@@ -18,7 +18,7 @@ from ..image.geometry import Affine, move_boxes, move_boxes_matrix, warp_mask, w
 from ..image.ops import DecodeError
 from ..store.fields import FieldSpec, empty_boxes
 
-__all__ = ["raw_values", "move_values", "move_values_matrix", "load_mask"]
+__all__ = ["raw_values", "move_values", "move_values_matrix", "load_mask", "load_array"]
 
 
 def load_mask(data: bytes, where: str) -> np.ndarray:
@@ -71,11 +71,26 @@ def _boxes(target: dict, h: int, w: int) -> dict:
     }
 
 
+def load_array(data: bytes, spec: FieldSpec, where: str) -> np.ndarray:
+    """A ``.npy`` file as the field's dtype, of a shape the field allows (nothing pickled is read)."""
+    try:
+        array = np.load(io.BytesIO(data), allow_pickle=False)
+    except (ValueError, OSError, EOFError) as exc:
+        raise DecodeError(f"array {where} does not load ({' '.join(str(exc).split())[:120]})") from None
+    shape = spec.params["shape"]
+    if array.ndim != len(shape) or any(d is not None and d != s for d, s in zip(shape, array.shape)):
+        raise DecodeError(f"array {where} is {list(array.shape)}, the field's shape is {shape}")
+    if array.dtype.newbyteorder("<").str != spec.params["dtype"] and array.dtype.str != spec.params["dtype"]:
+        raise DecodeError(f"array {where} is {array.dtype.str}, the field's dtype is {spec.params['dtype']}")
+    return np.ascontiguousarray(array.astype(spec.params["dtype"], copy=False))
+
+
 def raw_values(
     fields: dict[str, FieldSpec],
     target: dict | None,
     hw: tuple[int, int],
     read_mask: Callable[[str], bytes] | None,
+    read_array: dict[str, Callable[[str], bytes]] | None = None,
 ) -> dict:
     """Each field's value for an input decoded to ``hw``, in its own pixels (``label``: the labels column)."""
     target = target or {}
@@ -94,6 +109,9 @@ def raw_values(
             values[name] = np.asarray(target.get("labels", []), dtype=np.int64)
         elif spec.kind == "text":
             values[name] = str(target.get("text", ""))
+        elif spec.kind == "array":
+            rel = target["arrays"][name][0]
+            values[name] = load_array(read_array[name](rel), spec, rel)
     return values
 
 

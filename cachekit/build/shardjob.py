@@ -24,6 +24,7 @@ from ..store.formats import SHARD_NAME_COLUMN, identity_column
 from ..store.manifest import SampleSpec, ShardInfo, SkippedInput
 from ..store.remote import redact
 from ..store.sourcecol import pack_sources
+from .annotate import ARRAY_FILE_MAX_BYTES
 from .augment import AugmentConfig, colour_batch, crop_variant, rotation, variant_params
 from .headers import jpeg_size
 from .inputs import (
@@ -91,6 +92,8 @@ class ShardJob:
     targets: tuple = ()
     #: The folder (or URL) of the inputs' mask files, when the samples have a ``mask`` field.
     masks_root: str | None = None
+    #: Each array field's folder (or URL) of ``.npy`` files.
+    array_roots: dict = field(default_factory=dict)
     #: Boxes keeping less of their area than this through the recipe or a variant's crop are dropped.
     min_visibility: float = DEFAULT_MIN_VISIBILITY
 
@@ -193,6 +196,10 @@ def run_shard_job(job: ShardJob, progress: Callable[[int], None] | None = None) 
         if job.masks_root
         else None
     )
+    read_array = {
+        name: input_reader(root, ARRAY_FILE_MAX_BYTES, job.storage_options)
+        for name, root in job.array_roots.items()
+    }
     done = 0
     for k, (rel, label) in enumerate(zip(job.paths, job.labels)):
         try:
@@ -224,7 +231,11 @@ def run_shard_job(job: ShardJob, progress: Callable[[int], None] | None = None) 
                     check_recipe=job.augment is None,  # augmented variants crop first, then resize
                 )
                 target = job.targets[k] if job.targets else None
-                raw = raw_values(spec.fields, target, img.shape[:2], read_mask) if spec.fields else {}
+                raw = (
+                    raw_values(spec.fields, target, img.shape[:2], read_mask, read_array)
+                    if spec.fields
+                    else {}
+                )
                 samples = _samples(job, rel, img, raw)
                 shape = samples[0][0].transpose(2, 0, 1).shape
             except Exception as exc:  # any failure on one input is a skip, never an abort

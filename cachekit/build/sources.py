@@ -385,6 +385,7 @@ def discover(
     *,
     annotations: str | os.PathLike | None = None,
     masks: str | os.PathLike | None = None,
+    arrays: dict | None = None,
     storage_options: dict | None = None,
 ) -> Source:
     """Find the inputs of ``root`` (a folder, or an fsspec URL reached with ``storage_options``).
@@ -397,13 +398,18 @@ def discover(
       torchvision's ImageFolder. Images directly in ``root`` are then ignored, and reported.
     - otherwise a flat folder: every image in ``root``, label -1.
 
-    ``masks``: a folder with a class map per input (``a/b.jpg`` -> ``masks/a/b.png``).
+    ``masks``: a folder with a class map per input (``a/b.jpg`` -> ``masks/a/b.png``); ``arrays``:
+    field name -> a folder with an array per input (``a/b.jpg`` -> ``folder/a/b.npy``).
     """
     source = _discover(root, labels_csv, annotations, storage_options)
     if masks is not None:
         from .annotate import add_masks
 
         source = _nonempty(add_masks(source, masks, storage_options))
+    for name, folder in sorted((arrays or {}).items()):
+        from .annotate import add_arrays
+
+        source = _nonempty(add_arrays(source, name, folder, storage_options))
     return source
 
 

@@ -59,6 +59,13 @@ from .app import EXIT_CODES, duration, friendly, main, options_of, with_storage_
     help="Folder of class-map PNGs, one per input with its relative name (a/b.jpg -> MASKS/a/b.png).",
 )
 @click.option(
+    "--array",
+    "arrays",
+    multiple=True,
+    metavar="NAME=DIR",
+    help="An array field NAME: a .npy per input in DIR, named as the input (a/b.jpg -> DIR/a/b.npy); repeatable.",
+)
+@click.option(
     "--min-visibility",
     type=float,
     default=DEFAULT_MIN_VISIBILITY,
@@ -170,6 +177,7 @@ def build_cmd(
     labels,
     annotations,
     masks,
+    arrays,
     min_visibility,
     compression,
     store,
@@ -209,6 +217,7 @@ def build_cmd(
         labels=labels,
         annotations=annotations,
         masks=masks,
+        arrays=_arrays(arrays),
         min_visibility=min_visibility,
         strict=strict,
         overwrite=overwrite,
@@ -248,3 +257,18 @@ def build_cmd(
             err=True,
         )
     click.echo(result.summary())
+
+
+def _arrays(pairs: tuple[str, ...]) -> dict[str, str]:
+    """``--array NAME=DIR`` options as a dict, refused in one line when malformed or repeated."""
+    from ..errors import UsageError
+
+    out = {}
+    for pair in pairs:
+        name, sep, folder = pair.partition("=")
+        if not sep or not name or not folder:
+            raise UsageError(f"--array takes NAME=DIR, got {pair!r}")
+        if name in out:
+            raise UsageError(f"--array {name} is given twice")
+        out[name] = folder
+    return out

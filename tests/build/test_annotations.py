@@ -272,3 +272,43 @@ def test_masks_of_another_size_colour_or_missing_skip_their_samples(raw, tmp_pat
     assert "no mask at" in reasons["images/img_00002.png"]
     assert "does not decode" in reasons["images/img_00003.png"]
     assert m.num_samples == 6 and verify(tmp_path / "c").ok
+
+
+def test_array_fields_of_fixed_and_varying_shape_survive_convert_and_refuse_pickles(raw, tmp_path):
+    rows = sorted(p.relative_to(raw).as_posix() for p in (raw / "images").glob("*.png"))
+    fixed, varying = tmp_path / "emb", tmp_path / "points"
+    for i, rel in enumerate(rows):
+        for folder in (fixed, varying):
+            (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+        np.save(
+            fixed / rel.replace(".png", ".npy"), np.full(4, i, dtype=">f8")
+        )  # big-endian: stored as "<f8"
+        np.save(varying / rel.replace(".png", ".npy"), np.arange(2 * (i + 1), dtype=np.int32).reshape(2, -1))
+    np.save(
+        fixed / rows[1].replace(".png", ".npy"), np.array([object()] * 4, dtype=object), allow_pickle=True
+    )
+    np.save(fixed / rows[2].replace(".png", ".npy"), np.zeros(4, dtype=np.complex64))
+    (fixed / rows[3].replace(".png", ".npy")).unlink()
+    config = BuildConfig(arrays={"emb": str(fixed), "points": str(varying)}, pipeline="classification-224", size=32,
+                         **QUIET)  # fmt: skip
+    m = build(raw, tmp_path / "c", config).manifest
+    assert m.sample.to_json()["fields"] == {
+        "emb": {"kind": "array", "dtype": "<f8", "shape": [4]},
+        "points": {"kind": "array", "dtype": "<i4", "shape": [2, None]},
+    }
+    reasons = {s.path: s.reason for s in m.skipped}
+    assert (
+        "Python objects" in reasons[rows[1]]
+        and "dtype <c8" in reasons[rows[2]]
+        and "not found" in reasons[rows[3]]
+    )
+    for fmt in ("hdf5", "zarr"):
+        convert(tmp_path / "c", tmp_path / fmt, fmt, progress=False)
+        ds = CachedDataset(tmp_path / fmt)
+        for i in range(len(ds)):
+            _, t = ds[i]
+            k = rows.index(ds.source(i))
+            assert t["emb"].tolist() == [float(k)] * 4 and t["points"].shape == (2, k + 1)
+        assert verify(tmp_path / fmt).ok
+    result = CliRunner().invoke(main, ["build", str(raw), "--out", str(tmp_path / "d"), "--array", "emb"])
+    assert result.exit_code == 2 and "--array takes NAME=DIR" in result.output

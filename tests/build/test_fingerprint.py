@@ -99,6 +99,7 @@ SHAPING = {
     "annotations": ({}, {"annotations": "COCO"}),
     "masks": ({}, {"masks": "MASKS"}),
     "min_visibility": ({"annotations": "COCO"}, {"annotations": "COCO", "min_visibility": 0.5}),
+    "arrays": ({}, {"arrays": "ARRAYS"}),
 }
 #: Options that change how a build runs, never what it writes.
 NOT_SHAPING = {
@@ -130,6 +131,14 @@ def _coco(raw: Path, rows: list[str], tmp: Path) -> Path:
     return path
 
 
+def _arrays(rows: list[str], tmp: Path) -> Path:
+    """An array per input: three numbers."""
+    for i, rel in enumerate(rows):
+        (tmp / "emb" / rel).parent.mkdir(parents=True, exist_ok=True)
+        np.save(str(tmp / "emb" / rel).rsplit(".", 1)[0] + ".npy", np.full(3, i, np.float32))
+    return tmp / "emb"
+
+
 def _masks(raw: Path, rows: list[str], tmp: Path) -> Path:
     """A class map per input: its left half class 1."""
     for rel in rows:
@@ -150,7 +159,8 @@ def test_every_option_that_shapes_a_cache_changes_its_fingerprint(option, small_
     rows = sorted(p.relative_to(small_tree).as_posix() for p in small_tree.rglob("*.jpg"))
     labels.write_text("".join(f"{r},{'odd' if i % 2 else 'even'}\n" for i, r in enumerate(rows)))
     files = {"LABELS": str(labels), "COCO": str(_coco(small_tree, rows, tmp_path)),
-             "MASKS": str(_masks(small_tree, rows, tmp_path))}  # fmt: skip
+             "MASKS": str(_masks(small_tree, rows, tmp_path)),
+             "ARRAYS": {"emb": str(_arrays(rows, tmp_path))}}  # fmt: skip
     first, second = (
         {k: files.get(v, v) if isinstance(v, str) else v for k, v in d.items()} for d in SHAPING[option]
     )
