@@ -14,8 +14,9 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from ..errors import CachekitError, UsageError
+from ..errors import CacheError, CachekitError, UsageError
 from .atomic import remove_path
+from .private import NOFOLLOW
 from .storageopts import parse_storage_options, redact, secrets_hidden
 
 __all__ = [
@@ -138,42 +139,57 @@ def shard_objects(fs, remote: str) -> list[tuple[str, int]]:
     return [(remote, int(fs.info(remote).get("size") or 0))]
 
 
+def _inside(remote: str, path: str) -> str:
+    """The path of object ``path`` inside the folder shard ``remote``: plain names joined by ``/``
+    (a listed name such as ``../x`` would lead out of the local copy)."""
+    rel = path[len(remote.rstrip("/")) :].lstrip("/") if path.startswith(remote.rstrip("/") + "/") else ""
+    parts = rel.split("/")
+    if not rel or any(p in ("", ".", "..") or "\\" in p or "\0" in p for p in parts):
+        raise CacheError(f"{remote}: holds an object named {path!r}, not a plain path inside the shard")
+    return rel
+
+
 def fetch_shard(fs, remote: str, target: Path, objects: list[tuple[str, int]] | None = None) -> None:
     """The shard at ``remote`` (a file, or a folder of files) as ``target``, by ranged GETs of the
-    sizes listed in ``objects`` (``shard_objects``, listed here when not given)."""
+    sizes listed in ``objects`` (``shard_objects``, listed here when not given). Every local file is
+    created without following links, and a folder shard's objects land inside ``target`` only."""
     objects = shard_objects(fs, remote) if objects is None else objects
     if objects and objects[0][0] == remote:
         ranged_get(fs, remote, target, objects[0][1])
         return
+    local = [(path, size, target / _inside(remote, path)) for path, size in objects]
     remove_path(target)  # a folder shard is a folder, whatever stood at ``target`` before
     target.mkdir(parents=True)
-    for path, size in objects:
-        local = target / path[len(remote.rstrip("/")) :].lstrip("/")
-        local.parent.mkdir(parents=True, exist_ok=True)
-        ranged_get(fs, path, local, size)
+    for path, size, dest in local:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        ranged_get(fs, path, dest, size)
 
 
 def ranged_get(fs, remote: str, target: Path, size: int | None = None) -> None:
     """Fetch the object ``remote`` into ``target`` with parallel ranged GETs of ``_PART`` bytes: its
-    first ``size`` bytes (default: the object's size), never more."""
+    first ``size`` bytes (default: the object's size), never more. ``target`` is opened once,
+    without following a link, and written at each range's offset."""
     size = int(fs.size(remote)) if size is None else int(size)
-    with open(target, "wb") as fh:
-        fh.truncate(size)
-    ranges = [(start, min(size, start + _PART)) for start in range(0, size, _PART)]
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | NOFOLLOW, 0o600)
+    try:
+        os.ftruncate(fd, size)
+        ranges = [(start, min(size, start + _PART)) for start in range(0, size, _PART)]
 
-    def get(bounds: tuple[int, int]) -> None:
-        data = fs.cat_file(remote, start=bounds[0], end=bounds[1])
-        if len(data) != bounds[1] - bounds[0]:
-            raise OSError(f"short read of {remote} at {bounds[0]}")
-        with open(target, "r+b") as fh:
-            fh.seek(bounds[0])
-            fh.write(data)
+        def get(bounds: tuple[int, int]) -> None:
+            data = fs.cat_file(remote, start=bounds[0], end=bounds[1])
+            if len(data) != bounds[1] - bounds[0]:
+                raise OSError(f"short read of {remote} at {bounds[0]}")
+            view, offset = memoryview(data), bounds[0]
+            while view:
+                written = os.pwrite(fd, view, offset)
+                view, offset = view[written:], offset + written
 
-    if len(ranges) <= 1:
-        for r in ranges:
-            get(r)
-        return
-    with ThreadPoolExecutor(max_workers=min(_PARALLEL, len(ranges))) as pool:
-        list(pool.map(get, ranges))
-    with open(target, "rb+") as fh:
-        os.fsync(fh.fileno())
+        if len(ranges) <= 1:
+            for r in ranges:
+                get(r)
+        else:
+            with ThreadPoolExecutor(max_workers=min(_PARALLEL, len(ranges))) as pool:
+                list(pool.map(get, ranges))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
