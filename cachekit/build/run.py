@@ -19,7 +19,13 @@ from pathlib import Path
 
 import numpy as np
 
-from ..constants import DEFAULT_GRACE_SECONDS, DEFAULT_REMOTE_SHARD_BYTES, DEFAULT_SHARD_BYTES, MANIFEST_NAME
+from ..constants import (
+    DEFAULT_GRACE_SECONDS,
+    DEFAULT_REMOTE_SHARD_BYTES,
+    DEFAULT_SHARD_BYTES,
+    MANIFEST_NAME,
+    PARTIAL_DIR,
+)
 from ..cpus import available_cpus
 from ..errors import BuildError, UsageError
 from ..image.recipes import Pipeline, load_pipeline
@@ -175,6 +181,8 @@ def _run(t: _Target, config: BuildConfig, started: float) -> BuildResult:
     refuse(out, t.raw, len(source), config, previous, text, changes, fingerprint, partial)
     grace = DEFAULT_GRACE_SECONDS if config.grace is None else config.grace
     referenced = {s.file for s in previous.shards} if previous is not None else recorded_shards(text)
+    if partial is None and out.names(PARTIAL_DIR):  # records whose plan is lost (killed while removed)
+        remove_unrecorded_plan(out, (), referenced)
 
     if (
         previous is not None
