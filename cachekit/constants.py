@@ -27,6 +27,12 @@ __all__ = [
     "START_METHOD_ENV",
     "MAX_OPEN_SHARDS",
     "DEFAULT_STEP_MS",
+    "MAX_SIDE",
+    "MAX_AUGMENT",
+    "MAX_JOB_BYTES",
+    "MAX_BATCH_BYTES",
+    "MAX_EPOCH",
+    "REMOTE_REPLY_SECONDS",
 ]
 
 VERSION = "0.1.0"
@@ -106,3 +112,21 @@ MAX_OPEN_SHARDS = env_int("CACHEKIT_MAX_OPEN_SHARDS", 0)
 
 #: ``cachekit doctor``'s simulated training step, in milliseconds, when no model is given.
 DEFAULT_STEP_MS = 100.0
+
+# -- limits on what a user asks for, checked before any work (README, "Limits") ----------------------
+
+#: Largest side, in pixels, of an image a recipe (``--size``, every size its steps resolve to) or
+#: a transform (``RandomResizedCrop``, ``CenterCrop``, ``Resize``) may ask for: a 8192 x 8192 RGB
+#: image is 192 MiB.
+MAX_SIDE = 8192
+#: Most offline-augmented variants per input (``--augment``).
+MAX_AUGMENT = 1024
+#: Most bytes of decoded pixels one shard job holds at once (inputs a shard x variants x sample bytes).
+MAX_JOB_BYTES = 16 * 1024**3
+#: Most bytes of one batch a loader assembles (batch size x sample bytes, after augmentation).
+MAX_BATCH_BYTES = 64 * 1024**3
+#: Largest epoch a sampler accepts (``set_epoch``, a saved state).
+MAX_EPOCH = 2**31 - 1
+#: How long a command waits for object storage's first reply (reading a manifest, listing a
+#: folder) before it gives up in one line; ``CACHEKIT_REMOTE_TIMEOUT`` overrides it.
+REMOTE_REPLY_SECONDS = env_int("CACHEKIT_REMOTE_TIMEOUT", 60)

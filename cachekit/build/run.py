@@ -37,7 +37,7 @@ from ..store.remote import is_object_store, is_url, redact, secrets_hidden
 from .augment import AUGMENT_EXTRAS, AugmentConfig
 from .config import BuildConfig, BuildResult
 from .executors import run_jobs
-from .guards import check_apart, check_config, refuse
+from .guards import check_apart, check_config, check_job_bytes, refuse
 from .plan import Content, PlannedShard, cache_fingerprint, default_shard_size, layout, option_changes, plan
 from .pool import WorkerCrashed
 from .resume import existing_cache, read_partial, reusable, start_partial, write_sidecar
@@ -175,6 +175,7 @@ def _run(t: _Target, config: BuildConfig, started: float) -> BuildResult:
         t.augment.variants if t.augment is not None else 1
     )  # a shard's rows are inputs
     order, shard_size = layout(source, per_input, requested, kept, target)
+    check_job_bytes(shard_size, t.augment.variants if t.augment is not None else 1, t.spec.nbytes)
     fingerprint = cache_fingerprint(t.content_fp, order, shard_size, source)
     seed = config.seed if (order["kind"] == "shuffled" or t.augment is not None) else None
     changes = option_changes(previous, t.content, order, shard_size, seed) if previous is not None else []

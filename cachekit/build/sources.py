@@ -9,7 +9,6 @@ lone surrogates (``os.fsdecode``), so it round-trips through the manifest unchan
 
 from __future__ import annotations
 
-import csv
 import errno
 import hashlib
 import os
@@ -23,7 +22,8 @@ import numpy as np
 
 from ..constants import IMAGE_EXTENSIONS, UNREAD_IMAGE_EXTENSIONS
 from ..errors import UsageError
-from ..store.remote import access_error, filesystem, is_url
+from ..store.remote import access_error, filesystem, is_url, reach
+from .labels import read_labels_csv
 
 __all__ = ["Source", "discover", "inputs_digest", "is_image_name", "path_key", "path_bytes"]
 
@@ -200,42 +200,8 @@ def _table(root, layout: str, rows: list[tuple[str, int, int, int]], classes, ig
     )
 
 
-def _read_labels_csv(root, labels_csv: Path) -> tuple[list[tuple[str, int]], list[str]]:
-    """``(path, label)`` rows of a labels CSV, sorted by path, and the class names."""
-    if not labels_csv.is_file():
-        raise UsageError(f"labels file {labels_csv} does not exist")
-    with open(labels_csv, newline="", encoding="utf-8-sig") as fh:
-        rows = [r for r in csv.reader(fh) if r and any(c.strip() for c in r)]
-    if rows and rows[0][0].strip().lower() in ("file", "path", "filename", "image"):
-        rows = rows[1:]
-    pairs = []
-    for n, row in enumerate(rows, 1):
-        if len(row) < 2 or not row[0].strip():
-            raise UsageError(f"{labels_csv}: row {n} is not 'file,label': {row!r}")
-        rel = Path(row[0].strip()).as_posix()
-        if rel.startswith("/") or ".." in Path(rel).parts:
-            raise UsageError(f"{labels_csv}: row {n}: {rel!r} must be a path inside {root}")
-        pairs.append((rel, row[1].strip()))
-    if not pairs:
-        raise UsageError(f"{labels_csv}: no rows")
-    seen: dict[str, str] = {}
-    for rel, label in pairs:
-        if seen.setdefault(rel, label) != label:
-            raise UsageError(f"{labels_csv}: {rel!r} is listed with two labels")
-    names = sorted(seen, key=path_key)
-    values = [seen[p] for p in names]
-    if all(v.lstrip("-").isdigit() for v in values):
-        ints = [int(v) for v in values]
-        if min(ints) < -1:
-            raise UsageError(f"{labels_csv}: integer labels must be >= -1")
-        return list(zip(names, ints)), [str(i) for i in range(max(ints) + 1)]
-    classes = sorted(set(values))
-    index = {c: i for i, c in enumerate(classes)}
-    return [(p, index[v]) for p, v in zip(names, values)], classes
-
-
 def _csv_source(root: Path, labels_csv: Path) -> Source:
-    pairs, classes = _read_labels_csv(root, labels_csv)
+    pairs, classes = read_labels_csv(root, labels_csv)
     rows, ignored = [], []
     for rel, label in pairs:
         try:
@@ -341,6 +307,7 @@ def _mtime_ns(info: dict) -> int:
 def _discover_remote(url: str, labels_csv: str | os.PathLike | None, storage_options: dict | None) -> Source:
     """``discover`` for a folder on object storage (an fsspec URL): one listing, same layouts."""
     fs, base = filesystem(url, storage_options)
+    reach(fs, base, url)
     try:
         found = fs.find(base, detail=True)
     except FileNotFoundError:
@@ -358,7 +325,7 @@ def _discover_remote(url: str, labels_csv: str | os.PathLike | None, storage_opt
     unread = Counter(ext for r in files if (ext := _unread_extension(r)))
 
     if labels_csv is not None:
-        pairs, classes = _read_labels_csv(url, Path(labels_csv))
+        pairs, classes = read_labels_csv(url, Path(labels_csv))
         rows = [(p, lab, *files[p]) for p, lab in pairs if p in files]
         ignored = [(p, "unreadable: not found") for p, _ in pairs if p not in files]
         return _nonempty(_table(url, "csv", rows, classes, ignored, {}))

@@ -22,7 +22,7 @@ from ..errors import BuildError, CacheError, NotACacheError, UsageError
 from .atomic import commit_file, path_size, remove_path, sha256_path
 from .lock import BuildLock
 from .manifest import Manifest, parse_manifest, read_local_manifest
-from .remote import access_error, filesystem, is_url, process_filesystem
+from .remote import access_error, answered_within, filesystem, is_url, process_filesystem, reach
 
 __all__ = ["Location", "LocalLocation", "RemoteLocation", "open_location", "read_manifest", "write_failure"]
 
@@ -173,6 +173,7 @@ class RemoteLocation(Location):
             return []
 
     def exists(self) -> bool:
+        reach(self.fs, self.root, self.url)  # an unreachable endpoint: one line, not minutes of retries
         return bool(self.names())
 
     def mkdir(self, sub: str = "") -> None:
@@ -256,7 +257,7 @@ def read_manifest(cache: str | os.PathLike, *, storage_options: dict | None = No
     url = str(cache).rstrip("/")
     fs, root = filesystem(url, storage_options)
     try:
-        text = fs.cat_file(f"{root}/{MANIFEST_NAME}").decode("utf-8")
+        text = answered_within(lambda: fs.cat_file(f"{root}/{MANIFEST_NAME}"), url).decode("utf-8")
     except FileNotFoundError:
         raise NotACacheError(
             f"{url}: no {MANIFEST_NAME} (not a cache, or its build has not finished)"

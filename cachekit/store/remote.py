@@ -11,13 +11,17 @@ from __future__ import annotations
 
 import json
 import os
+import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TypeVar
 
+from ..constants import REMOTE_REPLY_SECONDS
 from ..errors import CacheError, CachekitError, UsageError
 from .atomic import remove_path
 from .private import NOFOLLOW
-from .storageopts import parse_storage_options, redact, secrets_hidden
+from .storageopts import check_endpoints, parse_storage_options, redact, secrets_hidden
 
 __all__ = [
     "is_url",
@@ -25,6 +29,8 @@ __all__ = [
     "filesystem",
     "process_filesystem",
     "access_error",
+    "answered_within",
+    "reach",
     "shard_objects",
     "fetch_shard",
     "ranged_get",
@@ -56,6 +62,7 @@ def filesystem(url: str, storage_options: dict | None = None, *, fresh: bool = F
     except ImportError:
         raise UsageError(f"{url}: remote caches need fsspec: pip install 'cachekit-vision[remote]'") from None
     options = dict(storage_options or {})
+    check_endpoints(options, "storage option")
     if options.get("asynchronous"):
         raise UsageError(
             f"{url}: storage option asynchronous=true cannot work here: cachekit calls the filesystem synchronously"
@@ -122,6 +129,53 @@ def access_error(
     if isinstance(exc, OSError) and exc.strerror:
         said = " ".join(exc.strerror.split())[:300]
     return fallback(f"cannot {doing} {url}: {said}" if doing else f"{url}: {said}")
+
+
+_T = TypeVar("_T")
+
+
+def answered_within(call: Callable[[], _T], url: str, seconds: float | None = None) -> _T:
+    """``call()`` (a first request to the storage at ``url``), given up on in one line when no
+    answer comes within ``seconds`` (default ``REMOTE_REPLY_SECONDS``; 0: wait for ever).
+
+    An unreachable endpoint otherwise holds a command for as long as the filesystem's retries last
+    (minutes, with a retries storage option). The call goes on in a daemon thread that is left
+    behind; its error, when it fails in time, is raised here as it is.
+    """
+    seconds = REMOTE_REPLY_SECONDS if seconds is None else seconds
+    if not seconds or seconds <= 0:
+        return call()
+    outcome: dict = {}
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            outcome["value"] = call()
+        except BaseException as exc:  # handed to the caller below
+            outcome["error"] = exc
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name="cachekit-first-reply", daemon=True).start()
+    if not done.wait(seconds):
+        raise UsageError(
+            f"{url}: no answer from the storage within {seconds:g} s (check endpoint_url and the "
+            "network; CACHEKIT_REMOTE_TIMEOUT sets how long to wait)"
+        )
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
+
+
+def reach(fs, path: str, url: str) -> None:
+    """One cheap request to ``path`` (does it exist?) within the first-reply deadline, its failures
+    in one line (UsageError): the storage answers before a long listing starts."""
+    try:
+        answered_within(lambda: fs.exists(path), url)
+    except CachekitError:
+        raise
+    except Exception as exc:
+        raise access_error(url, exc, UsageError, "reach") from None
 
 
 #: Bytes per ranged GET of a download; several run at once.

@@ -206,3 +206,17 @@ def test_colour_jitter_takes_torchvision_forms_and_refuses_non_finite_strengths(
     assert (jitter[:, 2] == 1.0).all()
     assert (jitter[:, 3] >= -0.05).all() and (jitter[:, 3] <= 0.0).all()
     assert RandomResizedCrop(np.int64(16)).size == 16  # numpy integers are sizes too
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: RandomResizedCrop(10**6),
+        lambda: RandomResizedCrop((224, 8193)),
+        lambda: CenterCrop(10**9),
+        lambda: Resize((100000, 10)),
+    ],
+)
+def test_transform_sizes_past_the_limit_are_refused_when_made(make):
+    with pytest.raises(ValueError, match="largest side an image may have, 8192 pixels"):
+        make()
