@@ -15,6 +15,7 @@ import sys
 import time
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -43,7 +44,7 @@ from .pool import WorkerCrashed
 from .resume import existing_cache, read_partial, reusable, start_partial, write_sidecar
 from .retire import collect, recorded_shards, remove_temps, remove_unrecorded_plan, retire
 from .shardjob import ShardJob, ShardResult, run_shard_job
-from .shardwrite import disk_full
+from .shardwrite import disk_full, remove_written
 from .sources import Source, discover
 
 __all__ = ["BuildConfig", "BuildResult", "build", "default_shard_size", "probe_shape"]
@@ -315,17 +316,26 @@ def _run_jobs(t: _Target, config: BuildConfig, jobs: list[ShardJob], results: di
         mininterval=0.5,
         file=sys.stderr,
     ) as bar:
+        options = dict(config.executor_options)
+        if config.executor == "dask":  # what a worker wrote where the client cannot see it goes too
+            options["undo"] = partial(
+                remove_written, t.out.url, [j.file for j in jobs], config.storage_options
+            )
         try:
-            for _, result in run_jobs(
+            running = run_jobs(
                 run_shard_job,
                 jobs,
                 workers=config.workers or available_cpus(),
                 executor=config.executor,
                 on_progress=bar.update,
-                **config.executor_options,
-            ):
-                results[result.index] = result
-                write_sidecar(t.out, result)
+                **options,
+            )
+            with contextlib.closing(running):  # a failure here cancels the jobs and cleans up at once
+                for _, result in running:
+                    if config.executor == "dask":  # a shard the client cannot see: stop at the first
+                        _check_at_out(t.out, [result.info], config.executor)
+                    results[result.index] = result
+                    write_sidecar(t.out, result)
         except WorkerCrashed as exc:
             if disk_full(t.out):  # libhdf5 may crash rather than report a full disk
                 shard = getattr(exc.job, "file", "a shard")
