@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 
 __all__ = [
@@ -55,9 +56,19 @@ DEFAULT_PIPELINE = "classification-224"
 
 
 def env_int(name: str, default: int) -> int:
-    """An integer from the environment, or ``default`` when unset or empty."""
+    """An integer from the environment, or ``default`` when unset or empty; a value that is not a
+    whole number (``1GB``) is the default too, with one warning line (read at import: an error
+    here would be a traceback before any command could say it in one line)."""
     raw = os.environ.get(name, "").strip()
-    return int(raw) if raw else default
+    if not raw:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        logging.getLogger("cachekit").warning(
+            "%s=%r is not a whole number; using the default, %d", name, raw[:40], default
+        )
+        return default
 
 
 #: Target bytes of decoded pixels per shard (so a shard is ~64-256 MB).

@@ -196,7 +196,8 @@ def shard_objects(fs, remote: str) -> list[tuple[str, int]]:
 def _inside(remote: str, path: str) -> str:
     """The path of object ``path`` inside the folder shard ``remote``: plain names joined by ``/``
     (a listed name such as ``../x`` would lead out of the local copy)."""
-    rel = path[len(remote.rstrip("/")) :].lstrip("/") if path.startswith(remote.rstrip("/") + "/") else ""
+    prefix = remote.rstrip("/") + "/"
+    rel = path[len(prefix) :] if path.startswith(prefix) else ""
     parts = rel.split("/")
     if not rel or any(p in ("", ".", "..") or "\\" in p or "\0" in p for p in parts):
         raise CacheError(f"{remote}: holds an object named {path!r}, not a plain path inside the shard")

@@ -183,3 +183,19 @@ def test_the_whole_command_has_a_deadline(silent_endpoint):
     assert done.returncode == 1 and "--timeout 1 s" in done.stderr
     done = _cachekit([*args, "--timeout", "soon"], {})
     assert done.returncode == 2 and "--timeout: expected seconds" in done.stderr
+
+
+@pytest.mark.parametrize("name", ["../../outside", "a/../../../outside", "/etc/x", "", "a//b"])
+def test_a_folder_shard_object_named_out_of_the_shard_is_refused_before_a_byte_lands(tmp_path, name):
+    from cachekit.store.remote import fetch_shard
+
+    class Listing:  # what a hostile or broken store could list for a folder shard
+        def cat_file(self, path, start=None, end=None):
+            raise AssertionError("nothing may be fetched")
+
+    target = tmp_path / "copies" / "shard.zarr"
+    target.parent.mkdir()
+    objects = [("bucket/c/shard.zarr/zarr.json", 2), (f"bucket/c/shard.zarr/{name}", 3)]
+    with pytest.raises(CacheError, match="not a plain path inside the shard"):
+        fetch_shard(Listing(), "bucket/c/shard.zarr", target, objects)
+    assert not (tmp_path / "outside").exists() and not target.exists()
