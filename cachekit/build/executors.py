@@ -127,7 +127,7 @@ def _run_dask(fn, jobs, workers, on_progress, scheduler: str | None = None, undo
             client = Client(scheduler, timeout=DASK_CONNECT_TIMEOUT)
         else:
             cluster = LocalCluster(
-                n_workers=workers,
+                n_workers=max(1, min(workers, len(jobs))),  # no idle processes, whatever --workers says
                 threads_per_worker=1,
                 processes=True,
                 dashboard_address=":0",

@@ -171,12 +171,18 @@ def decoder_messages() -> Iterator[Callable[[], str]]:
     """
     heard: list[str] = []
     with _LISTEN:
-        sink = _sink()
-        os.ftruncate(sink, 0)
-        os.lseek(sink, 0, os.SEEK_SET)
+        try:
+            sink = _sink()
+            os.ftruncate(sink, 0)
+            os.lseek(sink, 0, os.SEEK_SET)
+            saved = os.dup(2)
+        except (
+            OSError
+        ):  # no stderr to borrow (a daemon's closed fd 2), no memory file: the structure check stands
+            yield lambda: ""
+            return
         with contextlib.suppress(Exception):
             sys.stderr.flush()
-        saved = os.dup(2)
         try:
             os.dup2(sink, 2)
             try:

@@ -44,7 +44,7 @@ from .pool import WorkerCrashed
 from .resume import existing_cache, read_partial, reusable, start_partial, write_sidecar
 from .retire import collect, recorded_shards, remove_temps, remove_unrecorded_plan, retire
 from .shardjob import ShardJob, ShardResult, run_shard_job
-from .shardwrite import disk_full, remove_written
+from .shardwrite import check_at_out, disk_full, remove_written
 from .sources import Source, discover
 
 __all__ = ["BuildConfig", "BuildResult", "build", "default_shard_size", "probe_shape"]
@@ -252,7 +252,7 @@ def _run(t: _Target, config: BuildConfig, started: float) -> BuildResult:
     if sum(s.samples for s in shards) == 0:
         remove_unrecorded_plan(out, names, referenced)
         raise UsageError(f"{t.raw}: none of the {len(source)} inputs could be decoded")
-    _check_at_out(out, shards, config.executor)
+    check_at_out(out, shards, config.executor)
     manifest = _manifest(t, order, shard_size, fingerprint, shards, skipped)
     current = {s.file for s in shards}
     retired = retire(out, referenced, current)
@@ -333,7 +333,7 @@ def _run_jobs(t: _Target, config: BuildConfig, jobs: list[ShardJob], results: di
             with contextlib.closing(running):  # a failure here cancels the jobs and cleans up at once
                 for _, result in running:
                     if config.executor == "dask":  # a shard the client cannot see: stop at the first
-                        _check_at_out(t.out, [result.info], config.executor)
+                        check_at_out(t.out, [result.info], config.executor)
                     results[result.index] = result
                     write_sidecar(t.out, result)
         except WorkerCrashed as exc:
@@ -343,22 +343,6 @@ def _run_jobs(t: _Target, config: BuildConfig, jobs: list[ShardJob], results: di
                     f"cannot write shard {t.out.url}/{shard}: disk full (its worker process died, {exc.how})"
                 ) from None
             raise
-
-
-def _check_at_out(out: Location, shards: list[ShardInfo], executor: str) -> None:
-    """Every shard the manifest will name is at ``--out`` with its recorded size, or one clear error."""
-    for info in shards:
-        size = out.size(info.file)
-        if size != info.bytes:
-            found = "missing" if size is None else f"{size} bytes, not {info.bytes}"
-            if executor == "dask":
-                raise BuildError(
-                    f"shard {info.file} is not at {out.url} ({found}): --out must be storage that every "
-                    "worker and this process share, or a URL"
-                )
-            raise BuildError(
-                f"shard {info.file} is not at {out.url} ({found}); was it changed during the build?"
-            )
 
 
 def _manifest(

@@ -17,11 +17,12 @@ import numpy as np
 from ..constants import MANIFEST_NAME, PARTIAL_DIR
 from ..errors import BuildError, UsageError
 from ..store.formats import get_format
-from ..store.location import LocalLocation, open_location, write_failure
+from ..store.location import LocalLocation, Location, open_location, write_failure
+from ..store.manifest import ShardInfo
 from ..store.remote import is_url
 from .retire import read_retired, recorded_names, recorded_shards
 
-__all__ = ["commit_shard", "disk_full", "remove_written"]
+__all__ = ["commit_shard", "check_at_out", "disk_full", "remove_written"]
 
 
 def _check_space(out, file: str, fmt, arrays: dict[str, np.ndarray], options: dict) -> None:
@@ -128,3 +129,19 @@ def remove_written(out: str, names: list[str], storage_options: dict | None = No
             location.remove(name)
             removed.append(name)
     return removed
+
+
+def check_at_out(out: Location, shards: list[ShardInfo], executor: str) -> None:
+    """Every shard the manifest will name is at ``--out`` with its recorded size, or one clear error."""
+    for info in shards:
+        size = out.size(info.file)
+        if size != info.bytes:
+            found = "missing" if size is None else f"{size} bytes, not {info.bytes}"
+            if executor == "dask":
+                raise BuildError(
+                    f"shard {info.file} is not at {out.url} ({found}): --out must be storage that every "
+                    "worker and this process share, or a URL"
+                )
+            raise BuildError(
+                f"shard {info.file} is not at {out.url} ({found}); was it changed during the build?"
+            )

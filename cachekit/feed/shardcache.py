@@ -201,7 +201,10 @@ class NodeShardCache:
         remove_path(final)
         os.replace(part, final)
         fsync_dir(self.folder)
-        record_verified(final, info.sha256)  # stamped as renamed: later reuse is checked against it
+        try:
+            record_verified(final, info.sha256)  # stamped as renamed: later reuse is checked against it
+        except OSError:
+            forget_copy(final)  # no record (a full disk): the next reuse hashes the copy in full
         try:  # one line per download: what the node fetched (the last ~1 MB)
             append_line(self.folder / _LOG, f"{info.file} {info.bytes} {os.getpid()}\n", _LOG_BYTES)
         except OSError:

@@ -11,7 +11,9 @@ before any image is made.
 from __future__ import annotations
 
 import math
+import os
 import re
+import stat
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -254,13 +256,39 @@ def _parse(recipe: dict, origin: str, size: int | None) -> Pipeline:
     return Pipeline(name=name, size=base_size, steps=tuple(steps), description=recipe.get("description", ""))
 
 
+#: Largest recipe file read (a recipe is a few lines).
+_MAX_RECIPE_BYTES = 1 << 20
+
+
+def _recipe_text(path: Path) -> str:
+    """The text of a recipe file: a regular UTF-8 file (never a FIFO, which would block), bounded."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise UsageError(f"pipeline file {path} does not exist") from None
+    except OSError as exc:
+        raise UsageError(f"pipeline file {path} cannot be read: {exc.strerror or exc}") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise UsageError(f"pipeline file {path} is not a regular file")
+        data = os.read(fd, _MAX_RECIPE_BYTES + 1)
+    except OSError as exc:
+        raise UsageError(f"pipeline file {path} cannot be read: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+    if len(data) > _MAX_RECIPE_BYTES:
+        raise UsageError(f"pipeline file {path} is over {_MAX_RECIPE_BYTES} bytes: not a recipe")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"pipeline file {path} is not UTF-8 text (byte {exc.start}): not a recipe") from None
+
+
 def load_pipeline(name_or_path: str, size: int | None = None) -> Pipeline:
     """A built-in recipe by name, or a user's TOML file by path; ``size`` overrides its output side."""
     path = Path(name_or_path)
     if name_or_path.endswith(".toml") or path.is_file():
-        if not path.is_file():
-            raise UsageError(f"pipeline file {path} does not exist")
-        origin, text = str(path), path.read_text(encoding="utf-8")
+        origin, text = str(path), _recipe_text(path)
     elif name_or_path in builtin_pipelines():
         origin, text = name_or_path, builtin_recipe_text(name_or_path)
     else:

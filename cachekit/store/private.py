@@ -7,8 +7,10 @@ in one line, a folder that is not the user's own. Inside it every file cachekit 
 to or locks is opened with ``O_NOFOLLOW`` and ``O_CLOEXEC`` and must be a regular file (a link
 planted in its place fails instead of leading elsewhere); a whole file (a marker, a record) is
 written under a unique temp name and renamed into place, which replaces a link rather than
-writing through it. Modes and owners are read, never inferred from access checks: root passes
-every access check, and is still refused a folder another user owns.
+writing through it. The folders above it must be root's or the user's, and writable by others only
+with the sticky bit (``/tmp``), so nobody can swap the folder between two checks. Modes and owners
+are read, never inferred from access checks: root passes every access check, and is still refused
+a folder another user owns.
 """
 
 from __future__ import annotations
@@ -71,12 +73,36 @@ def check_private(path: Path, what: str) -> None:
             f"{what} {path} is not readable, writable and searchable by you (mode "
             f"{stat.S_IMODE(st.st_mode):o}); chmod u+rwx it, or use another folder"
         )
+    _check_ancestors(Path(os.path.realpath(path)), what, path)
     try:
         read_only = bool(os.statvfs(path).f_flag & os.ST_RDONLY)
     except (OSError, AttributeError):
         read_only = False
     if read_only:
         raise UsageError(f"{what} {path} is on a read-only filesystem; use a writable folder")
+
+
+def _check_ancestors(real: Path, what: str, path: Path) -> None:
+    """Every folder above ``real`` must be root's or this user's, and writable by others only with
+    the sticky bit (as ``/tmp``): else another user could rename the private folder away and put
+    one of their own in its place between two checks."""
+    me = os.geteuid()
+    for parent in real.parents:
+        try:
+            st = os.stat(parent)
+        except OSError:
+            continue
+        if st.st_uid not in (0, me):
+            raise UsageError(
+                f"{what} {path} is inside {parent}, which uid {st.st_uid} owns: they could put a folder "
+                "of their own in its place; use a folder under one of your own or root's"
+            )
+        if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
+            raise UsageError(
+                f"{what} {path} is inside {parent}, which others may write in (mode "
+                f"{stat.S_IMODE(st.st_mode):o}, no sticky bit): they could put a folder of their own in "
+                "its place; use a folder under one of your own"
+            )
 
 
 def private_folder(path: Path, what: str) -> Path:

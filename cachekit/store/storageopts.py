@@ -123,8 +123,12 @@ def check_endpoints(options: dict | None, where: str = "--storage-option") -> No
             if isinstance(value, dict):
                 stack.append(value)
             elif key == "endpoint_url" and value is not None:
-                parts = urlsplit(value) if isinstance(value, str) else None
-                if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+                try:
+                    parts = urlsplit(value) if isinstance(value, str) else None
+                    host = parts.hostname if parts is not None else None
+                except ValueError:  # "http://[::1" and the like
+                    parts = host = None
+                if parts is None or parts.scheme not in ("http", "https") or not host:
                     shown = value if isinstance(value, str) else type(value).__name__
                     raise UsageError(
                         f"{where} endpoint_url must be an http:// or https:// URL of a host, got {shown!r}"

@@ -102,3 +102,15 @@ def test_a_build_skips_cut_jpegs_with_their_reason(tmp_path):
     assert set(reasons) == {"a/half-progressive.jpg", "a/half-baseline.jpg"}
     assert all("truncated" in r for r in reasons.values())
     assert len(CachedDataset(tmp_path / "c")) == 1
+
+
+def test_without_a_stderr_to_borrow_the_structure_still_decides(monkeypatch):
+    from cachekit.build import jpegcheck
+
+    def no_sink():
+        raise OSError(9, "Bad file descriptor")
+
+    monkeypatch.setattr(jpegcheck, "_sink", no_sink)
+    assert decode_input(_pil_jpeg(progressive=False), PIPELINE).shape == (240, 320, 3)
+    with pytest.raises(DecodeError, match="last scans are missing"):
+        decode_input(_cut(_pil_jpeg(progressive=True), 0.5), PIPELINE)

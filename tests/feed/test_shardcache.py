@@ -225,3 +225,32 @@ def test_a_download_killed_midway_leaves_nothing_that_is_served(url, small_cache
     assert torch.equal(ds.read_batch(range(40))[0], _reference(small_cache)[0])
     folder = ds._remote.cache.folder
     assert not list(folder.glob("*.part")) and len(ds._remote.cache.downloads()) == ds.num_shards
+
+
+def test_a_record_that_cannot_be_written_costs_a_rehash_not_a_read(url, small_cache, tmp_path, monkeypatch):
+    import errno
+
+    def full(path, sha256):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(shardcache, "record_verified", full)
+    ds = CachedDataset(url, local_cache=tmp_path / "lc")
+    assert torch.equal(ds.read_batch(range(40))[0], _reference(small_cache)[0])
+    monkeypatch.undo()
+    again = CachedDataset(url, local_cache=tmp_path / "lc")
+    assert torch.equal(again.read_batch(range(40))[0], _reference(small_cache)[0])
+    assert len(again._remote.cache.downloads()) == ds.num_shards  # verified by hashing, not fetched again
+
+
+def test_a_link_in_a_copys_place_is_never_served(url, small_cache, tmp_path):
+    ds = CachedDataset(url, local_cache=tmp_path / "lc")
+    ds.read_batch(range(40))
+    ds.close()
+    copy = ds._remote.cache.path(ds.manifest.shards[0])
+    lookalike = tmp_path / "lookalike"
+    lookalike.write_bytes(copy.read_bytes())
+    copy.unlink()
+    copy.symlink_to(lookalike)  # the same bytes, but not a copy the cache made
+    again = CachedDataset(url, local_cache=tmp_path / "lc")
+    assert torch.equal(again.read_batch(range(40))[0], _reference(small_cache)[0])
+    assert not copy.is_symlink() and lookalike.exists()

@@ -63,3 +63,20 @@ def test_pad_values_are_bytes(tmp_path):
     recipe.write_text('name = "r"\nsize = 64\n[[steps]]\nop = "letterbox"\nsize = "size"\npad_value = 300\n')
     with pytest.raises(UsageError, match="pad_value must be a whole number from 0 to 255"):
         load_pipeline(str(recipe))
+
+
+@pytest.mark.parametrize(
+    "kind, words", [("binary", "not UTF-8"), ("fifo", "not a regular file"), ("folder", "not a regular file")]
+)
+def test_a_recipe_file_that_is_not_text_is_one_usage_error(tmp_path, kind, words):
+    import os
+
+    path = tmp_path / "r.toml"
+    if kind == "binary":
+        path.write_bytes(b"\xff\xfe\x00name")
+    elif kind == "fifo":
+        os.mkfifo(path)  # reading it would wait for a writer for ever
+    else:
+        path.mkdir()
+    with pytest.raises(UsageError, match=words):
+        load_pipeline(str(path))

@@ -101,7 +101,7 @@ def test_credentials_names_and_endpoints_stay_text_whatever_they_look_like():
 
 
 @pytest.mark.parametrize(
-    "endpoint", ["file:///etc", "ftp://host", "127.0.0.1:9000", "http://", 9000, ["http://a"]]
+    "endpoint", ["file:///etc", "ftp://host", "127.0.0.1:9000", "http://", "http://[::1", 9000, ["http://a"]]
 )
 def test_an_endpoint_that_is_not_an_http_url_is_a_usage_error(endpoint, tmp_path):
     from cachekit.store.remote import filesystem
