@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 
 __all__ = [
@@ -29,6 +30,12 @@ __all__ = [
     "START_METHOD_ENV",
     "MAX_OPEN_SHARDS",
     "DEFAULT_STEP_MS",
+    "MAX_SIDE",
+    "MAX_AUGMENT",
+    "MAX_JOB_BYTES",
+    "MAX_BATCH_BYTES",
+    "MAX_EPOCH",
+    "REMOTE_REPLY_SECONDS",
 ]
 
 VERSION = "0.1.0"
@@ -55,9 +62,19 @@ DEFAULT_PIPELINE = "classification-224"
 
 
 def env_int(name: str, default: int) -> int:
-    """An integer from the environment, or ``default`` when unset or empty."""
+    """An integer from the environment, or ``default`` when unset or empty; a value that is not a
+    whole number (``1GB``) is the default too, with one warning line (read at import: an error
+    here would be a traceback before any command could say it in one line)."""
     raw = os.environ.get(name, "").strip()
-    return int(raw) if raw else default
+    if not raw:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        logging.getLogger("cachekit").warning(
+            "%s=%r is not a whole number; using the default, %d", name, raw[:40], default
+        )
+        return default
 
 
 #: Target bytes of decoded pixels per shard (so a shard is ~64-256 MB).
@@ -116,3 +133,21 @@ MAX_OPEN_SHARDS = env_int("CACHEKIT_MAX_OPEN_SHARDS", 0)
 
 #: ``cachekit doctor``'s simulated training step, in milliseconds, when no model is given.
 DEFAULT_STEP_MS = 100.0
+
+# -- limits on what a user asks for, checked before any work (README, "Limits") ----------------------
+
+#: Largest side, in pixels, of an image a recipe (``--size``, every size its steps resolve to) or
+#: a transform (``RandomResizedCrop``, ``CenterCrop``, ``Resize``) may ask for: a 8192 x 8192 RGB
+#: image is 192 MiB.
+MAX_SIDE = 8192
+#: Most offline-augmented variants per input (``--augment``).
+MAX_AUGMENT = 1024
+#: Most bytes of decoded pixels one shard job holds at once (inputs a shard x variants x sample bytes).
+MAX_JOB_BYTES = 16 * 1024**3
+#: Most bytes of one batch a loader assembles (batch size x sample bytes, after augmentation).
+MAX_BATCH_BYTES = 64 * 1024**3
+#: Largest epoch a sampler accepts (``set_epoch``, a saved state).
+MAX_EPOCH = 2**31 - 1
+#: How long a command waits for object storage's first reply (reading a manifest, listing a
+#: folder) before it gives up in one line; ``CACHEKIT_REMOTE_TIMEOUT`` overrides it.
+REMOTE_REPLY_SECONDS = env_int("CACHEKIT_REMOTE_TIMEOUT", 60)

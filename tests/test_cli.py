@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -240,7 +241,10 @@ def test_build_info_verify_on_s3_with_storage_options_only(s3_options, small_tre
         ([f"={S3_SECRET}"], "no KEY before '='"),
         ([f"secret={S3_SECRET}", f"secret={S3_SECRET}x"], "secret is given twice"),
         (["client_kwargs=1", f"client_kwargs.secret={S3_SECRET}"], "both as a value and as a table"),
-        ([f"secret={{{S3_SECRET}"], "not valid JSON"),
+        (
+            [f"s3_additional_kwargs={{{S3_SECRET}"],
+            "not valid JSON",
+        ),  # a secret itself is text, braces and all
         ([f"bad key={S3_SECRET}"], "must be a name"),
     ],
 )
@@ -318,3 +322,61 @@ def test_bench_and_doctor_read_an_s3_cache_and_record_no_secret(
     assert {r["loader"] for r in result["rows"]} == {"raw-opencv", "cache-pt"}
     code, out = run("doctor", url, "--steps", 2, "--batch-size", 8, "--step-ms", 1, "--workers", 0, *flags)
     assert code == 0 and "throughput:" in out and "Traceback" not in out, out
+
+
+def _recipe(tmp_path, size_expr: str) -> str:
+    path = tmp_path / "r.toml"
+    path.write_text(f'name = "r"\nsize = 32\n[[steps]]\nop = "resize_shorter"\nsize = "{size_expr}"\n')
+    return str(path)
+
+
+def _labels(tmp_path, kind: str) -> str:
+    path = tmp_path / "labels.csv"
+    if kind == "binary":
+        path.write_bytes(b"\x89PNG\r\n\x1a\n\xff\xfe\x00\x01" * 10)
+    elif kind == "fifo":
+        os.mkfifo(path)  # opening it to read would wait for a writer for ever
+    else:
+        path.mkdir()
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    "case, words",
+    [
+        ("size", "--size must be from 1 to 8192 pixels, got 100000"),
+        ("augment", "--augment must be from 0 to 1024 variants per input"),
+        ("recipe-divides-by-zero", "must be positive, finite numbers"),
+        ("recipe-huge", "must be a whole number from 1 to 8192"),
+        ("labels-binary", "is not UTF-8 text"),
+        ("labels-fifo", "is not a regular file"),
+        ("labels-folder", "is a folder"),
+        ("update-and-overwrite", "--update and --overwrite contradict each other"),
+        ("job-too-big", "GiB of pixels in each worker's memory"),
+    ],
+)
+def test_build_options_past_their_limits_are_one_line_exit_2_before_any_work(
+    case, words, small_tree, tmp_path
+):
+    if case.startswith("recipe"):
+        extra = ["--pipeline", _recipe(tmp_path, "size*1/0" if case.endswith("zero") else "size*1000000/1")]
+    elif case.startswith("labels"):
+        extra = ["--labels", _labels(tmp_path, case.split("-")[1])]
+    else:
+        extra = {
+            "size": ["--size", "100000"],
+            "augment": ["--augment", "100000"],
+            "update-and-overwrite": ["--update", "--overwrite"],
+            "job-too-big": ["--size", "4096", "--augment", "64", "--shard-size", "64"],
+        }[case]
+    out = tmp_path / "out"
+    result = CliRunner().invoke(main, ["build", str(small_tree), "--out", str(out), "--quiet", *extra])
+    assert result.exit_code == 2 and isinstance(result.exception, SystemExit), result.output
+    assert result.output.count("\n") == 1 and words in result.output, result.output
+    assert not (out / "manifest.json").exists() and not list(out.glob("shard-*"))
+
+
+@pytest.mark.parametrize("endpoint", ["file:///etc", "http//no-scheme"])
+def test_an_endpoint_that_is_not_http_is_exit_2(endpoint):
+    code, out = run("info", "s3://bucket/cache", "--storage-option", f"endpoint_url={endpoint}")
+    assert code == 2 and "endpoint_url must be an http:// or https:// URL" in out and out.count("\n") == 1

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 
@@ -23,6 +24,8 @@ EXECUTORS = ("local", "dask")
 DASK_RETRIES = 2
 #: How long to try reaching an existing dask scheduler.
 DASK_CONNECT_TIMEOUT = "30s"
+#: How long a failed build waits for its cancelled jobs to stop before it cleans up after them (s).
+DASK_UNDO_WAIT_S = 30
 
 
 @contextlib.contextmanager
@@ -51,19 +54,42 @@ def _run_local(fn, jobs, workers, on_progress) -> Iterator:
         yield from run_pool(fn, jobs, workers, on_progress, _describe)
 
 
+class JobCancelled(BuildError):
+    """A shard job whose build no longer wants it (cancelled, or its client died): stopped before
+    it writes its shard."""
+
+
+def _still_wanted(worker, key) -> bool:
+    """False once the scheduler released the running task ``key`` (its client cancelled it or died)."""
+    try:
+        task = worker.state.tasks.get(key)
+    except AttributeError:  # a distributed without WorkerState: never stop early
+        return True
+    return task is not None and task.state not in ("cancelled", "released", "forgotten")
+
+
 def _call_on_dask_worker(fn, job, topic: str):
-    """A shard job on a dask worker: OpenCV on one thread, progress sent to the client as events."""
+    """A shard job on a dask worker: OpenCV on one thread, progress sent to the client as events.
+
+    Each progress report (every 16 inputs, and the last one before the shard is written) first
+    asks whether the build still wants the job: a job its client cancelled, or whose client died,
+    stops there and writes nothing.
+    """
     import cv2
     from dask.distributed import get_worker
 
     cv2.setNumThreads(1)
     worker = get_worker()
+    key = worker.get_current_task()
     done = 0
 
     def progress(n: int) -> None:
         nonlocal done
+        if not _still_wanted(worker, key):
+            raise JobCancelled(f"{_describe(job)}: its build let it go (cancelled, or its client died)")
         done += n
-        worker.log_event(topic, (job.index, done))
+        if n:
+            worker.log_event(topic, (job.index, done))
 
     return fn(job, progress)
 
@@ -88,7 +114,9 @@ class _DaskProgress:
         self.set(index, done)
 
 
-def _run_dask(fn, jobs, workers, on_progress, scheduler: str | None = None) -> Iterator:
+def _run_dask(fn, jobs, workers, on_progress, scheduler: str | None = None, undo=None) -> Iterator:
+    """``undo``: run on every worker when the build fails (its jobs cancelled first), e.g. to remove
+    the shards it wrote where only that worker sees them."""
     try:
         from dask.distributed import Client, LocalCluster, as_completed
     except ImportError:
@@ -99,7 +127,7 @@ def _run_dask(fn, jobs, workers, on_progress, scheduler: str | None = None) -> I
             client = Client(scheduler, timeout=DASK_CONNECT_TIMEOUT)
         else:
             cluster = LocalCluster(
-                n_workers=workers,
+                n_workers=max(1, min(workers, len(jobs))),  # no idle processes, whatever --workers says
                 threads_per_worker=1,
                 processes=True,
                 dashboard_address=":0",
@@ -111,6 +139,7 @@ def _run_dask(fn, jobs, workers, on_progress, scheduler: str | None = None) -> I
     build_id = uuid.uuid4().hex[:16]  # task keys and events of this build only, whoever else runs
     topic = f"cachekit-progress-{build_id}"
     progress = _DaskProgress(on_progress)
+    finished = False
     try:
         client.subscribe_topic(topic, progress.event)
         futures = {
@@ -144,14 +173,40 @@ def _run_dask(fn, jobs, workers, on_progress, scheduler: str | None = None) -> I
                     raise BuildError(f"dask: {_describe(job)} failed: {type(exc).__name__}: {text}") from None
                 progress.set(job.index, len(getattr(job, "paths", ())) or 1)
                 yield job, result
+            finished = True
         finally:
             client.cancel(list(futures))
+            if not finished and undo is not None:
+                _undo_on_workers(client, f"cachekit-{build_id}-", undo)
     finally:
         with contextlib.suppress(Exception):
             client.unsubscribe_topic(topic)
         client.close()
         if cluster is not None:
             cluster.close()
+
+
+def _running(prefix: str, dask_worker=None) -> int:
+    """On a worker: how many of its tasks whose key starts with ``prefix`` are still running."""
+    try:
+        return sum(
+            1
+            for key, task in dask_worker.state.tasks.items()
+            if str(key).startswith(prefix) and task.state in ("executing", "cancelled", "long-running")
+        )
+    except AttributeError:
+        return 0
+
+
+def _undo_on_workers(client, prefix: str, undo) -> None:
+    """Once the cancelled jobs have stopped (a running one stops at its next progress report, at
+    the latest before it writes its shard), run ``undo`` on every worker; errors are left be."""
+    deadline = time.monotonic() + DASK_UNDO_WAIT_S
+    with contextlib.suppress(Exception):
+        while time.monotonic() < deadline and any(client.run(_running, prefix, on_error="ignore").values()):
+            time.sleep(0.1)
+    with contextlib.suppress(Exception):
+        client.run(undo, on_error="ignore")
 
 
 def run_jobs(
@@ -166,15 +221,17 @@ def run_jobs(
     """Run ``fn(job, progress)`` for every job; yield ``(job, result)`` in completion order.
 
     ``executor="dask"`` takes ``scheduler="tcp://host:8786"`` (an existing cluster; every worker
-    must reach the raw and cache folders) or starts a LocalCluster of ``workers`` processes.
+    must reach the raw and cache folders) or starts a LocalCluster of ``workers`` processes, and
+    ``undo``: what every worker runs when the jobs fail or are given up (the local executor needs none).
     """
     if executor not in EXECUTORS:
         raise UsageError(f"unknown executor {executor!r} (choose from {', '.join(EXECUTORS)})")
     if executor == "dask":
-        unknown = set(options) - {"scheduler"}
+        unknown = set(options) - {"scheduler", "undo"}
         if unknown:
             raise UsageError(f"the dask executor takes only a scheduler, not {', '.join(sorted(unknown))}")
         return _run_dask(fn, jobs, workers, on_progress, **options)
+    options.pop("undo", None)  # local workers write where the build runs: its own records clean up
     if options:
         raise UsageError(f"the local executor takes no options ({', '.join(options)})")
     return _run_local(fn, jobs, workers, on_progress)

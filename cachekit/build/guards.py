@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from ..constants import MAX_SHARD_SAMPLES
+from ..constants import MAX_AUGMENT, MAX_JOB_BYTES, MAX_SHARD_SAMPLES, MAX_SIDE
 from ..errors import UsageError
 from ..store.location import Location
 from ..store.manifest import ORDERS, Manifest
@@ -19,7 +19,7 @@ from .config import BuildConfig
 from .resume import Partial
 from .retire import is_own_record
 
-__all__ = ["check_apart", "check_config", "refuse"]
+__all__ = ["check_apart", "check_config", "check_job_bytes", "refuse"]
 
 
 def _local_path(location: str | os.PathLike) -> str | None:
@@ -52,6 +52,20 @@ def check_apart(
 
 
 def check_config(config: BuildConfig) -> None:
+    """Refuse options no build can honour, before anything is read or allocated."""
+    if config.update and config.overwrite:
+        raise UsageError(
+            "--update and --overwrite contradict each other (keep the cache's shards, or replace "
+            "them all): give one"
+        )
+    if config.size is not None and (
+        isinstance(config.size, bool) or not isinstance(config.size, int) or not 1 <= config.size <= MAX_SIDE
+    ):
+        raise UsageError(f"--size must be from 1 to {MAX_SIDE} pixels, got {config.size}")
+    if not 0 <= config.augment <= MAX_AUGMENT:
+        raise UsageError(
+            f"--augment must be from 0 to {MAX_AUGMENT} variants per input, got {config.augment}"
+        )
     if config.shard_size is not None and not 1 <= config.shard_size <= MAX_SHARD_SAMPLES:
         raise UsageError(f"--shard-size must be between 1 and {MAX_SHARD_SAMPLES}")
     if config.workers is not None and config.workers < 1:
@@ -68,6 +82,18 @@ def check_config(config: BuildConfig) -> None:
         raise UsageError("--grace must be >= 0")
     if not (isinstance(config.min_visibility, (int, float)) and 0.0 <= config.min_visibility <= 1.0):
         raise UsageError(f"--min-visibility must be between 0 and 1, got {config.min_visibility!r}")
+
+
+def check_job_bytes(shard_size: int, variants: int, sample_bytes: int) -> None:
+    """Refuse a layout whose shard jobs would each hold more decoded pixels than ``MAX_JOB_BYTES``."""
+    need = shard_size * variants * sample_bytes
+    if need > MAX_JOB_BYTES:
+        what = f"{shard_size} inputs" + (f" x {variants} variants" if variants > 1 else "")
+        raise UsageError(
+            f"a shard of {what} x {sample_bytes} bytes a sample is {need / 2**30:.1f} GiB of pixels in "
+            f"each worker's memory, over the limit of {MAX_JOB_BYTES // 2**30} GiB: give a smaller "
+            "--shard-size" + (", fewer --augment variants" if variants > 1 else "") + " or a smaller --size"
+        )
 
 
 def refuse(

@@ -22,6 +22,7 @@ from ..image.ops import DecodeError, decode
 from ..image.recipes import Pipeline
 from ..store.remote import is_url, process_filesystem
 from .headers import image_size
+from .jpegcheck import decoder_messages, missing_data, structure_problem
 
 __all__ = [
     "read_input",
@@ -146,11 +147,15 @@ def decode_input(
     fast_decode: bool = False,
     max_pixels: int = DEFAULT_MAX_PIXELS,
     check_recipe: bool = True,
+    listen: bool = True,
 ) -> np.ndarray:
     """Decode one raw input's bytes as a build does; DecodeError (saying why) for what a build skips.
 
     The header is checked against ``max_pixels`` (0: no limit) before anything is decoded, for the
-    input and, with ``check_recipe``, for the largest image ``pipeline`` will make of it.
+    input and, with ``check_recipe``, for the largest image ``pipeline`` will make of it. A JPEG
+    whose structure or decoder says data is missing (cut short, even with an end marker added) is
+    a skip (``jpegcheck``); ``listen=False`` skips hearing the decoder (for timing loops over
+    inputs already checked: the hearing takes turns between threads).
     """
     if not data:
         raise DecodeError("empty file")
@@ -164,9 +169,22 @@ def decode_input(
                 f"{w} x {h} pixels would become {peak} in the recipe, over the --max-pixels "
                 f"limit of {max_pixels} (an extreme aspect ratio)"
             )
-    if data.startswith(b"\xff\xd8") and jpeg_truncated(data):
+    reduce = _reduce_for(data, pipeline, (h, w)) if fast_decode else 1
+    if not data.startswith(b"\xff\xd8"):
+        return decode(data, reduce=reduce)
+    if jpeg_truncated(data):
         raise DecodeError("truncated JPEG (no end-of-image marker)")
-    return decode(data, reduce=_reduce_for(data, pipeline, (h, w)) if fast_decode else 1)
+    problem = structure_problem(data)
+    if problem:
+        raise DecodeError(problem)
+    if not listen:
+        return decode(data, reduce=reduce)
+    with decoder_messages() as said:
+        img = decode(data, reduce=reduce)
+    problem = missing_data(said())
+    if problem:
+        raise DecodeError(problem)
+    return img
 
 
 #: What reading, decoding or preprocessing one input may raise and still be only that input's

@@ -4,6 +4,8 @@ Before its first shard job a build writes ``PARTIAL_DIR/state.json``: its finger
 shard it plans. Each finished shard then gets a small JSON sidecar (its ``ShardInfo`` and skips).
 A re-run with the same fingerprint reuses the finished shards; a build of other options (with
 ``--overwrite``) removes the planned shards no manifest references: they are recorded, hence ours.
+Only shard file names count as recorded (``retire.recorded_names``): a record naming anything else
+is ignored with a warning.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from dataclasses import dataclass
 from ..constants import MANIFEST_NAME, PARTIAL_DIR
 from ..errors import BuildError, CacheError
 from ..store.location import Location, write_failure
-from ..store.manifest import Manifest, ShardInfo, SkippedInput, check_shard_name, json_text, parse_manifest
+from ..store.manifest import Manifest, ShardInfo, SkippedInput, json_text, parse_manifest
+from .retire import recorded_names
 from .shardjob import ShardResult
 
 __all__ = ["Partial", "read_partial", "start_partial", "write_sidecar", "existing_cache", "reusable"]
@@ -45,12 +48,10 @@ def read_partial(out: Location) -> Partial | None:
         return None
     if not isinstance(state, dict) or not isinstance(state.get("fingerprint"), str):
         return None
-    planned = []
-    for name in state.get("planned") or []:
-        try:
-            planned.append(check_shard_name(name))
-        except CacheError:
-            continue
+    listed = state.get("planned")
+    planned = recorded_names(
+        listed if isinstance(listed, list) else [], f"{out.url}/{PARTIAL_DIR}/state.json"
+    )
     finished = {}
     for name in out.names(PARTIAL_DIR):
         if name == "state.json" or not name.endswith(".json"):
@@ -61,7 +62,7 @@ def read_partial(out: Location) -> Partial | None:
             skipped = tuple(SkippedInput.from_json(s, name) for s in obj["skipped"])
         except (ValueError, KeyError, TypeError, CacheError):
             continue
-        if info.file in planned:
+        if info.file in planned and name == f"{info.file}.json":
             finished[info.file] = (info, skipped)
     layout = state.get("layout") if isinstance(state.get("layout"), dict) else None
     return Partial(state["fingerprint"], tuple(planned), finished, layout)

@@ -15,21 +15,31 @@ The rules, in the order a build applies them:
   hours; ``--grace 0`` removes them at the end of the build that retires them).
 - Files no manifest ever referenced (shards of an interrupted build that will not be resumed,
   temp files of killed workers) no reader can hold: they are removed at once.
+
+Records are data, never commands: every name read from a record (retired shards, an unfinished
+build's plan and finished shards, a damaged manifest's shards) must be a shard file name a build
+writes (``shard-<hex>.<pt|h5|zarr>``); anything else (``manifest.json``, a user's file, a path) is
+ignored with a warning, and a shard the current manifest references is never removed.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import math
 import re
 import time
 from collections.abc import Iterable
 
 from ..constants import LOCK_NAME, MANIFEST_NAME, PARTIAL_DIR, RETIRED_NAME
-from ..errors import BuildError, CacheError
+from ..errors import BuildError
+from ..store.limits import short
 from ..store.location import Location, write_failure
-from ..store.manifest import check_shard_name, json_text
+from ..store.manifest import json_text
 
 __all__ = [
+    "is_shard_name",
+    "recorded_names",
     "recorded_shards",
     "read_retired",
     "retire",
@@ -39,6 +49,12 @@ __all__ = [
     "is_temp",
     "is_own_record",
 ]
+
+log = logging.getLogger("cachekit")
+
+#: The name of a shard file a build or a conversion writes: a content key of hex digits and the
+#: extension of one of the formats (``plan``, ``convert``).
+_SHARD_FILE = re.compile(r"^shard-[0-9a-f]{6,64}\.(?:pt|h5|zarr)$")
 
 #: ``atomic.temp_name``: a hidden sibling ``.NAME.PID.tmp`` of a file being committed.
 #: Exactly those names (a shard's is ``shard-<hex>.<pt|h5|zarr>``): a user's ``.shard-notes.tmp`` is not one.
@@ -57,6 +73,25 @@ def is_temp(name: str) -> bool:
     return bool(_TEMP.match(name))
 
 
+def is_shard_name(name: object) -> bool:
+    """True for the name of a shard file a build writes (``shard-<hex>.pt``, ``.h5``, ``.zarr``)."""
+    return isinstance(name, str) and bool(_SHARD_FILE.match(name))
+
+
+def recorded_names(names: Iterable[object], where: str) -> list[str]:
+    """The entries of ``names``, read from the record ``where``, that are shard file names; the
+    others are ignored with one warning (a record is data: it never names what a build removes)."""
+    found, ignored = [], []
+    for name in names:
+        (found if is_shard_name(name) else ignored).append(name)
+    if ignored:
+        shown = ", ".join(short(n) for n in ignored[:3]) + (
+            f" and {len(ignored) - 3} more" if len(ignored) > 3 else ""
+        )
+        log.warning("%s: ignored %d entries that are not shard file names: %s", where, len(ignored), shown)
+    return found
+
+
 def recorded_shards(text: str | None) -> set[str]:
     """The shard files a manifest's text names, read leniently (any format version, even damaged).
 
@@ -70,13 +105,8 @@ def recorded_shards(text: str | None) -> set[str]:
     except ValueError:
         return set()
     shards = obj.get("shards") if isinstance(obj, dict) else None
-    found = set()
-    for entry in shards if isinstance(shards, list) else []:
-        try:
-            found.add(check_shard_name(entry.get("file") if isinstance(entry, dict) else None))
-        except CacheError:
-            continue
-    return found
+    files = [entry.get("file") if isinstance(entry, dict) else None for entry in shards or ()]
+    return set(recorded_names(files if isinstance(shards, list) else [], f"{MANIFEST_NAME} (damaged)"))
 
 
 def read_retired(out: Location) -> dict[str, float]:
@@ -86,13 +116,11 @@ def read_retired(out: Location) -> dict[str, float]:
     except ValueError:
         return {}
     files = obj.get("files") if isinstance(obj, dict) else None
+    files = files if isinstance(files, dict) else {}
     found = {}
-    for name, since in (files or {}).items() if isinstance(files, dict) else ():
-        try:
-            check_shard_name(name)
-        except CacheError:
-            continue
-        if isinstance(since, (int, float)) and not isinstance(since, bool):
+    for name in recorded_names(files, f"{out.url}/{RETIRED_NAME}"):
+        since = files[name]
+        if isinstance(since, (int, float)) and not isinstance(since, bool) and math.isfinite(since):
             found[name] = float(since)
     return found
 
@@ -151,9 +179,20 @@ def remove_unrecorded_plan(out: Location, planned: Iterable[str], keep: Iterable
     """Remove shards an unfinished build planned that no manifest references, then its records.
 
     ``keep``: the shards of the manifest in place; retired shards are kept too (the same content
-    may have been planned again while an older version's reader still holds it).
+    may have been planned again while an older version's reader still holds it). The shards that
+    the records' sidecars name count as planned (a records folder whose plan was lost: a kill
+    while it was being removed). Records go one by one, the plan last, so a kill at any point
+    leaves records a later run reads and removes again.
     """
-    keep = set(keep) | set(read_retired(out)) | {MANIFEST_NAME, RETIRED_NAME}
-    for name in set(planned) - keep:
-        out.remove(name)
+    records = [n for n in out.names(PARTIAL_DIR) if n != "state.json"]
+    sidecars = [n[: -len(".json")] for n in records if n.endswith(".json")]
+    keep = set(keep) | set(read_retired(out))
+    for name in set(recorded_names(planned, f"{out.url}/{PARTIAL_DIR}")) | set(
+        recorded_names(sidecars, f"{out.url}/{PARTIAL_DIR}")
+    ):
+        if name not in keep:
+            out.remove(name)
+    for name in records:
+        out.remove(f"{PARTIAL_DIR}/{name}")
+    out.remove(f"{PARTIAL_DIR}/state.json")
     out.remove(PARTIAL_DIR)

@@ -15,11 +15,18 @@ import sys
 import time
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 
-from ..constants import DEFAULT_GRACE_SECONDS, DEFAULT_REMOTE_SHARD_BYTES, DEFAULT_SHARD_BYTES, MANIFEST_NAME
+from ..constants import (
+    DEFAULT_GRACE_SECONDS,
+    DEFAULT_REMOTE_SHARD_BYTES,
+    DEFAULT_SHARD_BYTES,
+    MANIFEST_NAME,
+    PARTIAL_DIR,
+)
 from ..cpus import available_cpus
 from ..errors import BuildError, UsageError
 from ..image.recipes import Pipeline, load_pipeline
@@ -31,13 +38,13 @@ from ..store.remote import is_object_store, is_url, redact, secrets_hidden
 from .augment import AUGMENT_EXTRAS, AugmentConfig
 from .config import BuildConfig, BuildResult
 from .executors import run_jobs
-from .guards import check_apart, check_config, refuse
+from .guards import check_apart, check_config, check_job_bytes, refuse
 from .plan import Content, PlannedShard, cache_fingerprint, default_shard_size, layout, option_changes, plan
 from .pool import WorkerCrashed
 from .resume import existing_cache, read_partial, reusable, start_partial, write_sidecar
 from .retire import collect, recorded_shards, remove_temps, remove_unrecorded_plan, retire
 from .shardjob import ShardJob, ShardResult, run_shard_job
-from .shardwrite import disk_full
+from .shardwrite import check_at_out, disk_full, remove_written
 from .sources import Source, discover
 
 __all__ = ["BuildConfig", "BuildResult", "build", "default_shard_size", "probe_shape"]
@@ -181,12 +188,15 @@ def _run(t: _Target, config: BuildConfig, started: float) -> BuildResult:
         t.augment.variants if t.augment is not None else 1
     )  # a shard's rows are inputs
     order, shard_size = layout(source, per_input, requested, kept, target)
+    check_job_bytes(shard_size, t.augment.variants if t.augment is not None else 1, t.spec.nbytes)
     fingerprint = cache_fingerprint(t.content_fp, order, shard_size, source)
     seed = config.seed if (order["kind"] == "shuffled" or t.augment is not None) else None
     changes = option_changes(previous, t.content, order, shard_size, seed) if previous is not None else []
     refuse(out, t.raw, len(source), config, previous, text, changes, fingerprint, partial)
     grace = DEFAULT_GRACE_SECONDS if config.grace is None else config.grace
     referenced = {s.file for s in previous.shards} if previous is not None else recorded_shards(text)
+    if partial is None and out.names(PARTIAL_DIR):  # records whose plan is lost (killed while removed)
+        remove_unrecorded_plan(out, (), referenced)
 
     if (
         previous is not None
@@ -254,7 +264,7 @@ def _run(t: _Target, config: BuildConfig, started: float) -> BuildResult:
     if sum(s.samples for s in shards) == 0:
         remove_unrecorded_plan(out, names, referenced)
         raise UsageError(f"{t.raw}: none of the {len(source)} inputs could be decoded")
-    _check_at_out(out, shards, config.executor)
+    check_at_out(out, shards, config.executor)
     manifest = _manifest(t, order, shard_size, fingerprint, shards, skipped)
     current = {s.file for s in shards}
     retired = retire(out, referenced, current)
@@ -322,17 +332,26 @@ def _run_jobs(t: _Target, config: BuildConfig, jobs: list[ShardJob], results: di
         mininterval=0.5,
         file=sys.stderr,
     ) as bar:
+        options = dict(config.executor_options)
+        if config.executor == "dask":  # what a worker wrote where the client cannot see it goes too
+            options["undo"] = partial(
+                remove_written, t.out.url, [j.file for j in jobs], config.storage_options
+            )
         try:
-            for _, result in run_jobs(
+            running = run_jobs(
                 run_shard_job,
                 jobs,
                 workers=config.workers or available_cpus(),
                 executor=config.executor,
                 on_progress=bar.update,
-                **config.executor_options,
-            ):
-                results[result.index] = result
-                write_sidecar(t.out, result)
+                **options,
+            )
+            with contextlib.closing(running):  # a failure here cancels the jobs and cleans up at once
+                for _, result in running:
+                    if config.executor == "dask":  # a shard the client cannot see: stop at the first
+                        check_at_out(t.out, [result.info], config.executor)
+                    results[result.index] = result
+                    write_sidecar(t.out, result)
         except WorkerCrashed as exc:
             if disk_full(t.out):  # libhdf5 may crash rather than report a full disk
                 shard = getattr(exc.job, "file", "a shard")
@@ -340,22 +359,6 @@ def _run_jobs(t: _Target, config: BuildConfig, jobs: list[ShardJob], results: di
                     f"cannot write shard {t.out.url}/{shard}: disk full (its worker process died, {exc.how})"
                 ) from None
             raise
-
-
-def _check_at_out(out: Location, shards: list[ShardInfo], executor: str) -> None:
-    """Every shard the manifest will name is at ``--out`` with its recorded size, or one clear error."""
-    for info in shards:
-        size = out.size(info.file)
-        if size != info.bytes:
-            found = "missing" if size is None else f"{size} bytes, not {info.bytes}"
-            if executor == "dask":
-                raise BuildError(
-                    f"shard {info.file} is not at {out.url} ({found}): --out must be storage that every "
-                    "worker and this process share, or a URL"
-                )
-            raise BuildError(
-                f"shard {info.file} is not at {out.url} ({found}); was it changed during the build?"
-            )
 
 
 def _manifest(

@@ -256,7 +256,7 @@ def run_shard_job(job: ShardJob, progress: Callable[[int], None] | None = None) 
         if progress is not None and done % 16 == 0:
             progress(16)
     flush()
-    if progress is not None and done % 16:
+    if progress is not None:  # also the last word before the shard is written: a cancelled job stops here
         progress(done % 16)
 
     store_kind = job.format_options.get("store", "pixels")

@@ -14,11 +14,15 @@ from pathlib import Path
 
 import numpy as np
 
+from ..constants import MANIFEST_NAME, PARTIAL_DIR
 from ..errors import BuildError, UsageError
 from ..store.formats import get_format
-from ..store.location import LocalLocation, open_location, write_failure
+from ..store.location import LocalLocation, Location, open_location, write_failure
+from ..store.manifest import ShardInfo
+from ..store.remote import is_url
+from .retire import read_retired, recorded_names, recorded_shards
 
-__all__ = ["commit_shard", "disk_full"]
+__all__ = ["commit_shard", "check_at_out", "disk_full", "remove_written"]
 
 
 def _check_space(out, file: str, fmt, arrays: dict[str, np.ndarray], options: dict) -> None:
@@ -103,3 +107,41 @@ def commit_shard(
         full = _says_disk_full(exc) or disk_full(out)
         reason = "disk full" if full else write_failure(exc)
         raise BuildError(f"cannot write shard {out.url}/{file}: {reason}") from None
+
+
+def remove_written(out: str, names: list[str], storage_options: dict | None = None) -> list[str]:
+    """On a worker of a failed build: remove the shards ``names`` this build wrote at ``out`` as
+    this machine sees it, unless ``out`` is the build's own folder (shared storage: its records,
+    ``.cachekit-partial``, are there and keep them for a resume) or a cache there references them.
+
+    A local ``--out`` that the workers do not share with the build's client is each worker's own
+    folder: nothing else would ever remove what the build wrote there. Returns the names removed.
+    """
+    if is_url(out):
+        return []  # object storage is one store for every worker and the client
+    location = open_location(out, storage_options)
+    if location.read_text(f"{PARTIAL_DIR}/state.json") is not None:
+        return []
+    keep = recorded_shards(location.read_text(MANIFEST_NAME)) | set(read_retired(location))
+    removed = []
+    for name in recorded_names(names, f"{out} (shards of a failed build)"):
+        if name not in keep and location.size(name) is not None:
+            location.remove(name)
+            removed.append(name)
+    return removed
+
+
+def check_at_out(out: Location, shards: list[ShardInfo], executor: str) -> None:
+    """Every shard the manifest will name is at ``--out`` with its recorded size, or one clear error."""
+    for info in shards:
+        size = out.size(info.file)
+        if size != info.bytes:
+            found = "missing" if size is None else f"{size} bytes, not {info.bytes}"
+            if executor == "dask":
+                raise BuildError(
+                    f"shard {info.file} is not at {out.url} ({found}): --out must be storage that every "
+                    "worker and this process share, or a URL"
+                )
+            raise BuildError(
+                f"shard {info.file} is not at {out.url} ({found}); was it changed during the build?"
+            )

@@ -9,7 +9,6 @@ lone surrogates (``os.fsdecode``), so it round-trips through the manifest unchan
 
 from __future__ import annotations
 
-import csv
 import errno
 import hashlib
 import json
@@ -24,8 +23,8 @@ import numpy as np
 
 from ..constants import IMAGE_EXTENSIONS, UNREAD_IMAGE_EXTENSIONS
 from ..errors import UsageError
-from ..store.fields import FieldSpec
-from ..store.remote import access_error, filesystem, is_url
+from ..store.remote import access_error, filesystem, is_url, reach
+from .labels import read_labels_csv
 
 __all__ = [
     "Source",
@@ -247,123 +246,8 @@ def table(root, layout: str, rows: list[tuple[str, int, int, int]], classes, ign
     )
 
 
-#: Header names of a labels CSV's path column, and the columns it may have besides.
-_PATH_HEADERS = ("file", "path", "filename", "image")
-_COLUMNS = ("label", "labels", "caption")
-
-
-@dataclass
-class _LabelsTable:
-    """A labels CSV, read: each listed path's class, and its classes and caption when it has them."""
-
-    pairs: list[tuple[str, int]]
-    classes: list[str]
-    multi: dict[str, list[int]] | None  # a ``labels`` column: several classes per path
-    captions: dict[str, str] | None  # a ``caption`` column
-    has_label: bool
-
-    def attach(self, source: Source) -> Source:
-        """``source`` (the listed files that exist) with the CSV's fields."""
-        fields, parts = {}, []
-        if self.multi is not None:
-            fields["labels"], parts = FieldSpec("labels"), [*parts, "labels"]
-        if self.captions is not None:
-            fields["text"], parts = FieldSpec("text"), [*parts, "text"]
-        if not fields:
-            return source
-        if self.has_label:
-            fields = {"label": FieldSpec("label"), **fields}
-        values = {"labels": self.multi, "text": self.captions}
-        targets = [{k: values[k][p] for k in parts} for p in source.paths]
-        return source.with_targets(fields, targets, (), source.extra)
-
-
-def _csv_rows(labels_csv: Path) -> list[list[str]]:
-    """The non-empty rows of a CSV file, or one line (UsageError) saying why it cannot be read."""
-    try:
-        st = labels_csv.stat()
-    except OSError:
-        raise UsageError(f"labels file {labels_csv} does not exist") from None
-    problem = file_problem(st)
-    if problem:
-        raise UsageError(f"labels file {labels_csv} is {problem}")
-    try:
-        with open(labels_csv, newline="", encoding="utf-8-sig") as fh:
-            return [r for r in csv.reader(fh) if r and any(c.strip() for c in r)]
-    except UnicodeDecodeError:
-        raise UsageError(f"labels file {labels_csv} is not UTF-8 text (a CSV of file,label rows)") from None
-    except csv.Error as exc:
-        raise UsageError(f"labels file {labels_csv} is not a CSV file ({exc})") from None
-    except OSError as exc:
-        raise UsageError(f"labels file {labels_csv} cannot be read ({exc.strerror or exc})") from None
-
-
-def _header(labels_csv: Path, rows: list[list[str]]) -> dict[str, int]:
-    """Column name -> index; without a header row, ``file,label``."""
-    first = [c.strip().lower() for c in rows[0]] if rows else []
-    if not first or first[0] not in _PATH_HEADERS:
-        return {"label": 1}
-    unknown = [c for c in first[1:] if c and c not in _COLUMNS]
-    if unknown or len(set(first)) != len(first):
-        raise UsageError(
-            f"{labels_csv}: header {rows[0]!r}: columns after the path may be {', '.join(_COLUMNS)}, each once"
-        )
-    return {c: i for i, c in enumerate(first) if i and c}
-
-
-def _class_index(tokens: set[str]) -> tuple[list[str], dict[str, int]]:
-    """Class names and each token's index: integers stand for themselves, names are sorted."""
-    tokens = {t for t in tokens if t not in ("", "-1")}
-    if all(t.isdigit() for t in tokens):
-        top = max((int(t) for t in tokens), default=-1)
-        return [str(i) for i in range(top + 1)], {t: int(t) for t in tokens} | {"-1": -1, "": -1}
-    classes = sorted(tokens)
-    return classes, {c: i for i, c in enumerate(classes)} | {"-1": -1, "": -1}
-
-
-def _read_labels_csv(root, labels_csv: Path) -> _LabelsTable:
-    """A labels CSV: ``file,label`` rows, or a header naming ``label``, ``labels`` (several classes,
-    ``;``-separated) and ``caption`` columns; rows sorted by path."""
-    rows = _csv_rows(labels_csv)
-    columns = _header(labels_csv, rows)
-    body = rows[1:] if rows and rows[0][0].strip().lower() in _PATH_HEADERS else rows
-    width = max(columns.values(), default=0) + 1
-    entries: dict[str, list[str]] = {}
-    for n, row in enumerate(body, 1):
-        if len(row) < width or not row[0].strip():
-            raise UsageError(
-                f"{labels_csv}: row {n} does not have the {width} columns of its header: {row!r}"
-                if columns != {"label": 1}
-                else f"{labels_csv}: row {n} is not 'file,label': {row!r}"
-            )
-        rel = Path(row[0].strip()).as_posix()
-        if rel.startswith("/") or ".." in Path(rel).parts:
-            raise UsageError(f"{labels_csv}: row {n}: {rel!r} must be a path inside {root}")
-        cells = [row[columns[c]].strip() if c in columns else "" for c in _COLUMNS]
-        if entries.setdefault(rel, cells) != cells:
-            raise UsageError(f"{labels_csv}: {rel!r} is listed twice, with other values")
-    if not entries:
-        raise UsageError(f"{labels_csv}: no rows")
-    names = sorted(entries, key=path_key)
-    label_tokens = {entries[p][0] for p in names}
-    multi_tokens = {t.strip() for p in names for t in entries[p][1].split(";") if t.strip()}
-    if (
-        "label" in columns
-        and all(t.lstrip("-").isdigit() for t in label_tokens if t)
-        and any(int(t) < -1 for t in label_tokens if t)
-    ):
-        raise UsageError(f"{labels_csv}: integer labels must be >= -1")
-    classes, index = _class_index(label_tokens | multi_tokens)
-    pairs = [(p, index[entries[p][0]]) for p in names]
-    multi = None
-    if "labels" in columns:
-        multi = {p: sorted({index[t.strip()] for t in entries[p][1].split(";") if t.strip()}) for p in names}
-    captions = {p: entries[p][2] for p in names} if "caption" in columns else None
-    return _LabelsTable(pairs, classes, multi, captions, "label" in columns)
-
-
 def _csv_source(root: Path, labels_csv: Path) -> Source:
-    labels = _read_labels_csv(root, labels_csv)
+    labels = read_labels_csv(root, labels_csv)
     rows, ignored = [], []
     for rel, label in labels.pairs:
         try:
@@ -500,6 +384,7 @@ def _mtime_ns(info: dict) -> int:
 def remote_files(url: str, storage_options: dict | None) -> dict[str, tuple[int, int]]:
     """Every file below ``url`` (hidden ones left out): relative path -> (size, mtime_ns)."""
     fs, base = filesystem(url, storage_options)
+    reach(fs, base, url)
     try:
         found = fs.find(base, detail=True)
     except FileNotFoundError:
@@ -523,10 +408,10 @@ def _discover_remote(url: str, labels_csv: str | os.PathLike | None, storage_opt
     unread = Counter(ext for r in files if (ext := _unread_extension(r)))
 
     if labels_csv is not None:
-        table_ = _read_labels_csv(url, Path(labels_csv))
-        rows = [(p, lab, *files[p]) for p, lab in table_.pairs if p in files]
-        ignored = [(p, "unreadable: not found") for p, _ in table_.pairs if p not in files]
-        return _nonempty(table_.attach(table(url, "csv", rows, table_.classes, ignored, {})))
+        labels = read_labels_csv(url, Path(labels_csv))
+        rows = [(p, lab, *files[p]) for p, lab in labels.pairs if p in files]
+        ignored = [(p, "unreadable: not found") for p, _ in labels.pairs if p not in files]
+        return _nonempty(labels.attach(table(url, "csv", rows, labels.classes, ignored, {})))
     images = sorted((r for r in files if is_image_name(r)), key=path_key)
     nested = [r for r in images if "/" in r]
     if nested:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import sys
 from functools import wraps
@@ -10,11 +11,15 @@ from functools import wraps
 import click
 
 from ..constants import (
+    REMOTE_REPLY_SECONDS,
     VERSION,
 )
 from ..errors import CachekitError
 
 __all__ = ["main", "EXIT_CODES"]
+
+#: The environment variable holding a command's deadline when no ``--timeout`` is given (0: none).
+TIMEOUT_ENV = "CACHEKIT_TIMEOUT"
 
 #: The exit codes every command uses, shown at the end of ``--help``.
 EXIT_CODES = """\b
@@ -29,6 +34,35 @@ Exit codes:
 
 class _Terminated(KeyboardInterrupt):
     """SIGTERM (what Kubernetes, Slurm and ``kill`` send), unwound like Ctrl-C: workers stopped, lock released."""
+
+
+class _DeadlinePassed(KeyboardInterrupt):
+    """``--timeout`` passed: unwound like Ctrl-C, then the process ends at once (a request that
+    never answers may hold a thread that a normal exit would wait for)."""
+
+
+@contextlib.contextmanager
+def _deadline(seconds: float):
+    """While a command runs, ``seconds`` after it started (0: never) raise _DeadlinePassed in the main thread."""
+
+    def handler(signum, frame):
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        raise _DeadlinePassed()
+
+    if not seconds:
+        yield
+        return
+    try:
+        previous = signal.signal(signal.SIGALRM, handler)
+    except ValueError:  # not the main thread: no deadline can be kept
+        yield
+        return
+    signal.setitimer(signal.ITIMER_REAL, min(seconds, 1e8))  # an "inf" timeout: about three years
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 @contextlib.contextmanager
@@ -59,9 +93,19 @@ def friendly(fn):
 
     @wraps(fn)
     def wrapper(*args, **kwargs):
+        timeout = kwargs.pop("timeout", None)
         try:
-            with _sigterm_unwinds():
+            if timeout is None:
+                seconds = duration(os.environ.get(TIMEOUT_ENV, "").strip() or "0", TIMEOUT_ENV)
+            else:
+                seconds = duration(timeout, "--timeout")
+            with _sigterm_unwinds(), _deadline(seconds):
                 return fn(*args, **kwargs)
+        except _DeadlinePassed:
+            click.echo(f"error: not done within --timeout {seconds:g} s; gave up", err=True)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(1)
         except CachekitError as exc:
             from ..store.storageopts import redact_pairs
 
@@ -79,7 +123,16 @@ def friendly(fn):
 
 
 def with_storage_options(fn):
-    """``--storage-option KEY=VALUE`` (repeatable) on a command that takes URLs."""
+    """``--storage-option KEY=VALUE`` (repeatable) and ``--timeout`` on a command that takes URLs."""
+    fn = click.option(
+        "--timeout",
+        "timeout",
+        default=None,
+        metavar="DURATION",
+        help="Give up (one line, exit 1) when the command is not done after this long: seconds or 30m, "
+        "2h [default: CACHEKIT_TIMEOUT, else none]. Whatever it is, storage that gives no first answer "
+        f"within {REMOTE_REPLY_SECONDS} s (CACHEKIT_REMOTE_TIMEOUT) is one line, exit 2.",
+    )(fn)
     return click.option(
         "--storage-option",
         "storage_option",

@@ -47,8 +47,9 @@ class CachedDataset(Dataset):
 
     ``path`` may be an fsspec URL (``s3://bucket/cache``; ``storage_options`` such as
     ``{"endpoint_url": ...}`` go to fsspec and nowhere else): each shard is fetched whole, once per
-    node, into ``local_cache`` (default: ``CACHEKIT_LOCAL_CACHE`` or a folder in the temp dir),
-    checked against the manifest, shared by every rank and worker of the node and kept within
+    node, into ``local_cache`` (default: ``CACHEKIT_LOCAL_CACHE``, else the user's private
+    ``~/.cache/cachekit/shards``; a folder others may write in is refused), checked against the
+    manifest (and again before each reuse), shared by every rank and worker of the node and kept within
     ``local_cache_bytes`` (default 20 GB), least recently used first out; ``make_loader`` fetches
     upcoming shards ahead of need.
 

@@ -21,6 +21,7 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader, IterableDataset
 
+from ..constants import MAX_BATCH_BYTES
 from ..cpus import available_cpus, local_world_size
 from ..image.geometry import DEFAULT_MIN_VISIBILITY
 from .assemble import BatchRequest
@@ -230,6 +231,22 @@ def resolve_seed(seed: int | None, distributed: bool) -> int:
 _BROADCAST: list[torch.Tensor] = []
 
 
+def _check_batch_bytes(dataset, batch_size: int, plan: Plan | None) -> None:
+    """Refuse, before anything is read, a batch larger than ``MAX_BATCH_BYTES`` (its images as
+    uint8; a float dtype on the device is larger still)."""
+    shape = getattr(getattr(getattr(dataset, "manifest", None), "sample", None), "shape", None)
+    channels = int(shape[0]) if shape else 3
+    size = plan.fixed_size() if plan is not None else None
+    if size is None and shape and all(shape):
+        size = (int(shape[1]), int(shape[2]))
+    need = batch_size * channels * size[0] * size[1] if size else 0
+    if need > MAX_BATCH_BYTES:
+        raise ValueError(
+            f"a batch of {batch_size} samples of {channels} x {size[0]} x {size[1]} is {need / 2**30:.1f} GiB, "
+            f"over the limit of {MAX_BATCH_BYTES // 2**30} GiB: use a smaller batch_size or output size"
+        )
+
+
 def _choose_augment_on(augment_on: str, device: torch.device | None, plan: Plan | None) -> bool:
     if augment_on not in ("auto", "threads", "device"):
         raise ValueError(f"augment_on must be 'auto', 'threads' or 'device', got {augment_on!r}")
@@ -305,6 +322,7 @@ def make_loader(
     rank = dist.get_rank() if distributed else 0
     device = check_device(device)
     plan = compile_plan(augment, min_visibility)
+    _check_batch_bytes(dataset, batch_size, plan)
     collate_fn = Collate(pad=pad, targets=collate)
     if collate == "yolo" and not any(f.kind == "boxes" for f in getattr(dataset, "fields", {}).values()):
         raise ValueError('collate="yolo" needs a cache with boxes (cachekit build --annotations)')

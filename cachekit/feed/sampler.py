@@ -14,12 +14,14 @@ with another world size continues from there and consumes each remaining sample 
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Iterator
 
 import numpy as np
 import torch.distributed as dist
 from torch.utils.data import Sampler
 
+from ..constants import MAX_EPOCH
 from ..cpus import local_world_size
 from .order import (
     DEFAULT_GROUP_SPREAD,
@@ -139,6 +141,10 @@ class ShardAwareDistributedSampler(Sampler[int]):
 
     def set_epoch(self, epoch: int) -> None:
         """Make the next pass epoch ``epoch`` (a resumed epoch keeps its resume position)."""
+        if isinstance(epoch, bool) or not isinstance(epoch, numbers.Integral):
+            raise ValueError(f"epoch must be an integer, got {_shown(epoch)}")
+        if not 0 <= int(epoch) <= MAX_EPOCH:
+            raise ValueError(f"epoch must be from 0 to {MAX_EPOCH}, got {_shown(epoch)}")
         if epoch != self.epoch:
             self._start = 0
         self.epoch = int(epoch)
@@ -242,14 +248,21 @@ class ShardAwareDistributedSampler(Sampler[int]):
                 "sampler state is not from this version of cachekit (it has no global position); "
                 "start the epoch again"
             )
-        if self.fingerprint and state.get("fingerprint") and state["fingerprint"] != self.fingerprint:
+        saved = state.get("fingerprint")
+        if self.fingerprint and (not isinstance(saved, str) or not saved):
+            raise ValueError(
+                "sampler state names no cache (its fingerprint is missing or empty): it cannot be "
+                "told from a state of another cache of the same length; resume from a state_dict() "
+                "this version of cachekit saved"
+            )
+        if self.fingerprint and saved != self.fingerprint:
             raise ValueError(
                 "sampler state was saved on another cache (its fingerprint differs): the same "
                 "position would be other samples; resume on the cache it was saved with"
             )
         if state.get("num_samples") != self.dataset_len:
             raise ValueError(
-                f"sampler state is for a dataset of {state.get('num_samples')} samples, not {self.dataset_len}"
+                f"sampler state is for a dataset of {_shown(state.get('num_samples'))} samples, not {self.dataset_len}"
             )
         saved_partitions = state.get("partitions")
         adopt = (
@@ -273,12 +286,15 @@ class ShardAwareDistributedSampler(Sampler[int]):
             hint = "; pass the saved values to the sampler (make_loader: window=, partitions=, batch_size)"
             raise ValueError(f"sampler state has another order: {', '.join(differ)}{hint}")
         position, world, epoch = state.get("position"), state.get("num_replicas"), state.get("epoch")
-        if not _count(world) or world < 1 or not _count(epoch):
-            raise ValueError(f"sampler state has no valid epoch or world size: {epoch!r}, {world!r}")
+        if not _count(world) or world < 1 or not _count(epoch) or not 0 <= epoch <= MAX_EPOCH:
+            raise ValueError(
+                f"sampler state has no valid epoch (0 to {MAX_EPOCH}) or world size: "
+                f"{_shown(epoch)}, {_shown(world)}"
+            )
         # where the saved epoch ended, for the world that saved it (variants pad whole units per rank)
         saved_end = self._per_rank(self.dataset_len, world) * world if self.group_size > 1 else self.epoch_len
         if not _count(position) or not 0 <= position <= max(saved_end, self.epoch_len):
-            raise ValueError(f"sampler state position {position!r} is outside the epoch")
+            raise ValueError(f"sampler state position {_shown(position)} is outside the epoch")
         finished = position >= saved_end or (  # or too little left for a sample per rank (drop_last)
             self.group_size == 1 and self._per_rank(max(0, saved_end - position), world) == 0
         )
@@ -296,6 +312,12 @@ class ShardAwareDistributedSampler(Sampler[int]):
         if position > 0 and (finished or len(self) == 0):  # saved at the end of its epoch: the next
             self.epoch += 1
             self._start = 0
+
+
+def _shown(value) -> str:
+    """``repr(value)`` cut short (a state may hold anything)."""
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:30]}... ({len(text)} characters)"
 
 
 def _count(value) -> bool:

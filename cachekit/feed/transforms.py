@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..constants import MAX_SIDE
 from ..image.geometry import DEFAULT_MIN_VISIBILITY, Affine
 from .draws import uniforms
 
@@ -49,6 +50,10 @@ def _size(value, name: str) -> tuple[int, int]:
     pair = (value, value) if _is_int(value) else value
     if not isinstance(pair, (tuple, list)) or len(pair) != 2 or not all(_is_int(v) and v > 0 for v in pair):
         raise ValueError(f"{name}: size must be a positive int or (height, width), got {value!r}")
+    if max(pair) > MAX_SIDE:
+        raise ValueError(
+            f"{name}: size {value!r} is past the largest side an image may have, {MAX_SIDE} pixels"
+        )
     return int(pair[0]), int(pair[1])
 
 

@@ -4,12 +4,16 @@ A recipe is data: its resolved form (name, size, steps) is recorded in the manif
 the cache fingerprint. Built-in recipes are the TOML files of ``cachekit/pipelines/``, shipped in
 the wheel; a user passes a path to their own.
 Parameters may refer to the recipe's output side as ``"size"`` or ``"size*A/B"`` so ``--size``
-rescales the whole recipe.
+rescales the whole recipe. Every resolved size is a whole number from 1 to ``MAX_SIDE``, checked
+before any image is made.
 """
 
 from __future__ import annotations
 
+import math
+import os
 import re
+import stat
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from ..constants import MAX_SIDE
 from ..errors import UsageError
 from . import ops
 from .geometry import Affine
@@ -31,6 +36,8 @@ __all__ = [
     "builtin_pipelines",
     "builtin_recipe_text",
     "OPS",
+    "check_param",
+    "check_recorded",
 ]
 
 #: Shape and dtype string (``"<f4"``) of a per-sample extra a step records; the manifest stores it.
@@ -189,24 +196,74 @@ def builtin_recipe_text(name: str) -> str:
     return _builtin_folder().joinpath(f"{name}.toml").read_text(encoding="utf-8")
 
 
+#: Each parameter's allowed whole-number range (inclusive); checked before anything is allocated.
+_PARAM_RANGE = {"size": (1, MAX_SIDE), "pad_value": (0, 255)}
+
+
 def _resolve(value: Any, size: int, where: str) -> Any:
     if not isinstance(value, str):
         return value
     m = _SIZE_EXPR.match(value.replace(" ", ""))
     if not m:
         raise UsageError(f"{where}: {value!r} is not a number, 'size' or 'size*A/B'")
-    factor = float(m.group(1) or 1) / float(m.group(2) or 1)
-    return int(round(size * factor))
+    top, bottom = float(m.group(1) or 1), float(m.group(2) or 1)
+    if not (math.isfinite(top) and math.isfinite(bottom)) or top <= 0 or bottom <= 0:
+        raise UsageError(f"{where}: {value!r}: A and B of 'size*A/B' must be positive, finite numbers")
+    scaled = size * top / bottom
+    if not scaled < 2**62:
+        raise UsageError(f"{where}: {value!r} is {size}*{m.group(1)}/{m.group(2)}, far past any image")
+    return int(round(scaled))
+
+
+def check_param(op: str, key: str, value: Any) -> str | None:
+    """Why ``value`` cannot be ``op``'s parameter ``key`` (a known op's), or None when it can."""
+    if key not in OPS[op].params:
+        return f"{op} takes {', '.join(OPS[op].params)}, not {key}"
+    low, high = _PARAM_RANGE[key]
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        return f"{key} must be a whole number from {low} to {high}, got {value!r}"
+    return None
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:50]}... ({len(text)} characters)"
+
+
+def check_recorded(pipeline: Any) -> str | None:
+    """Why the ``pipeline`` a manifest records is not a resolved recipe, or None when it is."""
+    if not isinstance(pipeline, dict):
+        return "expected an object"
+    if not isinstance(pipeline.get("name", ""), str):
+        return f"name: expected a string, got {_short(pipeline.get('name'))}"
+    size = pipeline.get("size")
+    if size is not None and (
+        isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= MAX_SIDE
+    ):
+        return f"size: expected a whole number from 1 to {MAX_SIDE} or null, got {_short(size)}"
+    steps = pipeline.get("steps", [])
+    if not isinstance(steps, list) or len(steps) > 64:
+        return f"steps: expected a list of at most 64 steps, got {_short(steps)}"
+    for i, step in enumerate(steps):
+        if not isinstance(step, dict) or not isinstance(step.get("op"), str) or step["op"] not in OPS:
+            return f'steps[{i}]: expected {{"op": one of {", ".join(sorted(OPS))}, ...}}, got {_short(step)}'
+        for key, value in step.items():
+            problem = None if key == "op" else check_param(step["op"], key, value)
+            if problem:
+                return f"steps[{i}]: {problem}"
+    return None
 
 
 def _parse(recipe: dict, origin: str, size: int | None) -> Pipeline:
     name = recipe.get("name", Path(origin).stem)
     base_size = recipe.get("size")
-    if base_size is not None and (not isinstance(base_size, int) or base_size <= 0):
-        raise UsageError(f"{origin}: 'size' must be a positive integer")
+    if base_size is not None and (
+        isinstance(base_size, bool) or not isinstance(base_size, int) or not 1 <= base_size <= MAX_SIDE
+    ):
+        raise UsageError(f"{origin}: 'size' must be a whole number from 1 to {MAX_SIDE}")
     if size is not None:
-        if size <= 0:
-            raise UsageError(f"--size must be positive, got {size}")
+        if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= MAX_SIDE:
+            raise UsageError(f"--size must be from 1 to {MAX_SIDE} pixels, got {size}")
         if base_size is None:
             raise UsageError(f"pipeline {name!r} has no output size, so --size does not apply")
         base_size = size
@@ -218,23 +275,53 @@ def _parse(recipe: dict, origin: str, size: int | None) -> Pipeline:
         op = raw["op"]
         if op not in OPS:
             raise UsageError(f"{where}: unknown op {op!r} (known: {', '.join(sorted(OPS))})")
-        params = {k: _resolve(v, base_size or 0, f"{where}.{k}") for k, v in raw.items() if k != "op"}
-        unknown = set(params) - set(OPS[op].params)
+        unknown = set(raw) - {"op"} - set(OPS[op].params)
         if unknown:
             raise UsageError(
                 f"{where}: {op} takes {', '.join(OPS[op].params)}, not {', '.join(sorted(unknown))}"
             )
+        params = {k: _resolve(v, base_size or 0, f"{where}.{k}") for k, v in raw.items() if k != "op"}
+        for key, value in params.items():
+            problem = check_param(op, key, value)
+            if problem:
+                raise UsageError(f"{where}: {problem} (from {raw[key]!r})")
         steps.append(Step(op, params))
     return Pipeline(name=name, size=base_size, steps=tuple(steps), description=recipe.get("description", ""))
+
+
+#: Largest recipe file read (a recipe is a few lines).
+_MAX_RECIPE_BYTES = 1 << 20
+
+
+def _recipe_text(path: Path) -> str:
+    """The text of a recipe file: a regular UTF-8 file (never a FIFO, which would block), bounded."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise UsageError(f"pipeline file {path} does not exist") from None
+    except OSError as exc:
+        raise UsageError(f"pipeline file {path} cannot be read: {exc.strerror or exc}") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise UsageError(f"pipeline file {path} is not a regular file")
+        data = os.read(fd, _MAX_RECIPE_BYTES + 1)
+    except OSError as exc:
+        raise UsageError(f"pipeline file {path} cannot be read: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+    if len(data) > _MAX_RECIPE_BYTES:
+        raise UsageError(f"pipeline file {path} is over {_MAX_RECIPE_BYTES} bytes: not a recipe")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"pipeline file {path} is not UTF-8 text (byte {exc.start}): not a recipe") from None
 
 
 def load_pipeline(name_or_path: str, size: int | None = None) -> Pipeline:
     """A built-in recipe by name, or a user's TOML file by path; ``size`` overrides its output side."""
     path = Path(name_or_path)
     if name_or_path.endswith(".toml") or path.is_file():
-        if not path.is_file():
-            raise UsageError(f"pipeline file {path} does not exist")
-        origin, text = str(path), path.read_text(encoding="utf-8")
+        origin, text = str(path), _recipe_text(path)
     elif name_or_path in builtin_pipelines():
         origin, text = name_or_path, builtin_recipe_text(name_or_path)
     else:

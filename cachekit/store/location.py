@@ -22,7 +22,7 @@ from ..errors import BuildError, CacheError, NotACacheError, UsageError
 from .atomic import commit_file, path_size, remove_path, sha256_path
 from .lock import BuildLock
 from .manifest import Manifest, parse_manifest, read_local_manifest
-from .remote import access_error, filesystem, is_url, process_filesystem
+from .remote import access_error, answered_within, filesystem, is_url, process_filesystem, reach
 
 __all__ = ["Location", "LocalLocation", "RemoteLocation", "open_location", "read_manifest", "write_failure"]
 
@@ -56,12 +56,29 @@ class Location:
 
 
 class LocalLocation(Location):
+    """A local folder. Entries inside it are never reached through a link: a name whose folder
+    (``.cachekit-partial`` in ``.cachekit-partial/state.json``) is a link counts as absent, and a
+    shard name that is a link has no size or checksum, so nothing outside the folder is read,
+    written or removed on a record's word."""
+
     def __init__(self, path: str | os.PathLike) -> None:
         self.path = Path(path)
         self.url = str(self.path)
 
+    def _linked(self, name: str, itself: bool = False) -> bool:
+        """True when a folder on the way to ``name`` (or, with ``itself``, ``name``) is a link."""
+        parts = [p for p in name.split("/") if p]
+        current = self.path
+        for part in parts if itself else parts[:-1]:
+            current = current / part
+            if current.is_symlink():
+                return True
+        return False
+
     def names(self, sub: str = "") -> list[str]:
         folder = self.path / sub
+        if self._linked(sub, itself=True):
+            return []
         return sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
 
     def exists(self) -> bool:
@@ -71,20 +88,28 @@ class LocalLocation(Location):
 
     def mkdir(self, sub: str = "") -> None:
         try:
+            if sub and self._linked(sub, itself=True):
+                (self.path / sub).unlink()  # a link in the place of cachekit's own folder: the entry goes
             (self.path / sub).mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise BuildError(f"cannot create {self.path / sub}: {write_failure(exc)}") from None
 
     def size(self, name: str) -> int | None:
+        if self._linked(name, itself=True):
+            return None
         try:
             return path_size(self.path / name)
         except OSError:
             return None
 
     def sha256(self, name: str) -> str:
+        if self._linked(name, itself=True):
+            raise OSError(errno.ELOOP, "is a link", str(self.path / name))
         return sha256_path(self.path / name)
 
     def read_text(self, name: str) -> str | None:
+        if self._linked(name, itself=True):
+            return None
         try:
             return (self.path / name).read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError):
@@ -92,6 +117,8 @@ class LocalLocation(Location):
 
     def write_text(self, name: str, text: str) -> None:
         try:
+            if self._linked(name):
+                raise OSError(errno.ELOOP, "a folder on the way is a link")
             commit_file(self.path / name, lambda tmp: tmp.write_text(text, encoding="utf-8"))
         except OSError as exc:
             raise BuildError(f"cannot write {self.path / name}: {write_failure(exc)}") from None
@@ -101,7 +128,7 @@ class LocalLocation(Location):
 
     def remove(self, name: str) -> None:
         target = self.path / name
-        if not target.is_symlink():
+        if not self._linked(name) and not target.is_symlink():
             remove_path(target)
 
     def lock(self):
@@ -146,6 +173,7 @@ class RemoteLocation(Location):
             return []
 
     def exists(self) -> bool:
+        reach(self.fs, self.root, self.url)  # an unreachable endpoint: one line, not minutes of retries
         return bool(self.names())
 
     def mkdir(self, sub: str = "") -> None:
@@ -229,7 +257,7 @@ def read_manifest(cache: str | os.PathLike, *, storage_options: dict | None = No
     url = str(cache).rstrip("/")
     fs, root = filesystem(url, storage_options)
     try:
-        text = fs.cat_file(f"{root}/{MANIFEST_NAME}").decode("utf-8")
+        text = answered_within(lambda: fs.cat_file(f"{root}/{MANIFEST_NAME}"), url).decode("utf-8")
     except FileNotFoundError:
         raise NotACacheError(
             f"{url}: no {MANIFEST_NAME} (not a cache, or its build has not finished)"

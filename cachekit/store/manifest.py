@@ -16,6 +16,7 @@ from typing import Any
 
 from ..constants import MANIFEST_NAME, MANIFEST_VERSION, READABLE_MANIFEST_VERSIONS, VERSION
 from ..errors import CacheError, NotACacheError
+from ..image.recipes import check_recorded
 from .atomic import commit_file
 from .fields import FieldSpec, field_columns
 from .limits import (
@@ -414,7 +415,10 @@ class Manifest:
             ShardInfo.from_json(s, f"{where}.shards[{i}]", channels) for i, s in enumerate(shards_obj)
         )
         pipeline = _get(obj, "pipeline", where)
-        augment = pipeline.get("augment") if isinstance(pipeline, dict) else None
+        problem = check_recorded(pipeline)
+        if problem:
+            raise CacheError(f"{where}.pipeline: {problem}")
+        augment = pipeline.get("augment")
         variants = (
             1 if augment is None else _int(augment, "variants", f"{where}.pipeline.augment", 1, MAX_VARIANTS)
         )

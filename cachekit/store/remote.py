@@ -11,12 +11,17 @@ from __future__ import annotations
 
 import json
 import os
+import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TypeVar
 
-from ..errors import CachekitError, UsageError
+from ..constants import REMOTE_REPLY_SECONDS
+from ..errors import CacheError, CachekitError, UsageError
 from .atomic import remove_path
-from .storageopts import parse_storage_options, redact, secrets_hidden
+from .private import NOFOLLOW
+from .storageopts import check_endpoints, parse_storage_options, redact, secrets_hidden
 
 __all__ = [
     "is_url",
@@ -24,6 +29,8 @@ __all__ = [
     "filesystem",
     "process_filesystem",
     "access_error",
+    "answered_within",
+    "reach",
     "shard_objects",
     "fetch_shard",
     "ranged_get",
@@ -55,6 +62,7 @@ def filesystem(url: str, storage_options: dict | None = None, *, fresh: bool = F
     except ImportError:
         raise UsageError(f"{url}: remote caches need fsspec: pip install 'cachekit-vision[remote]'") from None
     options = dict(storage_options or {})
+    check_endpoints(options, "storage option")
     if options.get("asynchronous"):
         raise UsageError(
             f"{url}: storage option asynchronous=true cannot work here: cachekit calls the filesystem synchronously"
@@ -123,6 +131,53 @@ def access_error(
     return fallback(f"cannot {doing} {url}: {said}" if doing else f"{url}: {said}")
 
 
+_T = TypeVar("_T")
+
+
+def answered_within(call: Callable[[], _T], url: str, seconds: float | None = None) -> _T:
+    """``call()`` (a first request to the storage at ``url``), given up on in one line when no
+    answer comes within ``seconds`` (default ``REMOTE_REPLY_SECONDS``; 0: wait for ever).
+
+    An unreachable endpoint otherwise holds a command for as long as the filesystem's retries last
+    (minutes, with a retries storage option). The call goes on in a daemon thread that is left
+    behind; its error, when it fails in time, is raised here as it is.
+    """
+    seconds = REMOTE_REPLY_SECONDS if seconds is None else seconds
+    if not seconds or seconds <= 0:
+        return call()
+    outcome: dict = {}
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            outcome["value"] = call()
+        except BaseException as exc:  # handed to the caller below
+            outcome["error"] = exc
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name="cachekit-first-reply", daemon=True).start()
+    if not done.wait(seconds):
+        raise UsageError(
+            f"{url}: no answer from the storage within {seconds:g} s (check endpoint_url and the "
+            "network; CACHEKIT_REMOTE_TIMEOUT sets how long to wait)"
+        )
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
+
+
+def reach(fs, path: str, url: str) -> None:
+    """One cheap request to ``path`` (does it exist?) within the first-reply deadline, its failures
+    in one line (UsageError): the storage answers before a long listing starts."""
+    try:
+        answered_within(lambda: fs.exists(path), url)
+    except CachekitError:
+        raise
+    except Exception as exc:
+        raise access_error(url, exc, UsageError, "reach") from None
+
+
 #: Bytes per ranged GET of a download; several run at once.
 _PART = 8 * 1024 * 1024
 _PARALLEL = 8
@@ -138,42 +193,58 @@ def shard_objects(fs, remote: str) -> list[tuple[str, int]]:
     return [(remote, int(fs.info(remote).get("size") or 0))]
 
 
+def _inside(remote: str, path: str) -> str:
+    """The path of object ``path`` inside the folder shard ``remote``: plain names joined by ``/``
+    (a listed name such as ``../x`` would lead out of the local copy)."""
+    prefix = remote.rstrip("/") + "/"
+    rel = path[len(prefix) :] if path.startswith(prefix) else ""
+    parts = rel.split("/")
+    if not rel or any(p in ("", ".", "..") or "\\" in p or "\0" in p for p in parts):
+        raise CacheError(f"{remote}: holds an object named {path!r}, not a plain path inside the shard")
+    return rel
+
+
 def fetch_shard(fs, remote: str, target: Path, objects: list[tuple[str, int]] | None = None) -> None:
     """The shard at ``remote`` (a file, or a folder of files) as ``target``, by ranged GETs of the
-    sizes listed in ``objects`` (``shard_objects``, listed here when not given)."""
+    sizes listed in ``objects`` (``shard_objects``, listed here when not given). Every local file is
+    created without following links, and a folder shard's objects land inside ``target`` only."""
     objects = shard_objects(fs, remote) if objects is None else objects
     if objects and objects[0][0] == remote:
         ranged_get(fs, remote, target, objects[0][1])
         return
+    local = [(path, size, target / _inside(remote, path)) for path, size in objects]
     remove_path(target)  # a folder shard is a folder, whatever stood at ``target`` before
     target.mkdir(parents=True)
-    for path, size in objects:
-        local = target / path[len(remote.rstrip("/")) :].lstrip("/")
-        local.parent.mkdir(parents=True, exist_ok=True)
-        ranged_get(fs, path, local, size)
+    for path, size, dest in local:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        ranged_get(fs, path, dest, size)
 
 
 def ranged_get(fs, remote: str, target: Path, size: int | None = None) -> None:
     """Fetch the object ``remote`` into ``target`` with parallel ranged GETs of ``_PART`` bytes: its
-    first ``size`` bytes (default: the object's size), never more."""
+    first ``size`` bytes (default: the object's size), never more. ``target`` is opened once,
+    without following a link, and written at each range's offset."""
     size = int(fs.size(remote)) if size is None else int(size)
-    with open(target, "wb") as fh:
-        fh.truncate(size)
-    ranges = [(start, min(size, start + _PART)) for start in range(0, size, _PART)]
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | NOFOLLOW, 0o600)
+    try:
+        os.ftruncate(fd, size)
+        ranges = [(start, min(size, start + _PART)) for start in range(0, size, _PART)]
 
-    def get(bounds: tuple[int, int]) -> None:
-        data = fs.cat_file(remote, start=bounds[0], end=bounds[1])
-        if len(data) != bounds[1] - bounds[0]:
-            raise OSError(f"short read of {remote} at {bounds[0]}")
-        with open(target, "r+b") as fh:
-            fh.seek(bounds[0])
-            fh.write(data)
+        def get(bounds: tuple[int, int]) -> None:
+            data = fs.cat_file(remote, start=bounds[0], end=bounds[1])
+            if len(data) != bounds[1] - bounds[0]:
+                raise OSError(f"short read of {remote} at {bounds[0]}")
+            view, offset = memoryview(data), bounds[0]
+            while view:
+                written = os.pwrite(fd, view, offset)
+                view, offset = view[written:], offset + written
 
-    if len(ranges) <= 1:
-        for r in ranges:
-            get(r)
-        return
-    with ThreadPoolExecutor(max_workers=min(_PARALLEL, len(ranges))) as pool:
-        list(pool.map(get, ranges))
-    with open(target, "rb+") as fh:
-        os.fsync(fh.fileno())
+        if len(ranges) <= 1:
+            for r in ranges:
+                get(r)
+        else:
+            with ThreadPoolExecutor(max_workers=min(_PARALLEL, len(ranges))) as pool:
+                list(pool.map(get, ranges))
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -13,11 +13,13 @@ import contextlib
 import json
 import re
 from collections.abc import Iterable, Iterator, Sequence
+from urllib.parse import urlsplit
 
 from ..errors import CachekitError, UsageError, hide_userinfo
 
 __all__ = [
     "parse_storage_options",
+    "check_endpoints",
     "redact",
     "redact_pairs",
     "secrets_hidden",
@@ -34,8 +36,24 @@ _FLOAT = re.compile(r"-?([0-9]+\.[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?|-?[0-9]+[eE]
 _HIDDEN = "***"
 
 
+#: Keys whose values are always text, whatever they look like (``key=1`` is the key "1"):
+#: credentials, names and endpoints, by name or by the end of their name.
+_TEXT_KEYS = ("key", "secret", "token", "password", "passwd", "endpoint_url", "profile", "region_name")
+_TEXT_ENDINGS = ("_key", "_key_id", "_secret", "_token", "_password", "_id", "_name", "_url", "user")
+
+
+def _is_text_key(key: str) -> bool:
+    last = key.rsplit(".", 1)[-1].lower()
+    return last in _TEXT_KEYS or last.endswith(_TEXT_ENDINGS)
+
+
 def _value(text: str, key: str):
-    """A ``--storage-option`` value: JSON-ish scalars, JSON objects and lists, else the text itself."""
+    """A ``--storage-option`` value: JSON-ish scalars, JSON objects and lists, else the text itself.
+    Credentials, names and endpoints (``_is_text_key``) are always text: as given, or a quoted
+    JSON string's text."""
+    word = text.strip()
+    if _is_text_key(key) and not word.startswith('"'):
+        return text
     word = text.strip()
     low = word.lower()
     if low in ("true", "false"):
@@ -93,6 +111,28 @@ def parse_storage_options(pairs: Iterable[str] | None) -> dict:
             raise UsageError(f"--storage-option {key} is given {what}")
         table[last] = _value(text, key)
     return options
+
+
+def check_endpoints(options: dict | None, where: str = "--storage-option") -> None:
+    """Refuse (UsageError) an ``endpoint_url``, at any depth, that is not an http(s) URL of a host:
+    ``file:///etc`` or a number is a mistake, told in one line before any request."""
+    stack = [options or {}]
+    while stack:
+        table = stack.pop()
+        for key, value in table.items():
+            if isinstance(value, dict):
+                stack.append(value)
+            elif key == "endpoint_url" and value is not None:
+                try:
+                    parts = urlsplit(value) if isinstance(value, str) else None
+                    host = parts.hostname if parts is not None else None
+                except ValueError:  # "http://[::1" and the like
+                    parts = host = None
+                if parts is None or parts.scheme not in ("http", "https") or not host:
+                    shown = value if isinstance(value, str) else type(value).__name__
+                    raise UsageError(
+                        f"{where} endpoint_url must be an http:// or https:// URL of a host, got {shown!r}"
+                    )
 
 
 def _secret_values(options, secret: bool = False) -> Iterator[str]:

@@ -306,7 +306,7 @@ class RawImageDataset(Dataset):
                 if self.augment:
                     return pil_random_resized_crop_flip(path, self.augment)
                 return pil_classification(path, self._resize, self._crop)
-            image = decode_input(read_input(Path(path)), self.pipeline)
+            image = decode_input(read_input(Path(path)), self.pipeline, listen=False)  # checked at the start
             if self._opencv_augment is not None:
                 return self._opencv_augment.crop_hwc(image)
             return self.pipeline.apply(image)[0]

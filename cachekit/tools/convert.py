@@ -180,8 +180,10 @@ def _convert(
     resuming = partial is not None and partial.fingerprint == fingerprint
     referenced = {s.file for s in previous.shards} if previous is not None else recorded_shards(text)
     grace = DEFAULT_GRACE_SECONDS if grace is None else grace
+    if partial is None and location.names(PARTIAL_DIR):  # records whose plan is lost (killed while removed)
+        remove_unrecorded_plan(location, (), referenced)
     if previous is not None and previous.fingerprint == fingerprint:  # already converted: clean up only
-        if resuming:
+        if partial is not None:
             remove_unrecorded_plan(location, partial.planned, referenced)
         remove_temps(location)
         collect(location, referenced, grace)

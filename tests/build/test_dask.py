@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -13,6 +16,7 @@ from cachekit import BuildConfig, BuildError, build, read_manifest
 from cachekit.tools.verify import verify
 
 distributed = pytest.importorskip("dask.distributed")
+run_module = importlib.import_module("cachekit.build.run")
 
 
 def _files(out):
@@ -112,6 +116,19 @@ def test_two_builds_at_once_on_one_cluster_do_not_share_tasks(small_tree, tmp_pa
     _same_cache(tmp_path / "a", tmp_path / "b")
 
 
+def _running_jobs(client) -> int:
+    """Shard jobs of any build executing on the cluster's workers now (cancelled ones included)."""
+
+    def running(dask_worker=None) -> int:
+        return sum(
+            1
+            for key, task in dask_worker.state.tasks.items()
+            if str(key).startswith("cachekit-") and task.state in ("executing", "cancelled")
+        )
+
+    return sum(client.run(running).values())
+
+
 def _redirect_out(private_root):
     """On a dask worker: write shards into a folder of this worker's own (an --out that is not shared)."""
     import os
@@ -143,7 +160,59 @@ def test_an_out_the_workers_do_not_share_is_one_clear_error(small_tree, tmp_path
     finally:
         client.run(_restore_out)
     assert not (tmp_path / "c" / "manifest.json").exists()
-    assert list((tmp_path / "private").rglob("shard-*"))  # where the workers did write them
+    written = list((tmp_path / "private").glob("*"))
+    assert written  # each worker's own --out, where it wrote before the client saw nothing at its own
+    assert not list((tmp_path / "private").rglob("shard-*"))  # and removed once the build failed
+    assert not list((tmp_path / "private").rglob("*.tmp"))
+
+
+def test_a_failed_build_on_shared_storage_keeps_its_shards_for_the_resume(small_tree, tmp_path, cluster):
+    cluster, client = cluster
+    out = tmp_path / "c"
+    remote = _on(cluster.scheduler_address, size=16, shard_size=5)
+    real, seen = run_module.write_sidecar, []
+
+    def killed(location, result):
+        real(location, result)
+        seen.append(result)
+        if len(seen) == 2:
+            raise KeyboardInterrupt
+
+    run_module.write_sidecar = killed
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            build(small_tree, out, remote)
+    finally:
+        run_module.write_sidecar = real
+    assert all((out / r.info.file).exists() for r in seen)  # shared: the records keep them
+    result = build(small_tree, out, remote)
+    assert result.status == "resumed" and result.reused_shards >= 2 and verify(out).ok
+
+
+def test_a_build_whose_client_dies_stops_its_jobs_before_they_write(big_tree, tmp_path, cluster):
+    cluster, client = cluster
+    out = tmp_path / "c"
+    code = (
+        "import sys\n"
+        "from cachekit import BuildConfig, build\n"
+        "config = BuildConfig(size=64, shard_size=48, executor='dask', progress=False,\n"
+        "                     executor_options={'scheduler': sys.argv[3]})\n"
+        "build(sys.argv[1], sys.argv[2], config)\n"
+    )
+    child = subprocess.Popen([sys.executable, "-c", code, str(big_tree), str(out), cluster.scheduler_address])
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not _running_jobs(client):
+            time.sleep(0.02)
+        assert _running_jobs(client), "the build's jobs never started"
+    finally:
+        child.kill()
+        child.wait()
+    deadline = time.monotonic() + 120  # the jobs stop at their next progress report
+    while time.monotonic() < deadline and _running_jobs(client):
+        time.sleep(0.05)
+    assert not _running_jobs(client)
+    assert not list(out.glob("shard-*")) and not list(out.glob(".shard-*"))  # nothing written after
 
 
 def _hide_raw():

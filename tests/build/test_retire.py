@@ -185,3 +185,124 @@ def test_temp_files_of_a_killed_run_are_removed_by_the_next(small_tree, tmp_path
     (out / ".shard-0123456789abcdef0124.zarr.4242.tmp").mkdir()
     assert build(small_tree, out, BuildConfig(**CONFIG)).status == "up to date"
     assert {p.name for p in out.iterdir()} == {"manifest.json", *(s.file for s in read_manifest(out).shards)}
+
+
+#: Entries a hostile or damaged record may hold: none names a shard this cache may remove.
+NOT_SHARDS = [
+    "manifest.json",
+    "notes.txt",
+    "shard-000000.tar",
+    "shard-userfolder",
+    "../outside.txt",
+    "/etc/passwd",
+    ".cachekit.lock",
+    "shard-abc.pt.json",
+]
+
+
+def test_a_retired_record_naming_anything_but_a_shard_deletes_nothing(small_tree, tmp_path, caplog):
+    out = tmp_path / "c"
+    m = build(small_tree, out, BuildConfig(**CONFIG)).manifest
+    _user_files(out)
+    (tmp_path / "outside.txt").write_text("outside")
+    entries = {name: 0 for name in NOT_SHARDS} | {m.shards[0].file: 0}  # referenced: never removed
+    (out / ".cachekit-retired.json").write_text(json.dumps({"files": entries}))
+    result = CliRunner().invoke(
+        main,
+        [
+            "build",
+            str(small_tree),
+            "--out",
+            str(out),
+            "--size",
+            "16",
+            "--shard-size",
+            "5",
+            "--workers",
+            "1",
+            "--quiet",
+        ],
+    )
+    assert result.exit_code == 0 and "up to date" in result.output, result.output
+    assert read_manifest(out) == m and verify(out).ok
+    assert _user_files_intact(out) and (tmp_path / "outside.txt").read_text() == "outside"
+    assert "not shard file names" in caplog.text and "manifest.json" in caplog.text
+    assert not (out / ".cachekit-retired.json").exists()  # nothing left in it worth keeping
+
+
+@pytest.mark.parametrize("abandoned", [True, False], ids=["other-fingerprint", "this-fingerprint"])
+def test_a_partial_record_naming_anything_but_a_shard_deletes_nothing(
+    small_tree, tmp_path, caplog, abandoned
+):
+    out = tmp_path / "c"
+    m = build(small_tree, out, BuildConfig(**CONFIG)).manifest
+    _user_files(out)
+    (out / ".cachekit-partial").mkdir()
+    state = {"fingerprint": "0" * 64 if abandoned else m.fingerprint, "planned": NOT_SHARDS}
+    (out / ".cachekit-partial" / "state.json").write_text(json.dumps(state))
+    (out / ".cachekit-partial" / "notes.txt.json").write_text("{}")
+    assert build(small_tree, out, BuildConfig(**CONFIG)).status == "up to date"
+    assert _user_files_intact(out) and read_manifest(out) == m and verify(out).ok
+    assert not (out / ".cachekit-partial").exists()
+    assert "not shard file names" in caplog.text
+
+
+def test_records_reached_through_a_link_are_never_followed(small_tree, tmp_path):
+    out, elsewhere = tmp_path / "c", tmp_path / "elsewhere"
+    m = build(small_tree, out, BuildConfig(**CONFIG)).manifest
+    elsewhere.mkdir()
+    (elsewhere / "state.json").write_text(json.dumps({"fingerprint": "0" * 64, "planned": []}))
+    (elsewhere / "precious.json").write_text("keep")
+    (out / ".cachekit-partial").symlink_to(elsewhere)
+    assert build(small_tree, out, BuildConfig(**CONFIG)).status == "up to date"
+    build(small_tree, out, BuildConfig(**{**CONFIG, "size": 20}, overwrite=True, grace=0))
+    assert sorted(p.name for p in elsewhere.iterdir()) == ["precious.json", "state.json"]
+    assert (elsewhere / "precious.json").read_text() == "keep"
+    assert not (out / ".cachekit-partial").exists() and verify(out).ok
+    assert not any((out / s.file).exists() for s in m.shards)
+
+
+@pytest.mark.parametrize("state", ["missing", "garbage"])
+def test_records_whose_plan_was_lost_are_removed_by_any_later_run(small_tree, tmp_path, state):
+    """A kill while a finished build removed its records (the plan gone, sidecars left): the next
+    "up to date" run removes them, and the shards they name that no manifest references."""
+    out = tmp_path / "c"
+    m = build(small_tree, out, BuildConfig(**CONFIG)).manifest
+    partial = out / ".cachekit-partial"
+    partial.mkdir()
+    orphan = "shard-0123456789abcdef0123.pt"  # finished by the killed run, in no manifest
+    (out / orphan).write_bytes(b"a shard no manifest names")
+    for name in (m.shards[0].file, orphan):
+        (partial / f"{name}.json").write_text("{}")
+    if state == "garbage":
+        (partial / "state.json").write_text("{not json")
+    assert build(small_tree, out, BuildConfig(**CONFIG)).status == "up to date"
+    assert {p.name for p in out.iterdir()} == {"manifest.json", *(s.file for s in m.shards)}
+    assert verify(out).ok
+
+
+def test_records_are_removed_plan_last(small_tree, tmp_path, monkeypatch):
+    """Killed at any record while a finished build removes them, its plan is still there to read."""
+    from cachekit.store.location import LocalLocation
+
+    out = tmp_path / "c"
+    with monkeypatch.context() as patch:
+        _kill_at(patch, "remove_unrecorded_plan", before=True)
+        with pytest.raises(KeyboardInterrupt):
+            build(small_tree, out, BuildConfig(**CONFIG))
+    real, removed = LocalLocation.remove, []
+
+    def dying(self, name):
+        removed.append(name)
+        if name == ".cachekit-partial/state.json":
+            raise KeyboardInterrupt
+        real(self, name)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(LocalLocation, "remove", dying)
+        with pytest.raises(KeyboardInterrupt):
+            build(small_tree, out, BuildConfig(**CONFIG))
+    sidecars = [n for n in removed if n.endswith(".pt.json")]
+    assert sidecars and removed.index(".cachekit-partial/state.json") > max(map(removed.index, sidecars))
+    assert build(small_tree, out, BuildConfig(**CONFIG)).status == "up to date"
+    assert not (out / ".cachekit-partial").exists()

@@ -103,3 +103,13 @@ def test_the_batch_size_keeps_augmented_variants_apart(small_tree, tmp_path):
     for k in range(0, len(order) - 32 + 1, 32):
         batch_keys = [keys[i] for i in order[k : k + 32]]
         assert len(set(batch_keys)) == 32
+
+
+def test_a_batch_too_large_to_assemble_is_refused_before_any_read(small_cache):
+    ds = CachedDataset(small_cache)
+    with pytest.raises(ValueError, match=r"GiB, over the limit of 64 GiB"):
+        make_loader(ds, 1024, augment=[RandomResizedCrop(8192)])
+    with pytest.raises(ValueError, match="largest side"):
+        make_loader(ds, 8, augment=[RandomResizedCrop(10**6)])
+    with pytest.raises(ValueError, match="over the limit"):
+        make_loader(ds, 10**8)  # 10^8 samples of 3 x 32 x 32

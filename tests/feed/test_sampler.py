@@ -185,7 +185,7 @@ def test_state_from_another_cache_or_order_is_refused(small_cache):
         ShardAwareDistributedSampler(ds, seed=2).load_state_dict(state)
     with pytest.raises(ValueError, match="samples"):
         ShardAwareDistributedSampler(FakeCache(np.zeros(8), 4, False), seed=1).load_state_dict(
-            state | {"fingerprint": None}
+            state | {"fingerprint": "f" * 64}  # the same cache, said to be: the length still differs
         )
     with pytest.raises(ValueError, match="version"):
         sampler.load_state_dict({"epoch": 0, "seed": 1, "num_replicas": 1, "consumed": 3})
@@ -347,3 +347,47 @@ def test_a_broken_state_is_refused_and_changes_nothing(monkeypatch):
         with pytest.raises(ValueError):
             sampler.load_state_dict(broken)
         assert sampler.partitions == 1 and list(sampler.indices()) == before
+
+
+@pytest.mark.parametrize(
+    "change, words",
+    [
+        ({"fingerprint": None}, "names no cache"),
+        ({"fingerprint": ""}, "names no cache"),
+        ("drop-fingerprint", "names no cache"),
+        ({"fingerprint": 7}, "names no cache"),
+        ({"epoch": -1}, "no valid epoch"),
+        ({"epoch": 10**30}, "no valid epoch"),
+        ({"epoch": True}, "no valid epoch"),
+        ({"epoch": "3"}, "no valid epoch"),
+    ],
+)
+def test_a_state_without_its_cache_or_with_an_absurd_epoch_is_refused_and_changes_nothing(
+    small_cache, change, words
+):
+    ds = CachedDataset(small_cache)
+    saver = ShardAwareDistributedSampler(ds, seed=3)
+    saver.set_epoch(2)
+    it = iter(saver)
+    [next(it) for _ in range(5)]
+    state = saver.state_dict()
+    if change == "drop-fingerprint":
+        del state["fingerprint"]
+    else:
+        state.update(change)
+    sampler = ShardAwareDistributedSampler(ds, seed=3)
+    sampler.set_epoch(1)
+    before = sampler.state_dict()
+    with pytest.raises(ValueError, match=words):
+        sampler.load_state_dict(state)
+    fresh = ShardAwareDistributedSampler(ds, seed=3)
+    fresh.set_epoch(1)
+    assert sampler.state_dict() == before and list(sampler) == list(fresh)
+
+
+@pytest.mark.parametrize("epoch", [-1, 2**31, 10**30, 1.5, True])
+def test_set_epoch_refuses_what_is_not_an_epoch(small_cache, epoch):
+    sampler = ShardAwareDistributedSampler(CachedDataset(small_cache), seed=3)
+    with pytest.raises(ValueError, match="epoch must be"):
+        sampler.set_epoch(epoch)
+    assert sampler.epoch == 0

@@ -271,3 +271,17 @@ def test_colour_jitter_order_is_drawn_per_sample_and_followed():
                         order=torch.tensor([[0, 1, 2, 3], [1, 0, 2, 3]]))  # fmt: skip
     assert (both[0] - torch.from_numpy(one).float()).abs().max() <= 2
     assert (both[1] - torch.from_numpy(other).float()).abs().max() <= 2
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: RandomResizedCrop(10**6),
+        lambda: RandomResizedCrop((224, 8193)),
+        lambda: CenterCrop(10**9),
+        lambda: Resize((100000, 10)),
+    ],
+)
+def test_transform_sizes_past_the_limit_are_refused_when_made(make):
+    with pytest.raises(ValueError, match="largest side an image may have, 8192 pixels"):
+        make()

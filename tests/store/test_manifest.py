@@ -142,9 +142,12 @@ def test_a_pickle_payload_in_a_pt_shard_never_runs(small_cache, tmp_path):
     )
     _rewrite(cache, manifest, 0)
     ds = CachedDataset(cache)
-    with pytest.raises(CacheError, match="not a loadable .pt shard"):
+    with pytest.raises(CacheError, match="not a loadable .pt shard") as caught:
         ds[0]
     assert not marker.exists()
+    message = str(caught.value)  # torch's advice to load it with weights_only=False is never passed on
+    assert "pickled Python objects (getattr)" in message and "nothing of it ran" in message
+    assert "weights_only" not in message and "\n" not in message
 
 
 def test_symlinked_shard_out_of_the_folder_is_refused(small_cache, tmp_path):
@@ -264,3 +267,33 @@ def test_a_pt_shard_is_opened_with_weights_only(small_cache, monkeypatch):
     monkeypatch.setattr(torch, "load", spy)
     CachedDataset(small_cache)[0]
     assert seen == [True]
+
+
+@pytest.mark.parametrize(
+    "steps",
+    [
+        "rm -rf /",
+        [1, 2],
+        [{"op": "os.system", "size": 1}],
+        [{"size": 224}],
+        [{"op": "resize_shorter", "size": -1}],
+        [{"op": "resize_shorter", "size": 10**9}],
+        [{"op": "center_crop", "size": 224, "pad_value": 1000}],
+        [{"op": "center_crop", "size": "224"}],
+        [{"op": "resize_shorter", "size": 224, "command": "touch /tmp/x"}],
+        [{"op": "resize_shorter", "size": 224}] * 65,
+    ],
+)
+def test_garbage_recipe_steps_in_a_manifest_are_refused_when_it_is_read(good_manifest, steps):
+    obj = json.loads(json.dumps(good_manifest))
+    obj["pipeline"]["steps"] = steps
+    with pytest.raises(CacheError, match=r"manifest\.pipeline: steps"):
+        parse_manifest(json.dumps(obj), "manifest.json")
+
+
+@pytest.mark.parametrize("field, value", [("name", 5), ("size", 0), ("size", 10**9), ("size", "224")])
+def test_garbage_recipe_name_or_size_in_a_manifest_is_refused(good_manifest, field, value):
+    obj = json.loads(json.dumps(good_manifest))
+    obj["pipeline"][field] = value
+    with pytest.raises(CacheError, match=rf"manifest\.pipeline: {field}"):
+        parse_manifest(json.dumps(obj), "manifest.json")

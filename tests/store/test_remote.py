@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+
 import numpy as np
 import pytest
 import torch
@@ -127,3 +129,73 @@ def test_a_remote_build_resumes_from_recorded_checksums(s3, small_tree, monkeypa
     result = build("s3://datasets/raw2", "s3://datasets/resumed", config)
     assert result.status == "resumed" and result.reused_shards == 3
     assert len(CachedDataset("s3://datasets/resumed", local_cache=tmp_path / "lc")) == 40
+
+
+@pytest.fixture
+def silent_endpoint():
+    """An endpoint that accepts connections and never answers (a firewall that drops, a hung proxy)."""
+    import socket
+
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(64)
+        endpoint = f"http://127.0.0.1:{server.getsockname()[1]}"
+        yield [
+            "--storage-option",
+            f"endpoint_url={endpoint}",
+            "--storage-option",
+            "key=k",
+            "--storage-option",
+            "secret=s",
+        ]
+
+
+def _cachekit(args, env: dict) -> subprocess.CompletedProcess:
+    import os
+    import sys
+
+    cmd = [sys.executable, "-c", "from cachekit.cli import main; main()", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120, env={**os.environ, **env})
+
+
+@pytest.mark.parametrize("command", [["verify", "s3://datasets/small"], ["info", "s3://datasets/small"]])
+def test_storage_that_never_answers_is_one_line_within_the_reply_deadline(silent_endpoint, command):
+    options = silent_endpoint + [
+        "--storage-option",
+        "config_kwargs.retries.max_attempts=20",
+    ]  # minutes of retries
+    done = _cachekit([*command, *options], {"CACHEKIT_REMOTE_TIMEOUT": "2"})
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1 and "no answer from the storage within 2 s" in done.stderr
+
+
+def test_a_build_into_storage_that_never_answers_is_one_line(silent_endpoint, small_tree, tmp_path):
+    args = ["build", str(small_tree), "--out", "s3://datasets/never", "--quiet"]
+    done = _cachekit([*args, *silent_endpoint], {"CACHEKIT_REMOTE_TIMEOUT": "2"})
+    assert done.returncode == 2 and "no answer from the storage" in done.stderr, done.stderr
+
+
+def test_the_whole_command_has_a_deadline(silent_endpoint):
+    args = ["verify", "s3://datasets/small", *silent_endpoint]
+    done = _cachekit([*args, "--timeout", "2s"], {"CACHEKIT_REMOTE_TIMEOUT": "0"})  # no first-reply deadline
+    assert done.returncode == 1 and done.stderr == "error: not done within --timeout 2 s; gave up\n"
+    done = _cachekit(args, {"CACHEKIT_REMOTE_TIMEOUT": "0", "CACHEKIT_TIMEOUT": "1"})
+    assert done.returncode == 1 and "--timeout 1 s" in done.stderr
+    done = _cachekit([*args, "--timeout", "soon"], {})
+    assert done.returncode == 2 and "--timeout: expected seconds" in done.stderr
+
+
+@pytest.mark.parametrize("name", ["../../outside", "a/../../../outside", "/etc/x", "", "a//b"])
+def test_a_folder_shard_object_named_out_of_the_shard_is_refused_before_a_byte_lands(tmp_path, name):
+    from cachekit.store.remote import fetch_shard
+
+    class Listing:  # what a hostile or broken store could list for a folder shard
+        def cat_file(self, path, start=None, end=None):
+            raise AssertionError("nothing may be fetched")
+
+    target = tmp_path / "copies" / "shard.zarr"
+    target.parent.mkdir()
+    objects = [("bucket/c/shard.zarr/zarr.json", 2), (f"bucket/c/shard.zarr/{name}", 3)]
+    with pytest.raises(CacheError, match="not a plain path inside the shard"):
+        fetch_shard(Listing(), "bucket/c/shard.zarr", target, objects)
+    assert not (tmp_path / "outside").exists() and not target.exists()

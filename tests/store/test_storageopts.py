@@ -83,3 +83,30 @@ def test_malformed_pairs_are_usage_errors_that_never_show_the_text(pair):
     with pytest.raises(UsageError, match="--storage-option") as caught:
         parse_storage_options(["anon=true", pair])
     assert "Zq9SeCrEt" not in str(caught.value)
+
+
+def test_credentials_names_and_endpoints_stay_text_whatever_they_look_like():
+    options = parse_storage_options(
+        ["key=1", "secret=true", "token=null", "client_kwargs.aws_access_key_id=42", "profile=7", 'key2="x"']
+    )
+    assert options == {
+        "key": "1",
+        "secret": "true",
+        "token": "null",
+        "client_kwargs": {"aws_access_key_id": "42"},
+        "profile": "7",
+        "key2": "x",
+    }
+    assert parse_storage_options(['key="4711"']) == {"key": "4711"}  # a quoted string is its text
+
+
+@pytest.mark.parametrize(
+    "endpoint", ["file:///etc", "ftp://host", "127.0.0.1:9000", "http://", "http://[::1", 9000, ["http://a"]]
+)
+def test_an_endpoint_that_is_not_an_http_url_is_a_usage_error(endpoint, tmp_path):
+    from cachekit.store.remote import filesystem
+
+    with pytest.raises(UsageError, match="endpoint_url must be an http"):
+        filesystem("s3://bucket/cache", {"endpoint_url": endpoint})
+    with pytest.raises(UsageError, match="endpoint_url must be an http"):
+        filesystem("s3://bucket/cache", {"client_kwargs": {"endpoint_url": endpoint}})

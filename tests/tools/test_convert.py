@@ -150,3 +150,17 @@ def test_a_flipped_bit_in_a_local_source_shard_is_refused(small_cache, tmp_path)
     shard.write_bytes(bytes(data))
     with pytest.raises(CacheError, match="do not match the manifest"):
         convert(src, tmp_path / "out", "hdf5")
+
+
+def test_records_left_by_a_kill_after_a_finished_conversion_are_removed_by_the_next(small_cache, tmp_path):
+    out = tmp_path / "z"
+    m = convert(small_cache, out, "zarr", progress=False)
+    partial = out / ".cachekit-partial"
+    partial.mkdir()  # the plan gone, a sidecar left: killed while the records were removed
+    orphan = "shard-00112233445566778899.zarr"
+    (out / orphan).mkdir()
+    for name in (m.shards[0].file, orphan):
+        (partial / f"{name}.json").write_text("{}")
+    assert convert(small_cache, out, "zarr", progress=False) == m  # already converted: clean up only
+    assert {p.name for p in out.iterdir()} == {"manifest.json", *(s.file for s in m.shards)}
+    assert verify(out).ok

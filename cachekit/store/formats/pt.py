@@ -7,6 +7,7 @@ in from the OS page cache on demand instead of loading the whole shard.
 from __future__ import annotations
 
 import pickle
+import re
 import zipfile
 from pathlib import Path
 
@@ -19,6 +20,19 @@ from .base import OpenFilesExhausted, check_arrays, check_regular_file, out_of_f
 
 __all__ = ["PtFormat", "PtReader"]
 
+#: What torch names when it refuses a pickled object: "GLOBAL posix.system", "Unsupported global: ...".
+_GLOBAL = re.compile(r"\bGLOBAL\s+([A-Za-z_][\w.]*)")
+
+
+def _refused(exc: BaseException) -> str:
+    """Why torch's weights-only loader refused a shard, without its advice to load it unsafely."""
+    named = _GLOBAL.search(str(exc))
+    what = f" ({named.group(1)})" if named else ""
+    return (
+        f"not a loadable .pt shard: it holds pickled Python objects{what}, which a shard never has; "
+        "refused unread, nothing of it ran: rebuild the cache, or restore the shard from where it was built"
+    )
+
 
 class PtReader:
     def __init__(self, path: Path, spec: SampleSpec, samples: int, store: str = "pixels") -> None:
@@ -27,10 +41,11 @@ class PtReader:
             obj = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
         except FileNotFoundError:
             raise CacheError(f"{path.name}: shard file is missing") from None
+        except pickle.UnpicklingError as exc:
+            raise CacheError(f"{path.name}: {_refused(exc)}") from None
         except (
             RuntimeError,
             OSError,
-            pickle.UnpicklingError,
             zipfile.BadZipFile,
             EOFError,
             ValueError,
