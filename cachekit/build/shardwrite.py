@@ -56,12 +56,19 @@ def _check_space(out, file: str, fmt, arrays: dict[str, np.ndarray], options: di
 
 
 def _says_disk_full(exc: BaseException) -> bool:
-    """The error is a full disk, by its errno or, for libraries that wrap it (HDF5), its text: another
-    worker's failed shard may have freed the space by the time anyone looks at the disk."""
-    if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
-        return True
-    text = str(exc)
-    return "No space left on device" in text or "errno = 28" in text
+    """The error is a full disk, by its errno or, for libraries that wrap it (HDF5), its text, or
+    the error it was raised from (torch's "unexpected pos" comes with the file's ENOSPC as its
+    context): another worker's failed shard may have freed the space by the time anyone looks."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+            return True
+        text = str(exc)
+        if "No space left on device" in text or "errno = 28" in text:
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 def disk_full(out) -> bool:
