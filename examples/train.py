@@ -18,6 +18,7 @@ import os
 
 import torch
 import torch.distributed as dist
+import torch.distributed.nn  # noqa: F401 -- imported after init_process_group (by DDP), it holds the group
 import torch.nn as nn
 import torch.nn.functional as F
 
@@ -99,6 +100,7 @@ def main() -> None:
             correct, seen = (int(v) for v in counts.tolist())
             print(f"epoch {epoch}: loss {loss.item():.4f}, accuracy {correct}/{seen}", flush=True)
     if distributed:
+        del model  # DDP holds the group too: destroyed, it stops gloo's threads, which could abort the exit
         dist.destroy_process_group()
 
 

@@ -16,6 +16,7 @@ import os
 
 import torch
 import torch.distributed as dist
+import torch.distributed.nn  # noqa: F401 -- imported after init_process_group (by DDP), it holds the group
 import torch.nn as nn
 import torch.nn.functional as F
 
@@ -93,6 +94,7 @@ def main() -> None:
         first, last = sum(losses[:k]) / k, sum(losses[-k:]) / k
         print(f"done: loss {first:.4f} -> {last:.4f}", flush=True)
     if distributed:
+        del model  # DDP holds the group too: destroyed, it stops gloo's threads, which could abort the exit
         dist.destroy_process_group()
 
 

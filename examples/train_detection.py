@@ -18,6 +18,7 @@ import os
 
 import torch
 import torch.distributed as dist
+import torch.distributed.nn  # noqa: F401 -- imported after init_process_group (by DDP), it holds the group
 import torch.nn as nn
 import torch.nn.functional as F
 
@@ -134,6 +135,7 @@ def main() -> None:
         k = max(1, min(5, len(losses) // 2))
         print(f"done: loss {sum(losses[:k]) / k:.4f} -> {sum(losses[-k:]) / k:.4f}", flush=True)
     if distributed:
+        del model  # DDP holds the group too: destroyed, it stops gloo's threads, which could abort the exit
         dist.destroy_process_group()
 
 

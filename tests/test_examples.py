@@ -12,6 +12,8 @@ import pytest
 from cachekit import BuildConfig, build
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+#: Runs an example and fails it if a gloo thread outlives it (which aborts the process at exit now and then).
+RUN = str(Path(__file__).resolve().with_name("run_example.py"))
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "0",
             "--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:0"]  # fmt: skip
 #: Each recipe at a size these tests can train on in seconds; the examples crop 32x32 from it.
@@ -28,7 +30,7 @@ def caches(request, learnable_tree, tmp_path_factory) -> tuple[str, Path]:
 
 def _run(argv: list[str], launcher: list[str]) -> str:
     proc = subprocess.run(
-        [*launcher, *argv],
+        [*launcher, RUN, *argv],
         capture_output=True,
         text=True,
         timeout=300,

@@ -122,9 +122,11 @@ def _run_dask(fn, jobs, workers, on_progress, scheduler: str | None = None, undo
     except ImportError:
         raise UsageError("--executor dask needs dask: pip install 'cachekit-vision[dask]'") from None
     cluster = None
+    # The build's client is never the process's default: as_completed and friends would otherwise follow
+    # whichever client came last (another build's, in another thread) and wait on its loop after it closed.
     try:
         if scheduler:
-            client = Client(scheduler, timeout=DASK_CONNECT_TIMEOUT)
+            client = Client(scheduler, timeout=DASK_CONNECT_TIMEOUT, set_as_default=False)
         else:
             cluster = LocalCluster(
                 n_workers=max(1, min(workers, len(jobs))),  # no idle processes, whatever --workers says
@@ -133,7 +135,7 @@ def _run_dask(fn, jobs, workers, on_progress, scheduler: str | None = None, undo
                 dashboard_address=":0",
                 silence_logs=logging.CRITICAL,  # a failed job is reported once, by the build
             )
-            client = Client(cluster)
+            client = Client(cluster, set_as_default=False)
     except (OSError, TimeoutError) as exc:
         raise UsageError(f"cannot reach the dask scheduler {scheduler}: {exc}") from None
     build_id = uuid.uuid4().hex[:16]  # task keys and events of this build only, whoever else runs
@@ -155,7 +157,7 @@ def _run_dask(fn, jobs, workers, on_progress, scheduler: str | None = None, undo
             for job in jobs
         }
         try:
-            for future in as_completed(futures):
+            for future in as_completed(futures, loop=client.loop):
                 job = futures[future]
                 try:
                     result = future.result()  # raises the job's own error once its retries are spent

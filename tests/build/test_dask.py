@@ -129,6 +129,37 @@ def _running_jobs(client) -> int:
     return sum(client.run(running).values())
 
 
+def test_a_build_waits_on_its_own_client_not_on_the_default_one(small_tree, tmp_path, cluster, monkeypatch):
+    """Another client of this process (another build's) becomes the default and closes while a build waits
+    on its shards: the build still ends, and leaves the caller's default client alone."""
+    scheduler = cluster[0].scheduler_address
+    real = distributed.as_completed
+
+    def as_completed_while_another_client_comes_and_goes(*args, **kwargs):
+        other = distributed.Client(scheduler)  # the newest client is the process's default
+        try:
+            return real(*args, **kwargs)
+        finally:
+            other.close()
+
+    monkeypatch.setattr(distributed, "as_completed", as_completed_while_another_client_comes_and_goes)
+    outcome = {}
+
+    def run():
+        try:
+            outcome["result"] = build(small_tree, tmp_path / "c", _on(scheduler, size=16, shard_size=5))
+        except BaseException as exc:
+            outcome["result"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)  # a build that never ends fails this test
+    thread.start()
+    thread.join(timeout=120)
+    assert not thread.is_alive(), "the build waited on a closed client's loop"
+    assert not isinstance(outcome["result"], BaseException), outcome["result"]
+    assert verify(tmp_path / "c").ok
+    assert distributed.default_client() is cluster[1]
+
+
 def _redirect_out(private_root):
     """On a dask worker: write shards into a folder of this worker's own (an --out that is not shared)."""
     import os
