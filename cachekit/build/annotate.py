@@ -11,13 +11,16 @@ a local folder (``os.stat``) or one listing of a URL.
 from __future__ import annotations
 
 import os
+import stat
+from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
 
-from ..errors import UsageError
-from ..store.fields import ARRAY_DTYPES, FieldSpec
+from ..errors import CacheError, UsageError
+from ..store.fields import ARRAY_DTYPES, FieldSpec, check_field_name, target_keys
+from ..store.limits import MAX_ARRAY_BYTES
 from ..store.remote import access_error, filesystem, is_url
 from .coco import read_coco
 from .inputs import read_input
@@ -55,14 +58,35 @@ class Tree:
         return file_problem(st) or (st.st_size, st.st_mtime_ns)
 
     def images(self, top: str) -> tuple[list[tuple[str, int, int]], list[tuple[str, str]], dict]:
-        """``(rel, size, mtime)`` of the images below ``top``, what was left out, and unread counts."""
+        """``(rel, size, mtime)`` of the images below ``top`` ("" for all), what was left out, and
+        unread counts."""
         if self._files is not None:
-            prefix = f"{top}/"
+            prefix = f"{top}/" if top else ""
             rows = [(r, *v) for r, v in self._files.items() if r.startswith(prefix) and is_image_name(r)]
             return sorted(rows, key=lambda r: path_key(r[0])), [], {}
         found = Walk()
         walk(Path(self.root), top, found)
         return sorted(found.files, key=lambda r: path_key(r[0])), found.ignored, dict(found.unread)
+
+    def read_head(self, rel: str, n: int) -> bytes | str:
+        """The first ``n`` bytes of a regular file (never a FIFO's wait), or why they cannot be read."""
+        if self._fs is not None:
+            try:
+                return self._fs.cat_file(f"{self._base}/{rel}", start=0, end=n)
+            except Exception as exc:
+                return f"cannot be read ({type(exc).__name__}: {' '.join(str(exc).split())[:100]})"
+        try:
+            fd = os.open(Path(self.root) / rel, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        except OSError as exc:
+            return f"cannot be read ({exc.strerror or exc})"
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return "not a regular file"
+            return os.read(fd, n)
+        except OSError as exc:
+            return f"cannot be read ({exc.strerror or exc})"
+        finally:
+            os.close(fd)
 
     def read_many(self, rels: Iterable[str], max_bytes: int) -> dict[str, bytes | str]:
         """Each file's bytes, or why it could not be read (a reason string)."""
@@ -115,39 +139,74 @@ def coco_source(root: str | Path, annotations: str | Path, storage_options: dict
     )
 
 
-def yolo_source(root: str | Path, annotations: str, storage_options: dict | None = None) -> Source:
-    """The images under ``RAW/images/``, each with the boxes of its ``RAW/labels/`` file."""
-    tree = open_tree(root, storage_options)
-    if not tree.url and not (Path(root) / "images").is_dir():
+def _utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _yolo_layout(root: str | Path, tree: Tree) -> tuple[str, Tree, callable, Path | None]:
+    """Where the images and label files are: ``RAW/images/**`` with ``RAW/labels/**``, or RAW an
+    ``images`` folder itself (``dataset/images/train``, one split) with its labels where Ultralytics
+    looks for them, the last ``images`` in the path turned into ``labels``. Returns the images'
+    folder under RAW, the labels' tree, an image's label path in it, and the dataset's root."""
+    if tree.url or (Path(root) / "images").is_dir():
+        return "images", tree, label_path, None if tree.url else Path(root)
+    parts = Path(root).resolve().parts
+    if "images" not in parts:
         raise UsageError(
             f"--annotations yolo expects the Ultralytics layout: {root}/images/ with the images and "
-            f"{root}/labels/ with a .txt file per image"
+            f"{root}/labels/ with a .txt file per image, or RAW an images folder (dataset/images/train) "
+            "with its labels in the matching labels folder (dataset/labels/train)"
         )
+    k = len(parts) - 1 - parts[::-1].index("images")
+    labels_root = Path(*parts[:k], "labels", *parts[k + 1 :])
+    if not labels_root.is_dir():
+        raise UsageError(f"--annotations yolo: no labels folder at {labels_root} for the images in {root}")
+    return "", Tree(labels_root), lambda rel: f"{rel.rsplit('.', 1)[0]}.txt", Path(*parts[:k])
+
+
+def yolo_source(root: str | Path, annotations: str, storage_options: dict | None = None) -> Source:
+    """The images of a YOLO dataset, each with the boxes of its label file (``_yolo_layout``).
+
+    A label file that is missing makes a background image (no boxes), as in Ultralytics; one that
+    is there but cannot be used (not a regular file, unreadable, not UTF-8) leaves its image out,
+    with the reason: its objects would otherwise be learnt as background.
+    """
+    tree = open_tree(root, storage_options)
+    top, labels_tree, label_of, dataset = _yolo_layout(root, tree)
     yaml_path = Path(annotations) if annotations != "yolo" else None
-    if yaml_path is None and not tree.url and (Path(root) / "data.yaml").is_file():
-        yaml_path = Path(root) / "data.yaml"
+    if yaml_path is None and dataset is not None:
+        yaml_path = next((p for p in (Path(root) / "data.yaml", dataset / "data.yaml") if p.is_file()), None)
     names = read_names(yaml_path) if yaml_path is not None else None
-    images, ignored, unread = tree.images("images")
-    labels = {rel: label_path(rel) for rel, *_ in images}
-    present = {lab: s for lab in labels.values() if lab and not isinstance(s := tree.stat(lab), str)}
-    texts = tree.read_many(present, LABEL_FILE_MAX_BYTES)
-    targets, dropped, seen = [], [], 0
+    images, ignored, unread = tree.images(top)
+    labels = {rel: label_of(rel) for rel, *_ in images}
+    stats = {lab: labels_tree.stat(lab) for lab in labels.values() if lab}
+    texts = labels_tree.read_many(
+        [lab for lab, st in stats.items() if not isinstance(st, str)], LABEL_FILE_MAX_BYTES
+    )
+    rows_of, dropped, seen, keep = {}, [], 0, []
     for rel, *_ in images:
         lab = labels[rel]
+        st = stats.get(lab, "not found") if lab else "not found"
         data = texts.get(lab) if lab else None
-        if isinstance(data, str):
-            dropped.append((lab, data))
-            data = None
+        if isinstance(data, bytes) and not _utf8(data):
+            data = "not UTF-8 text"
+        if isinstance(st, str) and st != "not found" or isinstance(data, str):
+            ignored.append((rel, f"its label file {lab}: {data if isinstance(data, str) else st}"))
+            continue
         rows, bad = parse_label_file(data, lab, len(names) if names else None) if data else ([], [])
         dropped += bad
         seen = max([seen, *(int(r[0]) + 1 for r in rows)])
-        targets.append({"yolo": rows, "label_file": list(present.get(lab, (0, 0)))})
+        rows_of[rel] = {"yolo": rows, "label_file": list(st) if not isinstance(st, str) else [0, 0]}
+        keep.append((rel, -1, *_))
     if not images:
-        raise UsageError(f"{root}/images holds no images")
+        raise UsageError(f"{root}{'/images' if top else ''} holds no images")
     classes = names if names is not None else [str(i) for i in range(seen)]
-    source = table(
-        root, "yolo", [(rel, -1, size, mtime) for rel, size, mtime in images], classes, ignored, unread
-    )
+    source = table(root, "yolo", keep, classes, ignored, unread)
+    targets = [rows_of[p] for p in source.paths]
     return source.with_targets({"boxes": FieldSpec("boxes")}, targets, dropped, {"annotations": "yolo"})
 
 
@@ -173,15 +232,20 @@ def add_masks(source: Source, masks: str | os.PathLike, storage_options: dict | 
     out = source.subset(keep, ignored)
     targets = [dict(t or {}) | {"mask": m} for t, m in zip(out.targets or [None] * len(out), found)]
     extra = dict(out.extra) | {"masks": str(masks) if is_url(masks) else str(Path(masks).resolve())}
-    return out.with_targets(out.fields | {"mask": FieldSpec("mask")}, targets, out.dropped, extra)
+    return out.with_targets(
+        _with_label(out, out.fields) | out.fields | {"mask": FieldSpec("mask")}, targets, out.dropped, extra
+    )
 
 
 #: Largest ``.npy`` file a build reads as one sample's array.
-ARRAY_FILE_MAX_BYTES = 64 << 20
+ARRAY_FILE_MAX_BYTES = MAX_ARRAY_BYTES + (1 << 16)
+#: Bytes of a ``.npy`` file read to know its dtype and shape (numpy's own header limit is 10,000).
+_NPY_HEAD = 16384
 
 
 def _npy_header(data: bytes) -> tuple[np.dtype, tuple[int, ...]] | str:
-    """The dtype and shape a ``.npy`` file declares (nothing pickled is read), or why it cannot be used."""
+    """The dtype and shape a ``.npy`` file's first bytes declare (nothing pickled is read), or why it
+    cannot be used."""
     import io
 
     fh = io.BytesIO(data)
@@ -191,14 +255,27 @@ def _npy_header(data: bytes) -> tuple[np.dtype, tuple[int, ...]] | str:
             np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
         )
         shape, _, dtype = read(fh)
-    except (ValueError, OSError, SyntaxError) as exc:
+    except (ValueError, OSError, SyntaxError, EOFError) as exc:
         return f"not a .npy file ({' '.join(str(exc).split())[:100]})"
     if dtype.hasobject:
         return "a .npy file of Python objects (only numbers are read)"
     le = dtype.newbyteorder("<") if dtype.byteorder not in ("=", "|", "<") or dtype.itemsize > 1 else dtype
     if le.str not in ARRAY_DTYPES:
         return f"dtype {dtype.str} (an array field takes {', '.join(ARRAY_DTYPES)})"
+    if any(d < 0 for d in shape) or int(np.prod(shape)) * le.itemsize > MAX_ARRAY_BYTES:
+        return f"{list(shape)} {le.str}: over the {MAX_ARRAY_BYTES // 2**20} MiB an array field may hold a sample"
     return le, tuple(int(v) for v in shape)
+
+
+def _with_label(source: Source, fields: dict) -> dict:
+    """A source whose images have classes keeps them in its target when another field comes."""
+    if not fields and source.classes and (source.labels >= 0).any():
+        return {"label": FieldSpec("label")}
+    return fields
+
+
+#: Target keys a new field may not take: those of the kinds a build makes.
+_TAKEN = {"label", "labels", "boxes", "classes", "iscrowd", "mask", "text"}
 
 
 def add_arrays(
@@ -206,35 +283,44 @@ def add_arrays(
 ) -> Source:
     """``source`` with an ``array`` field ``name``: for each input ``a/b.jpg`` the array ``FOLDER/a/b.npy``.
 
-    Its dtype is the files' (all alike); its shape theirs, with ``null`` where they differ. An input
-    without its file, or with one of another dtype or number of dimensions, is left out and reported.
+    Its dtype and number of dimensions are most inputs' (only each file's header is read); its
+    shape theirs, with ``null`` where they differ. An input without its file, or with one of another
+    dtype or number of dimensions, is left out and reported.
     """
-    if name in source.fields or name in ("labels", "images", "label", "boxes", "mask", "text"):
-        raise UsageError(f"--array {name}=...: the name {name!r} is taken; choose another")
+    taken = _TAKEN | {k for n, spec in source.fields.items() for k in target_keys(n, spec)}
+    try:
+        check_field_name(name, taken, f"--array {name}=...")
+    except CacheError as exc:
+        raise UsageError(str(exc)) from None
     tree = open_tree(folder, storage_options)
     rels = {rel: f"{rel.rsplit('.', 1)[0]}.npy" for rel in source.paths}
-    found = {r: tree.stat(n) for r, n in rels.items()}
-    data = tree.read_many([n for r, n in rels.items() if not isinstance(found[r], str)], ARRAY_FILE_MAX_BYTES)
-    headers = {r: _npy_header(data[n]) if isinstance(data.get(n), bytes) else (data.get(n) or found[r])
-               for r, n in rels.items()}  # fmt: skip
-    good = [h for h in headers.values() if not isinstance(h, str)]
+    headers: dict[str, tuple | str] = {}
+    found: dict[str, tuple[int, int] | str] = {}
+    for rel, npy in rels.items():
+        found[rel] = tree.stat(npy)
+        if isinstance(found[rel], str):
+            headers[rel] = found[rel]
+            continue
+        head = tree.read_head(npy, _NPY_HEAD)
+        headers[rel] = _npy_header(head) if isinstance(head, bytes) else head
+    good = Counter((h[0].str, len(h[1])) for h in headers.values() if not isinstance(h, str))
     if not good:
         raise UsageError(
             f"{folder} holds no usable .npy array for any input (named as the images, a/b.jpg -> a/b.npy)"
         )
-    dtype, first = good[0]
+    (dtype, ndim), _ = good.most_common(1)[0]
     keep, ignored, files = [], [], []
     for i, rel in enumerate(source.paths):
         h = headers[rel]
-        if not isinstance(h, str) and (h[0] != dtype or len(h[1]) != len(first)):
-            h = f"{h[0].str}{list(h[1])}, the first array is {dtype.str}{list(first)}"
+        if not isinstance(h, str) and (h[0].str, len(h[1])) != (dtype, ndim):
+            h = f"{h[0].str}{list(h[1])}, where most are {dtype} of {ndim} dimensions"
         if isinstance(h, str):
             ignored.append((rel, f"array {name} at {folder}/{rels[rel]}: {h}"))
             continue
         keep.append(i)
         files.append([rels[rel], *found[rel]])
     shapes = [headers[source.paths[i]][1] for i in keep]
-    shape = [d if all(s[k] == d for s in shapes) else None for k, d in enumerate(first)]
+    shape = [d if all(s[k] == d for s in shapes) else None for k, d in enumerate(shapes[0])]
     out = source.subset(keep, ignored)
     targets = []
     for t, f in zip(out.targets or [None] * len(out), files):
@@ -243,5 +329,7 @@ def add_arrays(
         targets.append(t)
     root = str(folder) if is_url(folder) else str(Path(folder).resolve())
     extra = dict(out.extra) | {"arrays": {**out.extra.get("arrays", {}), name: root}}
-    spec = FieldSpec("array", {"dtype": dtype.str, "shape": shape})
-    return out.with_targets(out.fields | {name: spec}, targets, out.dropped, extra)
+    spec = FieldSpec("array", {"dtype": dtype, "shape": shape})
+    return out.with_targets(
+        _with_label(out, out.fields) | out.fields | {name: spec}, targets, out.dropped, extra
+    )

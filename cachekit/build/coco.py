@@ -41,6 +41,20 @@ class CocoImages:
         self.dropped: list[tuple[str, str]] = []  # (path or "annotations[i]", reason)
 
 
+#: The keys of a COCO file cachekit reads; the rest (polygons, RLE masks, areas, captions, licences)
+#: is dropped as each object is parsed, so a file costs about its own size in memory, not 8 times.
+_KEYS = frozenset(
+    ("images", "annotations", "categories", "id", "file_name", "width", "height", "image_id", "bbox",
+     "category_id", "iscrowd", "name")
+)  # fmt: skip
+
+
+def _keep(obj: dict) -> dict:
+    if len(obj) > 64 or not _KEYS.issuperset(obj):
+        return {k: v for k, v in obj.items() if k in _KEYS}
+    return obj
+
+
 def _load(path: Path) -> dict:
     try:
         size = path.stat().st_size
@@ -55,7 +69,7 @@ def _load(path: Path) -> dict:
         )
     try:
         with open(path, "rb") as fh:
-            obj = json.load(fh)
+            obj = json.load(fh, object_hook=_keep)
     except (UnicodeDecodeError, json.JSONDecodeError, ValueError) as exc:
         raise UsageError(f"annotations file {path}: not valid JSON ({short(str(exc))})") from None
     except RecursionError:
@@ -133,8 +147,11 @@ def _box(bbox: Any, h: int, w: int) -> tuple[list[float] | None, str]:
     """``[x, y, w, h]`` as a clipped xyxy box, or None and why not."""
     if not isinstance(bbox, list) or len(bbox) != 4:
         return None, "bbox is not [x, y, width, height]"
-    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in bbox):
-        return None, f"bbox {short(bbox)} has a value that is not a finite number"
+    if not all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) and abs(v) < 2**53 and math.isfinite(v)
+        for v in bbox
+    ):
+        return None, f"bbox {short(bbox)} has a value that is not a finite number (below 2**53)"
     x, y, bw, bh = (float(v) for v in bbox)
     if bw <= 0 or bh <= 0:
         return None, f"bbox {short(bbox)} has no area"

@@ -17,8 +17,9 @@ from pathlib import Path
 
 from ..errors import UsageError
 from ..store.fields import FieldSpec
+from ..store.limits import MAX_CLASSES
 
-__all__ = ["read_labels_csv", "LabelsTable"]
+__all__ = ["read_labels_csv", "read_text_file", "LabelsTable"]
 
 
 #: Largest labels CSV read (ImageNet's 1.28M rows are ~50 MB).
@@ -27,36 +28,39 @@ _MAX_LABELS_BYTES = 1 << 30
 
 def _labels_text(labels_csv: Path) -> str:
     """The text of a labels CSV: a regular file (never a FIFO, which would block), UTF-8, bounded."""
+    return read_text_file(labels_csv, "labels file", _MAX_LABELS_BYTES, "a CSV of file,label")
+
+
+def read_text_file(path: Path, what: str, max_bytes: int, expected: str = "text") -> str:
+    """The text of a small file a user names (a labels CSV, a data.yaml): a regular file (never a
+    FIFO, which would block, nor a device, which never ends), UTF-8, at most ``max_bytes``; else one
+    line (UsageError) naming it as ``what`` and saying it should be ``expected``."""
     try:
-        fd = os.open(labels_csv, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
-        raise UsageError(f"labels file {labels_csv} does not exist") from None
+        raise UsageError(f"{what} {path} does not exist") from None
     except OSError as exc:
-        raise UsageError(f"labels file {labels_csv} cannot be read: {exc.strerror or exc}") from None
+        raise UsageError(f"{what} {path} cannot be read: {exc.strerror or exc}") from None
     try:
         st = os.fstat(fd)
         if stat.S_ISDIR(st.st_mode):
-            raise UsageError(f"labels file {labels_csv} is a folder, not a CSV file")
+            raise UsageError(f"{what} {path} is a folder, not {expected}")
         if not stat.S_ISREG(st.st_mode):
-            raise UsageError(f"labels file {labels_csv} is not a regular file (a FIFO, a device, a socket?)")
-        if st.st_size > _MAX_LABELS_BYTES:
-            raise UsageError(
-                f"labels file {labels_csv} is {st.st_size} bytes, over the {_MAX_LABELS_BYTES} a labels CSV may have"
-            )
+            raise UsageError(f"{what} {path} is not a regular file (a FIFO, a device, a socket?)")
+        if st.st_size > max_bytes:
+            raise UsageError(f"{what} {path} is {st.st_size} bytes, over the {max_bytes} it may have")
         with os.fdopen(os.dup(fd), "rb") as fh:
-            data = fh.read(_MAX_LABELS_BYTES + 1)
+            data = fh.read(max_bytes + 1)
     except OSError as exc:
-        raise UsageError(f"labels file {labels_csv} cannot be read: {exc.strerror or exc}") from None
+        raise UsageError(f"{what} {path} cannot be read: {exc.strerror or exc}") from None
     finally:
         os.close(fd)
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        raise UsageError(
-            f"labels file {labels_csv} is not UTF-8 text (byte {exc.start}); expected a CSV of file,label"
-        ) from None
+        raise UsageError(f"{what} {path} is not UTF-8 text (byte {exc.start}); expected {expected}") from None
     if "\0" in text:
-        raise UsageError(f"labels file {labels_csv} holds NUL bytes: not a CSV of file,label")
+        raise UsageError(f"{what} {path} holds NUL bytes: not {expected}")
     return text
 
 
@@ -109,6 +113,8 @@ def _class_index(tokens: set[str]) -> tuple[list[str], dict[str, int]]:
     tokens = {t for t in tokens if t not in ("", "-1")}
     if all(t.isdigit() for t in tokens):
         top = max((int(t) for t in tokens), default=-1)
+        if top >= MAX_CLASSES:
+            raise UsageError(f"class {top} is past the {MAX_CLASSES} classes a cache may name")
         return [str(i) for i in range(top + 1)], {t: int(t) for t in tokens} | {"-1": -1, "": -1}
     classes = sorted(tokens)
     return classes, {c: i for i, c in enumerate(classes)} | {"-1": -1, "": -1}
@@ -147,7 +153,10 @@ def read_labels_csv(root, labels_csv: Path) -> LabelsTable:
     multi_tokens = {t.strip() for p in names for t in entries[p][1].split(";") if t.strip()}
     if any(t.lstrip("-").isdigit() and int(t) < -1 for t in label_tokens if t):
         raise UsageError(f"{labels_csv}: integer labels must be >= -1")
-    classes, index = _class_index(label_tokens | multi_tokens)
+    try:
+        classes, index = _class_index(label_tokens | multi_tokens)
+    except UsageError as exc:
+        raise UsageError(f"{labels_csv}: {exc}") from None
     pairs = [(p, index[entries[p][0]]) for p in names]
     multi = None
     if "labels" in columns:

@@ -10,6 +10,7 @@ retired, not deleted, so readers of the previous version finish their epoch (``r
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import sys
 import time
@@ -28,7 +29,7 @@ from ..constants import (
     PARTIAL_DIR,
 )
 from ..cpus import available_cpus
-from ..errors import BuildError, UsageError
+from ..errors import BuildError, CacheError, UsageError
 from ..image.recipes import Pipeline, load_pipeline
 from ..store.encoding import check_store
 from ..store.formats import get_format
@@ -142,6 +143,19 @@ def _build(raw: str | os.PathLike, out: str | os.PathLike, config: BuildConfig) 
             )
         extras.update(AUGMENT_EXTRAS)
     spec = SampleSpec(shape=probe_shape(pipeline), extras=extras, fields=source.fields)
+    try:  # what the manifest will say must read back: field names, sizes, no clash with a column
+        SampleSpec.from_json(json.loads(json.dumps(spec.to_json())))
+    except CacheError as exc:
+        raise UsageError(f"these samples cannot be stored: {exc}") from None
+    if (
+        config.fast_decode
+        and any(f.kind == "mask" for f in spec.fields.values())
+        or (config.fast_decode and source.layout == "coco")
+    ):
+        raise UsageError(
+            "--fast-decode decodes JPEGs at a reduced size, and masks and COCO boxes are in the full "
+            "image's pixels: leave --fast-decode out (YOLO's normalised boxes take it)"
+        )
     if augment is not None and spec.ragged:
         raise UsageError(
             f"--augment needs a recipe with a fixed output size; {pipeline.name!r} keeps each image's"
@@ -256,14 +270,19 @@ def _run(t: _Target, config: BuildConfig, started: float) -> BuildResult:
     skipped = [SkippedInput(p, r) for p, r in source.ignored]
     for i in range(len(planned)):
         skipped.extend(results[i].skipped)
-    if config.strict and skipped:
-        listed = "; ".join(f"{s.path}: {s.reason}" for s in skipped[:20])
-        more = f" (and {len(skipped) - 20} more)" if len(skipped) > 20 else ""
+    if config.strict and (skipped or source.dropped):
+        problems = [f"{s.path}: {s.reason}" for s in skipped] + [f"{w}: {r}" for w, r in source.dropped]
+        listed = "; ".join(problems[:20])
+        more = f" (and {len(problems) - 20} more)" if len(problems) > 20 else ""
         remove_unrecorded_plan(out, names, referenced)
-        raise BuildError(f"--strict: {len(skipped)} inputs could not be used: {listed}{more}")
+        raise BuildError(
+            f"--strict: {len(skipped)} inputs could not be used and {len(source.dropped)} annotations were "
+            f"left out: {listed}{more}"
+        )
     if sum(s.samples for s in shards) == 0:
         remove_unrecorded_plan(out, names, referenced)
-        raise UsageError(f"{t.raw}: none of the {len(source)} inputs could be decoded")
+        reasons = "; ".join(f"{s.path}: {s.reason}" for s in skipped[:3])
+        raise UsageError(f"{t.raw}: none of the {len(source)} inputs could be decoded ({reasons})")
     check_at_out(out, shards, config.executor)
     manifest = _manifest(t, order, shard_size, fingerprint, shards, skipped)
     current = {s.file for s in shards}

@@ -17,6 +17,7 @@ import math
 from pathlib import Path
 
 from ..errors import UsageError
+from ..store.limits import MAX_CLASSES
 
 __all__ = ["read_names", "parse_label_file", "label_path", "LABEL_FILE_MAX_BYTES"]
 
@@ -38,11 +39,11 @@ def read_names(path: Path) -> list[str] | None:
     """Class names from a YOLO ``data.yaml``; None when it has none. A broken file: UsageError."""
     import yaml
 
+    from .labels import read_text_file
+
+    text = read_text_file(path, "data.yaml", 16 << 20)
     try:
-        text = path.read_text(encoding="utf-8")
         data = yaml.safe_load(text)
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{path}: cannot be read ({exc})") from None
     except yaml.YAMLError as exc:
         raise UsageError(f"{path}: not valid YAML ({' '.join(str(exc).split())[:200]})") from None
     names = data.get("names") if isinstance(data, dict) else None
@@ -70,7 +71,7 @@ def _row(values: list[str], classes: int | None) -> tuple[list[float] | None, st
     if not all(math.isfinite(v) for v in numbers):
         return None, "a value that is not a finite number"
     cls = numbers[0]
-    if cls != int(cls) or cls < 0 or (classes is not None and cls >= classes):
+    if cls != int(cls) or cls < 0 or cls >= (classes if classes is not None else MAX_CLASSES):
         known = f" (data.yaml names {classes})" if classes is not None else ""
         return None, f"class {values[0]} is not a known class index{known}"
     if len(values) == 5:

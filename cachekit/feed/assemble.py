@@ -250,7 +250,8 @@ def assemble(
                 else:
                     dst[...] = src
             if values is not None:
-                target = sample_target(dataset.fields, values[j], f"sample {indices[j]}")
+                hw = (int(heights[j]), int(widths[j]))
+                target = sample_target(dataset.fields, values[j], f"sample {indices[j]}", hw)
                 if draws is not None and masks:
                     rows = {name: buffer[j].numpy() for name, buffer in masks.items()}
                     target = move_target(  # the boxes move after, the whole batch's at once

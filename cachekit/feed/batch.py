@@ -86,9 +86,15 @@ def stack_images(images: Sequence[torch.Tensor]) -> torch.Tensor:
 
 
 def _fields_batch(batch: SampleBatch, mode: str):
-    """``(images, targets[, aux | sizes])`` of a batch whose samples have fields."""
+    """``(images, targets[, aux | sizes])`` of a batch whose samples have fields. YOLO rows are
+    normalised to the batch tensor's own size (padded samples: the padded size, as a loss sees it)."""
     if mode == "yolo":
-        targets = yolo_rows(batch.fields, batch.targets, batch.image_hw)
+        hw = (
+            [tuple(batch.images.shape[-2:])] * len(batch.targets)
+            if batch.aux and "sizes" in batch.aux
+            else None
+        )
+        targets = yolo_rows(batch.fields, batch.targets, hw or batch.image_hw)
     else:
         targets = collate_targets(batch.fields, batch.targets, batch.masks)
     if batch.aux is None:
@@ -159,4 +165,7 @@ def pad_collate(batch: Sequence[tuple[torch.Tensor, Any]]) -> tuple[torch.Tensor
     )
     for i, t in enumerate(images):
         out[i, :, : t.shape[-2], : t.shape[-1]] = t
-    return out, default_collate([b[1] for b in batch]), sizes
+    targets = [b[1] for b in batch]
+    if targets and isinstance(targets[0], dict):  # fields of different sizes: one dict per sample
+        return out, [_tensors(t) for t in targets], sizes
+    return out, default_collate(targets), sizes

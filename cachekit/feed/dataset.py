@@ -8,6 +8,7 @@ small and forked workers share no file handles and grow no copy-on-read memory.
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -42,7 +43,9 @@ class CachedDataset(Dataset):
     classification cache, and a dict of the sample's fields otherwise (``boxes`` float32 ``[N, 4]``
     xyxy with ``classes`` and ``iscrowd``; ``mask`` uint8 ``[H, W]``; ``labels``; ``text``; ...).
 
-    ``transform`` is applied to each image tensor and ``target_transform`` to each label; without
+    ``transform`` is applied to each image tensor and ``target_transform`` to each target, or
+    ``transforms`` to both at once (``transforms(image, target) -> (image, target)``, as
+    torchvision's datasets take it: what moves boxes and masks with a crop it makes); without
     them, ``__getitems__`` reads a whole batch with one gather per shard.
 
     ``path`` may be an fsspec URL (``s3://bucket/cache``; ``storage_options`` such as
@@ -64,6 +67,7 @@ class CachedDataset(Dataset):
         transform: Callable | None = None,
         *,
         target_transform: Callable | None = None,
+        transforms: Callable | None = None,
         local_cache: str | os.PathLike | None = None,
         local_cache_bytes: int | None = None,
         max_open_shards: int | None = None,
@@ -94,8 +98,19 @@ class CachedDataset(Dataset):
         counts = np.array([s.samples for s in self.manifest.shards], dtype=np.int64)
         #: ``shard_offsets[k]`` is the global index of shard k's first sample; the last entry is len.
         self.shard_offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        if transforms is not None and (transform is not None or target_transform is not None):
+            raise ValueError("give transforms=(image, target) or transform= and target_transform=, not both")
         self.transform = transform
         self.target_transform = target_transform
+        self.transforms = transforms
+        geometric = [n for n, f in self.manifest.sample.fields.items() if f.kind in ("boxes", "mask")]
+        if transform is not None and geometric:
+            warnings.warn(
+                f"transform= sees only the image, and this cache's {', '.join(geometric)} would not follow "
+                "a crop, flip or resize it makes: use transforms=lambda image, target: ... (both at once), "
+                "or make_loader(augment=[...]), which moves them",
+                stacklevel=2,
+            )
         default = default_max_open(self._format.files_per_reader)
         if self._remote is not None:  # every open reader pins its shard on the node
             default = min(default, self._remote.readers_that_fit())
@@ -268,8 +283,10 @@ class CachedDataset(Dataset):
                 labels[j] = reader.column("labels", [i])[0]
                 if targets is not None:
                     info = self.manifest.shards[shard]
-                    (values,) = read_values(self.fields, reader.column, [i], info.samples)
-                    targets.append(sample_target(self.fields, values, info.file))
+                    (values,) = read_values(self.fields, reader.column, [i], info.samples, len(self.classes))
+                    targets.append(
+                        sample_target(self.fields, values, info.file, tuple(images[-1].shape[-2:]))
+                    )
         return images, torch.from_numpy(labels), targets
 
     def read_batch(
@@ -305,7 +322,11 @@ class CachedDataset(Dataset):
                     readers[j] = reader
                 if values is not None:
                     found = read_values(
-                        self.fields, reader.column, local[pos].tolist(), self.manifest.shards[shard].samples
+                        self.fields,
+                        reader.column,
+                        local[pos].tolist(),
+                        self.manifest.shards[shard].samples,
+                        len(self.manifest.classes),
                     )
                     for j, v in zip(pos.tolist(), found):
                         values[j] = v
@@ -348,14 +369,16 @@ class CachedDataset(Dataset):
             image = self.transform(image)
         if self.target_transform is not None:
             target = self.target_transform(target)
+        if self.transforms is not None:
+            image, target = self.transforms(image, target)
         return image, target
 
     def __getitems__(self, indices: Sequence[int]) -> list:
-        plain = self.transform is None and self.target_transform is None
+        plain = self.transform is None and self.target_transform is None and self.transforms is None
         request = indices if isinstance(indices, BatchRequest) else BatchRequest(indices)
         if not self.ragged or request.plan is not None or (plain and request is indices):
             batch = self.read_request(request)
-            if self.transform is None and self.target_transform is None:
+            if plain:
                 return batch
             images = batch.images
             targets = batch.labels.tolist() if batch.targets is None else [_tensors(t) for t in batch.targets]
@@ -366,6 +389,8 @@ class CachedDataset(Dataset):
         for image, target in zip(images, targets):
             image = self.transform(image) if self.transform is not None else image
             target = self.target_transform(target) if self.target_transform is not None else target
+            if self.transforms is not None:
+                image, target = self.transforms(image, target)
             pairs.append((image, target))
         return pairs
 

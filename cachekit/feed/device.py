@@ -80,13 +80,15 @@ class DeviceStage:
     #: Augmentation parameters read on the host (reading them from the device would sync it).
     _HOST = ("out_size", "order", "fill")
 
-    def _move(self, value):
+    def _move(self, value, host: tuple[str, ...] = ()):
+        """``value`` (a tensor, or lists and dicts of them) on the device; ``host``: keys of an aux
+        dict that stay where they are."""
         if self.device is None:
             return value
         if isinstance(value, torch.Tensor):
             return value.to(self.device, non_blocking=True)
         if isinstance(value, dict):
-            return {k: v if k in self._HOST else self._move(v) for k, v in value.items()}
+            return {k: v if k in host else self._move(v) for k, v in value.items()}
         if isinstance(value, list):  # per-sample target dicts
             return [self._move(v) for v in value]
         return value
@@ -123,7 +125,7 @@ class DeviceStage:
         if aux is not None and "jitter" in aux:  # decided on the host: a device read would sync
             aux = {**aux, "hue": bool((aux["jitter"][:, 3] != 0).any())}
         images, labels = self._move(images), self._move(labels)
-        aux = self._move(aux)
+        aux = self._move(aux, self._HOST)
         extra = [] if aux is not None or not rest else [self._move(rest[0])]
         x, scaled = self._images(images, aux)
         x = self._convert(x, scaled)

@@ -328,7 +328,9 @@ def make_loader(
         raise ValueError('collate="yolo" needs a cache with boxes (cachekit build --annotations)')
     seed = resolve_seed(seed, distributed)
     on_device = _choose_augment_on(augment_on, device, plan)
-    per_sample = getattr(dataset, "transform", None) is not None
+    per_sample = any(
+        getattr(dataset, a, None) is not None for a in ("transform", "target_transform", "transforms")
+    )
     ragged = bool(getattr(dataset, "ragged", False))
     if per_sample and on_device:
         raise ValueError(

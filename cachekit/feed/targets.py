@@ -20,6 +20,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from ..errors import CacheError
 from ..image.geometry import Affine, move_boxes, move_boxes_batch, warp_mask
 from ..store.fields import FieldSpec, decode_mask
 
@@ -47,16 +48,36 @@ def box_keys(name: str) -> tuple[str, str, str]:
     return name, f"{name}_classes", f"{name}_iscrowd"
 
 
-def read_values(fields: dict[str, FieldSpec], column, rows: Sequence[int], samples: int) -> list[dict]:
-    """The stored values of ``rows`` of one shard, per sample (masks still PNG bytes)."""
+def read_values(
+    fields: dict[str, FieldSpec], column, rows: Sequence[int], samples: int, classes: int | None = None
+) -> list[dict]:
+    """The stored values of ``rows`` of one shard, per sample (masks still PNG bytes). Class indices
+    are checked against ``classes`` and boxes to be finite: a damaged shard is a CacheError, never
+    a target that indexes past a model's classes or a NaN in a loss."""
     per_field = {
         name: spec.handler.unpack(name, spec.params, column, rows, samples) for name, spec in fields.items()
     }
+    for name, spec in fields.items():
+        if spec.kind not in ("boxes", "labels") or not len(rows):
+            continue
+        values = per_field[name]
+        found = np.concatenate([v["classes"] if spec.kind == "boxes" else v for v in values])
+        bad = bool(len(found)) and classes is not None and (found.min() < 0 or found.max() >= classes)
+        if spec.kind == "boxes" and not np.isfinite(np.concatenate([v["boxes"] for v in values])).all():
+            bad = True
+        if bad:
+            raise CacheError(
+                f"field {name!r}: a stored value is out of range (a class past the {classes} classes, or a box "
+                "that is not finite): the shard is damaged"
+            )
     return [{name: values[j] for name, values in per_field.items()} for j in range(len(rows))]
 
 
-def sample_target(fields: dict[str, FieldSpec], values: dict, where: str) -> dict:
-    """One sample's target dict (numpy arrays) from its stored values, masks decoded."""
+def sample_target(
+    fields: dict[str, FieldSpec], values: dict, where: str, hw: tuple[int, int] | None = None
+) -> dict:
+    """One sample's target dict (numpy arrays) from its stored values, masks decoded (checked to be
+    ``hw``, the stored image's size)."""
     out = {}
     for name, spec in fields.items():
         value = values[name]
@@ -64,7 +85,7 @@ def sample_target(fields: dict[str, FieldSpec], values: dict, where: str) -> dic
             for key, part in zip(box_keys(name), ("boxes", "classes", "iscrowd")):
                 out[key] = value[part]
         elif spec.kind == "mask":
-            out[name] = decode_mask(value, where)
+            out[name] = decode_mask(value, where, hw)
         else:
             out[name] = value
     return out
@@ -157,19 +178,23 @@ def yolo_rows(
     fields: dict[str, FieldSpec], targets: list[dict], hw: Sequence[tuple[int, int]]
 ) -> torch.Tensor:
     """Ultralytics' batch targets: ``[M, 6]`` float32 rows of (image index, class, cx, cy, w, h),
-    normalised to each image's height and width ``hw[i]``."""
+    normalised to each image's height and width ``hw[i]``. Crowd boxes (``iscrowd``) are left out,
+    as Ultralytics' and torchvision's training references leave them out."""
     boxes = [name for name, spec in fields.items() if spec.kind == "boxes"]
     if len(boxes) != 1:
         raise ValueError('collate="yolo" needs a cache with one boxes field (--annotations)')
-    b, c, _ = box_keys(boxes[0])
+    b, c, k = box_keys(boxes[0])
     rows = []
     for i, (t, (h, w)) in enumerate(zip(targets, hw)):
-        xyxy = np.asarray(t[b], dtype=np.float32).reshape(-1, 4)
+        keep = np.asarray(t[k]).reshape(-1) == 0 if k in t else slice(None)
+        xyxy = np.asarray(t[b], dtype=np.float32).reshape(-1, 4)[keep]
         if not len(xyxy):
             continue
         cx, cy = (xyxy[:, 0] + xyxy[:, 2]) / 2 / w, (xyxy[:, 1] + xyxy[:, 3]) / 2 / h
         bw, bh = (xyxy[:, 2] - xyxy[:, 0]) / w, (xyxy[:, 3] - xyxy[:, 1]) / h
         rows.append(
-            np.stack([np.full(len(xyxy), i, np.float32), np.asarray(t[c], np.float32), cx, cy, bw, bh], 1)
+            np.stack(
+                [np.full(len(xyxy), i, np.float32), np.asarray(t[c], np.float32)[keep], cx, cy, bw, bh], 1
+            )
         )
     return torch.from_numpy(np.concatenate(rows).astype(np.float32)) if rows else torch.zeros((0, 6))

@@ -18,6 +18,8 @@ __all__ = [
     "MAX_SAMPLE_BYTES",
     "MAX_EXTRA_BYTES",
     "MAX_EXTRAS",
+    "MAX_ARRAY_BYTES",
+    "MAX_CLASSES",
     "MAX_VARIANTS",
     "MAX_DEPTH",
     "MAX_MANIFEST_BYTES",
@@ -37,6 +39,11 @@ MAX_SAMPLE_BYTES = 2**31
 #: Bytes of one per-sample extra, and how many extras a sample may have.
 MAX_EXTRA_BYTES = 2**20
 MAX_EXTRAS = 64
+#: Bytes of one sample's array field (a fixed shape's, or what a build reads of one ``.npy``).
+MAX_ARRAY_BYTES = 64 * 2**20
+#: Classes a cache may name (a class index in an annotation past this is a bad row, not a list of
+#: a billion names).
+MAX_CLASSES = 2**20
 #: Offline-augmented variants per input.
 MAX_VARIANTS = 2**16
 #: Nesting of JSON arrays and objects (the manifest itself needs 5).

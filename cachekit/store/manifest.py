@@ -18,7 +18,7 @@ from ..constants import MANIFEST_NAME, MANIFEST_VERSION, READABLE_MANIFEST_VERSI
 from ..errors import CacheError, NotACacheError
 from ..image.recipes import check_recorded
 from .atomic import commit_file
-from .fields import FieldSpec, field_columns
+from .fields import FieldSpec, field_columns, target_keys
 from .limits import (
     MAX_DEPTH,
     MAX_EXTRA_BYTES,
@@ -224,6 +224,11 @@ def _fields(obj: Any, where: str, taken: set[str]) -> dict[str, FieldSpec]:
     if not isinstance(obj, dict) or len(obj) > MAX_EXTRAS:
         raise CacheError(f"{where}: expected an object of at most {MAX_EXTRAS} fields")
     fields = {name: FieldSpec.from_json(name, spec, f"{where}.{name}") for name, spec in obj.items()}
+    keys = [k for name, spec in fields.items() for k in target_keys(name, spec)]
+    if len(set(keys)) != len(keys):
+        raise CacheError(
+            f"{where}: two fields give a target the same key ({sorted({k for k in keys if keys.count(k) > 1})})"
+        )
     columns = list(field_columns(fields))
     clash = (set(columns) & (_RESERVED_COLUMNS | taken)) | {c for c in columns if columns.count(c) > 1}
     if clash:

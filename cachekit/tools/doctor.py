@@ -283,8 +283,15 @@ def diagnose(
         step = simulated_step(step_ms, step_kind)
         described = f"simulated {step_ms:g} ms, {step_kind} ({STEP_KINDS[step_kind]})"
     others = set(child_pids())  # processes that are not this loader's workers
-    loader = make_loader(
-        dataset, batch_size, workers=workers, pin_memory=pin_memory, prefetch_factor=prefetch_factor
+    loader = (
+        make_loader(  # samples of their own sizes come padded, as a training loop without crops reads them
+            dataset,
+            batch_size,
+            workers=workers,
+            pin_memory=pin_memory,
+            prefetch_factor=prefetch_factor,
+            pad=bool(getattr(dataset, "ragged", False)),
+        )
     )
     if model is not None:
         step = _model_step(model, target)
@@ -300,7 +307,7 @@ def diagnose(
     done = 0
     while done < steps + _WARMUP:
         t0 = time.perf_counter()
-        for images, labels in loader:
+        for images, labels, *_ in loader:  # padded batches also give their samples' sizes
             t1 = time.perf_counter()
             if first is None:
                 first = t1 - start

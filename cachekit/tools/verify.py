@@ -91,6 +91,28 @@ def _check_shard(root: Path, manifest: Manifest, info: ShardInfo, quick: bool) -
     return None
 
 
+def _check_value(kind: str, value, classes: int, hw: tuple[int, int]) -> str | None:
+    """What is wrong with one stored value, or None: class indices outside ``classes``, boxes that
+    are not finite or leave their image, crowd flags that are not 0 or 1."""
+    found = value["classes"] if kind == "boxes" else value if kind == "labels" else None
+    if found is not None and len(found) and (found.min() < 0 or found.max() >= classes):
+        return f"a class outside the manifest's {classes}"
+    if kind == "boxes" and len(value["boxes"]):
+        b = value["boxes"]
+        if not np.isfinite(b).all():
+            return "a box that is not finite"
+        if (
+            (b[:, 0] < -1).any()
+            or (b[:, 1] < -1).any()
+            or (b[:, 2] > hw[1] + 1).any()
+            or (b[:, 3] > hw[0] + 1).any()
+        ):
+            return f"a box outside its {hw[1]}x{hw[0]} image"
+        if (value["iscrowd"] > 1).any():
+            return "an iscrowd flag that is not 0 or 1"
+    return None
+
+
 def _check_fields(manifest: Manifest, info: ShardInfo, reader) -> str | None:
     """Every row of every field unpacks: offsets within their values, masks that decode to their
     image's size, text that is UTF-8, classes that index ``classes``."""
@@ -99,20 +121,18 @@ def _check_fields(manifest: Manifest, info: ShardInfo, reader) -> str | None:
         shapes = np.asarray(reader.column("image_shape", slice(None)))[:, 1:]
     else:
         shapes = np.tile(np.array(manifest.sample.shape[1:]), (info.samples, 1))
+    if "label" in manifest.sample.fields and info.samples:
+        labels = np.asarray(reader.column("labels", slice(None)))
+        if labels.min() < -1 or labels.max() >= len(manifest.classes):
+            return f"a label outside -1 to {len(manifest.classes) - 1}"
     for name, spec in manifest.sample.fields.items():
         values = spec.handler.unpack(name, spec.params, reader.column, rows, info.samples)
         for row, value in zip(rows, values):
-            if spec.kind == "mask" and decode_mask(value, info.file).shape != tuple(shapes[row]):
-                return f"field {name!r}: the mask of row {row} is not its image's size"
-            classes = value["classes"] if spec.kind == "boxes" else value if spec.kind == "labels" else None
-            if (
-                classes is not None
-                and len(classes)
-                and (classes.min() < 0 or classes.max() >= len(manifest.classes))
-            ):
-                return (
-                    f"field {name!r}: row {row} names a class outside the manifest's {len(manifest.classes)}"
-                )
+            if spec.kind == "mask":
+                decode_mask(value, f"field {name!r}, row {row}", tuple(shapes[row]))
+            problem = _check_value(spec.kind, value, len(manifest.classes), tuple(shapes[row]))
+            if problem:
+                return f"field {name!r}, row {row}: {problem}"
     return None
 
 

@@ -16,6 +16,7 @@ from cachekit.cli import main
 from cachekit.tools.convert import convert
 from cachekit.tools.synthetic_objects import make_object_dataset, object_classes
 from cachekit.tools.verify import verify
+from cachekit.transforms import RandomResizedCrop
 
 QUIET = {"workers": 1, "progress": False}
 
@@ -167,7 +168,8 @@ HOSTILE_ANNOTATIONS = {
     "nan": ({"bbox": [float("nan"), 1, 5, 5]}, "not a finite number"),
     "negative size": ({"bbox": [1, 1, -5, 5]}, "no area"),
     "outside": ({"bbox": [500, 500, 10, 10]}, "outside its"),
-    "huge": ({"bbox": [0, 0, 1e308, 1e308]}, "outside its"),
+    "huge": ({"bbox": [0, 0, 1e308, 1e308]}, "not a finite number"),
+    "far outside": ({"bbox": [0, 0, 1e6, 1e6]}, "outside its"),
     "unknown category": ({"category_id": 999}, "unknown category_id 999"),
     "unknown image": ({"image_id": 12345}, "unknown image_id 12345"),
     "bad crowd": ({"iscrowd": 7}, "iscrowd 7"),
@@ -255,8 +257,10 @@ def test_bad_yolo_rows_are_left_out_and_reported(raw, tmp_path):
     assert any("line" in r and "finite" in r for r in reasons)
     assert any("class 5 is not a known class index" in r for r in reasons)
     assert any("3 values" in r for r in reasons) and any("outside the image" in r for r in reasons)
-    assert any("not a number" in r for r in reasons) and any("not a UTF-8" in r for r in reasons)
-    assert m.num_samples == 10 and not m.skipped
+    assert any("not a number" in r for r in reasons)
+    (skip,) = m.skipped  # an unusable label file: its objects would be learnt as background
+    assert skip.path == "images/img_00001.png" and "not UTF-8" in skip.reason
+    assert m.num_samples == 9
 
 
 def test_masks_of_another_size_colour_or_missing_skip_their_samples(raw, tmp_path):
@@ -293,6 +297,7 @@ def test_array_fields_of_fixed_and_varying_shape_survive_convert_and_refuse_pick
                          **QUIET)  # fmt: skip
     m = build(raw, tmp_path / "c", config).manifest
     assert m.sample.to_json()["fields"] == {
+        "label": {"kind": "label"},  # the class of an ImageFolder's image stays in the target
         "emb": {"kind": "array", "dtype": "<f8", "shape": [4]},
         "points": {"kind": "array", "dtype": "<i4", "shape": [2, None]},
     }
@@ -312,3 +317,185 @@ def test_array_fields_of_fixed_and_varying_shape_survive_convert_and_refuse_pick
         assert verify(tmp_path / fmt).ok
     result = CliRunner().invoke(main, ["build", str(raw), "--out", str(tmp_path / "d"), "--array", "emb"])
     assert result.exit_code == 2 and "--array takes NAME=DIR" in result.output
+
+
+# -- found by review: builds that would write a cache they cannot read, and hostile annotations ------
+
+
+@pytest.mark.parametrize(
+    "name, words", [("Depth", "bad field name"), ("classes", "taken"), ("a__b", "bad field")]
+)
+def test_an_array_field_a_cache_could_not_hold_is_refused_before_any_work(raw, tmp_path, name, words):
+    (tmp_path / "npy").mkdir()
+    with pytest.raises(UsageError, match=words):
+        build(
+            raw,
+            tmp_path / "c",
+            BuildConfig(annotations="yolo", arrays={name: str(tmp_path / "npy")}, **QUIET),
+        )
+    assert not (tmp_path / "c" / "manifest.json").exists()
+
+
+def test_an_array_named_as_a_column_is_refused_by_the_manifest_round_trip(raw, tmp_path):
+    rows = sorted(p.relative_to(raw).as_posix() for p in (raw / "images").glob("*.png"))
+    for rel in rows:
+        (tmp_path / "npy" / rel).parent.mkdir(parents=True, exist_ok=True)
+        np.save(tmp_path / "npy" / rel.replace(".png", ".npy"), np.zeros(2, np.int32))
+    with pytest.raises(UsageError, match="cannot be stored.*orig_size"):
+        build(
+            raw,
+            tmp_path / "c",
+            BuildConfig(annotations="yolo", arrays={"orig_size": str(tmp_path / "npy")}, **QUIET),
+        )
+
+
+def test_a_huge_class_index_is_a_bad_row_or_one_line_never_a_billion_names(raw, tmp_path):
+    (raw / "data.yaml").unlink()
+    label = raw / "labels" / "img_00003.txt"
+    label.write_text(label.read_text() + "99999999 0.5 0.5 0.2 0.2\n")
+    m = build(raw, tmp_path / "c", BuildConfig(annotations="yolo", pipeline="none", **QUIET)).manifest
+    assert len(m.classes) == 3 and any(
+        "99999999 is not a known class" in d["reason"] for d in m.source["dropped"]
+    )
+    csv = tmp_path / "l.csv"
+    csv.write_text("images/img_00001.png,99999999\n")
+    with pytest.raises(UsageError, match="past the 1048576 classes"):
+        build(raw, tmp_path / "d", BuildConfig(labels=str(csv), **QUIET))
+
+
+def test_fast_decode_with_coco_boxes_or_masks_is_refused(raw, tmp_path):
+    for options in ({"annotations": str(raw / "coco.json")}, {"masks": str(raw / "masks")}):
+        with pytest.raises(UsageError, match="--fast-decode"):
+            build(raw, tmp_path / "c", BuildConfig(fast_decode=True, **options, **QUIET))
+
+
+def test_a_coco_number_too_large_for_a_float_is_a_bad_box(raw, tmp_path):
+    coco = _coco(raw)
+    coco["annotations"].append({**coco["annotations"][0], "id": 777, "bbox": [10**400, 0, 5, 5]})
+    path = tmp_path / "big.json"
+    path.write_text(json.dumps(coco))
+    m = build(raw, tmp_path / "c", BuildConfig(annotations=str(path), pipeline="none", **QUIET)).manifest
+    assert m.source["dropped_count"] == 1 and "not a finite number" in m.source["dropped"][0]["reason"]
+
+
+def test_a_yolo_split_is_built_from_its_images_folder(raw, tmp_path):
+    for kind in ("images", "labels"):
+        (raw / kind / "train").mkdir()
+        for p in sorted((raw / kind).glob("img_0000[0-5].*")):
+            p.rename(raw / kind / "train" / p.name)
+    m = build(
+        raw / "images" / "train", tmp_path / "c", BuildConfig(annotations="yolo", pipeline="none", **QUIET)
+    ).manifest
+    assert m.num_samples == 6 and m.classes == tuple(object_classes(3))  # data.yaml at the dataset's root
+    whole = _boxes_by_source(tmp_path / "c")
+    assert sum(len(b) for b, _ in whole.values()) > 0
+
+
+def test_a_label_file_that_is_not_a_file_skips_its_image(raw, tmp_path):
+    import os
+
+    (raw / "labels" / "img_00004.txt").unlink()
+    os.mkfifo(raw / "labels" / "img_00004.txt")
+    m = build(raw, tmp_path / "c", BuildConfig(annotations="yolo", pipeline="none", **QUIET)).manifest
+    (skip,) = m.skipped
+    assert skip.path == "images/img_00004.png" and "not a regular file" in skip.reason
+
+
+def test_an_image_folder_with_masks_keeps_the_class_in_the_target(tmp_path):
+    for c in ("cat", "dog"):
+        (tmp_path / "raw" / c).mkdir(parents=True)
+        (tmp_path / "masks" / c).mkdir(parents=True)
+        cv2.imwrite(str(tmp_path / "raw" / c / "a.png"), np.full((20, 30, 3), 90, np.uint8))
+        cv2.imwrite(str(tmp_path / "masks" / c / "a.png"), np.ones((20, 30), np.uint8))
+    build(
+        tmp_path / "raw", tmp_path / "c", BuildConfig(masks=str(tmp_path / "masks"), pipeline="none", **QUIET)
+    )
+    ds = CachedDataset(tmp_path / "c")
+    assert sorted(ds[i][1]["label"] for i in range(2)) == [0, 1] and set(ds.fields) == {"label", "mask"}
+
+
+def test_yolo_rows_leave_crowds_out_and_padded_batches_normalise_by_the_padded_size(raw, tmp_path):
+    from cachekit import make_loader
+
+    coco = _coco(raw)
+    for ann in coco["annotations"]:
+        ann["iscrowd"] = 1 if ann["id"] % 2 else 0
+    path = tmp_path / "crowd.json"
+    path.write_text(json.dumps(coco))
+    build(raw, tmp_path / "c", BuildConfig(annotations=str(path), pipeline="none", **QUIET))
+    images, rows, sizes = next(iter(make_loader(tmp_path / "c", 4, shuffle=False, pad=True, collate="yolo")))
+    _, dicts, _ = next(iter(make_loader(tmp_path / "c", 4, shuffle=False, pad=True)))
+    kept = [d["boxes"][d["iscrowd"] == 0] for d in dicts]
+    assert len(rows) == sum(len(b) for b in kept)
+    h, w = images.shape[-2:]
+    for i, b in enumerate(kept):
+        np.testing.assert_allclose(
+            rows[rows[:, 0] == i][:, 2].numpy(), ((b[:, 0] + b[:, 2]) / 2 / w).numpy(), atol=1e-6
+        )
+
+
+def test_transforms_moves_pixels_and_targets_together(raw, tmp_path):
+    import torch
+
+    build(raw, tmp_path / "c", BuildConfig(annotations="yolo", pipeline="letterbox-640", size=64, **QUIET))
+
+    def halve(image, target):
+        return image[:, ::2, ::2], {**target, "boxes": target["boxes"] / 2}
+
+    ds = CachedDataset(tmp_path / "c", transforms=halve)
+    image, target = ds[0]
+    plain_image, plain_target = CachedDataset(tmp_path / "c")[0]
+    assert image.shape == (3, 32, 32) and torch.equal(target["boxes"], plain_target["boxes"] / 2)
+    with pytest.warns(UserWarning, match="transform= sees only the image"):
+        CachedDataset(tmp_path / "c", transform=lambda x: x)
+
+
+def _rewrite_pt(cache, change):
+    """Change a .pt shard's columns with ``change(columns)`` and make the manifest agree, as an attacker would."""
+    import torch
+
+    from cachekit.store.atomic import sha256_path
+
+    manifest = json.loads((cache / "manifest.json").read_text())
+    info = manifest["shards"][0]
+    path = cache / info["file"]
+    columns = torch.load(path, weights_only=True)
+    change(columns)
+    with open(path, "wb") as fh:
+        torch.save(columns, fh)
+    info["bytes"], info["sha256"] = path.stat().st_size, sha256_path(path)
+    (cache / "manifest.json").write_text(json.dumps(manifest))
+
+
+def test_a_mask_of_another_size_or_a_png_bomb_in_a_shard_is_refused_before_it_is_decoded(raw, tmp_path):
+    import torch
+
+    from cachekit import CacheError, make_loader
+    from cachekit.store.fields import encode_mask
+
+    build(
+        raw, tmp_path / "c", BuildConfig(masks=str(raw / "masks"), pipeline="none", shard_size=100, **QUIET)
+    )
+
+    def swap_first_mask(columns, mask):
+        data, offsets = columns["mask__png"].numpy(), columns["mask__offsets"].numpy()
+        new = encode_mask(mask)
+        columns["mask__png"] = torch.from_numpy(np.concatenate([new, data[offsets[1] :]]))
+        columns["mask__offsets"] = torch.from_numpy(
+            np.concatenate([[0], offsets[1:] - offsets[1] + len(new)])
+        )
+
+    _rewrite_pt(tmp_path / "c", lambda cols: swap_first_mask(cols, np.zeros((10, 10), np.uint8)))
+    with pytest.raises(CacheError, match="a stored mask is 10x10"):
+        CachedDataset(tmp_path / "c")[0]
+    with pytest.raises(CacheError, match="a stored mask is 10x10"):
+        list(make_loader(tmp_path / "c", 12, shuffle=False, augment=[RandomResizedCrop(16)]))
+    assert "a stored mask is 10x10" in verify(tmp_path / "c").problems[0].problem
+    bomb = encode_mask(np.zeros((20000, 20000), np.uint8))  # a few hundred KB declaring 400 MB
+    _rewrite_pt(tmp_path / "c", lambda cols: swap_first_mask(cols, np.zeros((1, 1), np.uint8)))
+    _rewrite_pt(tmp_path / "c", lambda cols: cols.update(
+        mask__png=torch.from_numpy(np.concatenate([bomb, cols["mask__png"].numpy()[cols["mask__offsets"].numpy()[1]:]])),
+        mask__offsets=torch.from_numpy(np.concatenate([[0], cols["mask__offsets"].numpy()[1:]
+                                                       - cols["mask__offsets"].numpy()[1] + len(bomb)]))))  # fmt: skip
+    with pytest.raises(CacheError, match="a stored mask is 20000x20000"):
+        CachedDataset(tmp_path / "c")[0]

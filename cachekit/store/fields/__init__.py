@@ -33,6 +33,8 @@ __all__ = [
     "encode_mask",
     "decode_mask",
     "field_columns",
+    "target_keys",
+    "check_field_name",
     "GEOMETRIC_KINDS",
 ]
 
@@ -63,8 +65,7 @@ class FieldSpec:
 
     @classmethod
     def from_json(cls, name: Any, obj: Any, where: str) -> FieldSpec:
-        if not isinstance(name, str) or not _NAME.match(name) or "__" in name:
-            raise CacheError(f"{where}: bad field name {short(name)}")
+        check_field_name(name, set(), where)
         if not isinstance(obj, dict):
             raise CacheError(f"{where}: expected an object, got {short(obj)}")
         kind = obj.get("kind")
@@ -72,6 +73,23 @@ class FieldSpec:
             raise CacheError(f"{where}.kind: expected one of {', '.join(FIELD_KINDS)}, got {short(kind)}")
         params = {k: v for k, v in obj.items() if k != "kind"}
         return cls(kind, FIELD_KINDS[kind].check_params(params, where))
+
+
+def target_keys(name: str, spec: FieldSpec) -> tuple[str, ...]:
+    """The keys a field gives a sample's target dict: a boxes field three, any other its name."""
+    if spec.kind == "boxes":
+        return (
+            (name, "classes", "iscrowd") if name == "boxes" else (name, f"{name}_classes", f"{name}_iscrowd")
+        )
+    return (name,)
+
+
+def check_field_name(name: str, taken: set[str], where: str) -> None:
+    """A field name a manifest may hold: lowercase, no ``__``, not a key another field's target uses."""
+    if not isinstance(name, str) or not _NAME.match(name) or "__" in name:
+        raise CacheError(f"{where}: bad field name {short(name)} (lowercase letters, digits and single _)")
+    if name in taken:
+        raise CacheError(f"{where}: field name {name!r} is taken by another field or column")
 
 
 def field_columns(fields: dict[str, FieldSpec]) -> dict[str, Column]:

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ...errors import CacheError
-from ..limits import MAX_EXTRA_BYTES, short
+from ..limits import MAX_ARRAY_BYTES, short
 from .base import Column, ColumnReader, column_name, pack_ragged, ragged_rows
 
 __all__ = ["ArrayKind", "ARRAY_DTYPES"]
@@ -38,8 +38,8 @@ class ArrayKind:
         ):
             raise CacheError(f"{where}.shape: expected up to 8 sizes or nulls, got {short(shape)}")
         fixed = [v for v in shape if v is not None]
-        if math.prod(fixed) * int(dtype[2:]) > MAX_EXTRA_BYTES:
-            raise CacheError(f"{where}.shape: {shape} is over {MAX_EXTRA_BYTES} bytes a sample")
+        if math.prod(fixed) * int(dtype[2:]) > MAX_ARRAY_BYTES:
+            raise CacheError(f"{where}.shape: {shape} is over {MAX_ARRAY_BYTES} bytes a sample")
         return {"dtype": dtype, "shape": list(shape)}
 
     @staticmethod
@@ -84,7 +84,7 @@ class ArrayKind:
         out = []
         for row, (flat,) in zip(rows, found):
             shape = tuple(int(v) for v in shapes[row])
-            if math.prod(shape) != len(flat):
+            if any(d < 0 for d in shape) or math.prod(shape) != len(flat):
                 raise CacheError(f"{name!r}: a stored array does not have the shape {list(shape)} it records")
             out.append(np.array(flat).reshape(shape))
         return out

@@ -28,9 +28,21 @@ def encode_mask(mask: np.ndarray) -> np.ndarray:
     return buf.reshape(-1)
 
 
-def decode_mask(data: np.ndarray, where: str) -> np.ndarray:
-    """PNG bytes back to a uint8 ``[H, W]`` class map; anything else is a CacheError."""
-    mask = cv2.imdecode(np.asarray(data, dtype=np.uint8), cv2.IMREAD_UNCHANGED) if len(data) else None
+_PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def decode_mask(data: np.ndarray, where: str, hw: tuple[int, int] | None = None) -> np.ndarray:
+    """PNG bytes back to a uint8 ``[H, W]`` class map of the size ``hw`` its image has; anything else
+    is a CacheError. The size is read from the PNG's header before anything is decoded, so a small
+    entry declaring a huge image costs nothing."""
+    data = np.asarray(data, dtype=np.uint8)
+    head = data[:24].tobytes()
+    if len(head) < 24 or head[:8] != _PNG or head[12:16] != b"IHDR":
+        raise CacheError(f"{where}: a stored mask is not a PNG file")
+    width, height = int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
+    if hw is not None and (height, width) != tuple(int(v) for v in hw):
+        raise CacheError(f"{where}: a stored mask is {width}x{height}, its image {hw[1]}x{hw[0]}")
+    mask = cv2.imdecode(data, cv2.IMREAD_UNCHANGED)
     if mask is None or mask.ndim != 2 or mask.dtype != np.uint8:
         raise CacheError(f"{where}: a stored mask does not decode to a uint8 class map")
     return mask
