@@ -1,9 +1,10 @@
 """``ShardAwareDistributedSampler``: DistributedSampler semantics, class-mixed batches, a new order every pass.
 
 An epoch's order is one global sequence of sample indices, a function of (seed, epoch) alone:
-the shards in a shuffled order, their samples shuffled within windows of ``window`` samples, so
-reads stay within a few shards at a time (sequential I/O, a warm page cache, few downloads). That
-is only safe when every shard is itself a mix of classes (caches built in the default shuffled
+the shards in a shuffled order, their samples shuffled within blocks of ``window`` samples (whole
+shards; the first blocks of an epoch one or two shards), so reads stay within a few shards at a
+time (sequential I/O, a warm page cache, few downloads, a first batch after one shard). That is
+only safe when every shard is itself a mix of classes (caches built in the default shuffled
 order); for other caches the window is the whole dataset, a uniform shuffle.
 
 Position ``p`` of the sequence goes to rank ``p % world``, as in torch's ``DistributedSampler``.
@@ -26,13 +27,14 @@ from .order import (
     default_window,
     epoch_order,
     node_partitions,
+    pad_position,
     slot_of_rank,
     spread_groups,
 )
 
 __all__ = ["ShardAwareDistributedSampler", "epoch_order", "default_window"]
 
-_STATE_VERSION = 2
+_STATE_VERSION = 3  # 3: blocks of whole shards, node partitions of fixed samples
 
 
 class ShardAwareDistributedSampler(Sampler[int]):
@@ -42,15 +44,18 @@ class ShardAwareDistributedSampler(Sampler[int]):
     repeating the start of the order when it does not divide evenly (as torch does), or truncated
     with ``drop_last``. The order is a function of (seed, epoch) alone.
 
-    - ``window``: samples shuffled together (default: ``default_window``: a few shards' worth for
-      class-mixed caches, the whole dataset otherwise).
+    - ``window``: samples shuffled together, in blocks of whole shards (default:
+      ``default_window``: a few shards' worth for class-mixed caches, the whole dataset
+      otherwise). On class-mixed caches (or a window under the dataset) the first blocks of an
+      epoch hold 1, 1, 2, 4, ... shards, so the first batches need few shards.
     - ``auto_epoch`` (default True): each new pass over the sampler is the next epoch, so a plain
       ``for epoch ...: for batch in loader`` reshuffles; ``set_epoch(e)`` still sets it exactly.
     - ``group_size`` (default: the dataset's augmented variants per input) keeps each input's
       variants on one rank in an epoch, never in one batch.
-    - ``partitions`` (default: one per node for caches on object storage, else 1): the shards
-      are split into that many fixed sets and each node's ranks read their own, so a node reads
-      the same shards every epoch and its node-local shard cache stays warm.
+    - ``partitions`` (default: one per node for caches on object storage, else 1): the samples
+      are split into that many fixed sets of whole shards (and at most two shared parts of shards
+      at the cuts) and each node's ranks read their own, every epoch, padded within it as torch
+      pads: a node reads the same shards every epoch and its node-local shard cache stays warm.
     - ``group_spread`` (default 64; ``make_loader`` passes its batch size): samples between two
       variants of one input, so that they never share a batch.
     - ``state_dict``/``load_state_dict`` resume mid-epoch exactly; with another world size too
@@ -89,6 +94,8 @@ class ShardAwareDistributedSampler(Sampler[int]):
         self.window = int(window) if window is not None else default_window(dataset, self.dataset_len)
         if self.window < 1:
             raise ValueError(f"window must be at least 1 sample, got {window}")
+        #: The first blocks of an epoch small (safe when shards are class-mixed, or asked for by a window).
+        self.ramp = bool(getattr(dataset, "shards_mixed", False)) or self.window < self.dataset_len
         self.group_size = int(group_size or getattr(dataset, "group_size", 1))
         if self.group_size < 1 or self.dataset_len % self.group_size:
             raise ValueError(f"group_size {self.group_size} does not divide the {self.dataset_len} samples")
@@ -144,21 +151,22 @@ class ShardAwareDistributedSampler(Sampler[int]):
         self.epoch = int(epoch)
         self._fresh = True
 
-    def order(self) -> np.ndarray:
-        """The current epoch's unit order, before dealing (every rank computes the same)."""
+    def order(self, epoch: int | None = None) -> np.ndarray:
+        """An epoch's unit order (default: the current one), before dealing (every rank computes the same)."""
         return epoch_order(
             self.shard_offsets,
             self.seed,
-            self.epoch,
+            self.epoch if epoch is None else int(epoch),
             self.shuffle,
             self.window,
             self.group_size,
             self.partitions,
+            self.ramp,
         )
 
-    def _dealt(self) -> np.ndarray:
+    def _dealt(self, epoch: int | None = None) -> np.ndarray:
         """Variants of one input per rank: position ``p`` of the result belongs to rank ``p % world``."""
-        units, world, g = self.order(), self.num_replicas, self.group_size
+        units, world, g = self.order(epoch), self.num_replicas, self.group_size
         per = self.num_samples
         seqs = []
         for r in range(world):
@@ -168,17 +176,27 @@ class ShardAwareDistributedSampler(Sampler[int]):
             seqs.append(seq)
         return np.stack(seqs, axis=1).reshape(-1) if seqs and per else np.zeros(0, dtype=np.int64)
 
-    def indices(self) -> np.ndarray:
-        """This rank's indices for the next pass, in order (from the resume position, if any)."""
-        world, start = self.num_replicas, self._start
+    def indices(self, epoch: int | None = None, start: int | None = None) -> np.ndarray:
+        """This rank's indices for the next pass, in order (from the resume position, if any), or
+        for ``epoch`` from global position ``start`` (default 0)."""
+        world = self.num_replicas
+        if epoch is None:
+            epoch, start = self.epoch, self._start
+        start = int(start or 0)
         if self.group_size > 1:
-            return self._dealt()[start + self.rank :: world]
-        order = self.order()
-        rest = order[min(start, len(order)) :]
-        total = self._per_rank(len(rest)) * world
-        if len(rest) < total:  # pad by repeating the start of the epoch's order, as torch does
-            rest = np.concatenate([rest, np.resize(order, total - len(rest))])
-        return rest[self._slot : total : world]
+            return self._dealt(epoch)[start + self.rank :: world]
+        order = self.order(epoch)
+        start = min(start, len(order))
+        total = self._per_rank(len(order) - start) * world
+        positions = np.arange(start + self._slot, start + total, world, dtype=np.int64)
+        past = positions >= len(order)  # pad by repeating the start of the order, as torch does,
+        if past.any():  # with samples of the partition the rank reads
+            positions[past] = [pad_position(p, len(order), self.partitions) for p in positions[past].tolist()]
+        return order[positions]
+
+    def next_indices(self) -> np.ndarray:
+        """This rank's indices in the epoch after the current pass (downloads and eviction plan with them)."""
+        return self.indices(self.epoch + 1, 0)
 
     def __iter__(self) -> Iterator[int]:
         if not self._fresh:  # a new pass with no set_epoch since the last one
