@@ -25,6 +25,7 @@ from ..store.remote import is_url
 from .assemble import BatchRequest, assemble
 from .batch import SampleBatch, stack_images
 from .buffers import BufferPool
+from .pins import shards_per_batch
 from .readers import ReaderPool, default_max_open
 from .remotecache import RemoteShards
 
@@ -197,17 +198,18 @@ class CachedDataset(Dataset):
 
     # -- downloads ahead (caches on object storage) ---------------------------------------------
 
-    def check_batch_shards(self, batch_size: int, window: int, processes: int) -> None:
+    def check_batch_shards(
+        self, batch_size: int, window: int, processes: int, *, world: int = 1, partitions: int = 1
+    ) -> None:
         """For a cache on object storage: refuse batches that would pin more shards than fit.
 
-        A batch draws from the shards of a window of ``window`` samples, so it may touch up to
-        ``min(batch_size, shards in a window + 1)`` shards, each pinned while it is read.
+        Each of ``processes`` reading processes on the node pins the shards of the batch it reads:
+        at most ``feed.pins.shards_per_batch`` of them (blocks of ``window`` samples, ``world``
+        ranks over ``partitions`` node partitions).
         """
         if self._remote is None:
             return
-        counts = np.diff(self.shard_offsets)
-        smallest = max(1, int(counts[counts > 0].min(initial=1)))
-        touched = min(int(batch_size), len(counts), -(-int(window) // smallest) + 1)
+        touched = shards_per_batch(self.shard_offsets, batch_size, window, world=world, partitions=partitions)
         self._remote.check_pins(touched, processes)
 
     def plan_reads(self, indices) -> None:

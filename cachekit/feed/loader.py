@@ -260,7 +260,13 @@ def make_loader(
         group_spread=batch_size,  # an input's augmented variants never share a batch
     )
     if hasattr(dataset, "check_batch_shards"):  # a cache on object storage: its node cache must hold
-        dataset.check_batch_shards(batch_size, sampler.window, local_world_size() * max(1, workers))
+        dataset.check_batch_shards(
+            batch_size,
+            sampler.window,
+            local_world_size() * max(1, workers),
+            world=world,
+            partitions=sampler.partitions,
+        )
     mean = std = None
     if normalize:
         mean, std = dataset.manifest.mean, dataset.manifest.std
