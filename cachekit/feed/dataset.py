@@ -7,6 +7,7 @@ small and forked workers share no file handles and grow no copy-on-read memory.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -272,18 +273,26 @@ class CachedDataset(Dataset):
         labels = np.empty(len(idx), dtype=np.int64)
         readers: list = [None] * len(idx)
         borrowed = []
+        needed = np.unique(shards).tolist()
         try:
-            for shard in np.unique(shards).tolist():
-                pos = np.flatnonzero(shards == shard)
-                reader = self._readers.borrow(shard, lambda shard=shard: self._open_reader(shard))
-                borrowed.append(reader)
-                labels[pos] = reader.column("labels", local[pos])
-                for j in pos.tolist():
-                    readers[j] = reader
+            with self._waiting(needed):
+                for shard in needed:
+                    pos = np.flatnonzero(shards == shard)
+                    reader = self._readers.borrow(shard, lambda shard=shard: self._open_reader(shard))
+                    borrowed.append(reader)
+                    labels[pos] = reader.column("labels", local[pos])
+                    for j in pos.tolist():
+                        readers[j] = reader
             return assemble(self, request, readers, local, labels)
         finally:
             for reader in borrowed:  # an evicted reader closes here, with the batch read
                 self._readers.release(reader)
+
+    def _waiting(self, shards: list[int]):
+        """A cache on object storage: the shards of a batch not on the node are demanded together."""
+        if self._remote is None:
+            return contextlib.nullcontext()
+        return self._remote.waiting([self.manifest.shards[k] for k in shards])
 
     def extras(self, index: int) -> dict[str, np.ndarray]:
         """Per-sample extras of one sample (``orig_size``; ``scale`` and ``pad`` for letterbox)."""

@@ -4,19 +4,24 @@ Safe under fork and spawn: the fsspec filesystem is made afresh in each process 
 instances hold an event loop and sessions that a forked child must not use), and nothing of it
 pickles. Shards come from the node-local ``NodeShardCache`` (one download per shard per node);
 a reader's shard is pinned while the reader is open; a ``ShardFetcher`` in the process that
-plans the order fetches upcoming shards in the background.
+plans the order fetches upcoming shards in the background, giving the link to any reader of the
+node that waits for a shard (``linkshare``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 from ..cpus import local_world_size
 from ..errors import CacheError, UsageError
+from ..store.atomic import path_size
 from ..store.manifest import Manifest, ShardInfo
 from ..store.remote import access_error, filesystem
 from .ahead import ShardFetcher
+from .linkshare import Background, Demand
 from .shardcache import NodeShardCache
 
 __all__ = ["RemoteShards"]
@@ -39,6 +44,7 @@ class RemoteShards:
         self.manifest = manifest
         self.largest = max(s.bytes for s in manifest.shards)
         self.cache = NodeShardCache(local_cache, local_cache_bytes, manifest.fingerprint, self.largest)
+        self.demand = Demand(self.cache.folder)
         self._fs = self._root = None
         self._fs_pid = None
         self._fetcher: ShardFetcher | None = None
@@ -85,9 +91,34 @@ class RemoteShards:
             more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
             raise CacheError(f"{self.url}: shard files missing: {', '.join(missing[:3])}{more}")
 
+    def on_node(self, info: ShardInfo) -> bool:
+        """True when the node holds a whole copy of ``info`` (renamed into place: checked when fetched)."""
+        try:
+            return path_size(self.cache.path(info)) == info.bytes
+        except OSError:
+            return False
+
+    @contextlib.contextmanager
+    def waiting(self, infos: list[ShardInfo]) -> Iterator[None]:
+        """While a batch reads ``infos``: those not on the node yet are demanded together, so that
+        downloads ahead of any of them carry on and every other download ahead gives way."""
+        missing = [info.file for info in infos if not self.on_node(info)]
+        if not missing:
+            yield
+            return
+        self.cache._own_folder()
+        with self.demand.waiting(*missing):
+            yield
+
     def pin(self, info: ShardInfo) -> Path:
+        """The node's copy of ``info``, pinned; while it has to be fetched, downloads ahead on the
+        node give this one the link."""
         fs, root = self.filesystem()
-        return self.cache.pin(fs, root, info)
+        if self.on_node(info):
+            return self.cache.pin(fs, root, info)
+        self.cache._own_folder()  # made (private, marked) by the cache: the demand marks live there
+        with self.demand.waiting(info.file):
+            return self.cache.pin(fs, root, info)
 
     def unpin(self, info: ShardInfo) -> None:
         self.cache.unpin(info.file)
@@ -96,7 +127,9 @@ class RemoteShards:
 
     def _fetch(self, shard: int) -> None:
         fs, root = self.filesystem()
-        self.cache.fetch(fs, root, self.manifest.shards[shard])
+        info = self.manifest.shards[shard]
+        if not self.on_node(info):
+            self.cache.fetch(Background(fs, self.demand, info.file), root, info)
 
     def fetcher(self, shard_offsets) -> ShardFetcher:
         if self._fetcher is None:

@@ -259,3 +259,44 @@ def test_folder_shards_stream_and_verify_from_s3(s3_endpoint, mixed_tree, tmp_pa
     images, labels = ds.read_batch(range(len(ds)))
     assert torch.equal(images, expected[0]) and torch.equal(labels, expected[1])
     assert verify("s3://datasets/zarr").ok
+
+
+@pytest.fixture(scope="module")
+def mixed_s3_cache(s3_endpoint, tmp_path_factory) -> tuple[str, Path]:
+    """96 samples in 12 class-mixed shards of 8 (the default shuffled build), on S3."""
+    from cachekit.tools.synthetic import make_synthetic_folder
+
+    root = tmp_path_factory.mktemp("mixed_s3")
+    raw = make_synthetic_folder(root / "raw", 96, classes=6, size=(40, 40), seed=11)
+    build(raw, root / "cache", BuildConfig(size=40, shard_size=8, workers=1, progress=False))
+    s3fs.S3FileSystem(anon=False).put(str(root / "cache") + "/", "datasets/mixed", recursive=True)
+    return "s3://datasets/mixed", root / "cache"
+
+
+def test_the_first_batch_comes_after_its_own_shards_not_the_lookahead(
+    mixed_s3_cache, throttled_link, tmp_path, monkeypatch
+):
+    from cachekit.feed import linkshare
+    from cachekit.store import remote
+
+    monkeypatch.setattr(remote, "_PART", 8192)  # shards of many ranged GETs, as big shards are
+    monkeypatch.setattr(linkshare, "BACKGROUND_PIECE_BYTES", 4096)
+    url, local = mixed_s3_cache
+    shard_bytes = int(np.median([s.bytes for s in read_manifest(local).shards]))
+    link = throttled_link(20 * shard_bytes, 0.002)  # a shard's download alone: 1/20 s
+    ds = CachedDataset(url, local_cache=tmp_path / "lc")
+    loader = make_loader(ds, 24, seed=1)
+    assert ds._remote.fetcher(ds.shard_offsets).ahead >= 8  # the lookahead: every shard at once
+    start = link.carried(time.monotonic() + 1)  # the manifest
+    it = iter(loader)
+    next(it)
+    first = time.monotonic()
+    shards = np.searchsorted(ds.shard_offsets, loader.sampler.last_indices[:24], side="right") - 1
+    need_bytes = sum(ds.manifest.shards[k].bytes for k in set(shards.tolist()))
+    carried = link.carried(first) - start
+    # the link carried the batch's shards and at most a few small pieces of downloads ahead first
+    # (before downloads ahead gave way, the lookahead's first 8 shards went at once, the batch's among them)
+    assert carried <= need_bytes + linkshare.BACKGROUND_REQUESTS * 4096 * 2, (carried, need_bytes)
+    rest = [y for _, labels in it for y in labels.tolist()]
+    assert len(rest) + 24 == 96 and not ds._remote.fetcher(ds.shard_offsets).errors
+    assert sorted(ds._remote.cache.downloads()) == sorted(s.file for s in ds.manifest.shards)
