@@ -300,3 +300,52 @@ def test_the_first_batch_comes_after_its_own_shards_not_the_lookahead(
     rest = [y for _, labels in it for y in labels.tolist()]
     assert len(rest) + 24 == 96 and not ds._remote.fetcher(ds.shard_offsets).errors
     assert sorted(ds._remote.cache.downloads()) == sorted(s.file for s in ds.manifest.shards)
+
+
+def _node_rank(rank, world, local, port, url, root, epochs, results):
+    import torch.distributed as dist
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), LOCAL_WORLD_SIZE=str(local))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        node = rank // local  # each simulated node has a node cache folder of its own
+        ds = CachedDataset(url, local_cache=Path(root) / f"node{node}")
+        loader = make_loader(ds, 4, seed=2)
+        out = {"partitions": loader.sampler.partitions, "epochs": [], "downloads": []}
+        for _ in range(epochs):
+            labels = [int(y) for _, batch in loader for y in batch]
+            assert len(labels) == len(loader.sampler.last_indices)
+            out["epochs"].append(loader.sampler.last_indices.tolist())
+            dist.barrier()  # every rank of the node has finished the epoch's downloads
+            out["downloads"].append(len(ds._remote.cache.downloads()))
+            dist.barrier()
+        results[rank] = out
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_after_the_first_epoch_a_node_whose_partition_fits_downloads_nothing(mixed_s3_cache, tmp_path):
+    import torch.multiprocessing as tmp_mp
+
+    url, local_cache = mixed_s3_cache
+    offsets = CachedDataset(local_cache).shard_offsets
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    results = tmp_mp.Manager().dict()
+    world, local, epochs = 4, 2, 3  # two nodes of two ranks
+    tmp_mp.spawn(_node_rank, args=(world, local, port, url, str(tmp_path), epochs, results), nprocs=world)
+    got = [results[r] for r in range(world)]
+    assert {g["partitions"] for g in got} == {2}
+    for epoch in range(epochs):  # every sample exactly once an epoch (96 divides by 4 ranks)
+        seen = sorted(i for g in got for i in g["epochs"][epoch])
+        assert seen == list(range(96))
+    for node in range(2):
+        ranks = got[node * local : (node + 1) * local]
+        read = [{i for g in ranks for i in g["epochs"][e]} for e in range(epochs)]
+        assert read[0] == read[1] == read[2]  # the same samples every epoch
+        shards = set((np.searchsorted(offsets, sorted(read[0]), side="right") - 1).tolist())
+        downloads = ranks[0]["downloads"]
+        assert downloads[0] == len(shards) < 12  # its partition's shards, once each
+        assert downloads[1] == downloads[2] == downloads[0]  # and nothing after the first epoch
