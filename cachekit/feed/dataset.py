@@ -213,10 +213,16 @@ class CachedDataset(Dataset):
         touched = shards_per_batch(self.shard_offsets, batch_size, window, world=world, partitions=partitions)
         self._remote.check_pins(touched, processes)
 
-    def plan_reads(self, indices) -> None:
-        """This process will read ``indices`` in this order: fetch their shards ahead of need."""
+    def block_shards(self, processes: int = 1) -> int | None:
+        """Shards the sampler shuffles together by default on object storage, ``processes`` reading
+        processes on the node pinning theirs (None: a local cache)."""
+        return None if self._remote is None else self._remote.block_shards(processes)
+
+    def plan_reads(self, indices, following: Callable[[], np.ndarray] | None = None) -> None:
+        """This process will read ``indices`` in this order (then ``following()``'s, the next
+        epoch's): fetch their shards ahead of need, and let the node cache evict by that order."""
         if self._remote is not None and len(indices):
-            self._remote.fetcher(self.shard_offsets).plan(indices)
+            self._remote.fetcher(self.shard_offsets).plan(indices, following)
 
     def reading(self, indices) -> None:
         """A batch of ``indices`` is being read now: the lookahead moves past its shards."""

@@ -23,6 +23,7 @@ from ..cpus import available_cpus, local_world_size
 from .assemble import BatchRequest
 from .batch import collate_batch, collate_padded
 from .device import DeviceStage, check_device
+from .order import default_window
 from .prefetch import Prefetcher
 from .sampler import ShardAwareDistributedSampler
 from .transforms import Plan, compile_plan
@@ -70,7 +71,8 @@ class _Requests:
         first = True
         for batch in self.batches:  # the sampler has begun its pass, so its epoch is this pass's
             if first and hasattr(self.dataset, "plan_reads"):  # shards on object storage: fetch ahead
-                self.dataset.plan_reads(getattr(self.sampler, "last_indices", batch))
+                following = getattr(self.sampler, "next_indices", None)  # and evict by the order
+                self.dataset.plan_reads(getattr(self.sampler, "last_indices", batch), following)
             first = False
             if hasattr(self.dataset, "reading"):
                 self.dataset.reading(batch)
@@ -248,6 +250,9 @@ def make_loader(
         prefetch_thread = workers == 0
     if pin_memory is None:
         pin_memory = torch.cuda.is_available() and (device is None or device.type == "cuda")
+    processes = local_world_size() * max(1, workers)  # reading processes on this node
+    if window is None and callable(getattr(dataset, "block_shards", None)):  # blocks the node cache holds
+        window = default_window(dataset, len(dataset), processes)
     sampler = ShardAwareDistributedSampler(
         dataset,
         num_replicas=world,
@@ -263,7 +268,7 @@ def make_loader(
         dataset.check_batch_shards(
             batch_size,
             sampler.window,
-            local_world_size() * max(1, workers),
+            processes,
             world=world,
             partitions=sampler.partitions,
         )

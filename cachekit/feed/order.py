@@ -34,18 +34,22 @@ __all__ = [
 DEFAULT_GROUP_SPREAD = 64
 
 
-def default_window(dataset, samples: int) -> int:
+def default_window(dataset, samples: int, processes: int = 1) -> int:
     """Samples shuffled together by default.
 
     Caches whose shards are class-mixed (built in the default shuffled order) are shuffled in
     blocks: ``SHUFFLE_BLOCK_SHARDS`` shards' worth on object storage (few shards to download and
-    pin at once), ``SHUFFLE_WINDOW_SAMPLES`` on a local disk; any other cache is shuffled whole.
+    pin at once; fewer when the node cache could not hold two blocks, or ``processes`` reading
+    processes' pins: ``dataset.block_shards(processes)``),
+    ``SHUFFLE_WINDOW_SAMPLES`` on a local disk; any other cache is shuffled whole.
     """
     if not getattr(dataset, "shards_mixed", False):
         return max(1, samples)
     offsets = getattr(dataset, "shard_offsets", None)
     if getattr(dataset, "url", None) and offsets is not None and len(offsets) > 1:
-        return max(1, SHUFFLE_BLOCK_SHARDS * int(np.median(np.diff(offsets))))
+        fit = getattr(dataset, "block_shards", None)  # fewer for a tight limit
+        shards = fit(processes) if callable(fit) else SHUFFLE_BLOCK_SHARDS
+        return max(1, int(shards) * int(np.median(np.diff(offsets))))
     return SHUFFLE_WINDOW_SAMPLES
 
 

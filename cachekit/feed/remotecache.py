@@ -15,12 +15,14 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+from ..constants import SHUFFLE_BLOCK_SHARDS
 from ..cpus import local_world_size
 from ..errors import CacheError, UsageError
 from ..store.atomic import path_size
 from ..store.manifest import Manifest, ShardInfo
 from ..store.remote import access_error, filesystem
 from .ahead import ShardFetcher
+from .eviction import PlanBoard
 from .linkshare import Background, Demand
 from .shardcache import NodeShardCache
 
@@ -45,6 +47,8 @@ class RemoteShards:
         self.largest = max(s.bytes for s in manifest.shards)
         self.cache = NodeShardCache(local_cache, local_cache_bytes, manifest.fingerprint, self.largest)
         self.demand = Demand(self.cache.folder)
+        self.board = PlanBoard(self.cache.folder, [s.file for s in manifest.shards])
+        self.cache.eviction_order = self.board.order  # the shard needed furthest ahead goes first
         self._fs = self._root = None
         self._fs_pid = None
         self._fetcher: ShardFetcher | None = None
@@ -61,6 +65,13 @@ class RemoteShards:
             self._fs_pid = os.getpid()
             self._fetcher = None
         return self._fs, self._root
+
+    def block_shards(self, processes: int = 1) -> int:
+        """Shards to shuffle together by default: ``SHUFFLE_BLOCK_SHARDS``, or fewer when the node
+        cache could not hold a block being read and the next one being fetched (plus one), or the
+        two blocks a batch may straddle in each of ``processes`` reading processes."""
+        fits = self.cache.max_bytes // max(1, self.largest)
+        return max(1, min(SHUFFLE_BLOCK_SHARDS, (fits - 1) // 2, fits // (2 * max(1, processes)) - 1))
 
     def readers_that_fit(self) -> int:
         """Open readers (pinned shards) one process may hold so that the node's ranks fit the limit."""
@@ -128,13 +139,24 @@ class RemoteShards:
     def _fetch(self, shard: int) -> None:
         fs, root = self.filesystem()
         info = self.manifest.shards[shard]
-        if not self.on_node(info):
-            self.cache.fetch(Background(fs, self.demand, info.file), root, info)
+        if self.on_node(info):
+            return
+        if not self.board.worth_fetching(info.file, info.bytes, self.cache._entries(), self.cache.max_bytes):
+            return  # it would push out copies needed before it: the read that needs it fetches it
+        self.cache.fetch(Background(fs, self.demand, info.file), root, info)
 
     def fetcher(self, shard_offsets) -> ShardFetcher:
         if self._fetcher is None:
             # a quarter of this rank's share of the node cache ahead, whatever the shard size
             share = self.cache.max_bytes // (4 * local_world_size())
             ahead = max(1, min(256, share // max(1, self.largest)))
-            self._fetcher = ShardFetcher(self._fetch, shard_offsets, ahead=ahead, concurrency=8)
+            self.cache._own_folder()  # the plan board lives there
+            self._fetcher = ShardFetcher(
+                self._fetch,
+                shard_offsets,
+                ahead=ahead,
+                concurrency=8,
+                on_plan=self.board.publish,
+                on_advance=self.board.advance,
+            )
         return self._fetcher

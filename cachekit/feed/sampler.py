@@ -91,7 +91,9 @@ class ShardAwareDistributedSampler(Sampler[int]):
         self.dataset_len = int(self.shard_offsets[-1])
         self.num_replicas, self.rank = num_replicas, rank
         self.shuffle, self.seed, self.drop_last = shuffle, int(seed), drop_last
-        self.window = int(window) if window is not None else default_window(dataset, self.dataset_len)
+        if window is None:
+            window = default_window(dataset, self.dataset_len, local_world_size())
+        self.window = int(window)
         if self.window < 1:
             raise ValueError(f"window must be at least 1 sample, got {window}")
         #: The first blocks of an epoch small (safe when shards are class-mixed, or asked for by a window).

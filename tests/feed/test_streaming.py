@@ -349,3 +349,26 @@ def test_after_the_first_epoch_a_node_whose_partition_fits_downloads_nothing(mix
         downloads = ranks[0]["downloads"]
         assert downloads[0] == len(shards) < 12  # its partition's shards, once each
         assert downloads[1] == downloads[2] == downloads[0]  # and nothing after the first epoch
+
+
+@pytest.mark.slow
+def test_a_limit_of_a_third_of_the_cache_downloads_close_to_the_fewest(s3_endpoint, tmp_path):
+    from cachekit.feed.eviction import fewest_downloads
+    from cachekit.tools.synthetic import make_synthetic_folder
+
+    raw = make_synthetic_folder(tmp_path / "raw", 480, classes=6, size=(24, 24), seed=3)
+    build(raw, tmp_path / "c", BuildConfig(size=24, shard_size=16, workers=1, progress=False))  # 30 shards
+    s3fs.S3FileSystem(anon=False).put(str(tmp_path / "c") + "/", "datasets/third", recursive=True)
+    shards = read_manifest(tmp_path / "c").shards
+    limit = sum(s.bytes for s in shards) // 3
+    ds = CachedDataset("s3://datasets/third", local_cache=tmp_path / "lc", local_cache_bytes=limit)
+    loader = make_loader(ds, 8, seed=4, workers=2)
+    used = []  # the shards in the order the epochs use them
+    for _ in range(3):
+        assert sum(len(labels) for _, labels in loader) == 480
+        order = np.searchsorted(ds.shard_offsets, loader.sampler.last_indices, side="right") - 1
+        used += order[np.concatenate([[True], order[1:] != order[:-1]])].tolist()
+    fewest = fewest_downloads(used, {k: s.bytes for k, s in enumerate(shards)}, limit)
+    downloads = len(ds._remote.cache.downloads())
+    # least recently used first made 1.2x the fewest here (the next epoch's first shards were gone)
+    assert downloads <= 1.1 * fewest, (downloads, fewest)
