@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -273,7 +273,14 @@ class CachedDataset(Dataset):
 
     def read_request(self, request: BatchRequest) -> SampleBatch:
         """A batch as ``make_loader`` asks for it: read, and augmented if its plan says so."""
-        idx, shards = self._locate(request)
+        with self.borrowed_rows(request) as (readers, local, labels):
+            return assemble(self, request, readers, local, labels)
+
+    @contextlib.contextmanager
+    def borrowed_rows(self, indices) -> Iterator[tuple[list, np.ndarray, np.ndarray]]:
+        """``(readers, rows, labels)`` of ``indices``: sample ``j`` is row ``rows[j]`` of
+        ``readers[j]``, borrowed from the reader pool until the block ends."""
+        idx, shards = self._locate(indices)
         self._check_process()
         local = idx - self.shard_offsets[shards]
         labels = np.empty(len(idx), dtype=np.int64)
@@ -289,7 +296,7 @@ class CachedDataset(Dataset):
                     labels[pos] = reader.column("labels", local[pos])
                     for j in pos.tolist():
                         readers[j] = reader
-            return assemble(self, request, readers, local, labels)
+            yield readers, local, labels
         finally:
             for reader in borrowed:  # an evicted reader closes here, with the batch read
                 self._readers.release(reader)

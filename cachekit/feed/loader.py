@@ -274,7 +274,7 @@ def make_loader(
         )
     mean = std = None
     if normalize:
-        mean, std = dataset.manifest.mean, dataset.manifest.std
+        mean, std = getattr(dataset, "normalization", None) or (dataset.manifest.mean, dataset.manifest.std)
     stage = DeviceStage(device, dtype=dtype, mean=mean, std=std, channels_last=channels_last)
     if workers > 0:
         mode = f"{workers} worker processes"

@@ -91,13 +91,18 @@ class ShardAwareDistributedSampler(Sampler[int]):
         self.dataset_len = int(self.shard_offsets[-1])
         self.num_replicas, self.rank = num_replicas, rank
         self.shuffle, self.seed, self.drop_last = shuffle, int(seed), drop_last
+        #: A dataset that orders its own epochs (``cachekit.mix``): ``epoch_order(seed, epoch, ...)``.
+        self._order_of = getattr(dataset, "epoch_order", None)
         if window is None:
-            window = default_window(dataset, self.dataset_len, local_world_size())
-        self.window = int(window)
-        if self.window < 1:
+            own = self._order_of is not None
+            window = dataset.windows if own else default_window(dataset, self.dataset_len, local_world_size())
+        self.window = [int(w) for w in window] if isinstance(window, (list, tuple)) else int(window)
+        if min(self.window if isinstance(self.window, list) else [self.window]) < 1:
             raise ValueError(f"window must be at least 1 sample, got {window}")
         #: The first blocks of an epoch small (safe when shards are class-mixed, or asked for by a window).
-        self.ramp = bool(getattr(dataset, "shards_mixed", False)) or self.window < self.dataset_len
+        self.ramp = bool(getattr(dataset, "shards_mixed", False)) or (
+            isinstance(self.window, int) and self.window < self.dataset_len
+        )
         self.group_size = int(group_size or getattr(dataset, "group_size", 1))
         if self.group_size < 1 or self.dataset_len % self.group_size:
             raise ValueError(f"group_size {self.group_size} does not divide the {self.dataset_len} samples")
@@ -110,13 +115,14 @@ class ShardAwareDistributedSampler(Sampler[int]):
         if partitions > 1 and self.group_size > 1:
             raise ValueError("an augmented cache's variants are dealt per rank: use partitions=1")
         self._local = local
+        self._most_partitions = int(getattr(dataset, "max_partitions", self.dataset_len))
         self._set_partitions(partitions)
         self._own_partitions = None if explicit_partitions else self.partitions  # the default: later epochs
         self.group_spread = DEFAULT_GROUP_SPREAD if group_spread is None else int(group_spread)
         if self.group_spread < 1:
             raise ValueError(f"group_spread must be at least 1 sample, got {group_spread}")
         manifest = getattr(dataset, "manifest", None)
-        self.fingerprint = getattr(manifest, "fingerprint", None)
+        self.fingerprint = getattr(dataset, "fingerprint", None) or getattr(manifest, "fingerprint", None)
         self.auto_epoch = auto_epoch
         self.epoch = 0
         self._sizes()
@@ -126,7 +132,8 @@ class ShardAwareDistributedSampler(Sampler[int]):
         self.last_indices = np.zeros(0, dtype=np.int64)
 
     def _set_partitions(self, partitions: int) -> None:
-        self.partitions = min(int(partitions), max(1, len(self.shard_offsets) - 1))
+        most = min(len(self.shard_offsets) - 1, self._most_partitions)
+        self.partitions = min(int(partitions), max(1, most))
         self._slot = slot_of_rank(self.rank, self.num_replicas, self.partitions, self._local)
 
     def _sizes(self) -> None:
@@ -155,6 +162,9 @@ class ShardAwareDistributedSampler(Sampler[int]):
 
     def order(self, epoch: int | None = None) -> np.ndarray:
         """An epoch's unit order (default: the current one), before dealing (every rank computes the same)."""
+        if self._order_of is not None:
+            epoch = self.epoch if epoch is None else int(epoch)
+            return self._order_of(self.seed, epoch, self.shuffle, self.window, self.partitions)
         return epoch_order(
             self.shard_offsets,
             self.seed,
