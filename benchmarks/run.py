@@ -15,6 +15,7 @@ Suites (sizes are flags; defaults fit a 2-core laptop in a few minutes):
           and distinct classes per shard against a uniform draw
   rss     DataLoader worker memory over 10k- and 100k-sample caches (no copy-on-read growth)
   feed, jpeg, ffcv, stream   the read path (augmentation at read time, encoded stores, FFCV): feed_suites.py
+  listing a raw folder on (loopback) object storage listed for a build: time and peak memory: listing_suite.py
 
 Every figure is a median (or best) over repeats inside one run and is printed with the command
 that reproduced it; ratios, not absolute numbers, are what carry over to other machines.
@@ -329,7 +330,8 @@ def rss(args, root):
     return out
 
 
-import feed_suites  # noqa: E402,F401  (registers the read-path suites: feed, jpeg, mix, ffcv)
+import feed_suites  # noqa: E402,F401  (registers the read-path suites: feed, jpeg, ffcv, stream)
+import listing_suite  # noqa: E402,F401  (registers listing)
 
 
 def main() -> None:
@@ -349,6 +351,15 @@ def main() -> None:
         type=int,
         default=256,
         help="stream suite: samples shuffled together (16,384 of ImageNet's 1.28M)",
+    )
+    parser.add_argument(
+        "--listing-objects", type=int, nargs="+", default=[10_000, 100_000], help="listing suite: objects"
+    )
+    parser.add_argument(
+        "--listing-find-max",
+        type=int,
+        default=100_000,
+        help="listing suite: largest listing also done by fs.find",
     )
     parser.add_argument("--json", default=None, help="write every figure here")
     parser.add_argument("--workdir", default=None, help="keep generated data here between runs")
