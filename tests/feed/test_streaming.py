@@ -372,3 +372,51 @@ def test_a_limit_of_a_third_of_the_cache_downloads_close_to_the_fewest(s3_endpoi
     downloads = len(ds._remote.cache.downloads())
     # least recently used first made 1.2x the fewest here (the next epoch's first shards were gone)
     assert downloads <= 1.1 * fewest, (downloads, fewest)
+
+
+def _read_slowly(url: str, folder: str, started) -> None:
+    """A reader on a slow link (a ranged GET of 4 KB every 50 ms) that will be killed mid-download."""
+    import s3fs as s3
+
+    from cachekit.feed import linkshare
+    from cachekit.store import remote
+
+    original = s3.S3FileSystem.cat_file
+
+    def slow(self, path, start=None, end=None, **kwargs):
+        time.sleep(0.05)
+        return original(self, path, start=start, end=end, **kwargs)
+
+    s3.S3FileSystem.cat_file = slow
+    remote._PART, linkshare.BACKGROUND_PIECE_BYTES = 4096, 4096
+    ds = CachedDataset(url, local_cache=folder)
+    it = iter(make_loader(ds, 8, seed=1))
+    started.set()
+    for _ in it:
+        pass
+
+
+@pytest.mark.slow
+def test_a_reader_killed_mid_download_leaves_nothing_in_the_way(mixed_s3_cache, tmp_path):
+    import multiprocessing as mp
+    import signal
+
+    url, local = mixed_s3_cache
+    ctx = mp.get_context("spawn")
+    started = ctx.Event()
+    proc = ctx.Process(target=_read_slowly, args=(url, str(tmp_path / "lc"), started))
+    proc.start()
+    assert started.wait(120)
+    deadline = time.monotonic() + 60  # downloading: a partial shard, its plan and its demand marks
+    while time.monotonic() < deadline and not list((tmp_path / "lc").glob("*/.shard-*.part")):
+        time.sleep(0.02)
+    folder = next(p for p in (tmp_path / "lc").iterdir() if p.is_dir())
+    assert list(folder.glob(".shard-*.part")) and list(folder.glob(".plan-*"))
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.join()
+    ds = CachedDataset(url, local_cache=tmp_path / "lc")
+    expected = sorted(CachedDataset(local).read_batch(range(96))[1].tolist())
+    assert sorted(y for _, labels in make_loader(ds, 8, seed=2) for y in labels.tolist()) == expected
+    assert not list(folder.glob(".shard-*.part"))  # the dead reader's partial download is gone
+    plans = list(folder.glob(".plan-*"))
+    assert len(plans) == 1 and str(os.getpid()) in plans[0].name  # and its plan: only ours is left
