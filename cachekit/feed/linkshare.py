@@ -6,7 +6,7 @@ shared ``flock`` on the node cache folder's ``.demand.lock`` and on the shard's 
 ``Background``, which fetches in small ranged GETs (``BACKGROUND_PIECE_BYTES``), a few at a time
 per process (``BACKGROUND_REQUESTS``), and before each one waits while any reader on the node
 waits for a shard, unless that shard is the very one it fetches (it is then the reader's
-download). So the link carries at most a few small background requests ahead of the bytes a
+download, and goes as fast as one). So the link carries at most a few small background requests ahead of the bytes a
 reader waits for, however many shards are being fetched ahead: the first batch comes in about one
 shard's time, not a lookahead's.
 """
@@ -109,21 +109,24 @@ class Background:
     def __getattr__(self, attr: str):
         return getattr(self._fs, attr)
 
-    def _must_wait(self) -> bool:
-        return self._demand.anyone() and not self._demand.wanted(self._name)
-
     def _get(self, path: str, start: int | None, end: int | None, kwargs: dict) -> bytes:
-        """One ranged GET, sent only when a slot is free and no reader waits for another shard
-        (checked with the slot held: a request that queued for a slot checks again)."""
+        """One ranged GET: at once when a reader waits for this very shard (it is the reader's
+        download now), else only with a slot free and no reader waiting for another shard (checked
+        with the slot held: a request that queued for a slot checks again)."""
         began = None
         while True:
+            if self._demand.wanted(self._name):
+                break
             with _slots:
-                if not self._must_wait():
+                if not self._demand.anyone():
                     if began is not None:
                         self.yielded_s += time.monotonic() - began
                     return self._fs.cat_file(path, start=start, end=end, **kwargs)
             began = began or time.monotonic()
             time.sleep(_POLL_S)
+        if began is not None:
+            self.yielded_s += time.monotonic() - began
+        return self._fs.cat_file(path, start=start, end=end, **kwargs)
 
     def cat_file(self, path: str, start: int | None = None, end: int | None = None, **kwargs) -> bytes:
         if start is None or end is None:
