@@ -30,6 +30,7 @@ BACKGROUND_PIECE_BYTES = env_int("CACHEKIT_BACKGROUND_PIECE_BYTES", 2 * 1024 * 1
 #: Ranged GETs of downloads ahead in flight at once, per process.
 BACKGROUND_REQUESTS = env_int("CACHEKIT_BACKGROUND_REQUESTS", 4)
 _DEMAND = ".demand.lock"
+_PROBE = ".demand-probe.lock"
 _POLL_S = 0.005
 
 _slots = threading.BoundedSemaphore(max(1, BACKGROUND_REQUESTS))
@@ -75,17 +76,26 @@ class Demand:
                 os.close(fd)
 
     def _held(self, name: str | None) -> bool:
+        """Whether a reader holds the mark: an exclusive lock on it fails. Probes take turns (a
+        node-wide probe lock): two probing at once would each see the other's probe as a reader."""
         try:
-            fd = _open(self._file(name))
+            guard = _open(self.folder / _PROBE)
         except OSError:  # no folder yet: nobody waits in it
             return False
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(guard, fcntl.LOCK_EX)
+            fd = _open(self._file(name))
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return False
+            except BlockingIOError:
+                return True
+            finally:
+                os.close(fd)
+        except OSError:
             return False
-        except BlockingIOError:
-            return True
         finally:
-            os.close(fd)
+            os.close(guard)
 
     def anyone(self) -> bool:
         """True while some reader on the node waits for a shard of this folder."""
@@ -109,30 +119,36 @@ class Background:
     def __getattr__(self, attr: str):
         return getattr(self._fs, attr)
 
-    def _get(self, path: str, start: int | None, end: int | None, kwargs: dict) -> bytes:
-        """One ranged GET: at once when a reader waits for this very shard (it is the reader's
-        download now), else only with a slot free and no reader waiting for another shard (checked
-        with the slot held: a request that queued for a slot checks again)."""
-        began = None
+    def _next(self, path: str, start: int | None, end: int | None, kwargs: dict) -> tuple[bytes, bool]:
+        """The next bytes from ``start``, and whether they reach ``end``: all of them in one GET while
+        a reader waits for this very shard (it is the reader's download now); else a piece of
+        ``BACKGROUND_PIECE_BYTES``, sent only with a slot free and no reader waiting for another
+        shard (checked with the slot held: a request that queued for a slot checks again)."""
+        waited = None
         while True:
             if self._demand.wanted(self._name):
                 break
             with _slots:
                 if not self._demand.anyone():
-                    if began is not None:
-                        self.yielded_s += time.monotonic() - began
-                    return self._fs.cat_file(path, start=start, end=end, **kwargs)
-            began = began or time.monotonic()
+                    self._yielded(waited)
+                    if start is None or end is None:
+                        return self._fs.cat_file(path, start=start, end=end, **kwargs), True
+                    cut = min(int(end), int(start) + max(1, BACKGROUND_PIECE_BYTES))
+                    return self._fs.cat_file(path, start=start, end=cut, **kwargs), cut >= int(end)
+            waited = waited or time.monotonic()
             time.sleep(_POLL_S)
-        if began is not None:
-            self.yielded_s += time.monotonic() - began
-        return self._fs.cat_file(path, start=start, end=end, **kwargs)
+        self._yielded(waited)
+        return self._fs.cat_file(path, start=start, end=end, **kwargs), True
+
+    def _yielded(self, since: float | None) -> None:
+        if since is not None:
+            self.yielded_s += time.monotonic() - since
 
     def cat_file(self, path: str, start: int | None = None, end: int | None = None, **kwargs) -> bytes:
-        if start is None or end is None:
-            return self._get(path, start, end, kwargs)
-        piece = max(1, BACKGROUND_PIECE_BYTES)
-        return b"".join(
-            self._get(path, lo, min(int(end), lo + piece), kwargs)
-            for lo in range(int(start), int(end), piece)
-        )
+        parts, at = [], start
+        while True:
+            data, done = self._next(path, at, end, kwargs)
+            parts.append(data)
+            if done:
+                return b"".join(parts)
+            at = int(at) + len(data)

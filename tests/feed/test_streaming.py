@@ -285,7 +285,9 @@ def test_the_first_batch_comes_after_its_own_shards_not_the_lookahead(
     shard_bytes = int(np.median([s.bytes for s in read_manifest(local).shards]))
     link = throttled_link(20 * shard_bytes, 0.002)  # a shard's download alone: 1/20 s
     ds = CachedDataset(url, local_cache=tmp_path / "lc")
-    loader = make_loader(ds, 24, seed=1)
+    loader = make_loader(
+        ds, 24, seed=1, prefetch_thread=False
+    )  # the next batch is not read before this one is out
     assert ds._remote.fetcher(ds.shard_offsets).ahead >= 8  # the lookahead: every shard at once
     start = link.carried(time.monotonic() + 1)  # the manifest
     it = iter(loader)
