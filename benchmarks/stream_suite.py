@@ -9,7 +9,6 @@ stream  For each shard size, on a cold node: the first batch against one shard's
 
 from __future__ import annotations
 
-import logging
 import os
 import shutil
 import statistics
@@ -97,6 +96,7 @@ def _one_shard_alone(url: str, ds) -> float:
     folder = tempfile.mkdtemp(prefix="cachekit-one-shard-")
     try:
         fs, root = filesystem(url, fresh=True)
+        fs.info(f"{root}/manifest.json")  # a client that has connected, as the loader's has
         cache = NodeShardCache(folder, None, ds.manifest.fingerprint, info.bytes)
         t0 = time.perf_counter()
         cache.fetch(fs, root, info)
@@ -205,16 +205,39 @@ def _row(url: str, local: Path, args, limit: int | None, label: str) -> dict:
     return row
 
 
+_SERVER = r"""
+import logging, sys
+sys.path.insert(0, sys.argv[1])
+from moto.server import ThreadedMotoServer
+from stream_suite import _ranges_read_in_place
+
+logging.getLogger("werkzeug").setLevel(logging.ERROR)
+_ranges_read_in_place()
+server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+server.start()
+print(*server.get_host_and_port(), flush=True)
+sys.stdin.read()
+server.stop()
+"""
+
+
 @suite
 def stream(args, root):
-    """Throttled loopback S3 (``--link-mb-s``, ``--latency-ms``), a ``--step-ms`` training step."""
-    import s3fs
-    from moto.server import ThreadedMotoServer
+    """Throttled loopback S3 (``--link-mb-s``, ``--latency-ms``), a ``--step-ms`` training step. The
+    S3 server (moto) runs in a process of its own: its CPU time is not the training process's."""
+    import subprocess
+    import sys
 
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
+    import s3fs
+
+    server = subprocess.Popen(
+        [sys.executable, "-c", _SERVER, str(Path(__file__).parent)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    host, port = server.stdout.readline().split()
     os.environ.update(
         AWS_ACCESS_KEY_ID="bench",
         AWS_SECRET_ACCESS_KEY="bench",
@@ -223,7 +246,6 @@ def stream(args, root):
     )
     fs = s3fs.S3FileSystem(anon=False)
     fs.mkdir("bench")
-    _ranges_read_in_place()
     _throttle(s3fs.S3FileSystem, args.latency_ms / 1000, args.link_mb_s * 1e6)
     raw = synthetic_raw(args, root)
     limit = int(args.limit_mb * 1e6) if args.limit_mb else None
@@ -240,7 +262,8 @@ def stream(args, root):
                 third = sum(s.bytes for s in CachedDataset(cache).manifest.shards) // 3
                 rows.append(_row(url, root / f"node-{cache.name}", args, third, "a third"))
     finally:
-        server.stop()
+        server.stdin.close()
+        server.wait(60)
     return {
         "rows": rows,
         "latency_ms": args.latency_ms,

@@ -244,3 +244,18 @@ def throttled_link(s3_endpoint, monkeypatch):
         return link
 
     return make
+
+
+@pytest.fixture(scope="session")
+def mixed_s3_cache(s3_endpoint, tmp_path_factory) -> tuple[str, Path]:
+    """96 samples in 12 class-mixed shards of 8 (the default shuffled build), on S3."""
+    import s3fs
+
+    from cachekit import BuildConfig, build
+    from cachekit.tools.synthetic import make_synthetic_folder
+
+    root = tmp_path_factory.mktemp("mixed_s3")
+    raw = make_synthetic_folder(root / "raw", 96, classes=6, size=(40, 40), seed=11)
+    build(raw, root / "cache", BuildConfig(size=40, shard_size=8, workers=1, progress=False))
+    s3fs.S3FileSystem(anon=False).put(str(root / "cache") + "/", "datasets/mixed", recursive=True)
+    return "s3://datasets/mixed", root / "cache"

@@ -31,7 +31,7 @@ BACKGROUND_PIECE_BYTES = env_int("CACHEKIT_BACKGROUND_PIECE_BYTES", 2 * 1024 * 1
 BACKGROUND_REQUESTS = env_int("CACHEKIT_BACKGROUND_REQUESTS", 4)
 _DEMAND = ".demand.lock"
 _PROBE = ".demand-probe.lock"
-_POLL_S = 0.005
+_POLL_S = 0.02  # how soon a download ahead notices that the link is free again
 
 _slots = threading.BoundedSemaphore(max(1, BACKGROUND_REQUESTS))
 

@@ -6,7 +6,7 @@ the same order without talking to the others. ``ShardAwareDistributedSampler`` d
 The order is built from *pieces*: a whole shard, or the part of one that falls in a node's
 partition. Each epoch the pieces are shuffled and grouped into *blocks* (as MosaicML Streaming's
 block shuffles do): a block holds at most ``window`` samples, and the first blocks of an epoch
-hold 1, 1, 2, 4, ... pieces (the *ramp*), so that the first batches need a shard or two instead of
+hold 1, 1, 2, 3, ... pieces (the *ramp*), so that the first batches need a shard or two instead of
 a whole window of them. Samples are shuffled within their block; blocks follow one another.
 """
 
@@ -84,7 +84,8 @@ def partition_pieces(
 
 def _block_ids(units: np.ndarray, span: int, ramp: bool) -> np.ndarray:
     """The block of each piece, in order: at most ``span`` units a block (one piece at least), and
-    with ``ramp`` at most 1, 1, 2, 4, ... pieces in the first blocks."""
+    with ``ramp`` at most 1, 1, 2, 3, ... pieces in the first blocks: each block one shard more than
+    the last, so the next block downloads while this one is read even on a link nearly full."""
     ids = np.empty(len(units), dtype=np.int64)
     block = count = size = 0
     cap = 1 if ramp else len(units)
@@ -93,7 +94,7 @@ def _block_ids(units: np.ndarray, span: int, ramp: bool) -> np.ndarray:
             block += 1
             count = size = 0
             if ramp:
-                cap = 1 << (block - 1)
+                cap = block
         ids[j] = block
         count += 1
         size += u

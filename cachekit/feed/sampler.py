@@ -47,7 +47,7 @@ class ShardAwareDistributedSampler(Sampler[int]):
     - ``window``: samples shuffled together, in blocks of whole shards (default:
       ``default_window``: a few shards' worth for class-mixed caches, the whole dataset
       otherwise). On class-mixed caches (or a window under the dataset) the first blocks of an
-      epoch hold 1, 1, 2, 4, ... shards, so the first batches need few shards.
+      epoch hold 1, 1, 2, 3, ... shards, so the first batches need few shards.
     - ``auto_epoch`` (default True): each new pass over the sampler is the next epoch, so a plain
       ``for epoch ...: for batch in loader`` reshuffles; ``set_epoch(e)`` still sets it exactly.
     - ``group_size`` (default: the dataset's augmented variants per input) keeps each input's

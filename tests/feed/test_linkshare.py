@@ -6,6 +6,9 @@ import multiprocessing as mp
 import threading
 import time
 
+import numpy as np
+
+from cachekit import CachedDataset, make_loader, read_manifest
 from cachekit.feed import linkshare
 from cachekit.feed.linkshare import Background, Demand
 
@@ -86,3 +89,34 @@ def test_downloads_ahead_keep_a_few_requests_in_flight(tmp_path, monkeypatch):
     for t in threads:
         t.join()
     assert len(fs.calls) == 12 * 20 and fs.most <= linkshare.BACKGROUND_REQUESTS
+
+
+def test_the_first_batch_comes_after_its_own_shards_not_the_lookahead(
+    mixed_s3_cache, throttled_link, tmp_path, monkeypatch
+):
+    from cachekit.feed import linkshare
+    from cachekit.store import remote
+
+    monkeypatch.setattr(remote, "_PART", 8192)  # shards of many ranged GETs, as big shards are
+    monkeypatch.setattr(linkshare, "BACKGROUND_PIECE_BYTES", 4096)
+    url, local = mixed_s3_cache
+    shard_bytes = int(np.median([s.bytes for s in read_manifest(local).shards]))
+    link = throttled_link(20 * shard_bytes, 0.002)  # a shard's download alone: 1/20 s
+    ds = CachedDataset(url, local_cache=tmp_path / "lc")
+    loader = make_loader(
+        ds, 24, seed=1, prefetch_thread=False
+    )  # the next batch is not read before this one is out
+    assert ds._remote.fetcher(ds.shard_offsets).ahead >= 8  # the lookahead: every shard at once
+    start = link.carried(time.monotonic() + 1)  # the manifest
+    it = iter(loader)
+    next(it)
+    first = time.monotonic()
+    shards = np.searchsorted(ds.shard_offsets, loader.sampler.last_indices[:24], side="right") - 1
+    need_bytes = sum(ds.manifest.shards[k].bytes for k in set(shards.tolist()))
+    carried = link.carried(first) - start
+    # the link carried the batch's shards and at most a few small pieces of downloads ahead first
+    # (before downloads ahead gave way, the lookahead's first 8 shards went at once, the batch's among them)
+    assert carried <= need_bytes + linkshare.BACKGROUND_REQUESTS * 4096 * 2, (carried, need_bytes)
+    rest = [y for _, labels in it for y in labels.tolist()]
+    assert len(rest) + 24 == 96 and not ds._remote.fetcher(ds.shard_offsets).errors
+    assert sorted(ds._remote.cache.downloads()) == sorted(s.file for s in ds.manifest.shards)

@@ -261,49 +261,6 @@ def test_folder_shards_stream_and_verify_from_s3(s3_endpoint, mixed_tree, tmp_pa
     assert verify("s3://datasets/zarr").ok
 
 
-@pytest.fixture(scope="module")
-def mixed_s3_cache(s3_endpoint, tmp_path_factory) -> tuple[str, Path]:
-    """96 samples in 12 class-mixed shards of 8 (the default shuffled build), on S3."""
-    from cachekit.tools.synthetic import make_synthetic_folder
-
-    root = tmp_path_factory.mktemp("mixed_s3")
-    raw = make_synthetic_folder(root / "raw", 96, classes=6, size=(40, 40), seed=11)
-    build(raw, root / "cache", BuildConfig(size=40, shard_size=8, workers=1, progress=False))
-    s3fs.S3FileSystem(anon=False).put(str(root / "cache") + "/", "datasets/mixed", recursive=True)
-    return "s3://datasets/mixed", root / "cache"
-
-
-def test_the_first_batch_comes_after_its_own_shards_not_the_lookahead(
-    mixed_s3_cache, throttled_link, tmp_path, monkeypatch
-):
-    from cachekit.feed import linkshare
-    from cachekit.store import remote
-
-    monkeypatch.setattr(remote, "_PART", 8192)  # shards of many ranged GETs, as big shards are
-    monkeypatch.setattr(linkshare, "BACKGROUND_PIECE_BYTES", 4096)
-    url, local = mixed_s3_cache
-    shard_bytes = int(np.median([s.bytes for s in read_manifest(local).shards]))
-    link = throttled_link(20 * shard_bytes, 0.002)  # a shard's download alone: 1/20 s
-    ds = CachedDataset(url, local_cache=tmp_path / "lc")
-    loader = make_loader(
-        ds, 24, seed=1, prefetch_thread=False
-    )  # the next batch is not read before this one is out
-    assert ds._remote.fetcher(ds.shard_offsets).ahead >= 8  # the lookahead: every shard at once
-    start = link.carried(time.monotonic() + 1)  # the manifest
-    it = iter(loader)
-    next(it)
-    first = time.monotonic()
-    shards = np.searchsorted(ds.shard_offsets, loader.sampler.last_indices[:24], side="right") - 1
-    need_bytes = sum(ds.manifest.shards[k].bytes for k in set(shards.tolist()))
-    carried = link.carried(first) - start
-    # the link carried the batch's shards and at most a few small pieces of downloads ahead first
-    # (before downloads ahead gave way, the lookahead's first 8 shards went at once, the batch's among them)
-    assert carried <= need_bytes + linkshare.BACKGROUND_REQUESTS * 4096 * 2, (carried, need_bytes)
-    rest = [y for _, labels in it for y in labels.tolist()]
-    assert len(rest) + 24 == 96 and not ds._remote.fetcher(ds.shard_offsets).errors
-    assert sorted(ds._remote.cache.downloads()) == sorted(s.file for s in ds.manifest.shards)
-
-
 def _node_rank(rank, world, local, port, url, root, epochs, results):
     import torch.distributed as dist
 
@@ -351,29 +308,6 @@ def test_after_the_first_epoch_a_node_whose_partition_fits_downloads_nothing(mix
         downloads = ranks[0]["downloads"]
         assert downloads[0] == len(shards) < 12  # its partition's shards, once each
         assert downloads[1] == downloads[2] == downloads[0]  # and nothing after the first epoch
-
-
-@pytest.mark.slow
-def test_a_limit_of_a_third_of_the_cache_downloads_close_to_the_fewest(s3_endpoint, tmp_path):
-    from cachekit.feed.eviction import fewest_downloads
-    from cachekit.tools.synthetic import make_synthetic_folder
-
-    raw = make_synthetic_folder(tmp_path / "raw", 480, classes=6, size=(24, 24), seed=3)
-    build(raw, tmp_path / "c", BuildConfig(size=24, shard_size=16, workers=1, progress=False))  # 30 shards
-    s3fs.S3FileSystem(anon=False).put(str(tmp_path / "c") + "/", "datasets/third", recursive=True)
-    shards = read_manifest(tmp_path / "c").shards
-    limit = sum(s.bytes for s in shards) // 3
-    ds = CachedDataset("s3://datasets/third", local_cache=tmp_path / "lc", local_cache_bytes=limit)
-    loader = make_loader(ds, 8, seed=4, workers=2)
-    used = []  # the shards in the order the epochs use them
-    for _ in range(3):
-        assert sum(len(labels) for _, labels in loader) == 480
-        order = np.searchsorted(ds.shard_offsets, loader.sampler.last_indices, side="right") - 1
-        used += order[np.concatenate([[True], order[1:] != order[:-1]])].tolist()
-    fewest = fewest_downloads(used, {k: s.bytes for k, s in enumerate(shards)}, limit)
-    downloads = len(ds._remote.cache.downloads())
-    # least recently used first made 1.2x the fewest here (the next epoch's first shards were gone)
-    assert downloads <= 1.1 * fewest, (downloads, fewest)
 
 
 def _read_slowly(url: str, folder: str, started) -> None:
