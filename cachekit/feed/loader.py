@@ -23,7 +23,7 @@ from ..cpus import available_cpus, local_world_size
 from .assemble import BatchRequest
 from .batch import collate_batch, collate_padded
 from .device import DeviceStage, check_device
-from .order import default_window
+from .order import default_window, node_partitions
 from .prefetch import Prefetcher
 from .sampler import ShardAwareDistributedSampler
 from .transforms import Plan, compile_plan
@@ -252,7 +252,8 @@ def make_loader(
         pin_memory = torch.cuda.is_available() and (device is None or device.type == "cuda")
     processes = local_world_size() * max(1, workers)  # reading processes on this node
     if window is None and callable(getattr(dataset, "block_shards", None)):  # blocks the node cache holds
-        window = default_window(dataset, len(dataset), processes)
+        nodes = partitions if partitions is not None else node_partitions(dataset, world, local_world_size())
+        window = default_window(dataset, len(dataset), processes, nodes)
     sampler = ShardAwareDistributedSampler(
         dataset,
         num_replicas=world,

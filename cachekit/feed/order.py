@@ -34,14 +34,16 @@ __all__ = [
 DEFAULT_GROUP_SPREAD = 64
 
 
-def default_window(dataset, samples: int, processes: int = 1) -> int:
+def default_window(dataset, samples: int, processes: int = 1, partitions: int = 1) -> int:
     """Samples shuffled together by default.
 
     Caches whose shards are class-mixed (built in the default shuffled order) are shuffled in
-    blocks: ``SHUFFLE_BLOCK_SHARDS`` shards' worth on object storage (few shards to download and
-    pin at once; fewer when the node cache could not hold two blocks, or ``processes`` reading
-    processes' pins: ``dataset.block_shards(processes)``),
-    ``SHUFFLE_WINDOW_SAMPLES`` on a local disk; any other cache is shuffled whole.
+    blocks: on object storage ``SHUFFLE_BLOCK_SHARDS`` shards' worth (few shards to download and
+    pin at once), fewer when the node cache could not hold two blocks for ``processes`` reading
+    processes (``dataset.block_shards(processes)``) or when a block would be more than an eighth of
+    a node's partition (a block's shards must all be there before it is read: downloads ahead need
+    a few blocks' time to get ahead of the reader); ``SHUFFLE_WINDOW_SAMPLES`` on a local disk. Any
+    other cache is shuffled whole.
     """
     if not getattr(dataset, "shards_mixed", False):
         return max(1, samples)
@@ -49,7 +51,8 @@ def default_window(dataset, samples: int, processes: int = 1) -> int:
     if getattr(dataset, "url", None) and offsets is not None and len(offsets) > 1:
         fit = getattr(dataset, "block_shards", None)  # fewer for a tight limit
         shards = fit(processes) if callable(fit) else SHUFFLE_BLOCK_SHARDS
-        return max(1, int(shards) * int(np.median(np.diff(offsets))))
+        shards = min(int(shards), (len(offsets) - 1) // (8 * max(1, int(partitions))))
+        return max(1, max(1, shards) * int(np.median(np.diff(offsets))))
     return SHUFFLE_WINDOW_SAMPLES
 
 

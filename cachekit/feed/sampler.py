@@ -91,18 +91,6 @@ class ShardAwareDistributedSampler(Sampler[int]):
         self.dataset_len = int(self.shard_offsets[-1])
         self.num_replicas, self.rank = num_replicas, rank
         self.shuffle, self.seed, self.drop_last = shuffle, int(seed), drop_last
-        #: A dataset that orders its own epochs (``cachekit.mix``): ``epoch_order(seed, epoch, ...)``.
-        self._order_of = getattr(dataset, "epoch_order", None)
-        if window is None:
-            own = self._order_of is not None
-            window = dataset.windows if own else default_window(dataset, self.dataset_len, local_world_size())
-        self.window = [int(w) for w in window] if isinstance(window, (list, tuple)) else int(window)
-        if min(self.window if isinstance(self.window, list) else [self.window]) < 1:
-            raise ValueError(f"window must be at least 1 sample, got {window}")
-        #: The first blocks of an epoch small (safe when shards are class-mixed, or asked for by a window).
-        self.ramp = bool(getattr(dataset, "shards_mixed", False)) or (
-            isinstance(self.window, int) and self.window < self.dataset_len
-        )
         self.group_size = int(group_size or getattr(dataset, "group_size", 1))
         if self.group_size < 1 or self.dataset_len % self.group_size:
             raise ValueError(f"group_size {self.group_size} does not divide the {self.dataset_len} samples")
@@ -112,6 +100,19 @@ class ShardAwareDistributedSampler(Sampler[int]):
             partitions = node_partitions(dataset, num_replicas, local) if self.group_size == 1 else 1
         if partitions < 1:
             raise ValueError(f"partitions must be at least 1, got {partitions}")
+        #: A dataset that orders its own epochs (``cachekit.mix``): ``epoch_order(seed, epoch, ...)``.
+        self._order_of = getattr(dataset, "epoch_order", None)
+        if window is None and self._order_of is not None:
+            window = dataset.windows
+        elif window is None:
+            window = default_window(dataset, self.dataset_len, local, partitions)
+        self.window = [int(w) for w in window] if isinstance(window, (list, tuple)) else int(window)
+        if min(self.window if isinstance(self.window, list) else [self.window]) < 1:
+            raise ValueError(f"window must be at least 1 sample, got {window}")
+        #: The first blocks of an epoch small (safe when shards are class-mixed, or asked for by a window).
+        self.ramp = bool(getattr(dataset, "shards_mixed", False)) or (
+            isinstance(self.window, int) and self.window < self.dataset_len
+        )
         if partitions > 1 and self.group_size > 1:
             raise ValueError("an augmented cache's variants are dealt per rank: use partitions=1")
         self._local = local
