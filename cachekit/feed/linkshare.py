@@ -21,14 +21,9 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from ..constants import env_int
+from ..constants import BACKGROUND_PIECE_BYTES, BACKGROUND_REQUESTS
 
 __all__ = ["Demand", "Background", "BACKGROUND_PIECE_BYTES", "BACKGROUND_REQUESTS"]
-
-#: Bytes of one ranged GET of a download ahead: what a reader may find ahead of it on the link.
-BACKGROUND_PIECE_BYTES = env_int("CACHEKIT_BACKGROUND_PIECE_BYTES", 2 * 1024 * 1024)
-#: Ranged GETs of downloads ahead in flight at once, per process.
-BACKGROUND_REQUESTS = env_int("CACHEKIT_BACKGROUND_REQUESTS", 4)
 _DEMAND = ".demand.lock"
 _PROBE = ".demand-probe.lock"
 _POLL_S = 0.02  # how soon a download ahead notices that the link is free again
