@@ -14,9 +14,12 @@ Suites (sizes are flags; defaults fit a 2-core laptop in a few minutes):
   mix     an ImageNet-sized shuffled plan (1.28M paths, 1,000 classes): planning time, shard sizes,
           and distinct classes per shard against a uniform draw
   rss     DataLoader worker memory over 10k- and 100k-sample caches (no copy-on-read growth)
-  feed, jpeg, ffcv, stream   the read path (augmentation at read time, encoded stores, FFCV): feed_suites.py
+  feed, jpeg, ffcv   the read path (augmentation at read time, encoded stores, FFCV): feed_suites.py
   detect, ceiling   detection feeds (letterbox + flip with boxes) against per-sample loaders, the cost
           of boxes, and antialiased crops against a bare memory map + threads: detect_suites.py
+  stream  a cache on throttled loopback S3: first batch, waiting, downloads, a tight limit: stream_suite.py
+  mixing  cachekit.mix: each source's share of the draws, mixed read speed against each alone: mix_suite.py
+  listing a raw folder on (loopback) object storage listed for a build: time and peak memory: listing_suite.py
 
 Every figure is a median (or best) over repeats inside one run and is printed with the command
 that reproduced it; ratios, not absolute numbers, are what carry over to other machines.
@@ -332,7 +335,10 @@ def rss(args, root):
 
 
 import detect_suites  # noqa: E402,F401  (registers detect, ceiling)
-import feed_suites  # noqa: E402,F401  (registers the read-path suites: feed, jpeg, mix, ffcv)
+import feed_suites  # noqa: E402,F401  (registers the read-path suites: feed, jpeg, ffcv)
+import listing_suite  # noqa: E402,F401  (registers listing)
+import mix_suite  # noqa: E402,F401  (registers mixing)
+import stream_suite  # noqa: E402,F401  (registers stream)
 
 
 def main() -> None:
@@ -350,8 +356,33 @@ def main() -> None:
     parser.add_argument(
         "--window",
         type=int,
-        default=256,
-        help="stream suite: samples shuffled together (16,384 of ImageNet's 1.28M)",
+        default=None,
+        help="stream suite: samples shuffled together (default: make_loader's)",
+    )
+    parser.add_argument(
+        "--limit-mb",
+        type=float,
+        default=None,
+        help="stream suite: the node cache's limit (default: cachekit's)",
+    )
+    parser.add_argument(
+        "--tight-shard-sizes",
+        type=int,
+        nargs="*",
+        default=[128],
+        help="stream suite: shard sizes also run with the node cache limited to a third of the cache",
+    )
+    parser.add_argument(
+        "--mix-draws", type=int, default=100_000, help="mixing suite: draws checked for shares"
+    )
+    parser.add_argument(
+        "--listing-objects", type=int, nargs="+", default=[10_000, 100_000], help="listing suite: objects"
+    )
+    parser.add_argument(
+        "--listing-find-max",
+        type=int,
+        default=100_000,
+        help="listing suite: largest listing also done by fs.find",
     )
     parser.add_argument("--json", default=None, help="write every figure here")
     parser.add_argument("--workdir", default=None, help="keep generated data here between runs")

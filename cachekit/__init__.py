@@ -9,6 +9,7 @@ from .errors import BuildError, CacheError, CachekitError, NotACacheError, Usage
 from .feed.batch import SampleBatch, collate_batch, pad_collate
 from .feed.dataset import CachedDataset
 from .feed.loader import CacheLoader, make_loader, suggest_num_workers
+from .feed.mix import MixedDataset, mix
 from .feed.sampler import ShardAwareDistributedSampler
 from .feed.transforms import (
     CenterCrop,
@@ -32,6 +33,8 @@ __all__ = [
     "BuildResult",
     "build",
     "CachedDataset",
+    "mix",
+    "MixedDataset",
     "SampleBatch",
     "collate_batch",
     "pad_collate",

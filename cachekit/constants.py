@@ -26,6 +26,9 @@ __all__ = [
     "RETIRED_NAME",
     "DEFAULT_GRACE_SECONDS",
     "SHUFFLE_WINDOW_SAMPLES",
+    "SHUFFLE_BLOCK_SHARDS",
+    "BACKGROUND_PIECE_BYTES",
+    "BACKGROUND_REQUESTS",
     "env_int",
     "START_METHOD_ENV",
     "MAX_OPEN_SHARDS",
@@ -124,6 +127,15 @@ DEFAULT_MAX_PIXELS = 178_956_970
 #: Samples the sampler shuffles together on caches whose shards are class-mixed (about 18 ImageNet
 #: shards): reads stay within those shards; other caches are shuffled whole.
 SHUFFLE_WINDOW_SAMPLES = env_int("CACHEKIT_SHUFFLE_WINDOW_SAMPLES", 16384)
+#: Shards shuffled together on caches on object storage whose shards are class-mixed: a batch
+#: then needs, and the node cache pins, a few shards at a time; a class-mixed shard mixes batches.
+SHUFFLE_BLOCK_SHARDS = env_int("CACHEKIT_SHUFFLE_BLOCK_SHARDS", 8)
+
+#: Bytes of one ranged GET of a download ahead from object storage: what a reader waiting for a
+#: shard may find ahead of it on the link, per request in flight.
+BACKGROUND_PIECE_BYTES = env_int("CACHEKIT_BACKGROUND_PIECE_BYTES", 2 * 1024 * 1024)
+#: Ranged GETs of downloads ahead in flight at once, per process.
+BACKGROUND_REQUESTS = env_int("CACHEKIT_BACKGROUND_REQUESTS", 4)
 
 #: Environment variable choosing how build worker processes start (fork, forkserver, spawn).
 START_METHOD_ENV = "CACHEKIT_START_METHOD"

@@ -212,3 +212,67 @@ def learnable_tree(tmp_path_factory) -> Path:
             img = (synthetic_image(rng, h, w) * np.array(tint)).astype(np.uint8)
             cv2.imwrite(str(raw / f"c{c}" / f"{i}.png"), img[..., ::-1])
     return raw
+
+
+class ThrottledLink:
+    """A stand-in for a slow shared link in front of the loopback S3 server: every ranged GET's
+    bytes cross one link of ``bytes_per_s``, one response after another in the order they were
+    served, plus ``latency_s``; ``carried(t)`` counts the bytes the link had delivered by time ``t``."""
+
+    def __init__(self, bytes_per_s: float, latency_s: float = 0.0) -> None:
+        import threading
+
+        self.bytes_per_s, self.latency_s = bytes_per_s, latency_s
+        self.lock = threading.Lock()
+        self.free_at = 0.0
+        self.log: list[tuple[float, str, int]] = []  # (delivered at, path, bytes)
+
+    def carry(self, path: str, size: int) -> None:
+        import time
+
+        with self.lock:
+            begin = max(time.monotonic(), self.free_at)
+            self.free_at = begin + size / self.bytes_per_s
+            done = self.free_at
+            self.log.append((done, path, size))
+        time.sleep(max(0.0, done - time.monotonic()) + self.latency_s)
+
+    def carried(self, until: float) -> int:
+        with self.lock:
+            return sum(size for done, _, size in self.log if done <= until)
+
+
+@pytest.fixture
+def throttled_link(s3_endpoint, monkeypatch):
+    """``make(bytes_per_s, latency_s)``: every s3fs ranged GET of this process goes over a ThrottledLink."""
+    import s3fs
+
+    original = s3fs.S3FileSystem.cat_file
+
+    def make(bytes_per_s: float, latency_s: float = 0.0) -> ThrottledLink:
+        link = ThrottledLink(bytes_per_s, latency_s)
+
+        def cat_file(self, path, start=None, end=None, **kwargs):
+            data = original(self, path, start=start, end=end, **kwargs)
+            link.carry(path, len(data))
+            return data
+
+        monkeypatch.setattr(s3fs.S3FileSystem, "cat_file", cat_file)
+        return link
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def mixed_s3_cache(s3_endpoint, tmp_path_factory) -> tuple[str, Path]:
+    """96 samples in 12 class-mixed shards of 8 (the default shuffled build), on S3."""
+    import s3fs
+
+    from cachekit import BuildConfig, build
+    from cachekit.tools.synthetic import make_synthetic_folder
+
+    root = tmp_path_factory.mktemp("mixed_s3")
+    raw = make_synthetic_folder(root / "raw", 96, classes=6, size=(40, 40), seed=11)
+    build(raw, root / "cache", BuildConfig(size=40, shard_size=8, workers=1, progress=False))
+    s3fs.S3FileSystem(anon=False).put(str(root / "cache") + "/", "datasets/mixed", recursive=True)
+    return "s3://datasets/mixed", root / "cache"

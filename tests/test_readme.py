@@ -75,3 +75,24 @@ def test_the_first_screen_builds_then_trains_and_evaluates(mixed_tree, tmp_path,
         assert result.exit_code == 0, result.output
         assert (tmp_path / "cache" / split / "manifest.json").is_file()
     _train_then_evaluate(_substitute(_python_block("# cachekit"), _ON_THIS_MACHINE))
+
+
+@pytest.mark.slow
+def test_the_mixing_example_draws_both_caches_with_their_classes_apart(mixed_tree, tmp_path):
+    for name in ("photos", "scans"):  # the README's two caches, one recipe
+        build(mixed_tree, tmp_path / name, BuildConfig(size=32, workers=1, progress=False))
+    code = _python_block("**Mixing caches.**")
+    code = _substitute(
+        code,
+        {
+            '"s3://bucket/photos-cache", local_cache="/nvme/shards"': repr(str(tmp_path / "photos")),
+            '"/data/scans-cache"': repr(str(tmp_path / "scans")),
+            "256,": "4,",
+        },
+    )
+    scope: dict = {}
+    exec(compile(code, str(README), "exec"), scope)
+    mixed, loader = scope["mixed"], scope["loader"]
+    labels = torch.cat([y for _, y in loader])
+    assert len(labels) == len(mixed.sources[0]) + len(mixed.sources[1])
+    assert mixed.class_offsets == [0, 2] and set(labels.tolist()) == {0, 1, 2, 3}

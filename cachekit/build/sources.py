@@ -15,8 +15,8 @@ import json
 import os
 import stat
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +25,7 @@ from ..constants import IMAGE_EXTENSIONS, UNREAD_IMAGE_EXTENSIONS
 from ..errors import UsageError
 from ..store.remote import access_error, filesystem, is_url, reach
 from .labels import read_labels_csv
+from .listing import Listing, list_files
 
 __all__ = [
     "Source",
@@ -73,7 +74,7 @@ class Source:
 
     root: Path | str  # a folder, or an fsspec URL
     layout: str  # "imagefolder" | "flat" | "csv"
-    paths: tuple[str, ...]
+    paths: Sequence[str]  # a tuple, or (object storage) a compact ``listing.PathColumn``
     labels: np.ndarray  # int64, -1 when unlabelled
     sizes: np.ndarray  # int64 bytes
     mtimes: np.ndarray  # int64 ns
@@ -369,55 +370,80 @@ def _nonempty(source: Source) -> Source:
     return source
 
 
-def _mtime_ns(info: dict) -> int:
-    """A file's modification time in ns from an fsspec listing; or a number derived from its ETag."""
-    for key in ("mtime", "LastModified", "last_modified", "updated", "created"):
-        value = info.get(key)
-        if isinstance(value, datetime):
-            return int(value.timestamp() * 1e9)
-        if isinstance(value, (int, float)):
-            return int(value * 1e9)
-    tag = str(info.get("ETag") or info.get("etag") or "")
-    return int.from_bytes(hashlib.sha256(tag.encode()).digest()[:7], "big")
-
-
-def remote_files(url: str, storage_options: dict | None) -> dict[str, tuple[int, int]]:
-    """Every file below ``url`` (hidden ones left out): relative path -> (size, mtime_ns)."""
+def _listing(url: str, storage_options: dict | None) -> Listing:
+    """Every file below ``url`` (hidden ones left out), listed a page at a time (``listing``)."""
     fs, base = filesystem(url, storage_options)
     reach(fs, base, url)
     try:
-        found = fs.find(base, detail=True)
+        found = list_files(fs, base)
     except FileNotFoundError:
-        found = {}
+        found = None
     except Exception as exc:  # credentials, endpoint, I/O: one line
         raise access_error(url, exc, UsageError, "list") from None
-    if not found:
+    if found is None or len(found) == 0:
         raise UsageError(f"{url} does not exist or holds no files")
-    files = {}
-    for path, info in found.items():
-        rel = path[len(base) :].lstrip("/")
-        if not rel or info.get("type") == "directory" or any(p.startswith(".") for p in rel.split("/")):
-            continue
-        files[rel] = (int(info.get("size") or 0), _mtime_ns(info))
-    return files
+    return found
+
+
+def remote_files(url: str, storage_options: dict | None) -> dict[str, tuple[int, int]]:
+    """Every file below ``url``: relative path -> (size, stamp), for annotation sources' lookups."""
+    found = _listing(url, storage_options)
+    return dict(zip(found.paths, zip(found.sizes.tolist(), found.stamps.tolist())))
 
 
 def _discover_remote(url: str, labels_csv: str | os.PathLike | None, storage_options: dict | None) -> Source:
-    """``discover`` for a folder on object storage (an fsspec URL): one listing, same layouts."""
-    files = remote_files(url, storage_options)
-    unread = Counter(ext for r in files if (ext := _unread_extension(r)))
+    """``discover`` for a folder on object storage (an fsspec URL): a paged listing (``listing``), same layouts."""
+    found = _listing(url, storage_options)
+    paths = found.paths
+    image = np.zeros(len(paths), dtype=bool)
+    nested = np.zeros(len(paths), dtype=bool)
+    unread: Counter = Counter()
+    tops: dict[str, int] = {}
+    top_of = np.full(len(paths), -1, dtype=np.int64)
+    for i, rel in enumerate(paths):  # one pass, nothing kept per file but these arrays
+        if is_image_name(rel):
+            image[i] = True
+            if "/" in rel:
+                nested[i] = True
+                top_of[i] = tops.setdefault(rel.split("/", 1)[0], len(tops))
+        elif (ext := _unread_extension(rel)) is not None:
+            unread[ext] += 1
+
+    def source(layout: str, rows: np.ndarray, labels: np.ndarray, classes, ignored) -> Source:
+        return _nonempty(
+            Source(
+                root=url,
+                layout=layout,
+                paths=paths.take(rows),
+                labels=np.asarray(labels, dtype=np.int64),
+                sizes=found.sizes[rows],
+                mtimes=found.stamps[rows],
+                classes=tuple(classes),
+                ignored=tuple(ignored),
+                unread=dict(sorted(unread.items())) if layout != "csv" else {},
+            )
+        )
 
     if labels_csv is not None:
-        labels = read_labels_csv(url, Path(labels_csv))
-        rows = [(p, lab, *files[p]) for p, lab in labels.pairs if p in files]
-        ignored = [(p, "unreadable: not found") for p, _ in labels.pairs if p not in files]
-        return _nonempty(labels.attach(table(url, "csv", rows, labels.classes, ignored, {})))
-    images = sorted((r for r in files if is_image_name(r)), key=path_key)
-    nested = [r for r in images if "/" in r]
-    if nested:
-        classes = sorted({r.split("/", 1)[0] for r in nested})
-        index = {c: i for i, c in enumerate(classes)}
-        rows = [(r, index[r.split("/", 1)[0]], *files[r]) for r in nested]
-        ignored = [(r, "outside any class folder") for r in images if "/" not in r]
-        return _nonempty(table(url, "imagefolder", rows, classes, ignored, unread))
-    return _nonempty(table(url, "flat", [(r, -1, *files[r]) for r in images], (), (), unread))
+        table_ = read_labels_csv(url, Path(labels_csv))
+        pairs, classes = table_.pairs, table_.classes
+        wanted = {p: k for k, (p, _) in enumerate(pairs)}
+        at = np.full(len(pairs), -1, dtype=np.int64)
+        for i, rel in enumerate(paths):
+            k = wanted.get(rel)
+            if k is not None:
+                at[k] = i
+        keep = np.flatnonzero(at >= 0)
+        labels = [pairs[k][1] for k in keep.tolist()]
+        ignored = [(pairs[k][0], "unreadable: not found") for k in np.flatnonzero(at < 0).tolist()]
+        return _nonempty(table_.attach(source("csv", at[keep], labels, classes, ignored)))
+    if nested.any():
+        names = sorted(tops)
+        rank = np.empty(len(tops), dtype=np.int64)
+        for label, name in enumerate(names):
+            rank[tops[name]] = label
+        rows = np.flatnonzero(nested)
+        ignored = [(paths[i], "outside any class folder") for i in np.flatnonzero(image & ~nested).tolist()]
+        return source("imagefolder", rows, rank[top_of[rows]], names, ignored)
+    rows = np.flatnonzero(image)
+    return source("flat", rows, np.full(len(rows), -1), (), ())

@@ -7,9 +7,10 @@ small and forked workers share no file handles and grow no copy-on-read memory.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from ..store.remote import is_url
 from .assemble import BatchRequest, assemble
 from .batch import SampleBatch, stack_images
 from .buffers import BufferPool
+from .pins import shards_per_batch
 from .readers import ReaderPool, default_max_open
 from .remotecache import RemoteShards
 from .targets import read_values, sample_target
@@ -226,23 +228,30 @@ class CachedDataset(Dataset):
 
     # -- downloads ahead (caches on object storage) ---------------------------------------------
 
-    def check_batch_shards(self, batch_size: int, window: int, processes: int) -> None:
+    def check_batch_shards(
+        self, batch_size: int, window: int, processes: int, *, world: int = 1, partitions: int = 1
+    ) -> None:
         """For a cache on object storage: refuse batches that would pin more shards than fit.
 
-        A batch draws from the shards of a window of ``window`` samples, so it may touch up to
-        ``min(batch_size, shards in a window + 1)`` shards, each pinned while it is read.
+        Each of ``processes`` reading processes on the node pins the shards of the batch it reads:
+        at most ``feed.pins.shards_per_batch`` of them (blocks of ``window`` samples, ``world``
+        ranks over ``partitions`` node partitions).
         """
         if self._remote is None:
             return
-        counts = np.diff(self.shard_offsets)
-        smallest = max(1, int(counts[counts > 0].min(initial=1)))
-        touched = min(int(batch_size), len(counts), -(-int(window) // smallest) + 1)
+        touched = shards_per_batch(self.shard_offsets, batch_size, window, world=world, partitions=partitions)
         self._remote.check_pins(touched, processes)
 
-    def plan_reads(self, indices) -> None:
-        """This process will read ``indices`` in this order: fetch their shards ahead of need."""
+    def block_shards(self, processes: int = 1) -> int | None:
+        """Shards the sampler shuffles together by default on object storage, ``processes`` reading
+        processes on the node pinning theirs (None: a local cache)."""
+        return None if self._remote is None else self._remote.block_shards(processes)
+
+    def plan_reads(self, indices, following: Callable[[], np.ndarray] | None = None) -> None:
+        """This process will read ``indices`` in this order (then ``following()``'s, the next
+        epoch's): fetch their shards ahead of need, and let the node cache evict by that order."""
         if self._remote is not None and len(indices):
-            self._remote.fetcher(self.shard_offsets).plan(indices)
+            self._remote.fetcher(self.shard_offsets).plan(indices, following)
 
     def reading(self, indices) -> None:
         """A batch of ``indices`` is being read now: the lookahead moves past its shards."""
@@ -305,35 +314,57 @@ class CachedDataset(Dataset):
 
     def read_request(self, request: BatchRequest) -> SampleBatch:
         """A batch as ``make_loader`` asks for it: read, and augmented if its plan says so."""
-        idx, shards = self._locate(request)
+        with self.borrowed_rows(request) as (readers, local, labels):
+            values = self._values(request, readers, local) if self.fields else None
+            return assemble(self, request, readers, local, labels, values)
+
+    def _values(self, indices, readers: list, local: np.ndarray) -> list[dict]:
+        """Each sample's stored field values, read shard by shard from its borrowed reader."""
+        _, shards = self._locate(indices)
+        values: list = [None] * len(local)
+        for shard in np.unique(shards).tolist():
+            pos = np.flatnonzero(shards == shard)
+            found = read_values(
+                self.fields,
+                readers[pos[0]].column,
+                local[pos].tolist(),
+                self.manifest.shards[shard].samples,
+                len(self.manifest.classes),
+            )
+            for j, v in zip(pos.tolist(), found):
+                values[j] = v
+        return values
+
+    @contextlib.contextmanager
+    def borrowed_rows(self, indices) -> Iterator[tuple[list, np.ndarray, np.ndarray]]:
+        """``(readers, rows, labels)`` of ``indices``: sample ``j`` is row ``rows[j]`` of
+        ``readers[j]``, borrowed from the reader pool until the block ends."""
+        idx, shards = self._locate(indices)
         self._check_process()
         local = idx - self.shard_offsets[shards]
         labels = np.empty(len(idx), dtype=np.int64)
         readers: list = [None] * len(idx)
-        values: list | None = [None] * len(idx) if self.fields else None
         borrowed = []
+        needed = np.unique(shards).tolist()
         try:
-            for shard in np.unique(shards).tolist():
-                pos = np.flatnonzero(shards == shard)
-                reader = self._readers.borrow(shard, lambda shard=shard: self._open_reader(shard))
-                borrowed.append(reader)
-                labels[pos] = reader.column("labels", local[pos])
-                for j in pos.tolist():
-                    readers[j] = reader
-                if values is not None:
-                    found = read_values(
-                        self.fields,
-                        reader.column,
-                        local[pos].tolist(),
-                        self.manifest.shards[shard].samples,
-                        len(self.manifest.classes),
-                    )
-                    for j, v in zip(pos.tolist(), found):
-                        values[j] = v
-            return assemble(self, request, readers, local, labels, values)
+            with self._waiting(needed):
+                for shard in needed:
+                    pos = np.flatnonzero(shards == shard)
+                    reader = self._readers.borrow(shard, lambda shard=shard: self._open_reader(shard))
+                    borrowed.append(reader)
+                    labels[pos] = reader.column("labels", local[pos])
+                    for j in pos.tolist():
+                        readers[j] = reader
+            yield readers, local, labels
         finally:
             for reader in borrowed:  # an evicted reader closes here, with the batch read
                 self._readers.release(reader)
+
+    def _waiting(self, shards: list[int]):
+        """A cache on object storage: the shards of a batch not on the node are demanded together."""
+        if self._remote is None:
+            return contextlib.nullcontext()
+        return self._remote.waiting([self.manifest.shards[k] for k in shards])
 
     def extras(self, index: int) -> dict[str, np.ndarray]:
         """Per-sample extras of one sample (``orig_size``; ``scale`` and ``pad`` for letterbox)."""

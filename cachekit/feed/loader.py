@@ -27,6 +27,7 @@ from ..image.geometry import DEFAULT_MIN_VISIBILITY
 from .assemble import BatchRequest
 from .batch import Collate
 from .device import DeviceStage, check_device
+from .order import default_window, node_partitions
 from .prefetch import Prefetcher
 from .sampler import ShardAwareDistributedSampler
 from .shm import ShmTooSmall, shm_shortfall
@@ -75,7 +76,8 @@ class _Requests:
         first = True
         for batch in self.batches:  # the sampler has begun its pass, so its epoch is this pass's
             if first and hasattr(self.dataset, "plan_reads"):  # shards on object storage: fetch ahead
-                self.dataset.plan_reads(getattr(self.sampler, "last_indices", batch))
+                following = getattr(self.sampler, "next_indices", None)  # and evict by the order
+                self.dataset.plan_reads(getattr(self.sampler, "last_indices", batch), following)
             first = False
             if hasattr(self.dataset, "reading"):
                 self.dataset.reading(batch)
@@ -145,7 +147,11 @@ class CacheLoader(DataLoader):
         return self.sampler.state_dict(consumed=self._delivered * (self.batch_size or 1))
 
     def load_state_dict(self, state: dict) -> None:
+        """Resume the saved epoch; a seed chosen for this loader becomes the saved job's (its order
+        and crops continue)."""
         self.sampler.load_state_dict(state)
+        if self._request_options is not None:
+            self._request_options["seed"] = self.sampler.seed
 
 
 def _sizes_of(images: torch.Tensor) -> torch.Tensor:
@@ -326,6 +332,7 @@ def make_loader(
     collate_fn = Collate(pad=pad, targets=collate)
     if collate == "yolo" and not any(f.kind == "boxes" for f in getattr(dataset, "fields", {}).values()):
         raise ValueError('collate="yolo" needs a cache with boxes (cachekit build --annotations)')
+    seed_chosen = seed is None
     seed = resolve_seed(seed, distributed)
     on_device = _choose_augment_on(augment_on, device, plan)
     per_sample = any(
@@ -358,6 +365,10 @@ def make_loader(
         prefetch_thread = workers == 0
     if pin_memory is None:
         pin_memory = torch.cuda.is_available() and (device is None or device.type == "cuda")
+    processes = local_world_size() * max(1, workers)  # reading processes on this node
+    if window is None and callable(getattr(dataset, "block_shards", None)):  # blocks the node cache holds
+        nodes = partitions if partitions is not None else node_partitions(dataset, world, local_world_size())
+        window = default_window(dataset, len(dataset), processes, nodes)
     sampler = ShardAwareDistributedSampler(
         dataset,
         num_replicas=world,
@@ -369,11 +380,18 @@ def make_loader(
         partitions=partitions,
         group_spread=batch_size,  # an input's augmented variants never share a batch
     )
+    sampler.seed_chosen = seed_chosen
     if hasattr(dataset, "check_batch_shards"):  # a cache on object storage: its node cache must hold
-        dataset.check_batch_shards(batch_size, sampler.window, local_world_size() * max(1, workers))
+        dataset.check_batch_shards(
+            batch_size,
+            sampler.window,
+            processes,
+            world=world,
+            partitions=sampler.partitions,
+        )
     mean = std = None
     if normalize:
-        mean, std = dataset.manifest.mean, dataset.manifest.std
+        mean, std = getattr(dataset, "normalization", None) or (dataset.manifest.mean, dataset.manifest.std)
     stage = DeviceStage(device, dtype=dtype, mean=mean, std=std, channels_last=channels_last)
     if workers > 0:
         mode = f"{workers} worker processes"

@@ -4,19 +4,26 @@ Safe under fork and spawn: the fsspec filesystem is made afresh in each process 
 instances hold an event loop and sessions that a forked child must not use), and nothing of it
 pickles. Shards come from the node-local ``NodeShardCache`` (one download per shard per node);
 a reader's shard is pinned while the reader is open; a ``ShardFetcher`` in the process that
-plans the order fetches upcoming shards in the background.
+plans the order fetches upcoming shards in the background, giving the link to any reader of the
+node that waits for a shard (``linkshare``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
+from ..constants import SHUFFLE_BLOCK_SHARDS
 from ..cpus import local_world_size
 from ..errors import CacheError, UsageError
+from ..store.atomic import path_size
 from ..store.manifest import Manifest, ShardInfo
 from ..store.remote import access_error, filesystem
 from .ahead import ShardFetcher
+from .eviction import PlanBoard
+from .linkshare import Background, Demand
 from .shardcache import NodeShardCache
 
 __all__ = ["RemoteShards"]
@@ -39,6 +46,9 @@ class RemoteShards:
         self.manifest = manifest
         self.largest = max(s.bytes for s in manifest.shards)
         self.cache = NodeShardCache(local_cache, local_cache_bytes, manifest.fingerprint, self.largest)
+        self.demand = Demand(self.cache.folder)
+        self.board = PlanBoard(self.cache.folder, [s.file for s in manifest.shards])
+        self.cache.eviction_order = self.board.order  # the shard needed furthest ahead goes first
         self._fs = self._root = None
         self._fs_pid = None
         self._fetcher: ShardFetcher | None = None
@@ -55,6 +65,13 @@ class RemoteShards:
             self._fs_pid = os.getpid()
             self._fetcher = None
         return self._fs, self._root
+
+    def block_shards(self, processes: int = 1) -> int:
+        """Shards to shuffle together by default: ``SHUFFLE_BLOCK_SHARDS``, or fewer when the node
+        cache could not hold a block being read and the next one being fetched (plus one), or the
+        two blocks a batch may straddle in each of ``processes`` reading processes."""
+        fits = self.cache.max_bytes // max(1, self.largest)
+        return max(1, min(SHUFFLE_BLOCK_SHARDS, (fits - 1) // 2, fits // (2 * max(1, processes)) - 1))
 
     def readers_that_fit(self) -> int:
         """Open readers (pinned shards) one process may hold so that the node's ranks fit the limit."""
@@ -85,9 +102,34 @@ class RemoteShards:
             more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
             raise CacheError(f"{self.url}: shard files missing: {', '.join(missing[:3])}{more}")
 
+    def on_node(self, info: ShardInfo) -> bool:
+        """True when the node holds a whole copy of ``info`` (renamed into place: checked when fetched)."""
+        try:
+            return path_size(self.cache.path(info)) == info.bytes
+        except OSError:
+            return False
+
+    @contextlib.contextmanager
+    def waiting(self, infos: list[ShardInfo]) -> Iterator[None]:
+        """While a batch reads ``infos``: those not on the node yet are demanded together, so that
+        downloads ahead of any of them carry on and every other download ahead gives way."""
+        missing = [info.file for info in infos if not self.on_node(info)]
+        if not missing:
+            yield
+            return
+        self.cache._own_folder()
+        with self.demand.waiting(*missing):
+            yield
+
     def pin(self, info: ShardInfo) -> Path:
+        """The node's copy of ``info``, pinned; while it has to be fetched, downloads ahead on the
+        node give this one the link."""
         fs, root = self.filesystem()
-        return self.cache.pin(fs, root, info)
+        if self.on_node(info):
+            return self.cache.pin(fs, root, info)
+        self.cache._own_folder()  # made (private, marked) by the cache: the demand marks live there
+        with self.demand.waiting(info.file):
+            return self.cache.pin(fs, root, info)
 
     def unpin(self, info: ShardInfo) -> None:
         self.cache.unpin(info.file)
@@ -96,12 +138,25 @@ class RemoteShards:
 
     def _fetch(self, shard: int) -> None:
         fs, root = self.filesystem()
-        self.cache.fetch(fs, root, self.manifest.shards[shard])
+        info = self.manifest.shards[shard]
+        if self.on_node(info):
+            return
+        if not self.board.worth_fetching(info.file, info.bytes, self.cache._entries(), self.cache.max_bytes):
+            return  # it would push out copies needed before it: the read that needs it fetches it
+        self.cache.fetch(Background(fs, self.demand, info.file), root, info)
 
     def fetcher(self, shard_offsets) -> ShardFetcher:
         if self._fetcher is None:
             # a quarter of this rank's share of the node cache ahead, whatever the shard size
             share = self.cache.max_bytes // (4 * local_world_size())
             ahead = max(1, min(256, share // max(1, self.largest)))
-            self._fetcher = ShardFetcher(self._fetch, shard_offsets, ahead=ahead, concurrency=8)
+            self.cache._own_folder()  # the plan board lives there
+            self._fetcher = ShardFetcher(
+                self._fetch,
+                shard_offsets,
+                ahead=ahead,
+                concurrency=8,
+                on_plan=self.board.publish,
+                on_advance=self.board.advance,
+            )
         return self._fetcher

@@ -1,9 +1,10 @@
 """``ShardAwareDistributedSampler``: DistributedSampler semantics, class-mixed batches, a new order every pass.
 
 An epoch's order is one global sequence of sample indices, a function of (seed, epoch) alone:
-the shards in a shuffled order, their samples shuffled within windows of ``window`` samples, so
-reads stay within a few shards at a time (sequential I/O, a warm page cache, few downloads). That
-is only safe when every shard is itself a mix of classes (caches built in the default shuffled
+the shards in a shuffled order, their samples shuffled within blocks of ``window`` samples (whole
+shards; the first blocks of an epoch one or two shards), so reads stay within a few shards at a
+time (sequential I/O, a warm page cache, few downloads, a first batch after one shard). That is
+only safe when every shard is itself a mix of classes (caches built in the default shuffled
 order); for other caches the window is the whole dataset, a uniform shuffle.
 
 Position ``p`` of the sequence goes to rank ``p % world``, as in torch's ``DistributedSampler``.
@@ -28,13 +29,14 @@ from .order import (
     default_window,
     epoch_order,
     node_partitions,
+    pad_position,
     slot_of_rank,
     spread_groups,
 )
 
 __all__ = ["ShardAwareDistributedSampler", "epoch_order", "default_window"]
 
-_STATE_VERSION = 2
+_STATE_VERSION = 3  # 3: blocks of whole shards, node partitions of fixed samples
 
 
 class ShardAwareDistributedSampler(Sampler[int]):
@@ -44,15 +46,18 @@ class ShardAwareDistributedSampler(Sampler[int]):
     repeating the start of the order when it does not divide evenly (as torch does), or truncated
     with ``drop_last``. The order is a function of (seed, epoch) alone.
 
-    - ``window``: samples shuffled together (default: ``default_window``: a few shards' worth for
-      class-mixed caches, the whole dataset otherwise).
+    - ``window``: samples shuffled together, in blocks of whole shards (default:
+      ``default_window``: a few shards' worth for class-mixed caches, the whole dataset
+      otherwise). On class-mixed caches (or a window under the dataset) the first blocks of an
+      epoch hold 1, 1, 2, 3, ... shards, so the first batches need few shards.
     - ``auto_epoch`` (default True): each new pass over the sampler is the next epoch, so a plain
       ``for epoch ...: for batch in loader`` reshuffles; ``set_epoch(e)`` still sets it exactly.
     - ``group_size`` (default: the dataset's augmented variants per input) keeps each input's
       variants on one rank in an epoch, never in one batch.
-    - ``partitions`` (default: one per node for caches on object storage, else 1): the shards
-      are split into that many fixed sets and each node's ranks read their own, so a node reads
-      the same shards every epoch and its node-local shard cache stays warm.
+    - ``partitions`` (default: one per node for caches on object storage, else 1): the samples
+      are split into that many fixed sets of whole shards (and at most two shared parts of shards
+      at the cuts) and each node's ranks read their own, every epoch, padded within it as torch
+      pads: a node reads the same shards every epoch and its node-local shard cache stays warm.
     - ``group_spread`` (default 64; ``make_loader`` passes its batch size): samples between two
       variants of one input, so that they never share a batch.
     - ``state_dict``/``load_state_dict`` resume mid-epoch exactly; with another world size too
@@ -88,9 +93,8 @@ class ShardAwareDistributedSampler(Sampler[int]):
         self.dataset_len = int(self.shard_offsets[-1])
         self.num_replicas, self.rank = num_replicas, rank
         self.shuffle, self.seed, self.drop_last = shuffle, int(seed), drop_last
-        self.window = int(window) if window is not None else default_window(dataset, self.dataset_len)
-        if self.window < 1:
-            raise ValueError(f"window must be at least 1 sample, got {window}")
+        #: The seed was chosen for the user (``make_loader(seed=None)``): a saved state's is adopted.
+        self.seed_chosen = False
         self.group_size = int(group_size or getattr(dataset, "group_size", 1))
         if self.group_size < 1 or self.dataset_len % self.group_size:
             raise ValueError(f"group_size {self.group_size} does not divide the {self.dataset_len} samples")
@@ -100,16 +104,30 @@ class ShardAwareDistributedSampler(Sampler[int]):
             partitions = node_partitions(dataset, num_replicas, local) if self.group_size == 1 else 1
         if partitions < 1:
             raise ValueError(f"partitions must be at least 1, got {partitions}")
+        #: A dataset that orders its own epochs (``cachekit.mix``): ``epoch_order(seed, epoch, ...)``.
+        self._order_of = getattr(dataset, "epoch_order", None)
+        if window is None and self._order_of is not None:
+            window = dataset.windows
+        elif window is None:
+            window = default_window(dataset, self.dataset_len, local, partitions)
+        self.window = [int(w) for w in window] if isinstance(window, (list, tuple)) else int(window)
+        if min(self.window if isinstance(self.window, list) else [self.window]) < 1:
+            raise ValueError(f"window must be at least 1 sample, got {window}")
+        #: The first blocks of an epoch small (safe when shards are class-mixed, or asked for by a window).
+        self.ramp = bool(getattr(dataset, "shards_mixed", False)) or (
+            isinstance(self.window, int) and self.window < self.dataset_len
+        )
         if partitions > 1 and self.group_size > 1:
             raise ValueError("an augmented cache's variants are dealt per rank: use partitions=1")
         self._local = local
+        self._most_partitions = int(getattr(dataset, "max_partitions", self.dataset_len))
         self._set_partitions(partitions)
         self._own_partitions = None if explicit_partitions else self.partitions  # the default: later epochs
         self.group_spread = DEFAULT_GROUP_SPREAD if group_spread is None else int(group_spread)
         if self.group_spread < 1:
             raise ValueError(f"group_spread must be at least 1 sample, got {group_spread}")
         manifest = getattr(dataset, "manifest", None)
-        self.fingerprint = getattr(manifest, "fingerprint", None)
+        self.fingerprint = getattr(dataset, "fingerprint", None) or getattr(manifest, "fingerprint", None)
         self.auto_epoch = auto_epoch
         self.epoch = 0
         self._sizes()
@@ -119,7 +137,8 @@ class ShardAwareDistributedSampler(Sampler[int]):
         self.last_indices = np.zeros(0, dtype=np.int64)
 
     def _set_partitions(self, partitions: int) -> None:
-        self.partitions = min(int(partitions), max(1, len(self.shard_offsets) - 1))
+        most = min(len(self.shard_offsets) - 1, self._most_partitions)
+        self.partitions = min(int(partitions), max(1, most))
         self._slot = slot_of_rank(self.rank, self.num_replicas, self.partitions, self._local)
 
     def _sizes(self) -> None:
@@ -150,21 +169,25 @@ class ShardAwareDistributedSampler(Sampler[int]):
         self.epoch = int(epoch)
         self._fresh = True
 
-    def order(self) -> np.ndarray:
-        """The current epoch's unit order, before dealing (every rank computes the same)."""
+    def order(self, epoch: int | None = None) -> np.ndarray:
+        """An epoch's unit order (default: the current one), before dealing (every rank computes the same)."""
+        if self._order_of is not None:
+            epoch = self.epoch if epoch is None else int(epoch)
+            return self._order_of(self.seed, epoch, self.shuffle, self.window, self.partitions)
         return epoch_order(
             self.shard_offsets,
             self.seed,
-            self.epoch,
+            self.epoch if epoch is None else int(epoch),
             self.shuffle,
             self.window,
             self.group_size,
             self.partitions,
+            self.ramp,
         )
 
-    def _dealt(self) -> np.ndarray:
+    def _dealt(self, epoch: int | None = None) -> np.ndarray:
         """Variants of one input per rank: position ``p`` of the result belongs to rank ``p % world``."""
-        units, world, g = self.order(), self.num_replicas, self.group_size
+        units, world, g = self.order(epoch), self.num_replicas, self.group_size
         per = self.num_samples
         seqs = []
         for r in range(world):
@@ -174,17 +197,27 @@ class ShardAwareDistributedSampler(Sampler[int]):
             seqs.append(seq)
         return np.stack(seqs, axis=1).reshape(-1) if seqs and per else np.zeros(0, dtype=np.int64)
 
-    def indices(self) -> np.ndarray:
-        """This rank's indices for the next pass, in order (from the resume position, if any)."""
-        world, start = self.num_replicas, self._start
+    def indices(self, epoch: int | None = None, start: int | None = None) -> np.ndarray:
+        """This rank's indices for the next pass, in order (from the resume position, if any), or
+        for ``epoch`` from global position ``start`` (default 0)."""
+        world = self.num_replicas
+        if epoch is None:
+            epoch, start = self.epoch, self._start
+        start = int(start or 0)
         if self.group_size > 1:
-            return self._dealt()[start + self.rank :: world]
-        order = self.order()
-        rest = order[min(start, len(order)) :]
-        total = self._per_rank(len(rest)) * world
-        if len(rest) < total:  # pad by repeating the start of the epoch's order, as torch does
-            rest = np.concatenate([rest, np.resize(order, total - len(rest))])
-        return rest[self._slot : total : world]
+            return self._dealt(epoch)[start + self.rank :: world]
+        order = self.order(epoch)
+        start = min(start, len(order))
+        total = self._per_rank(len(order) - start) * world
+        positions = np.arange(start + self._slot, start + total, world, dtype=np.int64)
+        past = positions >= len(order)  # pad by repeating the start of the order, as torch does,
+        if past.any():  # with samples of the partition the rank reads
+            positions[past] = [pad_position(p, len(order), self.partitions) for p in positions[past].tolist()]
+        return order[positions]
+
+    def next_indices(self) -> np.ndarray:
+        """This rank's indices in the epoch after the current pass (downloads and eviction plan with them)."""
+        return self.indices(self.epoch + 1, 0)
 
     def __iter__(self) -> Iterator[int]:
         if not self._fresh:  # a new pass with no set_epoch since the last one
@@ -272,8 +305,15 @@ class ShardAwareDistributedSampler(Sampler[int]):
             and saved_partitions >= 1  # job's own
             and saved_partitions != self.partitions
         )
+        saved_seed = state.get("seed")
+        adopt_seed = (  # a seed the loader chose (make_loader's seed=None): the saved job's is resumed
+            self.seed_chosen
+            and isinstance(saved_seed, int)
+            and not isinstance(saved_seed, bool)
+            and 0 <= saved_seed < 2**63
+        )
         mine = {
-            "seed": self.seed,
+            "seed": saved_seed if adopt_seed else self.seed,
             "shuffle": self.shuffle,
             "window": self.window,
             "group_size": self.group_size,
@@ -283,7 +323,7 @@ class ShardAwareDistributedSampler(Sampler[int]):
             mine["group_spread"] = self.group_spread
         differ = [f"{k}={state.get(k)!r} (here {v!r})" for k, v in mine.items() if state.get(k) != v]
         if differ:
-            hint = "; pass the saved values to the sampler (make_loader: window=, partitions=, batch_size)"
+            hint = "; pass the saved values to the sampler (make_loader: seed=, window=, partitions=, batch_size)"
             raise ValueError(f"sampler state has another order: {', '.join(differ)}{hint}")
         position, world, epoch = state.get("position"), state.get("num_replicas"), state.get("epoch")
         if not _count(world) or world < 1 or not _count(epoch) or not 0 <= epoch <= MAX_EPOCH:
@@ -306,6 +346,8 @@ class ShardAwareDistributedSampler(Sampler[int]):
         if adopt:  # every check passed: only now does the sampler change
             self._set_partitions(saved_partitions)
             self._sizes()
+        if adopt_seed:
+            self.seed = int(saved_seed)
         self.epoch = int(epoch)
         self._start = 0 if world != self.num_replicas and self.group_size > 1 else position
         self._fresh = True

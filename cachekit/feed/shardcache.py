@@ -66,6 +66,9 @@ def _lock(fd: int, kind: int, wait: bool = True) -> bool:
 class NodeShardCache:
     """The node-local copies of one remote cache's shards (``fingerprint`` names its folder)."""
 
+    #: ``entries -> entries`` in the order to evict (``feed.eviction``); None: least recently used first.
+    eviction_order = None
+
     def __init__(
         self, folder: str | os.PathLike | None, max_bytes: int | None, fingerprint: str, largest_shard: int
     ) -> None:
@@ -343,6 +346,8 @@ class NodeShardCache:
 
     def _evict(self, need: int, keep: str) -> int:
         entries = self._entries()
+        if self.eviction_order is not None:
+            entries = self.eviction_order(entries)
         total = sum(size for _, size, _, _ in entries)
         for _, size, path, lock_path in entries:
             if total + need <= self.max_bytes:

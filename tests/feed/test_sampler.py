@@ -11,7 +11,7 @@ import torch.distributed as dist
 import torch.multiprocessing as tmp_mp
 
 from cachekit import CachedDataset, ShardAwareDistributedSampler
-from cachekit.constants import SHUFFLE_WINDOW_SAMPLES
+from cachekit.constants import SHUFFLE_BLOCK_SHARDS, SHUFFLE_WINDOW_SAMPLES
 
 
 def _free_port() -> int:
@@ -89,15 +89,40 @@ def test_order_matches_torch_padding_and_is_deterministic(small_cache):
     assert unshuffled == [order[0::3], order[1::3], order[2::3]]
 
 
-def test_mixed_caches_read_a_window_of_shards_at_a_time():
+def test_mixed_caches_read_blocks_of_whole_shards_that_start_small():
     cache = FakeCache(np.arange(400) % 10, shard_size=20, mixed=True)
     sampler = ShardAwareDistributedSampler(cache, num_replicas=1, rank=0, seed=1, window=60)
     order = np.array(list(sampler))
     shards = np.searchsorted(cache.shard_offsets, order, side="right") - 1
-    # every 60 consecutive samples come from the 3 (or, across a window edge, 4) shards of a window
-    assert all(len(set(shards[i : i + 60].tolist())) == 3 for i in range(0, 400, 60)[:-1])
+    # blocks of whole shards: the ramp holds 1, 1 and 2 shards, then 3 shards (60 samples) a block
+    bounds = [0, 20, 40, 80, *range(140, 400, 60), 400]
+    blocks = [set(shards[a:b].tolist()) for a, b in zip(bounds, bounds[1:])]
+    assert [len(b) for b in blocks] == [1, 1, 2, 3, 3, 3, 3, 3, 1]
+    assert all(not (a & b) for i, a in enumerate(blocks) for b in blocks[i + 1 :])  # each shard in one block
     assert sorted(order.tolist()) == list(range(400))
     assert ShardAwareDistributedSampler(cache).window == SHUFFLE_WINDOW_SAMPLES
+
+
+def test_the_first_batches_need_a_shard_or_two():
+    class Remote(FakeCache):
+        url = "s3://bucket/cache"
+
+    cache = Remote(np.arange(6400) % 10, shard_size=100, mixed=True)  # 64 shards
+    sampler = ShardAwareDistributedSampler(cache, num_replicas=1, rank=0, seed=2)
+    assert sampler.window == SHUFFLE_BLOCK_SHARDS * 100  # blocks of a few shards on object storage
+    for epoch in range(3):
+        sampler.set_epoch(epoch)
+        shards = np.searchsorted(cache.shard_offsets, sampler.indices(), side="right") - 1
+        assert len(set(shards[:64].tolist())) == 1  # the first batch: one shard
+        assert len(set(shards[:200].tolist())) == 2  # the first 200 samples: the minimum, 2 shards
+        assert (
+            max(len(set(shards[k : k + 64].tolist())) for k in range(0, 6400, 64)) <= 2 * SHUFFLE_BLOCK_SHARDS
+        )
+    labels = cache.labels[sampler.indices()]
+    uniform = np.mean(
+        [_distinct_per_batch(cache.labels[np.random.default_rng(s).permutation(6400)], 32) for s in range(3)]
+    )
+    assert _distinct_per_batch(labels[:64], 32) >= 0.9 * uniform  # a class-mixed shard mixes a batch
 
 
 def test_class_pure_shards_get_a_uniform_shuffle():
@@ -304,12 +329,25 @@ def test_node_partitions_read_every_sample_exactly_once(monkeypatch):
         for drop_last in (False, True):
             ranks = [ShardAwareDistributedSampler(cache, 8, r, seed=2, drop_last=drop_last) for r in range(8)]
             assert ranks[0].partitions == 4
-            seen = np.concatenate([list(s) for s in ranks])
-            counts = np.bincount(seen, minlength=n)
-            if drop_last:
-                assert counts.max() == 1 and n - counts.sum() < 8  # at most world - 1 dropped
-            else:
-                assert counts.min() == 1 and counts.sum() - n < 8  # at most world - 1 repeated (padding)
+            nodes = []
+            for epoch in range(3):
+                dealt = [s.indices(epoch, 0) for s in ranks]
+                seen = np.concatenate(dealt)
+                counts = np.bincount(seen, minlength=n)
+                if drop_last:
+                    assert counts.max() == 1 and n - counts.sum() < 8  # at most world - 1 dropped
+                else:
+                    assert counts.min() == 1 and counts.sum() - n < 8  # at most world - 1 repeated (padding)
+                nodes.append([set(np.concatenate(dealt[k : k + 2]).tolist()) for k in range(0, 8, 2)])
+            # each node reads its own fixed set every epoch, padding included (drop_last leaves out
+            # a few of it, the last in each epoch's order)
+            own = [set().union(*(epoch[node] for epoch in nodes)) for node in range(4)]
+            assert sum(len(x) for x in own) == len(set().union(*own)) >= n - 8  # no sample on two nodes
+            shards_of = [
+                set((np.searchsorted(cache.shard_offsets, sorted(x), side="right") - 1).tolist()) for x in own
+            ]
+            shared = sum(len(a & b) for i, a in enumerate(shards_of) for b in shards_of[i + 1 :])
+            assert shared <= 3  # only the shards cut between neighbouring partitions
 
 
 def test_an_augmented_epoch_saved_at_its_end_resumes_with_the_next_on_any_world():

@@ -62,3 +62,23 @@ def test_ranks_share_rank_zeros_seed(small_cache):
     assert results[0]["seed"] == torch.initial_seed()
     a, b = results[0]["indices"], results[1]["indices"]
     assert not set(a) & set(b) and len(a) + len(b) == len(CachedDataset(small_cache))  # one order, dealt out
+
+
+def test_a_chosen_seed_resumes_as_the_saved_job_s(small_cache):
+    """seed=None is each process's torch seed: a resumed process takes the saved order and crops."""
+    torch.manual_seed(11)
+    loader = make_loader(CachedDataset(small_cache), 4, augment=AUGMENT)
+    it = iter(loader)
+    first = [next(it) for _ in range(3)]
+    state = loader.state_dict()
+    rest = [y.tolist() for _, y in it]
+    torch.manual_seed(12)  # another process, another torch seed
+    resumed = make_loader(CachedDataset(small_cache), 4, augment=AUGMENT)
+    resumed.load_state_dict(state)
+    again = list(resumed)
+    assert [y.tolist() for _, y in again] == rest and first
+    explicit = make_loader(CachedDataset(small_cache), 4, seed=99)
+    import pytest
+
+    with pytest.raises(ValueError, match="seed="):
+        explicit.load_state_dict(state)

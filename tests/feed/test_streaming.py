@@ -259,3 +259,100 @@ def test_folder_shards_stream_and_verify_from_s3(s3_endpoint, mixed_tree, tmp_pa
     images, labels = ds.read_batch(range(len(ds)))
     assert torch.equal(images, expected[0]) and torch.equal(labels, expected[1])
     assert verify("s3://datasets/zarr").ok
+
+
+def _node_rank(rank, world, local, port, url, root, epochs, results):
+    import torch.distributed as dist
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), LOCAL_WORLD_SIZE=str(local))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        node = rank // local  # each simulated node has a node cache folder of its own
+        ds = CachedDataset(url, local_cache=Path(root) / f"node{node}")
+        loader = make_loader(ds, 4, seed=2)
+        out = {"partitions": loader.sampler.partitions, "epochs": [], "downloads": []}
+        for _ in range(epochs):
+            labels = [int(y) for _, batch in loader for y in batch]
+            assert len(labels) == len(loader.sampler.last_indices)
+            out["epochs"].append(loader.sampler.last_indices.tolist())
+            dist.barrier()  # every rank of the node has finished the epoch's downloads
+            out["downloads"].append(len(ds._remote.cache.downloads()))
+            dist.barrier()
+        results[rank] = out
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_after_the_first_epoch_a_node_whose_partition_fits_downloads_nothing(mixed_s3_cache, tmp_path):
+    import torch.multiprocessing as tmp_mp
+
+    url, local_cache = mixed_s3_cache
+    offsets = CachedDataset(local_cache).shard_offsets
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    results = tmp_mp.Manager().dict()
+    world, local, epochs = 4, 2, 3  # two nodes of two ranks
+    tmp_mp.spawn(_node_rank, args=(world, local, port, url, str(tmp_path), epochs, results), nprocs=world)
+    got = [results[r] for r in range(world)]
+    assert {g["partitions"] for g in got} == {2}
+    for epoch in range(epochs):  # every sample exactly once an epoch (96 divides by 4 ranks)
+        seen = sorted(i for g in got for i in g["epochs"][epoch])
+        assert seen == list(range(96))
+    for node in range(2):
+        ranks = got[node * local : (node + 1) * local]
+        read = [{i for g in ranks for i in g["epochs"][e]} for e in range(epochs)]
+        assert read[0] == read[1] == read[2]  # the same samples every epoch
+        shards = set((np.searchsorted(offsets, sorted(read[0]), side="right") - 1).tolist())
+        downloads = ranks[0]["downloads"]
+        assert downloads[0] == len(shards) < 12  # its partition's shards, once each
+        assert downloads[1] == downloads[2] == downloads[0]  # and nothing after the first epoch
+
+
+def _read_slowly(url: str, folder: str, started) -> None:
+    """A reader on a slow link (a ranged GET of 4 KB every 50 ms) that will be killed mid-download."""
+    import s3fs as s3
+
+    from cachekit.feed import linkshare
+    from cachekit.store import remote
+
+    original = s3.S3FileSystem.cat_file
+
+    def slow(self, path, start=None, end=None, **kwargs):
+        time.sleep(0.05)
+        return original(self, path, start=start, end=end, **kwargs)
+
+    s3.S3FileSystem.cat_file = slow
+    remote._PART, linkshare.BACKGROUND_PIECE_BYTES = 4096, 4096
+    ds = CachedDataset(url, local_cache=folder)
+    it = iter(make_loader(ds, 8, seed=1))
+    started.set()
+    for _ in it:
+        pass
+
+
+@pytest.mark.slow
+def test_a_reader_killed_mid_download_leaves_nothing_in_the_way(mixed_s3_cache, tmp_path):
+    import multiprocessing as mp
+    import signal
+
+    url, local = mixed_s3_cache
+    ctx = mp.get_context("spawn")
+    started = ctx.Event()
+    proc = ctx.Process(target=_read_slowly, args=(url, str(tmp_path / "lc"), started))
+    proc.start()
+    assert started.wait(120)
+    deadline = time.monotonic() + 60  # downloading: a partial shard, its plan and its demand marks
+    while time.monotonic() < deadline and not list((tmp_path / "lc").glob("*/.shard-*.part")):
+        time.sleep(0.02)
+    folder = next(p for p in (tmp_path / "lc").iterdir() if p.is_dir())
+    assert list(folder.glob(".shard-*.part")) and list(folder.glob(".plan-*"))
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.join()
+    ds = CachedDataset(url, local_cache=tmp_path / "lc")
+    expected = sorted(CachedDataset(local).read_batch(range(96))[1].tolist())
+    assert sorted(y for _, labels in make_loader(ds, 8, seed=2) for y in labels.tolist()) == expected
+    assert not list(folder.glob(".shard-*.part"))  # the dead reader's partial download is gone
+    plans = list(folder.glob(".plan-*"))
+    assert len(plans) == 1 and str(os.getpid()) in plans[0].name  # and its plan: only ours is left

@@ -1,0 +1,251 @@
+"""``mix``: several caches read as one dataset, each drawn in proportion to its weight.
+
+``mix([CachedDataset(a), CachedDataset(b)], weights=[0.7, 0.3])`` is a map-style dataset that
+``make_loader`` takes like a single cache: its index space is the sources' indices end to end (source
+``i``'s sample ``k`` is index ``starts[i] + k``), and it brings its own epoch order
+(``mixorder.mixed_order``) that ``ShardAwareDistributedSampler`` deals out, resumes (at a global
+position, on any world size) and partitions per node. A batch is read in one go: the rows of every
+source are borrowed from that source's reader pool and assembled (and augmented) together.
+Each source's labels are shifted by its ``class_offsets`` entry, so classes of different caches
+never share an index; ``classes`` lists them all, in that order.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from ..cpus import local_world_size
+from ..errors import UsageError
+from .assemble import BatchRequest, assemble
+from .batch import SampleBatch
+from .buffers import BufferPool
+from .mixorder import Source, mixed_order, shares
+from .order import default_window
+
+__all__ = ["MixedDataset", "mix"]
+
+
+class MixedDataset(Dataset):
+    """Caches mixed by weight (see ``mix``); ``epoch_len`` samples an epoch."""
+
+    def __init__(
+        self, sources: Sequence, weights: Sequence[float], samples_per_epoch: int | None = None
+    ) -> None:
+        self.sources = list(sources)
+        if len(self.sources) < 1:
+            raise UsageError("mix needs at least one dataset")
+        for ds in self.sources:
+            if not hasattr(ds, "borrowed_rows"):
+                raise UsageError(f"mix takes cachekit CachedDatasets, got {type(ds).__name__}")
+            if ds.transform is not None or ds.target_transform is not None:
+                raise UsageError("mix reads whole batches: give augment= to make_loader, not transform=")
+            if ds.group_size != 1:
+                raise UsageError(f"{ds!r} holds augmented variants; mix takes caches of one sample an input")
+            if ds.fields:
+                raise UsageError(
+                    f"{ds!r} has fields besides the class ({', '.join(ds.fields)}); mix reads classification "
+                    "caches (targets of several kinds would need one class numbering across the sources)"
+                )
+        first = self.sources[0]
+        layouts = {(tuple(ds.sample_shape), ds.store, ds.ragged) for ds in self.sources}
+        if len(layouts) > 1:
+            raise UsageError(
+                f"mix needs caches of one sample layout (shape, store, fixed or variable size); got "
+                f"{sorted(layouts)}: build them with the same recipe"
+            )
+        w = np.asarray(weights, dtype=np.float64)
+        if w.shape != (len(self.sources),) or not np.all(np.isfinite(w)) or (w < 0).any() or w.sum() <= 0:
+            raise UsageError(
+                f"weights must be {len(self.sources)} non-negative numbers, not all 0: {weights!r}"
+            )
+        self.weights = (w / w.sum()).tolist()
+        lengths = [len(ds) for ds in self.sources]
+        if min(lengths) < 1:
+            raise UsageError("mix: a source has no samples")
+        #: Samples of one epoch (default: all the sources' samples, however they are weighted).
+        self.epoch_len = int(samples_per_epoch) if samples_per_epoch is not None else sum(lengths)
+        if self.epoch_len < 1:
+            raise UsageError(f"samples_per_epoch must be at least 1, got {samples_per_epoch}")
+        #: Index of each source's first sample in the mixed index space.
+        self.starts = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        self.shard_offsets = np.concatenate(
+            [[0], *[ds.shard_offsets[1:] + start for ds, start in zip(self.sources, self.starts[:-1])]]
+        ).astype(np.int64)
+        counts = [len(ds.classes) for ds in self.sources]
+        #: Added to each source's labels: classes of different caches never share an index.
+        self.class_offsets = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64).tolist()
+        #: Each source's default window (samples shuffled together), as it would be read alone.
+        self.windows = [default_window(ds, len(ds), local_world_size()) for ds in self.sources]
+        self.sample_shape, self.store, self.ragged = first.sample_shape, first.store, first.ragged
+        self.transform = self.target_transform = None
+        self.group_size = 1
+        self._buffers = BufferPool()
+        self._pid = os.getpid()
+
+    # -- what the sampler and make_loader read --------------------------------------------------
+
+    def __len__(self) -> int:
+        """The size of the index space (every source's samples); an epoch is ``epoch_len``."""
+        return int(self.starts[-1])
+
+    def __repr__(self) -> str:
+        parts = ", ".join(f"{ds!r}: {w:.3g}" for ds, w in zip(self.sources, self.weights))
+        return f"MixedDataset({parts}; {self.epoch_len} samples an epoch)"
+
+    @property
+    def url(self) -> str | None:
+        """A source's URL when one is on object storage (the sampler then partitions per node)."""
+        return next((ds.url for ds in self.sources if ds.url), None)
+
+    @property
+    def shards_mixed(self) -> bool:
+        return all(ds.shards_mixed for ds in self.sources)
+
+    @property
+    def decode_heavy(self) -> bool:
+        return any(ds.decode_heavy for ds in self.sources)
+
+    @property
+    def classes(self) -> list[str]:
+        return [name for ds in self.sources for name in ds.classes]
+
+    @property
+    def max_partitions(self) -> int:
+        return min(len(ds) for ds in self.sources)
+
+    @property
+    def fingerprint(self) -> str:
+        """What the order depends on: the sources' fingerprints, the weights and the epoch length."""
+        spec = [[ds.manifest.fingerprint for ds in self.sources], self.weights, self.epoch_len]
+        return hashlib.sha256(json.dumps(spec).encode()).hexdigest()
+
+    @property
+    def normalization(self) -> tuple[list[float], list[float]]:
+        """Mean and std per channel of the mix (each source's, weighted): ``make_loader(normalize=True)``."""
+        means = np.array([ds.manifest.mean for ds in self.sources], dtype=np.float64)
+        stds = np.array([ds.manifest.std for ds in self.sources], dtype=np.float64)
+        w = np.asarray(self.weights)[:, None]
+        mean = (w * means).sum(0)
+        var = (w * (stds**2 + (means - mean) ** 2)).sum(0)
+        return mean.tolist(), np.sqrt(var).tolist()
+
+    def epoch_order(self, seed: int, epoch: int, shuffle: bool, window, partitions: int) -> np.ndarray:
+        """Epoch ``epoch``'s ``epoch_len`` indices (``window``: samples shuffled together in every
+        source, or a list of one per source; None: ``windows``)."""
+        windows = self.windows if window is None else window
+        if not isinstance(windows, (list, tuple)):
+            windows = [int(windows)] * len(self.sources)
+        sources = [
+            Source(start, ds.shard_offsets, w, ds.shards_mixed or w < len(ds))
+            for ds, start, w in zip(self.sources, self.starts[:-1].tolist(), windows)
+        ]
+        return mixed_order(sources, self.weights, self.epoch_len, seed, epoch, shuffle, partitions)
+
+    def draws_per_epoch(self) -> list[int]:
+        """Samples each source gives an epoch (without node partitions)."""
+        return shares(self.epoch_len, self.weights).tolist()
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state["_buffers"] = None
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._buffers = BufferPool()
+
+    def _split(self, indices) -> tuple[np.ndarray, np.ndarray]:
+        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
+        if len(idx) and (idx.min() < 0 or idx.max() >= len(self)):
+            raise IndexError(f"index out of range for a mix of {len(self)} samples")
+        return idx, np.searchsorted(self.starts, idx, side="right") - 1
+
+    def read_request(self, request: BatchRequest) -> SampleBatch:
+        """One batch over every source: each source's rows borrowed from its reader pool, then
+        read (and augmented, each sample's draws from its mixed index) together."""
+        if self._pid != os.getpid():
+            self._buffers, self._pid = BufferPool(), os.getpid()
+        idx, which = self._split(request)
+        readers: list = [None] * len(idx)
+        local = np.empty(len(idx), dtype=np.int64)
+        labels = np.empty(len(idx), dtype=np.int64)
+        with contextlib.ExitStack() as stack:
+            for i in np.unique(which).tolist():
+                pos = np.flatnonzero(which == i)
+                rows = idx[pos] - self.starts[i]
+                got, got_local, got_labels = stack.enter_context(self.sources[i].borrowed_rows(rows))
+                for j, reader in zip(pos.tolist(), got):
+                    readers[j] = reader
+                local[pos] = got_local
+                labels[pos] = np.where(got_labels >= 0, got_labels + self.class_offsets[i], got_labels)
+            return assemble(self, request, readers, local, labels)
+
+    def __getitems__(self, indices: Sequence[int]) -> SampleBatch:
+        return self.read_request(indices if isinstance(indices, BatchRequest) else BatchRequest(indices))
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, Any]:
+        batch = self.read_request(BatchRequest([int(index)]))
+        return batch.images[0], int(batch.labels[0])
+
+    def read_batch(self, indices, *, threads: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+        """Images and labels of mixed ``indices``, in that order."""
+        batch = self.read_request(BatchRequest(indices, threads=threads))
+        return batch.images, batch.labels
+
+    # -- caches on object storage ----------------------------------------------------------------
+
+    def _per_source(self, indices) -> dict[int, np.ndarray]:
+        idx, which = self._split(indices)
+        return {i: idx[which == i] - self.starts[i] for i in np.unique(which).tolist()}
+
+    def plan_reads(self, indices, following: Callable[[], np.ndarray] | None = None) -> None:
+        for i, rows in self._per_source(indices).items():
+            later = None if following is None else (lambda i=i: self._per_source(following()).get(i, []))
+            self.sources[i].plan_reads(rows, later)
+
+    def reading(self, indices) -> None:
+        for i, rows in self._per_source(indices).items():
+            self.sources[i].reading(rows)
+
+    def check_batch_shards(
+        self, batch_size: int, window, processes: int, *, world: int = 1, partitions: int = 1
+    ):
+        windows = self.windows if window is None else window
+        if not isinstance(windows, (list, tuple)):
+            windows = [int(windows)] * len(self.sources)
+        for ds, w, share in zip(self.sources, windows, self.weights):
+            if share > 0:
+                ds.check_batch_shards(batch_size, w, processes, world=world, partitions=partitions)
+
+    def close(self) -> None:
+        for ds in self.sources:
+            ds.close()
+
+
+def mix(datasets: Sequence, weights: Sequence[float] | None = None, *, samples_per_epoch: int | None = None):
+    """Several caches (``CachedDataset``\\ s, local or on object storage) as one dataset for
+    ``make_loader``, each drawn in proportion to its weight (default: equal).
+
+    - An epoch is ``samples_per_epoch`` samples (default: the sources' samples together); source
+      ``i`` gives ``weights[i]`` of them (to the sample), spread evenly over the epoch.
+    - Each source is read pass after pass, each pass a new shuffle of all its samples (without
+      replacement within a pass); a pass may span epochs, or an epoch several passes.
+    - Deterministic from ``make_loader``'s seed; the loader's ``state_dict`` resumes it mid-epoch,
+      on another world size too; with several nodes each reads fixed parts of every source.
+    - Labels: source ``i``'s classes become ``class_offsets[i] + label``; ``classes`` lists them all.
+    """
+    datasets = list(datasets)
+    return MixedDataset(
+        datasets, weights if weights is not None else [1.0] * len(datasets), samples_per_epoch
+    )
