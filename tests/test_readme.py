@@ -11,10 +11,12 @@ import torch
 from cachekit import BuildConfig, build
 
 README = Path(__file__).resolve().parents[1] / "README.md"
+TRAINING = README.parent / "docs" / "TRAINING.md"
+SCALE = README.parent / "docs" / "SCALE.md"
 
 
-def _python_block(heading: str) -> str:
-    text = README.read_text(encoding="utf-8")
+def _python_block(heading: str, page: Path = README) -> str:
+    text = page.read_text(encoding="utf-8")
     section = text[text.index(heading) :]
     return re.search(r"```python\n(.*?)```", section, re.S).group(1)
 
@@ -51,7 +53,9 @@ def _train_then_evaluate(code: str) -> None:
 def test_the_train_val_loop_of_feeding_gpus_reshuffles_every_epoch(mixed_tree, tmp_path):
     cache = tmp_path / "cache"
     build(mixed_tree, cache, BuildConfig(pipeline="train-256", size=48, workers=1, progress=False))
-    code = _substitute(_python_block("## Feeding GPUs"), {'"cache/"': repr(str(cache)), **_ON_THIS_MACHINE})
+    code = _substitute(
+        _python_block("## Feeding GPUs", TRAINING), {'"cache/"': repr(str(cache)), **_ON_THIS_MACHINE}
+    )
     _train_then_evaluate(code)
 
 
@@ -81,7 +85,7 @@ def test_the_first_screen_builds_then_trains_and_evaluates(mixed_tree, tmp_path,
 def test_the_mixing_example_draws_both_caches_with_their_classes_apart(mixed_tree, tmp_path):
     for name in ("photos", "scans"):  # the README's two caches, one recipe
         build(mixed_tree, tmp_path / name, BuildConfig(size=32, workers=1, progress=False))
-    code = _python_block("**Mixing caches.**")
+    code = _python_block("**Mixing caches.**", TRAINING)
     code = _substitute(
         code,
         {
@@ -96,3 +100,22 @@ def test_the_mixing_example_draws_both_caches_with_their_classes_apart(mixed_tre
     labels = torch.cat([y for _, y in loader])
     assert len(labels) == len(mixed.sources[0]) + len(mixed.sources[1])
     assert mixed.class_offsets == [0, 2] and set(labels.tolist()) == {0, 1, 2, 3}
+
+
+@pytest.mark.slow
+def test_the_detection_example_reads_boxes_moved_with_their_letterbox(tmp_path):
+    from cachekit.tools.synthetic_objects import make_object_dataset
+
+    raw = make_object_dataset(tmp_path / "raw", 8, size=(60, 80))
+    build(raw, tmp_path / "det", BuildConfig(annotations="yolo", pipeline="letterbox-640", size=96, workers=1,
+                                             progress=False))  # fmt: skip
+    code = _substitute(
+        _python_block("## Detection and segmentation"),
+        {'"cache/det"': repr(str(tmp_path / "det")), 'device="cuda"': 'device="cpu"', "64,": "4,",
+         "loss = model(": "seen.append((", "for t in targets])": "for t in targets]))"},
+    )  # fmt: skip
+    scope = {"seen": []}
+    exec(compile(code, str(README), "exec"), scope)
+    assert scope["target"]["boxes"].dtype == torch.float32 and len(scope["seen"]) == 2
+    images, targets = scope["images"], scope["seen"][-1][1]
+    assert images.shape[-2:] == (640, 640) and all(t["boxes"].shape[1] == 4 for t in targets)
