@@ -41,7 +41,7 @@ class Tree:
         self._files: dict[str, tuple[int, int]] | None = None
         self._fs = self._base = None
         if self.url:
-            from .sources import remote_files
+            from .remotesource import remote_files
 
             self._fs, self._base = filesystem(str(root), storage_options)
             self._files = remote_files(str(root), storage_options)

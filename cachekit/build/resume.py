@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from ..constants import MANIFEST_NAME, PARTIAL_DIR
 from ..errors import BuildError, CacheError
 from ..store.location import Location, write_failure
-from ..store.manifest import Manifest, ShardInfo, SkippedInput, json_text, parse_manifest
+from ..store.manifest import Manifest, ShardInfo, SkippedInput
+from ..store.manifestio import json_text, parse_manifest
 from .retire import recorded_names
 from .shardjob import ShardResult
 

@@ -35,7 +35,7 @@ from ..constants import LOCK_NAME, MANIFEST_NAME, PARTIAL_DIR, RETIRED_NAME
 from ..errors import BuildError
 from ..store.limits import short
 from ..store.location import Location, write_failure
-from ..store.manifest import json_text
+from ..store.manifestio import json_text
 
 __all__ = [
     "is_shard_name",

@@ -34,7 +34,8 @@ from ..image.recipes import Pipeline, load_pipeline
 from ..store.encoding import check_store
 from ..store.formats import get_format
 from ..store.location import Location, open_location, write_failure
-from ..store.manifest import ArraySpec, Manifest, SampleSpec, ShardInfo, SkippedInput, manifest_text
+from ..store.manifest import ArraySpec, Manifest, SampleSpec, ShardInfo, SkippedInput
+from ..store.manifestio import manifest_text
 from ..store.remote import is_object_store, is_url, redact, secrets_hidden
 from .augment import AUGMENT_EXTRAS, AugmentConfig
 from .config import BuildConfig, BuildResult

@@ -23,9 +23,8 @@ import numpy as np
 
 from ..constants import IMAGE_EXTENSIONS, UNREAD_IMAGE_EXTENSIONS
 from ..errors import UsageError
-from ..store.remote import access_error, filesystem, is_url, reach
+from ..store.remote import is_url
 from .labels import read_labels_csv
-from .listing import Listing, list_files
 
 __all__ = [
     "Source",
@@ -39,7 +38,8 @@ __all__ = [
     "table",
     "file_problem",
     "stat_problem",
-    "remote_files",
+    "nonempty",
+    "unread_extension",
 ]
 
 
@@ -58,7 +58,7 @@ def is_image_name(name: str) -> bool:
     return os.path.splitext(name)[1].lower() in IMAGE_EXTENSIONS
 
 
-def _unread_extension(name: str) -> str | None:
+def unread_extension(name: str) -> str | None:
     ext = os.path.splitext(name)[1].lower()
     return ext if ext in UNREAD_IMAGE_EXTENSIONS else None
 
@@ -215,7 +215,7 @@ def walk(root: Path, top_rel: str, found: Walk) -> None:
                 subdirs.append(child)
                 continue
             if not is_image_name(entry.name):
-                ext = _unread_extension(entry.name)
+                ext = unread_extension(entry.name)
                 if ext is not None:
                     found.unread[ext] += 1
                 continue
@@ -290,11 +290,11 @@ def discover(
     if masks is not None:
         from .annotate import add_masks
 
-        source = _nonempty(add_masks(source, masks, storage_options))
+        source = nonempty(add_masks(source, masks, storage_options))
     for name, folder in sorted((arrays or {}).items()):
         from .annotate import add_arrays
 
-        source = _nonempty(add_arrays(source, name, folder, storage_options))
+        source = nonempty(add_arrays(source, name, folder, storage_options))
     return source
 
 
@@ -306,17 +306,19 @@ def _discover(root, labels_csv, annotations, storage_options) -> Source:
             raise UsageError("--annotations and --labels both say which files are inputs: give one of them")
         text = str(annotations)
         if text == "yolo" or text.lower().endswith((".yaml", ".yml")):
-            return _nonempty(yolo_source(root, text, storage_options))
-        return _nonempty(coco_source(root, annotations, storage_options))
+            return nonempty(yolo_source(root, text, storage_options))
+        return nonempty(coco_source(root, annotations, storage_options))
     if is_url(root):
-        return _discover_remote(str(root), labels_csv, storage_options)
+        from .remotesource import discover_remote
+
+        return discover_remote(str(root), labels_csv, storage_options)
     root = Path(root)
     if not root.exists():
         raise UsageError(f"{root} does not exist")
     if not root.is_dir():
         raise UsageError(f"{root} is not a folder")
     if labels_csv is not None:
-        return _nonempty(_csv_source(root, Path(labels_csv)))
+        return nonempty(_csv_source(root, Path(labels_csv)))
     try:
         top = sorted(os.scandir(root), key=lambda e: e.name)
     except OSError as exc:
@@ -342,13 +344,13 @@ def _discover(root, labels_csv, annotations, storage_options) -> Source:
         ignored += [
             (e.name, "outside any class folder") for e in top if not _is_dir(e) and is_image_name(e.name)
         ]
-        unread += Counter(ext for e in top if not _is_dir(e) and (ext := _unread_extension(e.name)))
+        unread += Counter(ext for e in top if not _is_dir(e) and (ext := unread_extension(e.name)))
         rows.sort(key=lambda r: path_key(r[0]))
-        return _nonempty(table(root, "imagefolder", rows, classes, sorted(ignored), unread))
+        return nonempty(table(root, "imagefolder", rows, classes, sorted(ignored), unread))
     found = Walk()
     walk(root, "", found)
     rows = sorted(((rel, -1, size, mtime) for rel, size, mtime in found.files), key=lambda r: path_key(r[0]))
-    return _nonempty(table(root, "flat", rows, (), sorted(found.ignored), found.unread))
+    return nonempty(table(root, "flat", rows, (), sorted(found.ignored), found.unread))
 
 
 def _is_dir(entry: os.DirEntry) -> bool:
@@ -358,7 +360,7 @@ def _is_dir(entry: os.DirEntry) -> bool:
         return False
 
 
-def _nonempty(source: Source) -> Source:
+def nonempty(source: Source) -> Source:
     if len(source) == 0:
         exts = " ".join(IMAGE_EXTENSIONS)
         unread = (
@@ -368,82 +370,3 @@ def _nonempty(source: Source) -> Source:
         )
         raise UsageError(f"{source.root} holds no images (looked for {exts}, any case){unread}")
     return source
-
-
-def _listing(url: str, storage_options: dict | None) -> Listing:
-    """Every file below ``url`` (hidden ones left out), listed a page at a time (``listing``)."""
-    fs, base = filesystem(url, storage_options)
-    reach(fs, base, url)
-    try:
-        found = list_files(fs, base)
-    except FileNotFoundError:
-        found = None
-    except Exception as exc:  # credentials, endpoint, I/O: one line
-        raise access_error(url, exc, UsageError, "list") from None
-    if found is None or len(found) == 0:
-        raise UsageError(f"{url} does not exist or holds no files")
-    return found
-
-
-def remote_files(url: str, storage_options: dict | None) -> dict[str, tuple[int, int]]:
-    """Every file below ``url``: relative path -> (size, stamp), for annotation sources' lookups."""
-    found = _listing(url, storage_options)
-    return dict(zip(found.paths, zip(found.sizes.tolist(), found.stamps.tolist())))
-
-
-def _discover_remote(url: str, labels_csv: str | os.PathLike | None, storage_options: dict | None) -> Source:
-    """``discover`` for a folder on object storage (an fsspec URL): a paged listing (``listing``), same layouts."""
-    found = _listing(url, storage_options)
-    paths = found.paths
-    image = np.zeros(len(paths), dtype=bool)
-    nested = np.zeros(len(paths), dtype=bool)
-    unread: Counter = Counter()
-    tops: dict[str, int] = {}
-    top_of = np.full(len(paths), -1, dtype=np.int64)
-    for i, rel in enumerate(paths):  # one pass, nothing kept per file but these arrays
-        if is_image_name(rel):
-            image[i] = True
-            if "/" in rel:
-                nested[i] = True
-                top_of[i] = tops.setdefault(rel.split("/", 1)[0], len(tops))
-        elif (ext := _unread_extension(rel)) is not None:
-            unread[ext] += 1
-
-    def source(layout: str, rows: np.ndarray, labels: np.ndarray, classes, ignored) -> Source:
-        return _nonempty(
-            Source(
-                root=url,
-                layout=layout,
-                paths=paths.take(rows),
-                labels=np.asarray(labels, dtype=np.int64),
-                sizes=found.sizes[rows],
-                mtimes=found.stamps[rows],
-                classes=tuple(classes),
-                ignored=tuple(ignored),
-                unread=dict(sorted(unread.items())) if layout != "csv" else {},
-            )
-        )
-
-    if labels_csv is not None:
-        table_ = read_labels_csv(url, Path(labels_csv))
-        pairs, classes = table_.pairs, table_.classes
-        wanted = {p: k for k, (p, _) in enumerate(pairs)}
-        at = np.full(len(pairs), -1, dtype=np.int64)
-        for i, rel in enumerate(paths):
-            k = wanted.get(rel)
-            if k is not None:
-                at[k] = i
-        keep = np.flatnonzero(at >= 0)
-        labels = [pairs[k][1] for k in keep.tolist()]
-        ignored = [(pairs[k][0], "unreadable: not found") for k in np.flatnonzero(at < 0).tolist()]
-        return _nonempty(table_.attach(source("csv", at[keep], labels, classes, ignored)))
-    if nested.any():
-        names = sorted(tops)
-        rank = np.empty(len(tops), dtype=np.int64)
-        for label, name in enumerate(names):
-            rank[tops[name]] = label
-        rows = np.flatnonzero(nested)
-        ignored = [(paths[i], "outside any class folder") for i in np.flatnonzero(image & ~nested).tolist()]
-        return source("imagefolder", rows, rank[top_of[rows]], names, ignored)
-    rows = np.flatnonzero(image)
-    return source("flat", rows, np.full(len(rows), -1), (), ())

@@ -21,7 +21,8 @@ from ..constants import MANIFEST_NAME
 from ..errors import BuildError, CacheError, NotACacheError, UsageError
 from .atomic import commit_file, path_size, remove_path, sha256_path
 from .lock import BuildLock
-from .manifest import Manifest, parse_manifest, read_local_manifest
+from .manifest import Manifest
+from .manifestio import parse_manifest, read_local_manifest
 from .remote import access_error, answered_within, filesystem, is_url, process_filesystem, reach
 
 __all__ = ["Location", "LocalLocation", "RemoteLocation", "open_location", "read_manifest", "write_failure"]

@@ -6,31 +6,24 @@ manifest's structure and never touches image data; shard contents are checked by
 
 from __future__ import annotations
 
-import json
-import math
-import os
 import re
 from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
-from ..constants import MANIFEST_NAME, MANIFEST_VERSION, READABLE_MANIFEST_VERSIONS, VERSION
-from ..errors import CacheError, NotACacheError
+from ..constants import MANIFEST_VERSION, READABLE_MANIFEST_VERSIONS, VERSION
+from ..errors import CacheError
 from ..image.recipes import check_recorded
-from .atomic import commit_file
 from .fields import FieldSpec, field_columns, target_keys
+from .jsonfields import dtype_of, get, get_floats, get_int, get_str, itemsize, shape_of
 from .limits import (
-    MAX_DEPTH,
     MAX_EXTRA_BYTES,
     MAX_EXTRAS,
     MAX_INT,
-    MAX_MANIFEST_BYTES,
     MAX_SAMPLE_BYTES,
     MAX_SAMPLES,
     MAX_SHARD_BYTES,
     MAX_SHARD_ROWS,
     MAX_VARIANTS,
-    check_depth,
     short,
 )
 from .shardfiles import check_plain_tree, check_shard_name, shard_path  # re-exported: the contract
@@ -44,11 +37,6 @@ __all__ = [
     "ShardInfo",
     "SkippedInput",
     "Manifest",
-    "read_local_manifest",
-    "parse_manifest",
-    "write_manifest",
-    "manifest_text",
-    "json_text",
     "ORDERS",
     "check_shard_name",
     "check_plain_tree",
@@ -56,7 +44,6 @@ __all__ = [
     "SHARD_NAME_COLUMN",
 ]
 
-_DTYPES = {"|u1", "<u2", "<i4", "<i8", "<f4", "<f8"}
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
 #: The column every shard carries with its own file name (UTF-8 bytes), so that a reader can tell
@@ -74,67 +61,6 @@ _RESERVED_COLUMNS = {
     SHARD_NAME_COLUMN,
 }
 
-# -- tiny typed readers: each raises CacheError naming the field -------------------------------
-
-
-def _get(obj: dict, key: str, where: str) -> Any:
-    if not isinstance(obj, dict):
-        raise CacheError(f"{where}: expected an object, got {type(obj).__name__}")
-    if key not in obj:
-        raise CacheError(f"{where}: missing field {key!r}")
-    return obj[key]
-
-
-def _int(obj: dict, key: str, where: str, minimum: int = 0, maximum: int = MAX_INT) -> int:
-    value = _get(obj, key, where)
-    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
-        raise CacheError(
-            f"{where}.{key}: expected an integer from {minimum} to {maximum}, got {short(value)}"
-        )
-    return value
-
-
-def _str(obj: dict, key: str, where: str) -> str:
-    value = _get(obj, key, where)
-    if not isinstance(value, str):
-        raise CacheError(f"{where}.{key}: expected a string, got {value!r}")
-    return value
-
-
-def _floats(obj: dict, key: str, where: str, length: int | None = None) -> tuple[float, ...]:
-    value = _get(obj, key, where)
-    ok = isinstance(value, list) and all(
-        isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in value
-    )
-    if not ok or (length is not None and len(value) != length):
-        size = f" of {length}" if length is not None else ""
-        raise CacheError(f"{where}.{key}: expected a list{size} finite numbers, got {value!r}")
-    return tuple(float(v) for v in value)
-
-
-def _shape(value: Any, where: str, max_bytes: int, itemsize: int = 1) -> tuple[int, ...]:
-    if (
-        not isinstance(value, list)
-        or len(value) > 8
-        or not all(isinstance(v, int) and not isinstance(v, bool) and 0 < v < 2**31 for v in value)
-    ):
-        raise CacheError(f"{where}: expected a list of up to 8 positive integers, got {short(value)}")
-    if math.prod(value) * itemsize > max_bytes:
-        raise CacheError(
-            f"{where}: {value} is {math.prod(value) * itemsize} bytes a sample, over {max_bytes}"
-        )
-    return tuple(value)
-
-
-def _itemsize(dtype: str) -> int:
-    return int(dtype[2:])
-
-
-def _dtype(value: Any, where: str) -> str:
-    if not isinstance(value, str) or value not in _DTYPES:
-        raise CacheError(f"{where}: unsupported dtype {value!r} (known: {sorted(_DTYPES)})")
-    return value
-
 
 @dataclass(frozen=True)
 class ArraySpec:
@@ -150,8 +76,8 @@ class ArraySpec:
     def from_json(cls, obj: Any, where: str) -> ArraySpec:
         if not isinstance(obj, dict):
             raise CacheError(f"{where}: expected an object, got {short(obj)}")
-        dtype = _dtype(_get(obj, "dtype", where), f"{where}.dtype")
-        shape = _shape(_get(obj, "shape", where), f"{where}.shape", MAX_EXTRA_BYTES, _itemsize(dtype))
+        dtype = dtype_of(get(obj, "dtype", where), f"{where}.dtype")
+        shape = shape_of(get(obj, "shape", where), f"{where}.shape", MAX_EXTRA_BYTES, itemsize(dtype))
         return cls(shape=shape, dtype=dtype)
 
 
@@ -194,20 +120,20 @@ class SampleSpec:
 
     @classmethod
     def from_json(cls, obj: Any, where: str = "manifest.sample") -> SampleSpec:
-        raw = _get(obj, "shape", where)
+        raw = get(obj, "shape", where)
         if not isinstance(raw, list) or len(raw) != 3 or (raw[1] is None) != (raw[2] is None):
             raise CacheError(f"{where}.shape: expected [channels, height, width], got {raw!r}")
         if raw[1] is None:  # ragged: every sample has its own height and width
-            shape = (*_shape(raw[:1], f"{where}.shape", MAX_SAMPLE_BYTES), None, None)
+            shape = (*shape_of(raw[:1], f"{where}.shape", MAX_SAMPLE_BYTES), None, None)
         else:
-            shape = _shape(raw, f"{where}.shape", MAX_SAMPLE_BYTES)
+            shape = shape_of(raw, f"{where}.shape", MAX_SAMPLE_BYTES)
         if shape[0] not in (1, 3):
             raise CacheError(f"{where}.shape: expected [channels, height, width], got {raw!r}")
-        dtype = _dtype(_get(obj, "dtype", where), f"{where}.dtype")
+        dtype = dtype_of(get(obj, "dtype", where), f"{where}.dtype")
         if dtype != "|u1":
             raise CacheError(f"{where}.dtype: images are stored as '|u1', got {dtype!r}")
-        label_dtype = _dtype(_get(obj, "label_dtype", where), f"{where}.label_dtype")
-        extras_obj = _get(obj, "extras", where)
+        label_dtype = dtype_of(get(obj, "label_dtype", where), f"{where}.label_dtype")
+        extras_obj = get(obj, "extras", where)
         if not isinstance(extras_obj, dict) or len(extras_obj) > MAX_EXTRAS:
             raise CacheError(f"{where}.extras: expected an object of at most {MAX_EXTRAS} extras")
         extras = {}
@@ -265,23 +191,23 @@ class ShardInfo:
 
     @classmethod
     def from_json(cls, obj: Any, where: str, channels: int = 3) -> ShardInfo:
-        sha = _str(obj, "sha256", where)
-        digest = _str(obj, "inputs_digest", where)
+        sha = get_str(obj, "sha256", where)
+        digest = get_str(obj, "inputs_digest", where)
         for key, value in (("sha256", sha), ("inputs_digest", digest)):
             if not _HEX64.match(value):
                 raise CacheError(f"{where}.{key}: expected 64 lowercase hex digits, got {value!r}")
         info = cls(
-            file=check_shard_name(_get(obj, "file", where), f"{where}.file"),
-            samples=_int(obj, "samples", where, maximum=MAX_SHARD_ROWS),
-            bytes=_int(obj, "bytes", where, minimum=1, maximum=MAX_SHARD_BYTES),
+            file=check_shard_name(get(obj, "file", where), f"{where}.file"),
+            samples=get_int(obj, "samples", where, maximum=MAX_SHARD_ROWS),
+            bytes=get_int(obj, "bytes", where, minimum=1, maximum=MAX_SHARD_BYTES),
             sha256=sha,
-            inputs=_int(obj, "inputs", where, maximum=MAX_SHARD_ROWS),
-            first=_str(obj, "first", where),
-            last=_str(obj, "last", where),
+            inputs=get_int(obj, "inputs", where, maximum=MAX_SHARD_ROWS),
+            first=get_str(obj, "first", where),
+            last=get_str(obj, "last", where),
             inputs_digest=digest,
-            pixel_sum=_floats(obj, "pixel_sum", where, channels),
-            pixel_sumsq=_floats(obj, "pixel_sumsq", where, channels),
-            pixel_count=_int(obj, "pixel_count", where),
+            pixel_sum=get_floats(obj, "pixel_sum", where, channels),
+            pixel_sumsq=get_floats(obj, "pixel_sumsq", where, channels),
+            pixel_count=get_int(obj, "pixel_count", where),
         )
         return info
 
@@ -309,7 +235,7 @@ class SkippedInput:
         retry = obj.get("retry", False) if isinstance(obj, dict) else False
         if not isinstance(retry, bool):
             raise CacheError(f"{where}.retry: expected true or false, got {retry!r}")
-        return cls(path=_str(obj, "path", where), reason=_str(obj, "reason", where), retry=retry)
+        return cls(path=get_str(obj, "path", where), reason=get_str(obj, "reason", where), retry=retry)
 
 
 #: Orders a build writes its inputs in (``--order``).
@@ -318,20 +244,24 @@ ORDERS = ("shuffled", "sorted")
 
 def _order(obj: Any, where: str) -> dict:
     """The ``order`` object: ``{"kind": "shuffled", "seed": S, "shards": B}`` or ``{"kind": "sorted"}``."""
-    kind = _get(obj, "kind", where)
+    kind = get(obj, "kind", where)
     if kind not in ORDERS:
         raise CacheError(f"{where}.kind: expected one of {', '.join(ORDERS)}, got {short(kind)}")
     if kind == "sorted":
         return {"kind": kind}
-    seed = _get(obj, "seed", where)
+    seed = get(obj, "seed", where)
     if isinstance(seed, bool) or not isinstance(seed, int) or abs(seed) > MAX_INT:
         raise CacheError(f"{where}.seed: expected an integer, got {short(seed)}")
-    return {"kind": kind, "seed": seed, "shards": _int(obj, "shards", where, minimum=1, maximum=MAX_SAMPLES)}
+    return {
+        "kind": kind,
+        "seed": seed,
+        "shards": get_int(obj, "shards", where, minimum=1, maximum=MAX_SAMPLES),
+    }
 
 
 def _limits(obj: Any, where: str) -> dict:
     """The ``limits`` object: ``{"max_pixels": N}`` (0: no limit)."""
-    return {"max_pixels": _int(obj, "max_pixels", where)}
+    return {"max_pixels": get_int(obj, "max_pixels", where)}
 
 
 @dataclass(frozen=True)
@@ -403,29 +333,31 @@ class Manifest:
         where = "manifest"
         if not isinstance(obj, dict):
             raise CacheError(f"{where}: expected a JSON object, got {type(obj).__name__}")
-        version = _get(obj, "format_version", where)
+        version = get(obj, "format_version", where)
         if isinstance(version, bool) or version not in READABLE_MANIFEST_VERSIONS:
             raise CacheError(
                 f"cache format mismatch: code={MANIFEST_VERSION}, file={short(version)}; "
                 "rebuild the cache with this version of cachekit"
             )
-        sample = SampleSpec.from_json(_get(obj, "sample", where))
+        sample = SampleSpec.from_json(get(obj, "sample", where))
         if sample.fields and version < 4:
             raise CacheError(f"{where}.sample.fields: a version {version} manifest has no fields")
         channels = sample.shape[0]
-        shards_obj = _get(obj, "shards", where)
+        shards_obj = get(obj, "shards", where)
         if not isinstance(shards_obj, list) or not shards_obj:
             raise CacheError(f"{where}.shards: expected a non-empty list, got {shards_obj!r}")
         shards = tuple(
             ShardInfo.from_json(s, f"{where}.shards[{i}]", channels) for i, s in enumerate(shards_obj)
         )
-        pipeline = _get(obj, "pipeline", where)
+        pipeline = get(obj, "pipeline", where)
         problem = check_recorded(pipeline)
         if problem:
             raise CacheError(f"{where}.pipeline: {problem}")
         augment = pipeline.get("augment")
         variants = (
-            1 if augment is None else _int(augment, "variants", f"{where}.pipeline.augment", 1, MAX_VARIANTS)
+            1
+            if augment is None
+            else get_int(augment, "variants", f"{where}.pipeline.augment", 1, MAX_VARIANTS)
         )
         for i, info in enumerate(shards):
             if info.samples > info.inputs * variants:
@@ -436,108 +368,37 @@ class Manifest:
         names = [s.file for s in shards]
         if len(set(names)) != len(names):
             raise CacheError(f"{where}.shards: a shard file is listed twice")
-        num_samples = _int(obj, "num_samples", where, maximum=MAX_SAMPLES)
+        num_samples = get_int(obj, "num_samples", where, maximum=MAX_SAMPLES)
         if num_samples != sum(s.samples for s in shards):
             raise CacheError(
                 f"{where}.num_samples: {num_samples} does not match the shards' total "
                 f"{sum(s.samples for s in shards)}"
             )
-        classes = _get(obj, "classes", where)
+        classes = get(obj, "classes", where)
         if not isinstance(classes, list) or not all(isinstance(c, str) for c in classes):
             raise CacheError(f"{where}.classes: expected a list of strings, got {classes!r}")
-        stats = _get(obj, "stats", where)
-        skipped = _get(obj, "skipped", where)
+        stats = get(obj, "stats", where)
+        skipped = get(obj, "skipped", where)
         if not isinstance(skipped, list):
             raise CacheError(f"{where}.skipped: expected a list, got {skipped!r}")
         for key in ("pipeline", "format_options", "source"):
-            if not isinstance(_get(obj, key, where), dict):
+            if not isinstance(get(obj, key, where), dict):
                 raise CacheError(f"{where}.{key}: expected an object")
         return cls(
-            format=_str(obj, "format", where),
+            format=get_str(obj, "format", where),
             sample=sample,
             shards=shards,
             classes=tuple(classes),
             pipeline=obj["pipeline"],
-            fingerprint=_str(obj, "fingerprint", where),
-            mean=_floats(stats, "mean", f"{where}.stats", channels),
-            std=_floats(stats, "std", f"{where}.stats", channels),
+            fingerprint=get_str(obj, "fingerprint", where),
+            mean=get_floats(stats, "mean", f"{where}.stats", channels),
+            std=get_floats(stats, "std", f"{where}.stats", channels),
             skipped=tuple(SkippedInput.from_json(s, f"{where}.skipped[{i}]") for i, s in enumerate(skipped)),
             format_options=obj["format_options"],
             source=obj["source"],
-            order=_order(_get(obj, "order", where), f"{where}.order"),
-            limits=_limits(_get(obj, "limits", where), f"{where}.limits"),
-            created=_str(obj, "created", where),
-            cachekit_version=_str(obj, "cachekit_version", where),
+            order=_order(get(obj, "order", where), f"{where}.order"),
+            limits=_limits(get(obj, "limits", where), f"{where}.limits"),
+            created=get_str(obj, "created", where),
+            cachekit_version=get_str(obj, "cachekit_version", where),
             format_version=version,
         )
-
-
-def parse_manifest(text: str, where: str) -> Manifest:
-    """Validate the text of a ``manifest.json`` (``where`` names it in errors)."""
-    if len(text) > MAX_MANIFEST_BYTES:
-        raise CacheError(
-            f"{where}: {len(text)} characters, over the {MAX_MANIFEST_BYTES} a manifest may have"
-        )
-    try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise CacheError(f"{where}: not valid JSON ({exc})") from None
-    except RecursionError:  # the decoder recurses once per bracket
-        raise CacheError(f"{where}: nested deeper than {MAX_DEPTH} levels") from None
-    except ValueError as exc:  # e.g. an integer of more than 4,300 digits
-        raise CacheError(f"{where}: not valid JSON ({exc})") from None
-    if not isinstance(obj, dict) or "format_version" not in obj:
-        raise NotACacheError(f"{where}: not a cachekit manifest (no format_version)")
-    check_depth(obj, where)
-    return Manifest.from_json(obj)
-
-
-def read_local_manifest(cache_dir: str | os.PathLike) -> Manifest:
-    """Read and validate ``cache_dir/manifest.json`` of a local folder; every problem is a CacheError.
-
-    ``cachekit.read_manifest`` (in ``location``) also takes URLs and comes here for local paths.
-    """
-    root = Path(cache_dir)
-    if not root.exists():
-        raise NotACacheError(f"{root}: no such cache folder")
-    if not root.is_dir():
-        raise NotACacheError(f"{root}: not a folder")
-    path = root / MANIFEST_NAME
-    if not path.is_file():
-        raise NotACacheError(f"{root}: no {MANIFEST_NAME} (not a cache, or its build has not finished)")
-    try:
-        if path.stat().st_size > MAX_MANIFEST_BYTES:
-            raise CacheError(f"{path}: larger than the {MAX_MANIFEST_BYTES} bytes a manifest may have")
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise CacheError(f"{path}: cannot be read: {exc}") from None
-    return parse_manifest(text, str(path))
-
-
-#: Lone surrogates U+DC80..U+DCFF: how Python (``os.fsdecode``) carries file-name bytes that are not UTF-8.
-_ESCAPED_BYTE = re.compile("[\udc80-\udcff]")
-
-
-def json_text(obj: Any, **kwargs: Any) -> str:
-    """JSON text that is valid UTF-8 even for file names that are not.
-
-    Such a name's undecodable bytes reach Python as lone surrogates (``os.fsdecode``); each is
-    written as its ``\\udcXX`` escape, which ``json.loads`` turns back into the same surrogate,
-    so ``os.fsencode`` of the path read back gives the file name's original bytes.
-    """
-    text = json.dumps(obj, ensure_ascii=False, **kwargs)
-    return _ESCAPED_BYTE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
-
-
-def manifest_text(manifest: Manifest) -> str:
-    """The ``manifest.json`` text of ``manifest``."""
-    return json_text(manifest.to_json(), indent=1) + "\n"
-
-
-def write_manifest(cache_dir: str | os.PathLike, manifest: Manifest) -> Path:
-    """Write the manifest atomically (temp file, fsync, ``os.replace``) so readers never see half of it."""
-    root = Path(cache_dir)
-    path = root / MANIFEST_NAME
-    data = manifest_text(manifest)
-    commit_file(path, lambda tmp: tmp.write_text(data, encoding="utf-8"))
-    return path

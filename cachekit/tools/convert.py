@@ -40,7 +40,8 @@ from ..store.atomic import path_size, sha256_path
 from ..store.fields import field_columns
 from ..store.formats import SHARD_NAME_COLUMN, get_format, identity_column
 from ..store.location import open_location, read_manifest, write_failure
-from ..store.manifest import Manifest, ShardInfo, json_text, manifest_text, shard_path
+from ..store.manifest import Manifest, ShardInfo, shard_path
+from ..store.manifestio import json_text, manifest_text
 from ..store.remote import access_error, fetch_shard, filesystem, is_url, secrets_hidden
 from ..store.sourcecol import SOURCE_BYTES, SOURCE_OFFSETS
 

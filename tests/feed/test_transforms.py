@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from cachekit.feed.colour import jitter_batch, jitter_planes
+from cachekit.feed.plan import compile_plan
 from cachekit.feed.transforms import (
     CenterCrop,
     ColorJitter,
@@ -16,7 +17,6 @@ from cachekit.feed.transforms import (
     RandomHorizontalFlip,
     RandomResizedCrop,
     Resize,
-    compile_plan,
 )
 from cachekit.feed.warp import warp_batch, warp_hwc, warp_planes
 from cachekit.tools.synthetic import synthetic_image

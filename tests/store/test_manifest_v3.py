@@ -8,7 +8,8 @@ import os
 import pytest
 
 from cachekit import CacheError, read_manifest
-from cachekit.store.manifest import Manifest, json_text, manifest_text, parse_manifest
+from cachekit.store.manifest import Manifest
+from cachekit.store.manifestio import json_text, manifest_text, parse_manifest
 
 
 def _manifest(small_cache) -> dict:

@@ -1,0 +1,137 @@
+"""What ``make_loader`` checks and resolves before anything starts: its arguments, the dataset it is
+given, the room worker processes need in /dev/shm, the batch's size, the seed, where augmentation runs.
+
+Every refusal here is one line, raised before a worker, a thread or a download begins.
+"""
+
+from __future__ import annotations
+
+import logging
+import numbers
+import os
+import warnings
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.utils.data import IterableDataset
+
+from ..constants import MAX_BATCH_BYTES
+from .plan import Plan
+from .shm import ShmTooSmall, shm_shortfall
+
+__all__ = [
+    "check_counts",
+    "open_dataset",
+    "batch_bytes",
+    "fit_workers",
+    "resolve_seed",
+    "check_batch_bytes",
+    "choose_augment_on",
+]
+
+log = logging.getLogger("cachekit")
+
+
+def check_counts(**values: Any) -> None:
+    """One line for an argument of the wrong kind, before anything is started."""
+    lowest = {"batch_size": 1, "prefetch_factor": 1, "workers": 0, "threads": 1, "seed": None}
+    for name, value in values.items():
+        if value is None and name in ("workers", "threads", "seed"):
+            continue
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise ValueError(f"{name} must be an integer, got {value!r}")
+        if lowest[name] is not None and value < lowest[name]:
+            raise ValueError(f"{name} must be at least {lowest[name]}, got {value}")
+
+
+def open_dataset(dataset, storage_options: dict | None):
+    """A path or URL opens a ``CachedDataset``; anything else must be a map-style dataset."""
+    if isinstance(dataset, (str, os.PathLike)):
+        from .dataset import CachedDataset
+
+        return CachedDataset(dataset, storage_options=storage_options)
+    if storage_options:
+        raise ValueError("storage_options go with a cache path or URL, not with a dataset object")
+    if isinstance(dataset, IterableDataset) or not (
+        hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__")
+    ):
+        raise TypeError(
+            f"make_loader takes a cache path or URL or a map-style dataset (with __getitem__ and "
+            f"__len__, such as CachedDataset), not {type(dataset).__name__}"
+        )
+    return dataset
+
+
+def batch_bytes(dataset, batch_size: int, plan: Plan | None) -> int | None:
+    """Bytes of one batch as it is handed over from a worker process, or None when unknown."""
+    spec = getattr(getattr(dataset, "manifest", None), "sample", None)
+    if spec is None:
+        return None
+    size = plan.fixed_size() if plan is not None else None
+    per_sample = spec.shape[0] * size[0] * size[1] if size else spec.nbytes
+    return per_sample * batch_size
+
+
+def fit_workers(workers: int, asked: bool, batch_bytes: int | None, prefetch_factor: int) -> int:
+    """``workers``, or 0 with a warning when /dev/shm cannot hold their batches and none were asked
+    for; asked-for workers that cannot fit are refused in one line (``ShmTooSmall``)."""
+    why = shm_shortfall(batch_bytes, workers, prefetch_factor) if batch_bytes else None
+    if why is None:
+        return workers
+    if asked:
+        raise ShmTooSmall(why)
+    warnings.warn(
+        f"make_loader reads in-process instead of in {workers} worker processes: {why}", stacklevel=3
+    )
+    log.warning("make_loader: in-process reads: %s", why)
+    return 0
+
+
+def resolve_seed(seed: int | None, distributed: bool) -> int:
+    """``seed``, or when None one from torch's (``torch.initial_seed()``, which ``torch.manual_seed``
+    sets), made the same on every rank by a broadcast from rank 0 when ``distributed``."""
+    if seed is not None:
+        return int(seed)
+    value = torch.initial_seed() & (2**63 - 1)
+    if distributed:
+        backend = dist.get_backend()
+        device = (
+            torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
+        )
+        held = torch.tensor([value], dtype=torch.int64, device=device)
+        dist.broadcast(held, src=0)
+        value = int(held.item())
+        # kept for good: a gloo thread that drops its last reference to a tensor Python has let go
+        # of needs the GIL, which it cannot get while the interpreter exits (an abort)
+        _BROADCAST.append(held)
+    return value
+
+
+_BROADCAST: list[torch.Tensor] = []
+
+
+def check_batch_bytes(dataset, batch_size: int, plan: Plan | None) -> None:
+    """Refuse, before anything is read, a batch larger than ``MAX_BATCH_BYTES`` (its images as
+    uint8; a float dtype on the device is larger still)."""
+    shape = getattr(getattr(getattr(dataset, "manifest", None), "sample", None), "shape", None)
+    channels = int(shape[0]) if shape else 3
+    size = plan.fixed_size() if plan is not None else None
+    if size is None and shape and all(shape):
+        size = (int(shape[1]), int(shape[2]))
+    need = batch_size * channels * size[0] * size[1] if size else 0
+    if need > MAX_BATCH_BYTES:
+        raise ValueError(
+            f"a batch of {batch_size} samples of {channels} x {size[0]} x {size[1]} is {need / 2**30:.1f} GiB, "
+            f"over the limit of {MAX_BATCH_BYTES // 2**30} GiB: use a smaller batch_size or output size"
+        )
+
+
+def choose_augment_on(augment_on: str, device: torch.device | None, plan: Plan | None) -> bool:
+    if augment_on not in ("auto", "threads", "device"):
+        raise ValueError(f"augment_on must be 'auto', 'threads' or 'device', got {augment_on!r}")
+    if augment_on == "device" and device is None:
+        raise ValueError("augment_on='device' needs a device (device='cuda', or 'cpu' to test that path)")
+    if plan is None:
+        return False
+    return augment_on == "device" or (augment_on == "auto" and device is not None and device.type == "cuda")

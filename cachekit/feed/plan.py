@@ -1,0 +1,263 @@
+"""A compiled list of transforms: every sample's draws for a batch, from (seed, epoch, index) alone.
+
+``compile_plan`` checks a list of ``cachekit.transforms`` and compiles it into a ``Plan``; its
+``draw`` folds the list's geometry into one box per sample (after a first resize of the whole image
+when the list starts with ``Resize``), with the flips, the colour factors and their order, as
+``Draws``, whose ``affine``/``maps`` say where each sample's points go (boxes and masks follow).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..image.geometry import DEFAULT_MIN_VISIBILITY, Affine
+from .draws import uniforms
+from .transforms import (
+    TRANSFORMS,
+    CenterCrop,
+    ColorJitter,
+    Letterbox,
+    RandomHorizontalFlip,
+    RandomResizedCrop,
+    Resize,
+    _size,
+)
+
+__all__ = ["Plan", "Draws", "compile_plan"]
+
+_ATTEMPTS = 10  # torchvision's RandomResizedCrop tries 10 boxes before its central fallback
+
+
+@dataclass(frozen=True)
+class Draws:
+    """One batch's parameters: where each output comes from, and how it is coloured.
+
+    ``boxes``: int64 ``[B, 4]`` (top, left, height, width) in source pixels, possibly reaching
+    outside the image (padded with ``fill``); ``flips``: bool ``[B]``; ``jitter``: float32 ``[B, 4]``
+    (brightness, contrast, saturation factors, hue shift in turns) or None, applied in the order
+    ``order`` (int8 ``[B, 4]``: a permutation of those four per sample). ``pre``: int64 ``[B, 2]``
+    sizes each image is first resized to when the list starts with ``Resize`` (the boxes are then in
+    the resized image's pixels, as torchvision resizes, then crops), with ``source_hw`` its own.
+    """
+
+    boxes: np.ndarray
+    flips: np.ndarray
+    out_size: tuple[int, int]
+    jitter: np.ndarray | None
+    order: np.ndarray | None = None
+    fill: int = 0
+    pre: np.ndarray | None = None
+    source_hw: np.ndarray | None = None
+
+    def maps(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Every sample's ``affine`` at once, as arrays ``(sx, sy, tx, ty)``."""
+        top, left, h, w = (self.boxes[:, k].astype(np.float64) for k in range(4))
+        oh, ow = self.out_size
+        sx, sy = ow / w, oh / h
+        tx, ty = -left * sx, -top * sy
+        if self.pre is not None:  # resized first: source -> pre, then the box
+            px = self.pre[:, 1] / self.source_hw[:, 1]
+            py = self.pre[:, 0] / self.source_hw[:, 0]
+            sx, sy = px * sx, py * sy
+        flip = self.flips.astype(bool)
+        return np.where(flip, -sx, sx), sy, np.where(flip, ow - tx, tx), ty
+
+    def affine(self, j: int) -> Affine:
+        """Where sample ``j``'s points go: resized first (``pre``), its box onto the output, its flip."""
+        top, left, h, w = (float(v) for v in self.boxes[j])
+        affine = Affine.crop(top, left, h, w, self.out_size)
+        if self.pre is not None:
+            (ph, pw), (sh, sw) = self.pre[j], self.source_hw[j]
+            affine = Affine(pw / sw, ph / sh).then(affine)
+        return affine.then(Affine.hflip(self.out_size[1])) if self.flips[j] else affine
+
+    def inside(self, heights: np.ndarray, widths: np.ndarray) -> np.ndarray:
+        """Which boxes lie within their image (the others need padding); of the resized one (``pre``)."""
+        if self.pre is not None:
+            heights, widths = self.pre[:, 0], self.pre[:, 1]
+        t, left, h, w = self.boxes.T
+        return (t >= 0) & (left >= 0) & (t + h <= heights) & (left + w <= widths)
+
+
+def _rrc_boxes(step: RandomResizedCrop, u: np.ndarray, vh: np.ndarray, vw: np.ndarray) -> np.ndarray:
+    """torchvision's ``RandomResizedCrop.get_params`` for every sample at once: (top, left, h, w)."""
+    area = (vh * vw)[:, None]
+    log_lo, log_hi = math.log(step.ratio[0]), math.log(step.ratio[1])
+    target = area * (step.scale[0] + u[:, :, 0] * (step.scale[1] - step.scale[0]))
+    aspect = np.exp(log_lo + u[:, :, 1] * (log_hi - log_lo))
+    w = np.round(np.sqrt(target * aspect))
+    h = np.round(np.sqrt(target / aspect))
+    ok = (w > 0) & (w <= vw[:, None]) & (h > 0) & (h <= vh[:, None])
+    first = np.argmax(ok, axis=1)
+    rows = np.arange(len(vh))
+    h, w = h[rows, first], w[rows, first]
+    top = np.floor(u[rows, first, 2] * (vh - h + 1))
+    left = np.floor(u[rows, first, 3] * (vw - w + 1))
+    # no attempt fit: the central crop of the closest allowed aspect ratio
+    fallback = ~ok.any(axis=1)
+    if fallback.any():
+        in_ratio = vw / vh
+        fw = np.where(
+            in_ratio < step.ratio[0], vw, np.where(in_ratio > step.ratio[1], np.round(vh * step.ratio[1]), vw)
+        )
+        fh = np.where(in_ratio < step.ratio[0], np.round(vw / step.ratio[0]), vh)
+        h, w = np.where(fallback, fh, h), np.where(fallback, fw, w)
+        top = np.where(fallback, (vh - fh) // 2, top)
+        left = np.where(fallback, (vw - fw) // 2, left)
+    return np.stack([top, left, h, w], axis=1)
+
+
+def _letterbox_boxes(size: int, vh: np.ndarray, vw: np.ndarray) -> np.ndarray:
+    """The square of the view that a letterbox to ``size`` shows: the view scaled so its longer side
+    is ``size`` (sides rounded, as YOLO does), centred; (top, left, height, width) in view pixels."""
+    scale = size / np.maximum(vh, vw)
+    nh, nw = np.maximum(1, np.round(vh * scale)), np.maximum(1, np.round(vw * scale))
+    sy, sx = nh / vh, nw / vw
+    top, left = np.floor((size - nh) / 2), np.floor((size - nw) / 2)
+    return np.stack([-top / sy, -left / sx, size / sy, size / sx], axis=1)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A compiled list of transforms: its geometry folds into one box per sample, then colour.
+
+    ``min_visibility``: a box keeping less of its area through a sample's crop is dropped.
+    """
+
+    steps: tuple
+    min_visibility: float = DEFAULT_MIN_VISIBILITY
+
+    @property
+    def jitter(self) -> ColorJitter | None:
+        found = [s for s in self.steps if isinstance(s, ColorJitter)]
+        return found[-1] if found else None
+
+    @property
+    def geometric(self) -> bool:
+        return any(
+            isinstance(s, (RandomResizedCrop, CenterCrop, Resize, RandomHorizontalFlip, Letterbox))
+            for s in self.steps
+        )
+
+    def fixed_size(self) -> tuple[int, int] | None:
+        """The output size whatever the input's, or None when it follows the input."""
+        size = None
+        for step in self.steps:
+            if isinstance(step, (RandomResizedCrop, CenterCrop, Letterbox)):
+                size = _size(step.size, type(step).__name__)
+            elif isinstance(step, Resize):
+                size = None if isinstance(step.size, int) else _size(step.size, "Resize")
+        return size
+
+    def draw(self, seed: int, epoch: int, indices, heights, widths) -> Draws:
+        """Every sample's parameters; ``heights``/``widths`` are the stored images' sizes."""
+        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
+        n = len(idx)
+        vh = np.asarray(heights, dtype=np.float64).reshape(-1)
+        vw = np.asarray(widths, dtype=np.float64).reshape(-1)
+        top, left = np.zeros(n), np.zeros(n)  # the current view's box in source pixels
+        bh, bw = vh.copy(), vw.copy()
+        flips = np.zeros(n, dtype=bool)
+        jitter = order = pre = None
+        fill = 0
+        cropped = False
+        for k, step in enumerate(self.steps):
+            stream = k + 1
+            if isinstance(step, Resize):
+                if isinstance(step.size, int):  # shorter side to size, torchvision's truncation for the other
+                    portrait = vw <= vh
+                    vh, vw = (
+                        np.where(portrait, np.floor(step.size * vh / vw), step.size),
+                        np.where(portrait, step.size, np.floor(step.size * vw / vh)),
+                    )
+                else:
+                    vh, vw = np.full(n, float(step.size[0])), np.full(n, float(step.size[1]))
+                if not cropped:  # the whole image is resized first, as torchvision does; crops follow
+                    pre = np.stack([vh, vw], axis=1).astype(np.int64)
+                    top, left, bh, bw = np.zeros(n), np.zeros(n), vh.copy(), vw.copy()
+                continue
+            if isinstance(step, RandomHorizontalFlip):
+                flips ^= uniforms(seed, epoch, idx, stream, 1)[:, 0] < step.p
+                continue
+            if isinstance(step, ColorJitter):
+                jitter = self._jitter(step, uniforms(seed, epoch, idx, stream, 4))
+                order = np.argsort(uniforms(seed, epoch, idx, stream + 1000, 4), axis=1).astype(np.int8)
+                continue
+            out_h, out_w = _size(step.size, type(step).__name__)
+            if isinstance(step, Letterbox):
+                fill = step.fill
+                crop = _letterbox_boxes(step.size, vh, vw)
+            elif isinstance(step, CenterCrop):
+                crop = np.stack(
+                    [
+                        np.round((vh - out_h) / 2),
+                        np.round((vw - out_w) / 2),
+                        np.full(n, out_h),
+                        np.full(n, out_w),
+                    ],
+                    axis=1,
+                ).astype(np.float64)
+            else:
+                u = uniforms(seed, epoch, idx, stream, _ATTEMPTS * 4).reshape(n, _ATTEMPTS, 4)
+                crop = _rrc_boxes(step, u, vh, vw)
+            cropped = True
+            ct, cl, ch, cw = crop.T
+            cl = np.where(flips, vw - cl - cw, cl)  # a crop of the mirrored view, in unmirrored terms
+            sy, sx = bh / vh, bw / vw
+            top, left, bh, bw = top + ct * sy, left + cl * sx, ch * sy, cw * sx
+            vh, vw = np.full(n, float(out_h)), np.full(n, float(out_w))
+        if n and (np.ptp(vh) or np.ptp(vw)):
+            raise ValueError(
+                "augment gives outputs of different sizes for images of different sizes: end it with "
+                "RandomResizedCrop, CenterCrop or Resize((height, width))"
+            )
+        y0, x0 = np.round(top), np.round(left)
+        boxes = np.stack(
+            [y0, x0, np.maximum(1, np.round(top + bh) - y0), np.maximum(1, np.round(left + bw) - x0)], axis=1
+        )
+        out = (int(vh[0]), int(vw[0])) if n else (0, 0)
+        source = np.stack([np.asarray(heights), np.asarray(widths)], axis=1).reshape(-1, 2).astype(np.int64)
+        return Draws(
+            boxes=boxes.astype(np.int64),
+            flips=flips,
+            out_size=out,
+            jitter=jitter,
+            order=order,
+            fill=fill,
+            pre=pre,
+            source_hw=source if pre is not None else None,
+        )
+
+    @staticmethod
+    def _jitter(step: ColorJitter, u: np.ndarray) -> np.ndarray:
+        """Each sample's factors (and hue shift), uniform in the transform's ranges."""
+        return np.stack(
+            [lo + u[:, k] * (hi - lo) for k, (lo, hi) in enumerate(step.ranges())], axis=1
+        ).astype(np.float32)
+
+
+def compile_plan(transforms, min_visibility: float = DEFAULT_MIN_VISIBILITY) -> Plan | None:
+    """Check a list of cachekit transforms and compile it; None for an empty list."""
+    if (
+        isinstance(min_visibility, bool)
+        or not isinstance(min_visibility, numbers.Real)
+        or not (0.0 <= float(min_visibility) <= 1.0)
+    ):
+        raise ValueError(f"min_visibility must be a number in [0, 1], got {min_visibility!r}")
+    if transforms is None:
+        return None
+    steps = tuple(transforms) if isinstance(transforms, (list, tuple)) else (transforms,)
+    for step in steps:
+        if not isinstance(step, TRANSFORMS):
+            names = ", ".join(t.__name__ for t in TRANSFORMS)
+            raise TypeError(
+                f"augment takes cachekit.transforms ({names}), not {type(step).__name__}; "
+                "a per-sample function goes in CachedDataset(transform=...)"
+            )
+    if sum(isinstance(s, ColorJitter) for s in steps) > 1:
+        raise ValueError("augment: give at most one ColorJitter")
+    return Plan(steps, float(min_visibility)) if steps else None
