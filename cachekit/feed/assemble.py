@@ -194,12 +194,21 @@ def _mask_buffers(dataset, n: int, hw: tuple[int, int] | None) -> dict[str, torc
 
 
 def assemble(
-    dataset, request: BatchRequest, readers: list, local: np.ndarray, labels: np.ndarray, values=None
+    dataset,
+    request: BatchRequest,
+    readers: list,
+    local: np.ndarray,
+    labels: np.ndarray,
+    values: Callable[[], list] | None = None,
 ) -> SampleBatch:
     """Read (and, on threads, augment) the samples at ``readers[j]``, row ``local[j]``, into one batch.
 
-    ``values``: each sample's stored field values (``targets.read_values``), for caches with fields;
-    they are decoded and moved with their pixels here, in the same threads.
+    ``values``: what reads each sample's stored field values (``targets.read_values``), for caches
+    with fields. Masks are decoded and moved with their pixels, in the same threads. The targets of
+    a cache without masks are read and moved for the whole batch at once after its pixels
+    (``CachedDataset.batch_targets``): box arithmetic holds the GIL, so it is kept to a few array
+    operations a batch, never run beside the threads copying pixels (measured: a thread of its own
+    for it slowed the pixel threads more than it saved).
     """
     n = len(local)
     channels = dataset.sample_shape[0]
@@ -222,6 +231,8 @@ def assemble(
     else:
         out = dataset._buffers.get((n, *dataset.sample_shape))
     local_list = local.tolist()
+    whole = values is not None and not any(f.kind == "mask" for f in dataset.fields.values())
+    values = None if whole or values is None else values()  # without masks: all at once, after the pixels
     targets: list = [None] * n if values is not None else []
     if values is None:
         masks = {}
@@ -278,6 +289,9 @@ def assemble(
     if on_threads or dataset.store != "pixels" or values is not None:
         _opencv_one_thread()
     run_chunks(n, request.threads, work)
+    if whole:
+        visibility = plan.min_visibility if plan is not None else 0.0
+        targets = dataset.batch_targets(request, readers, local, draws, visibility)
     if values is not None and draws is not None:
         move_boxes_of_batch(dataset.fields, targets, draws.maps(), draws.out_size, plan.min_visibility)
     aux = None
@@ -286,7 +300,7 @@ def assemble(
     elif draws is None and dataset.ragged:
         aux = {"sizes": torch.from_numpy(np.stack([heights, widths], axis=1))}
     batch = SampleBatch(torch.from_numpy(out), torch.from_numpy(labels), aux)
-    if values is not None:
+    if values is not None or whole:
         batch.targets, batch.masks = targets, masks
         batch.fields = dataset.fields
         batch.image_hw = (

@@ -30,7 +30,7 @@ from .buffers import BufferPool
 from .pins import shards_per_batch
 from .readers import ReaderPool, default_max_open
 from .remotecache import RemoteShards
-from .targets import read_values, sample_target
+from .targets import batch_targets, read_values, sample_target
 
 __all__ = ["CachedDataset"]
 
@@ -38,6 +38,15 @@ __all__ = ["CachedDataset"]
 def _tensors(target: dict) -> dict:
     """A sample's target with its arrays as tensors (each its own copy: masks may view a batch buffer)."""
     return {k: torch.from_numpy(np.array(v)) if isinstance(v, np.ndarray) else v for k, v in target.items()}
+
+
+def _memo_of(reader) -> dict | None:
+    """The dict kept with an open shard for what was read and checked of its fields whole (it goes
+    with the reader: a shard opened again, changed or not, is read and checked again)."""
+    try:
+        return reader.__dict__.setdefault("field_memo", {})
+    except AttributeError:
+        return None
 
 
 class CachedDataset(Dataset):
@@ -315,25 +324,38 @@ class CachedDataset(Dataset):
     def read_request(self, request: BatchRequest) -> SampleBatch:
         """A batch as ``make_loader`` asks for it: read, and augmented if its plan says so."""
         with self.borrowed_rows(request) as (readers, local, labels):
-            values = self._values(request, readers, local) if self.fields else None
+            values = (lambda: self._values(request, readers, local)) if self.fields else None
             return assemble(self, request, readers, local, labels, values)
+
+    def _groups(self, indices, readers: list, local: np.ndarray) -> list[tuple]:
+        """Per shard of a batch: (positions in the batch, column reader, rows, samples, memo)."""
+        _, shards = self._locate(indices)
+        groups = []
+        for shard in np.unique(shards).tolist():
+            pos = np.flatnonzero(shards == shard)
+            reader = readers[pos[0]]
+            groups.append(
+                (pos, reader.column, local[pos], self.manifest.shards[shard].samples, _memo_of(reader))
+            )
+        return groups
 
     def _values(self, indices, readers: list, local: np.ndarray) -> list[dict]:
         """Each sample's stored field values, read shard by shard from its borrowed reader."""
-        _, shards = self._locate(indices)
         values: list = [None] * len(local)
-        for shard in np.unique(shards).tolist():
-            pos = np.flatnonzero(shards == shard)
-            found = read_values(
-                self.fields,
-                readers[pos[0]].column,
-                local[pos].tolist(),
-                self.manifest.shards[shard].samples,
-                len(self.manifest.classes),
-            )
-            for j, v in zip(pos.tolist(), found):
+        for pos, column, rows, samples, memo in self._groups(indices, readers, local):
+            for j, v in zip(
+                pos.tolist(), read_values(self.fields, column, rows, samples, len(self.classes), memo)
+            ):
                 values[j] = v
         return values
+
+    def batch_targets(
+        self, indices, readers: list, local: np.ndarray, draws=None, min_visibility: float = 0.0
+    ):
+        """The targets of a batch of a cache without masks (``targets.batch_targets``), boxes moved
+        through ``draws``' maps when given."""
+        groups = self._groups(indices, readers, local)
+        return batch_targets(self.fields, groups, len(local), len(self.classes), draws, min_visibility)
 
     @contextlib.contextmanager
     def borrowed_rows(self, indices) -> Iterator[tuple[list, np.ndarray, np.ndarray]]:

@@ -21,12 +21,14 @@ import numpy as np
 import torch
 
 from ..errors import CacheError
-from ..image.geometry import Affine, move_boxes, move_boxes_batch, warp_mask
+from ..image.geometry import Affine, move_boxes, move_boxes_batch, move_boxes_flat, warp_mask
 from ..store.fields import FieldSpec, decode_mask
 
 __all__ = [
     "COLLATES",
     "read_values",
+    "batch_targets",
+    "check_classes",
     "sample_target",
     "move_target",
     "move_boxes_of_batch",
@@ -49,28 +51,114 @@ def box_keys(name: str) -> tuple[str, str, str]:
 
 
 def read_values(
-    fields: dict[str, FieldSpec], column, rows: Sequence[int], samples: int, classes: int | None = None
+    fields: dict[str, FieldSpec],
+    column,
+    rows: Sequence[int],
+    samples: int,
+    classes: int | None = None,
+    memo: dict | None = None,
 ) -> list[dict]:
     """The stored values of ``rows`` of one shard, per sample (masks still PNG bytes). Class indices
     are checked against ``classes`` and boxes to be finite: a damaged shard is a CacheError, never
-    a target that indexes past a model's classes or a NaN in a loss."""
+    a target that indexes past a model's classes or a NaN in a loss.
+
+    ``memo``: a dict kept with the open shard (``CachedDataset`` keeps one per reader). The shard's
+    field columns are then read and checked whole, once, and a batch only gathers its rows: the
+    checks no longer cost every batch (a detection feed reads a dozen shards a batch).
+    """
+    check_classes(fields, column, rows, samples, classes, memo)
     per_field = {
-        name: spec.handler.unpack(name, spec.params, column, rows, samples) for name, spec in fields.items()
+        name: spec.handler.unpack(name, spec.params, column, rows, samples, memo)
+        for name, spec in fields.items()
     }
-    for name, spec in fields.items():
-        if spec.kind not in ("boxes", "labels") or not len(rows):
-            continue
-        values = per_field[name]
-        found = np.concatenate([v["classes"] if spec.kind == "boxes" else v for v in values])
-        bad = bool(len(found)) and classes is not None and (found.min() < 0 or found.max() >= classes)
-        if spec.kind == "boxes" and not np.isfinite(np.concatenate([v["boxes"] for v in values])).all():
-            bad = True
-        if bad:
-            raise CacheError(
-                f"field {name!r}: a stored value is out of range (a class past the {classes} classes, or a box "
-                "that is not finite): the shard is damaged"
-            )
     return [{name: values[j] for name, values in per_field.items()} for j in range(len(rows))]
+
+
+def check_classes(
+    fields: dict[str, FieldSpec],
+    column,
+    rows: Sequence[int],
+    samples: int,
+    classes: int | None,
+    memo: dict | None,
+) -> None:
+    """Class indices of ``rows`` within ``classes`` and boxes finite, or a CacheError; with a ``memo``
+    (kept with the open shard), every row of the shard, once."""
+    for name, spec in fields.items():
+        if spec.kind not in ("boxes", "labels") or (memo is not None and ("checked", name) in memo):
+            continue
+        every = range(samples) if memo is not None else rows
+        _check_values(
+            name, spec, spec.handler.unpack(name, spec.params, column, every, samples, memo), classes
+        )
+        if memo is not None:
+            memo[("checked", name)] = True
+
+
+def _check_values(name: str, spec: FieldSpec, values: list, classes: int | None) -> None:
+    if not len(values):
+        return
+    found = np.concatenate([v["classes"] if spec.kind == "boxes" else v for v in values])
+    bad = bool(len(found)) and classes is not None and (found.min() < 0 or found.max() >= classes)
+    if spec.kind == "boxes" and not np.isfinite(np.concatenate([v["boxes"] for v in values])).all():
+        bad = True
+    if bad:
+        raise CacheError(
+            f"field {name!r}: a stored value is out of range (a class past the {classes} classes, or a box "
+            "that is not finite): the shard is damaged"
+        )
+
+
+def batch_targets(
+    fields: dict[str, FieldSpec],
+    groups: list[tuple],
+    n: int,
+    classes: int | None,
+    draws=None,
+    min_visibility: float = 0.0,
+) -> list[dict]:
+    """The ``n`` targets of a batch of a cache without masks, moved through ``draws``' maps when given.
+
+    ``groups``: per shard of the batch, ``(positions in the batch, column reader, rows, samples,
+    memo)``. Boxes stay flat, as the shards store them: each shard's rows gathered at once, every
+    box of the batch moved in one set of array operations (``move_boxes_flat``), then cut into
+    per-sample views; other fields are read per sample (``read_values``).
+    """
+    boxes = {name: spec for name, spec in fields.items() if spec.kind == "boxes"}
+    others = {name: spec for name, spec in fields.items() if spec.kind != "boxes"}
+    if others:
+        values: list = [None] * n
+        for pos, column, rows, samples, memo in groups:
+            for j, v in zip(pos.tolist(), read_values(others, column, rows, samples, classes, memo)):
+                values[j] = v
+        out = [sample_target(others, v, "") for v in values]
+    else:
+        out = [{} for _ in range(n)]
+    if not boxes:
+        return out
+    for _, column, rows, samples, memo in groups:
+        check_classes(boxes, column, rows, samples, classes, memo)
+    maps = draws.maps() if draws is not None else None
+    for name, spec in boxes.items():
+        owners, parts = [], []
+        for pos, column, rows, samples, memo in groups:
+            counts, found = spec.handler.gather(name, column, rows, samples, memo)
+            owners.append(np.repeat(pos, counts))
+            parts.append(found)
+        owner = np.concatenate(owners) if owners else np.zeros(0, np.int64)
+        order = np.argsort(owner, kind="stable")  # the batch's order, each sample's boxes as stored
+        owner = owner[order]
+        flat = {p: np.concatenate([f[p] for f in parts])[order] for p in ("boxes", "classes", "iscrowd")}
+        if maps is not None:
+            moved, keep = move_boxes_flat(flat["boxes"], owner, maps, draws.out_size, min_visibility)
+            flat = {"boxes": moved[keep], "classes": flat["classes"][keep], "iscrowd": flat["iscrowd"][keep]}
+            owner = owner[keep]
+        counts = np.bincount(owner, minlength=n).tolist()
+        for key, part in zip(box_keys(name), ("boxes", "classes", "iscrowd")):
+            # tensors already: one split of one tensor is cheaper than a conversion per sample
+            for t, piece in zip(out, torch.from_numpy(np.ascontiguousarray(flat[part])).split(counts)):
+                t[key] = piece
+    return out
 
 
 def sample_target(

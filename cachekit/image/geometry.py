@@ -25,6 +25,8 @@ __all__ = [
     "DEFAULT_MIN_VISIBILITY",
     "move_boxes",
     "move_boxes_batch",
+    "move_boxes_flat",
+    "cut",
     "move_boxes_matrix",
     "warp_mask",
     "warp_mask_matrix",
@@ -94,29 +96,49 @@ def move_boxes(
     return _select(target, moved, keep)
 
 
-def move_boxes_batch(
-    targets: list[dict], maps: tuple[np.ndarray, ...], out_hw: tuple[int, int], min_visibility: float
-) -> list[dict]:
-    """``move_boxes`` for a whole batch at once: sample ``i``'s boxes through the map ``(sx[i], sy[i],
-    tx[i], ty[i])`` of ``maps``. One set of array operations for every box of the batch, instead of
-    a dozen small ones per sample (which hold the GIL against the threads reading pixels)."""
-    if not targets:
-        return []
-    counts = np.array([len(t["boxes"]) for t in targets], dtype=np.int64)
-    keys = [k for k in targets[0] if k != "boxes"]
-    b = np.concatenate([np.asarray(t["boxes"], dtype=np.float64).reshape(-1, 4) for t in targets])
-    sx, sy, tx, ty = (np.repeat(np.asarray(m, dtype=np.float64), counts) for m in maps)
+def move_boxes_flat(
+    boxes: np.ndarray,
+    owner: np.ndarray,
+    maps: tuple[np.ndarray, ...],
+    out_hw: tuple[int, int],
+    min_visibility: float,
+) -> tuple[np.ndarray, np.ndarray]:
+    """A batch's boxes at once: xyxy ``boxes [M, 4]``, box ``m`` of sample ``owner[m]``, through that
+    sample's map ``(sx, sy, tx, ty)`` of ``maps``; returns ``(moved float32 [M, 4], keep bool [M])``.
+    One set of array operations for every box of the batch, instead of a dozen small ones per
+    sample (which hold the GIL against the threads copying pixels)."""
+    b = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
+    sx, sy, tx, ty = (np.asarray(m, dtype=np.float64)[owner] for m in maps)
     x = b[:, [0, 2]] * sx[:, None] + tx[:, None]
     y = b[:, [1, 3]] * sy[:, None] + ty[:, None]
     moved = np.stack([x.min(1), y.min(1), x.max(1), y.max(1)], axis=1)
     before = (moved[:, 2] - moved[:, 0]) * (moved[:, 3] - moved[:, 1])
     moved, keep = _clip(moved, before, out_hw, min_visibility)
+    return moved.astype(np.float32), keep
+
+
+def move_boxes_batch(
+    targets: list[dict], maps: tuple[np.ndarray, ...], out_hw: tuple[int, int], min_visibility: float
+) -> list[dict]:
+    """``move_boxes`` for a whole batch at once: sample ``i``'s boxes through the map ``(sx[i], sy[i],
+    tx[i], ty[i])`` of ``maps`` (``move_boxes_flat`` over the batch's boxes put back to back)."""
+    if not targets:
+        return []
+    counts = np.array([len(t["boxes"]) for t in targets], dtype=np.int64)
+    keys = [k for k in targets[0] if k != "boxes"]
+    b = np.concatenate([np.asarray(t["boxes"]).reshape(-1, 4) for t in targets])
     owner = np.repeat(np.arange(len(targets)), counts)  # each box's sample
-    ends = np.cumsum(np.bincount(owner[keep], minlength=len(targets)))[:-1]
-    kept = {"boxes": np.split(moved[keep].astype(np.float32), ends)}
+    moved, keep = move_boxes_flat(b, owner, maps, out_hw, min_visibility)
+    flat = {"boxes": moved[keep]}
     for k in keys:
-        kept[k] = np.split(np.concatenate([np.asarray(t[k]) for t in targets])[keep], ends)
-    return [{k: kept[k][i] for k in ("boxes", *keys)} for i in range(len(targets))]
+        flat[k] = np.concatenate([np.asarray(t[k]) for t in targets])[keep]
+    return cut(flat, np.bincount(owner[keep], minlength=len(targets)))
+
+
+def cut(flat: dict[str, np.ndarray], counts: np.ndarray) -> list[dict]:
+    """Per-sample dicts of views of ``flat``'s arrays: sample ``i`` has the next ``counts[i]`` rows."""
+    ends = np.cumsum(counts).tolist()
+    return [{k: v[a:b] for k, v in flat.items()} for a, b in zip([0, *ends[:-1]], ends)]
 
 
 def move_boxes_matrix(

@@ -74,13 +74,21 @@ class ArrayKind:
         }
 
     def unpack(
-        self, name: str, params: dict, column: ColumnReader, rows: Sequence[int], samples: int
+        self,
+        name: str,
+        params: dict,
+        column: ColumnReader,
+        rows: Sequence[int],
+        samples: int,
+        memo: dict | None = None,
     ) -> list:
         if self._fixed(params):
             block = np.asarray(column(name, np.asarray(rows, dtype=np.int64)))
             return [np.array(v) for v in block]
         shapes = np.asarray(column(column_name(name, "shapes"), slice(None)))
-        found = ragged_rows(column, column_name(name, "values"), column_name(name, "offsets"), rows, samples)
+        found = ragged_rows(
+            column, column_name(name, "values"), column_name(name, "offsets"), rows, samples, memo=memo
+        )
         out = []
         for row, (flat,) in zip(rows, found):
             shape = tuple(int(v) for v in shapes[row])

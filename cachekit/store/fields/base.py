@@ -17,7 +17,15 @@ import numpy as np
 
 from ...errors import CacheError
 
-__all__ = ["Column", "FieldKind", "ColumnReader", "pack_ragged", "ragged_rows", "column_name"]
+__all__ = [
+    "Column",
+    "FieldKind",
+    "ColumnReader",
+    "pack_ragged",
+    "ragged_gather",
+    "ragged_rows",
+    "column_name",
+]
 
 #: ``column(name, index)``: rows of one column of an open shard (``index`` a slice or an array).
 ColumnReader = Callable[[str, Any], np.ndarray]
@@ -47,9 +55,16 @@ class FieldKind(Protocol):
         """A shard's columns from each sample's value, in row order."""
 
     def unpack(
-        self, name: str, params: dict, column: ColumnReader, rows: Sequence[int], samples: int
+        self,
+        name: str,
+        params: dict,
+        column: ColumnReader,
+        rows: Sequence[int],
+        samples: int,
+        memo: dict | None = None,
     ) -> list:
-        """The values of ``rows`` (local row numbers of a shard of ``samples`` rows)."""
+        """The values of ``rows`` (local row numbers of a shard of ``samples`` rows). ``memo``: a dict
+        kept with the open shard, where what was read and checked of it whole is kept."""
 
 
 def column_name(field: str, part: str) -> str:
@@ -70,6 +85,46 @@ def pack_ragged(
     return np.ascontiguousarray(values.astype(dtype, copy=False)), offsets
 
 
+def ragged_gather(
+    column: ColumnReader,
+    values: str,
+    offsets: str,
+    rows: Sequence[int],
+    samples: int,
+    extra: Sequence[str] = (),
+    memo: dict | None = None,
+) -> tuple[np.ndarray, list[np.ndarray]]:
+    """``(counts, arrays)``: how many values each of ``rows`` has, and the rows' values of ``values``
+    (and of the ``extra`` columns that share its offsets) back to back, as fresh arrays.
+
+    The offsets are read as a whole (they are small), checked to run from 0 up, never down, to the
+    length of the values; a shard that says otherwise is a CacheError, never a wrong slice. With a
+    ``memo`` (kept with the open shard), the columns are read and checked once per shard.
+    """
+    key = ("ragged", values, offsets, *extra)
+    if memo is not None and key in memo:
+        ends, data = memo[key]
+    else:
+        ends = np.asarray(column(offsets, slice(None)))
+        data = [np.asarray(column(name, slice(None))) for name in (values, *extra)]
+        if (
+            ends.shape != (samples + 1,)
+            or ends.dtype.kind not in "iu"
+            or (samples and (ends[0] != 0 or (np.diff(ends) < 0).any()))
+            or any(len(d) != (int(ends[-1]) if samples else len(d)) for d in data)
+        ):
+            raise CacheError(f"{offsets!r} do not match {values!r} (the shard is damaged)")
+        ends = ends.astype(np.int64)
+        if memo is not None:
+            memo[key] = ends, data
+    rows = np.asarray(rows, dtype=np.int64)
+    lo, hi = ends[rows], ends[rows + 1]
+    counts = hi - lo
+    starts = np.cumsum(counts) - counts  # where each row's values start in the gathered arrays
+    take = np.arange(int(counts.sum()), dtype=np.int64) + np.repeat(lo - starts, counts)
+    return counts, [d[take] for d in data]
+
+
 def ragged_rows(
     column: ColumnReader,
     values: str,
@@ -77,23 +132,10 @@ def ragged_rows(
     rows: Sequence[int],
     samples: int,
     extra: Sequence[str] = (),
+    memo: dict | None = None,
 ) -> list[tuple[np.ndarray, ...]]:
-    """For each row, its slice of ``values`` (and of the ``extra`` columns that share its offsets).
-
-    The offsets are read as a whole (they are small), checked to run from 0 up, never down, to the
-    length of the values; a shard that says otherwise is a CacheError, never a wrong slice.
-    """
-    ends = np.asarray(column(offsets, slice(None)))
-    data = [np.asarray(column(name, slice(None))) for name in (values, *extra)]
-    if (
-        ends.shape != (samples + 1,)
-        or ends.dtype.kind not in "iu"
-        or (samples and (ends[0] != 0 or (np.diff(ends) < 0).any()))
-        or any(len(d) != (int(ends[-1]) if samples else len(d)) for d in data)
-    ):
-        raise CacheError(f"{offsets!r} do not match {values!r} (the shard is damaged)")
-    out = []
-    for row in rows:
-        lo, hi = int(ends[row]), int(ends[row + 1])
-        out.append(tuple(d[lo:hi] for d in data))
-    return out
+    """For each row, its slice of ``values`` (and of the ``extra`` columns that share its offsets):
+    views of ``ragged_gather``'s fresh arrays, so a caller may keep or change them."""
+    counts, gathered = ragged_gather(column, values, offsets, rows, samples, extra, memo)
+    ends = np.cumsum(counts).tolist()
+    return [tuple(g[a:b] for g in gathered) for a, b in zip([0, *ends[:-1]], ends)]

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .base import Column, ColumnReader, column_name, pack_ragged, ragged_rows
+from .base import Column, ColumnReader, column_name, pack_ragged, ragged_gather
 
 __all__ = ["BoxesKind", "empty_boxes"]
 
@@ -51,19 +51,36 @@ class BoxesKind:
         out[column_name(name, "offsets")] = offsets
         return out
 
-    def unpack(
-        self, name: str, params: dict, column: ColumnReader, rows: Sequence[int], samples: int
-    ) -> list:
-        found = ragged_rows(
+    def gather(
+        self, name: str, column: ColumnReader, rows: Sequence[int], samples: int, memo: dict | None = None
+    ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """``(counts, parts)``: each row's number of boxes, and the rows' ``boxes``, ``classes`` and
+        ``iscrowd`` back to back (fresh arrays): a batch's boxes as one set of arrays."""
+        counts, (b, c, k) = ragged_gather(
             column,
             column_name(name, "boxes"),
             column_name(name, "offsets"),
             rows,
             samples,
             extra=(column_name(name, "classes"), column_name(name, "iscrowd")),
+            memo=memo,
         )
-        return [
-            {"boxes": np.array(b, dtype=np.float32).reshape(-1, 4), "classes": np.array(c, dtype=np.int64),
-             "iscrowd": np.array(k, dtype=np.uint8)}
-            for b, c, k in found
-        ]  # fmt: skip
+        parts = {
+            "boxes": np.asarray(b, dtype=np.float32).reshape(-1, 4),
+            "classes": np.asarray(c, dtype=np.int64),
+            "iscrowd": np.asarray(k, dtype=np.uint8),
+        }
+        return counts, parts
+
+    def unpack(
+        self,
+        name: str,
+        params: dict,
+        column: ColumnReader,
+        rows: Sequence[int],
+        samples: int,
+        memo: dict | None = None,
+    ) -> list:
+        counts, parts = self.gather(name, column, rows, samples, memo)
+        ends = np.cumsum(counts).tolist()
+        return [{k: v[a:b] for k, v in parts.items()} for a, b in zip([0, *ends[:-1]], ends)]

@@ -29,7 +29,13 @@ class LabelKind:
         return {}
 
     def unpack(
-        self, name: str, params: dict, column: ColumnReader, rows: Sequence[int], samples: int
+        self,
+        name: str,
+        params: dict,
+        column: ColumnReader,
+        rows: Sequence[int],
+        samples: int,
+        memo: dict | None = None,
     ) -> list:
         labels = np.asarray(column("labels", np.asarray(rows, dtype=np.int64)))
         return [int(v) for v in labels]
@@ -52,7 +58,15 @@ class LabelsKind:
         return {column_name(name, "values"): data, column_name(name, "offsets"): offsets}
 
     def unpack(
-        self, name: str, params: dict, column: ColumnReader, rows: Sequence[int], samples: int
+        self,
+        name: str,
+        params: dict,
+        column: ColumnReader,
+        rows: Sequence[int],
+        samples: int,
+        memo: dict | None = None,
     ) -> list:
-        found = ragged_rows(column, column_name(name, "values"), column_name(name, "offsets"), rows, samples)
-        return [np.array(v, dtype=np.int64) for (v,) in found]
+        found = ragged_rows(
+            column, column_name(name, "values"), column_name(name, "offsets"), rows, samples, memo=memo
+        )
+        return [np.asarray(v, dtype=np.int64) for (v,) in found]  # views of ragged_rows' own copy

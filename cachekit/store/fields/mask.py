@@ -65,8 +65,16 @@ class MaskKind:
         return {column_name(name, "png"): data, column_name(name, "offsets"): offsets}
 
     def unpack(
-        self, name: str, params: dict, column: ColumnReader, rows: Sequence[int], samples: int
+        self,
+        name: str,
+        params: dict,
+        column: ColumnReader,
+        rows: Sequence[int],
+        samples: int,
+        memo: dict | None = None,
     ) -> list:
         """The PNG bytes of each row (decoded by the reader's threads, where the work is)."""
-        found = ragged_rows(column, column_name(name, "png"), column_name(name, "offsets"), rows, samples)
+        found = ragged_rows(
+            column, column_name(name, "png"), column_name(name, "offsets"), rows, samples, memo=memo
+        )
         return [v for (v,) in found]

@@ -30,9 +30,17 @@ class TextKind:
         return {column_name(name, "utf8"): data, column_name(name, "offsets"): offsets}
 
     def unpack(
-        self, name: str, params: dict, column: ColumnReader, rows: Sequence[int], samples: int
+        self,
+        name: str,
+        params: dict,
+        column: ColumnReader,
+        rows: Sequence[int],
+        samples: int,
+        memo: dict | None = None,
     ) -> list:
-        found = ragged_rows(column, column_name(name, "utf8"), column_name(name, "offsets"), rows, samples)
+        found = ragged_rows(
+            column, column_name(name, "utf8"), column_name(name, "offsets"), rows, samples, memo=memo
+        )
         try:
             return [np.asarray(v, dtype=np.uint8).tobytes().decode("utf-8") for (v,) in found]
         except UnicodeDecodeError:
