@@ -301,7 +301,9 @@ class CachedDataset(Dataset):
                 labels[j] = reader.column("labels", [i])[0]
                 if targets is not None:
                     info = self.manifest.shards[shard]
-                    (values,) = read_values(self.fields, reader.column, [i], info.samples, len(self.classes))
+                    (values,) = read_values(
+                        self.fields, reader.column, [i], info.samples, len(self.classes), _memo_of(reader)
+                    )
                     targets.append(
                         sample_target(self.fields, values, info.file, tuple(images[-1].shape[-2:]))
                     )

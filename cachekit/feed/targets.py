@@ -126,6 +126,8 @@ def batch_targets(
     """
     boxes = {name: spec for name, spec in fields.items() if spec.kind == "boxes"}
     others = {name: spec for name, spec in fields.items() if spec.kind != "boxes"}
+    if n == 0:
+        return []
     if others:
         values: list = [None] * n
         for pos, column, rows, samples, memo in groups:
@@ -153,12 +155,16 @@ def batch_targets(
             moved, keep = move_boxes_flat(flat["boxes"], owner, maps, draws.out_size, min_visibility)
             flat = {"boxes": moved[keep], "classes": flat["classes"][keep], "iscrowd": flat["iscrowd"][keep]}
             owner = owner[keep]
-        counts = np.bincount(owner, minlength=n).tolist()
+        ends = np.cumsum(np.bincount(owner, minlength=n)).tolist()
+        spans = list(zip([0, *ends[:-1]], ends))
         for key, part in zip(box_keys(name), ("boxes", "classes", "iscrowd")):
-            # tensors already: one split of one tensor is cheaper than a conversion per sample
-            for t, piece in zip(out, torch.from_numpy(np.ascontiguousarray(flat[part])).split(counts)):
-                t[key] = piece
-    return out
+            values = np.ascontiguousarray(flat[part])
+            for t, (a, b) in zip(out, spans):  # each its own tensor: none can grow into the next
+                t[key] = torch.from_numpy(values[a:b])
+    order = [
+        key for name, spec in fields.items() for key in (box_keys(name) if spec.kind == "boxes" else (name,))
+    ]
+    return [{k: t[k] for k in order if k in t} for t in out]  # the fields' order, as sample_target gives
 
 
 def sample_target(
