@@ -21,8 +21,9 @@ import numpy as np
 import torch
 
 from ..errors import CacheError
-from ..image.geometry import Affine, move_boxes, move_boxes_batch, move_boxes_flat, warp_mask
+from ..image.geometry import Affine, move_boxes, move_boxes_flat, warp_mask
 from ..store.fields import FieldSpec, decode_mask
+from ..store.fields.base import row_spans
 
 __all__ = [
     "COLLATES",
@@ -40,6 +41,9 @@ __all__ = [
 
 #: How ``make_loader`` collates targets: per the fields (``"auto"``), or as Ultralytics' rows.
 COLLATES = ("auto", "yolo")
+
+#: What a boxes field stores per box, in ``box_keys`` order.
+_BOX_PARTS = ("boxes", "classes", "iscrowd")
 
 
 def box_keys(name: str) -> tuple[str, str, str]:
@@ -122,7 +126,7 @@ def batch_targets(
     ``groups``: per shard of the batch, ``(positions in the batch, column reader, rows, samples,
     memo)``. Boxes stay flat, as the shards store them: each shard's rows gathered at once, every
     box of the batch moved in one set of array operations (``move_boxes_flat``), then cut into
-    per-sample views; other fields are read per sample (``read_values``).
+    per-sample tensors; other fields are read per sample (``read_values``).
     """
     boxes = {name: spec for name, spec in fields.items() if spec.kind == "boxes"}
     others = {name: spec for name, spec in fields.items() if spec.kind != "boxes"}
@@ -149,22 +153,14 @@ def batch_targets(
             parts.append(found)
         owner = np.concatenate(owners) if owners else np.zeros(0, np.int64)
         order = np.argsort(owner, kind="stable")  # the batch's order, each sample's boxes as stored
-        owner = owner[order]
-        flat = {p: np.concatenate([f[p] for f in parts])[order] for p in ("boxes", "classes", "iscrowd")}
-        if maps is not None:
-            moved, keep = move_boxes_flat(flat["boxes"], owner, maps, draws.out_size, min_visibility)
-            flat = {"boxes": moved[keep], "classes": flat["classes"][keep], "iscrowd": flat["iscrowd"][keep]}
-            owner = owner[keep]
-        ends = np.cumsum(np.bincount(owner, minlength=n)).tolist()
-        spans = list(zip([0, *ends[:-1]], ends))
-        for key, part in zip(box_keys(name), ("boxes", "classes", "iscrowd")):
-            values = np.ascontiguousarray(flat[part])
-            for t, (a, b) in zip(out, spans):  # each its own tensor: none can grow into the next
-                t[key] = torch.from_numpy(values[a:b])
-    order = [
+        flat = [np.concatenate([f[p] for f in parts])[order] for p in _BOX_PARTS]
+        _place_boxes(
+            out, name, flat, owner[order], maps, draws.out_size if draws is not None else None, min_visibility
+        )
+    keys = [
         key for name, spec in fields.items() for key in (box_keys(name) if spec.kind == "boxes" else (name,))
     ]
-    return [{k: t[k] for k in order if k in t} for t in out]  # the fields' order, as sample_target gives
+    return [{k: t[k] for k in keys if k in t} for t in out]  # the fields' order, as sample_target gives
 
 
 def sample_target(
@@ -218,12 +214,34 @@ def move_boxes_of_batch(
     for name, spec in fields.items():
         if spec.kind != "boxes":
             continue
-        b, c, k = box_keys(name)
-        moved = move_boxes_batch(
-            [{"boxes": t[b], "c": t[c], "k": t[k]} for t in targets], maps, out_hw, min_visibility
-        )
-        for t, m in zip(targets, moved):
-            t[b], t[c], t[k] = m["boxes"], m["c"], m["k"]
+        keys = box_keys(name)
+        counts = [len(t[keys[0]]) for t in targets]
+        flat = [np.concatenate([np.asarray(t[key]) for t in targets]) for key in keys]
+        owner = np.repeat(np.arange(len(targets)), counts)
+        _place_boxes(targets, name, flat, owner, maps, out_hw, min_visibility)
+
+
+def _place_boxes(
+    targets: list[dict],
+    name: str,
+    flat: list[np.ndarray],
+    owner: np.ndarray,
+    maps,
+    out_hw,
+    min_visibility: float,
+) -> None:
+    """A boxes field of a whole batch, ``flat`` (boxes, classes, iscrowd back to back in the batch's
+    order, box ``m`` of sample ``owner[m]``), moved through ``maps`` when given (``move_boxes_flat``:
+    one set of array operations for every box), into each sample's target as tensors of its own
+    (none can grow into the next sample's)."""
+    if maps is not None:
+        moved, keep = move_boxes_flat(flat[0], owner, maps, out_hw, min_visibility)
+        flat, owner = [moved[keep], flat[1][keep], flat[2][keep]], owner[keep]
+    spans = row_spans(np.bincount(owner, minlength=len(targets)))
+    for key, values in zip(box_keys(name), flat):
+        values = np.ascontiguousarray(values)
+        for t, (a, b) in zip(targets, spans):
+            t[key] = torch.from_numpy(values[a:b])
 
 
 def _ragged(fields: dict[str, FieldSpec], fixed_masks: bool) -> bool:

@@ -24,9 +24,7 @@ __all__ = [
     "Affine",
     "DEFAULT_MIN_VISIBILITY",
     "move_boxes",
-    "move_boxes_batch",
     "move_boxes_flat",
-    "cut",
     "move_boxes_matrix",
     "warp_mask",
     "warp_mask_matrix",
@@ -115,30 +113,6 @@ def move_boxes_flat(
     before = (moved[:, 2] - moved[:, 0]) * (moved[:, 3] - moved[:, 1])
     moved, keep = _clip(moved, before, out_hw, min_visibility)
     return moved.astype(np.float32), keep
-
-
-def move_boxes_batch(
-    targets: list[dict], maps: tuple[np.ndarray, ...], out_hw: tuple[int, int], min_visibility: float
-) -> list[dict]:
-    """``move_boxes`` for a whole batch at once: sample ``i``'s boxes through the map ``(sx[i], sy[i],
-    tx[i], ty[i])`` of ``maps`` (``move_boxes_flat`` over the batch's boxes put back to back)."""
-    if not targets:
-        return []
-    counts = np.array([len(t["boxes"]) for t in targets], dtype=np.int64)
-    keys = [k for k in targets[0] if k != "boxes"]
-    b = np.concatenate([np.asarray(t["boxes"]).reshape(-1, 4) for t in targets])
-    owner = np.repeat(np.arange(len(targets)), counts)  # each box's sample
-    moved, keep = move_boxes_flat(b, owner, maps, out_hw, min_visibility)
-    flat = {"boxes": moved[keep]}
-    for k in keys:
-        flat[k] = np.concatenate([np.asarray(t[k]) for t in targets])[keep]
-    return cut(flat, np.bincount(owner[keep], minlength=len(targets)))
-
-
-def cut(flat: dict[str, np.ndarray], counts: np.ndarray) -> list[dict]:
-    """Per-sample dicts of views of ``flat``'s arrays: sample ``i`` has the next ``counts[i]`` rows."""
-    ends = np.cumsum(counts).tolist()
-    return [{k: v[a:b] for k, v in flat.items()} for a, b in zip([0, *ends[:-1]], ends)]
 
 
 def move_boxes_matrix(

@@ -137,5 +137,10 @@ def ragged_rows(
     """For each row, its slice of ``values`` (and of the ``extra`` columns that share its offsets):
     views of ``ragged_gather``'s fresh arrays, so a caller may keep or change them."""
     counts, gathered = ragged_gather(column, values, offsets, rows, samples, extra, memo)
-    ends = np.cumsum(counts).tolist()
-    return [tuple(g[a:b] for g in gathered) for a, b in zip([0, *ends[:-1]], ends)]
+    return [tuple(g[a:b] for g in gathered) for a, b in row_spans(counts)]
+
+
+def row_spans(counts) -> list[tuple[int, int]]:
+    """``(start, end)`` of each row's values when rows of ``counts`` values lie back to back."""
+    ends = np.cumsum(counts, dtype=np.int64).tolist()
+    return list(zip([0, *ends[:-1]], ends))

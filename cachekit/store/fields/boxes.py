@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .base import Column, ColumnReader, column_name, pack_ragged, ragged_gather
+from .base import Column, ColumnReader, column_name, pack_ragged, ragged_gather, row_spans
 
 __all__ = ["BoxesKind", "empty_boxes"]
 
@@ -82,5 +82,4 @@ class BoxesKind:
         memo: dict | None = None,
     ) -> list:
         counts, parts = self.gather(name, column, rows, samples, memo)
-        ends = np.cumsum(counts).tolist()
-        return [{k: v[a:b] for k, v in parts.items()} for a, b in zip([0, *ends[:-1]], ends)]
+        return [{k: v[a:b] for k, v in parts.items()} for a, b in row_spans(counts)]
