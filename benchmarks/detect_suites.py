@@ -27,8 +27,8 @@ from registry import suite
 from torch.utils.data import DataLoader, Dataset
 
 from cachekit import BuildConfig, CachedDataset, build, make_loader
-from cachekit.feed.plan import compile_plan
-from cachekit.feed.warp import single_threaded_torch
+from cachekit.augment.plan import compile_plan
+from cachekit.augment.warp import single_threaded_torch
 from cachekit.tools.synthetic_objects import make_object_dataset
 from cachekit.transforms import Letterbox, RandomHorizontalFlip, RandomResizedCrop
 

@@ -21,9 +21,9 @@ import numpy as np
 from registry import suite, synthetic_raw
 
 from cachekit import BuildConfig, CachedDataset, build, make_loader
-from cachekit.feed.eviction import fewest_downloads
-from cachekit.feed.shardcache import NodeShardCache
 from cachekit.store.remote import filesystem
+from cachekit.stream.eviction import fewest_downloads
+from cachekit.stream.shardcache import NodeShardCache
 
 
 def _throttle(fs_class, latency_s: float, bytes_per_s: float) -> None:

@@ -1,6 +1,14 @@
 """cachekit: decode and preprocess an image dataset once into a sharded cache, then feed training fast."""
 
 from . import transforms
+from .augment.transforms import (
+    CenterCrop,
+    ColorJitter,
+    Letterbox,
+    RandomHorizontalFlip,
+    RandomResizedCrop,
+    Resize,
+)
 from .build.run import BuildConfig, BuildResult, build
 from .build.sources import Source, discover
 from .constants import VERSION as __version__
@@ -11,14 +19,6 @@ from .feed.dataset import CachedDataset
 from .feed.loader import CacheLoader, make_loader, suggest_num_workers
 from .feed.mix import MixedDataset, mix
 from .feed.sampler import ShardAwareDistributedSampler
-from .feed.transforms import (
-    CenterCrop,
-    ColorJitter,
-    Letterbox,
-    RandomHorizontalFlip,
-    RandomResizedCrop,
-    Resize,
-)
 from .image.recipes import Pipeline, load_pipeline
 from .store.location import read_manifest
 from .store.manifest import FieldSpec, Manifest, SampleSpec, ShardInfo

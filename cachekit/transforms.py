@@ -4,10 +4,10 @@
 
 Each sample's random draws come from (seed, epoch, sample index): reproducible, resumable,
 independent of thread and worker counts, and new every epoch. Boxes and masks move with the pixels.
-See ``cachekit.feed.transforms``.
+See ``cachekit.augment.transforms``.
 """
 
-from .feed.transforms import (
+from .augment.transforms import (
     CenterCrop,
     ColorJitter,
     Letterbox,

@@ -17,8 +17,10 @@ ALLOWED = {
     "image": {"errors", "constants"},
     "store": {"errors", "constants", "image"},
     "build": {"errors", "constants", "cpus", "image", "store"},
-    "feed": {"errors", "constants", "cpus", "image", "store"},
-    "tools": {"errors", "constants", "cpus", "image", "store", "build", "feed"},
+    "stream": {"errors", "constants", "cpus", "store"},
+    "augment": {"errors", "constants", "image"},
+    "feed": {"errors", "constants", "cpus", "image", "store", "stream", "augment"},
+    "tools": {"errors", "constants", "cpus", "image", "store", "build", "stream", "augment", "feed"},
 }
 
 

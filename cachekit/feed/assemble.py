@@ -20,14 +20,14 @@ import cv2
 import numpy as np
 import torch
 
+from ..augment.colour import jitter_planes
+from ..augment.plan import Plan
+from ..augment.warp import single_threaded_torch, warp_hwc, warp_planes
 from ..errors import CacheError
 from ..image.ops import hwc_into_planes
 from ..store.encoding import decode_sample, read_sample
 from .batch import SampleBatch
-from .colour import jitter_planes
-from .plan import Plan
 from .targets import move_boxes_of_batch, move_target, sample_target
-from .warp import single_threaded_torch, warp_hwc, warp_planes
 
 __all__ = ["BatchRequest", "run_chunks", "assemble"]
 

@@ -24,12 +24,12 @@ from ..store.formats import ShardReader, get_format
 from ..store.location import read_manifest
 from ..store.manifest import Manifest, shard_path
 from ..store.remote import is_url
+from ..stream.pins import shards_per_batch
+from ..stream.remotecache import RemoteShards
 from .assemble import BatchRequest, assemble
 from .batch import SampleBatch, stack_images
 from .buffers import BufferPool
-from .pins import shards_per_batch
 from .readers import ReaderPool, default_max_open
-from .remotecache import RemoteShards
 from .targets import batch_targets, read_values, sample_target
 
 __all__ = ["CachedDataset"]
@@ -243,7 +243,7 @@ class CachedDataset(Dataset):
         """For a cache on object storage: refuse batches that would pin more shards than fit.
 
         Each of ``processes`` reading processes on the node pins the shards of the batch it reads:
-        at most ``feed.pins.shards_per_batch`` of them (blocks of ``window`` samples, ``world``
+        at most ``stream.pins.shards_per_batch`` of them (blocks of ``window`` samples, ``world``
         ranks over ``partitions`` node partitions).
         """
         if self._remote is None:

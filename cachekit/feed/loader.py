@@ -18,11 +18,12 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader
 
+from ..augment.device import DeviceStage, check_device
+from ..augment.plan import Plan, compile_plan
 from ..cpus import available_cpus, local_world_size
 from ..image.geometry import DEFAULT_MIN_VISIBILITY
 from .assemble import BatchRequest
 from .batch import Collate
-from .device import DeviceStage, check_device
 from .loaderchecks import (
     batch_bytes,
     check_batch_bytes,
@@ -33,7 +34,6 @@ from .loaderchecks import (
     resolve_seed,
 )
 from .order import default_window, node_partitions
-from .plan import Plan, compile_plan
 from .prefetch import Prefetcher
 from .sampler import ShardAwareDistributedSampler
 

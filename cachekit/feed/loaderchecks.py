@@ -16,8 +16,8 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import IterableDataset
 
+from ..augment.plan import Plan
 from ..constants import MAX_BATCH_BYTES
-from .plan import Plan
 from .shm import ShmTooSmall, shm_shortfall
 
 __all__ = [

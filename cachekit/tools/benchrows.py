@@ -18,11 +18,11 @@ from collections.abc import Callable, Sequence
 
 from torch.utils.data import DataLoader
 
+from ..augment.transforms import RandomHorizontalFlip, RandomResizedCrop
 from ..errors import UsageError
 from ..feed.batch import collate_batch
 from ..feed.dataset import CachedDataset
 from ..feed.loader import make_loader
-from ..feed.transforms import RandomHorizontalFlip, RandomResizedCrop
 from .baselines import RRC_RATIO, RRC_SCALE, OpenCVRandomResizedCropFlip, RawImageDataset
 
 __all__ = [

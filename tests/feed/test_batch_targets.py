@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from cachekit import BuildConfig, CachedDataset, CacheError, build, make_loader
-from cachekit.feed.plan import compile_plan
+from cachekit.augment.plan import compile_plan
 from cachekit.feed.targets import move_target, sample_target
 from cachekit.store.atomic import sha256_path
 from cachekit.store.fields import ragged_rows

@@ -226,8 +226,8 @@ def test_ranks_of_a_gloo_group_augment_their_own_share_in_step(small_cache):
 
     import torch.multiprocessing as tmp_mp
 
+    from cachekit.augment.plan import compile_plan
     from cachekit.feed.assemble import BatchRequest
-    from cachekit.feed.plan import compile_plan
     from cachekit.feed.sampler import ShardAwareDistributedSampler
     from cachekit.transforms import RandomHorizontalFlip, RandomResizedCrop
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from cachekit import BuildConfig, CachedDataset, build, make_loader
-from cachekit.feed.device import DeviceStage
+from cachekit.augment.device import DeviceStage
 from cachekit.transforms import ColorJitter, RandomHorizontalFlip, RandomResizedCrop
 
 

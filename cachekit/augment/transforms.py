@@ -1,12 +1,12 @@
 """Batched on-the-fly augmentation: torchvision-style transforms that ``make_loader(augment=[...])`` runs.
 
 The transforms are descriptions, not functions: ``make_loader`` compiles a list of them into a
-``Plan`` (``cachekit.feed.plan``) that draws every sample's parameters for a whole batch at once,
+``Plan`` (``cachekit.augment.plan``) that draws every sample's parameters for a whole batch at once,
 from (seed, epoch, sample index) alone, so a run reproduces exactly whatever the thread or worker
 count, and a resumed epoch gets the same crops. The geometry of a list (resizes, crops, flips)
 folds into one crop box and one resize per sample; the loader runs it in threads over the batch,
-or as batched matrix products on the device (``cachekit.feed.warp``); colour jitter follows
-(``cachekit.feed.colour``).
+or as batched matrix products on the device (``cachekit.augment.warp``); colour jitter follows
+(``cachekit.augment.colour``).
 
 Crop boxes are whole source pixels; resizing is torchvision's: bilinear, antialiased when it
 shrinks (``torch.nn.functional.interpolate(antialias=True)`` on the CPU, the same filter as one

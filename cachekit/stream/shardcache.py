@@ -66,7 +66,7 @@ def _lock(fd: int, kind: int, wait: bool = True) -> bool:
 class NodeShardCache:
     """The node-local copies of one remote cache's shards (``fingerprint`` names its folder)."""
 
-    #: ``entries -> entries`` in the order to evict (``feed.eviction``); None: least recently used first.
+    #: ``entries -> entries`` in the order to evict (``stream.eviction``); None: least recently used first.
     eviction_order = None
 
     def __init__(

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from cachekit.feed.colour import jitter_batch, jitter_planes
-from cachekit.feed.plan import compile_plan
-from cachekit.feed.transforms import (
+from cachekit.augment.colour import jitter_batch, jitter_planes
+from cachekit.augment.plan import compile_plan
+from cachekit.augment.transforms import (
     CenterCrop,
     ColorJitter,
     Letterbox,
@@ -18,7 +18,7 @@ from cachekit.feed.transforms import (
     RandomResizedCrop,
     Resize,
 )
-from cachekit.feed.warp import warp_batch, warp_hwc, warp_planes
+from cachekit.augment.warp import warp_batch, warp_hwc, warp_planes
 from cachekit.tools.synthetic import synthetic_image
 
 

@@ -16,8 +16,8 @@ import pytest
 import torch
 
 from cachekit import CachedDataset, CacheError, UsageError, read_manifest
-from cachekit.feed import shardcache
-from cachekit.feed.copies import record_path
+from cachekit.stream import shardcache
+from cachekit.stream.copies import record_path
 
 
 @pytest.fixture
@@ -216,7 +216,7 @@ def test_a_download_killed_midway_leaves_nothing_that_is_served(url, small_cache
         "        fh.write(b'x' * 100)\n"
         "    os.kill(os.getpid(), signal.SIGKILL)\n"
         "remote.ranged_get = dying\n"
-        "from cachekit.feed import shardcache\n"
+        "from cachekit.stream import shardcache\n"
         f"CachedDataset(sys.argv[1], local_cache={str(tmp_path / 'lc')!r})[0]\n"
     )
     child = subprocess.run([sys.executable, "-c", code, url], timeout=120)

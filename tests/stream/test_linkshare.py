@@ -9,8 +9,8 @@ import time
 import numpy as np
 
 from cachekit import CachedDataset, make_loader, read_manifest
-from cachekit.feed import linkshare
-from cachekit.feed.linkshare import Background, Demand
+from cachekit.stream import linkshare
+from cachekit.stream.linkshare import Background, Demand
 
 
 class CountingFS:
@@ -94,8 +94,8 @@ def test_downloads_ahead_keep_a_few_requests_in_flight(tmp_path, monkeypatch):
 def test_the_first_batch_comes_after_its_own_shards_not_the_lookahead(
     mixed_s3_cache, throttled_link, tmp_path, monkeypatch
 ):
-    from cachekit.feed import linkshare
     from cachekit.store import remote
+    from cachekit.stream import linkshare
 
     monkeypatch.setattr(remote, "_PART", 8192)  # shards of many ranged GETs, as big shards are
     monkeypatch.setattr(linkshare, "BACKGROUND_PIECE_BYTES", 4096)

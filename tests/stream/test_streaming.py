@@ -314,8 +314,8 @@ def _read_slowly(url: str, folder: str, started) -> None:
     """A reader on a slow link (a ranged GET of 4 KB every 50 ms) that will be killed mid-download."""
     import s3fs as s3
 
-    from cachekit.feed import linkshare
     from cachekit.store import remote
+    from cachekit.stream import linkshare
 
     original = s3.S3FileSystem.cat_file
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from cachekit import BuildConfig, CachedDataset, build, make_loader, read_manifest
-from cachekit.feed.eviction import PlanBoard, fewest_downloads
+from cachekit.stream.eviction import PlanBoard, fewest_downloads
 
 NAMES = [f"shard-{k}.pt" for k in range(6)]
 

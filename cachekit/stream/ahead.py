@@ -5,7 +5,7 @@ the next epoch's; as it hands out batches it says where it is (``advance``). A f
 the next shards of that order (in order of first use) on the node, within a lookahead that fits
 the node cache's byte limit, so the training step finds its shards downloaded instead of waiting
 for them. The order and the position also go to ``on_plan`` / ``on_advance`` (the node's plan
-board, ``feed.eviction``: the node cache evicts the shard needed furthest ahead).
+board, ``stream.eviction``: the node cache evicts the shard needed furthest ahead).
 """
 
 from __future__ import annotations

@@ -8,9 +8,9 @@ import pytest
 from cachekit import CachedDataset, UsageError, make_loader, read_manifest
 from cachekit.constants import DEFAULT_REMOTE_SHARD_BYTES
 from cachekit.feed.order import default_window, node_partitions
-from cachekit.feed.pins import shards_per_batch
 from cachekit.feed.sampler import ShardAwareDistributedSampler
-from cachekit.feed.shardcache import DEFAULT_LOCAL_CACHE_BYTES
+from cachekit.stream.pins import shards_per_batch
+from cachekit.stream.shardcache import DEFAULT_LOCAL_CACHE_BYTES
 
 
 class RemoteCache:
