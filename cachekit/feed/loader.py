@@ -11,7 +11,7 @@ crops, flips and colour run on the GPU as one batched kernel after a side-stream
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -19,14 +19,13 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader
 
 from ..augment.device import DeviceStage, check_device
-from ..augment.plan import Plan, compile_plan
 from ..cpus import available_cpus, local_world_size
 from ..image.geometry import DEFAULT_MIN_VISIBILITY
 from .assemble import BatchRequest
 from .batch import Collate
 from .loaderchecks import (
     batch_bytes,
-    check_batch_bytes,
+    check_augment_plan,
     check_counts,
     choose_augment_on,
     fit_workers,
@@ -36,6 +35,7 @@ from .loaderchecks import (
 from .order import default_window, node_partitions
 from .prefetch import Prefetcher
 from .sampler import ShardAwareDistributedSampler
+from .schedule import AugmentSchedule
 
 __all__ = ["CacheLoader", "make_loader", "suggest_num_workers", "suggest_threads", "resolve_seed"]
 
@@ -68,24 +68,34 @@ def suggest_threads(world_size: int | None = None) -> int:
 
 
 class _Requests:
-    """Wraps a batch sampler: each batch of indices becomes a ``BatchRequest`` of the current epoch."""
+    """Wraps a batch sampler: each batch of indices becomes a ``BatchRequest`` of the current epoch.
 
-    def __init__(
-        self, batches, sampler, dataset, *, seed: int, plan: Plan | None, threads: int, on_device: bool
-    ):
+    ``options`` is the loader's own dict (read afresh each pass: a resumed seed, a new schedule);
+    a pass takes its plan once, at its first batch, from ``schedule`` for the sampler's epoch then,
+    and every request of the pass carries that plan.
+    """
+
+    def __init__(self, batches, sampler, dataset, options: dict, schedule: AugmentSchedule | None):
         self.batches, self.sampler, self.dataset = batches, sampler, dataset
-        self.options = {"seed": seed, "plan": plan, "threads": threads, "on_device": on_device}
+        self.options, self.schedule = options, schedule
 
     def __iter__(self) -> Iterator[BatchRequest]:
         first = True
+        options = dict(self.options)
+        choose = options.pop("on_device_for", None)
         for batch in self.batches:  # the sampler has begun its pass, so its epoch is this pass's
-            if first and hasattr(self.dataset, "plan_reads"):  # shards on object storage: fetch ahead
-                following = getattr(self.sampler, "next_indices", None)  # and evict by the order
-                self.dataset.plan_reads(getattr(self.sampler, "last_indices", batch), following)
+            epoch = getattr(self.sampler, "epoch", 0)
+            if first:
+                if self.schedule is not None:
+                    options["plan"] = self.schedule.plan_for(epoch)
+                    options["on_device"] = choose(options["plan"]) if choose else False
+                if hasattr(self.dataset, "plan_reads"):  # shards on object storage: fetch ahead
+                    following = getattr(self.sampler, "next_indices", None)  # and evict by the order
+                    self.dataset.plan_reads(getattr(self.sampler, "last_indices", batch), following)
             first = False
             if hasattr(self.dataset, "reading"):
                 self.dataset.reading(batch)
-            yield BatchRequest(batch, epoch=getattr(self.sampler, "epoch", 0), **self.options)
+            yield BatchRequest(batch, epoch=epoch, **options)
 
     def __len__(self) -> int:
         return len(self.batches)
@@ -106,9 +116,11 @@ class CacheLoader(DataLoader):
         requests: dict | None = None,
         mode: str = "",
         pad: bool = False,
+        schedule: AugmentSchedule | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
+        self.schedule = schedule
         self.pad = pad
         self.prefetch_thread = prefetch_thread
         self.stage = stage or DeviceStage()
@@ -123,12 +135,14 @@ class CacheLoader(DataLoader):
         base = super()._index_sampler
         if self._request_options is None or not self._auto_collation:
             return base
-        return _Requests(base, self.sampler, self.dataset, **self._request_options)
+        return _Requests(base, self.sampler, self.dataset, self._request_options, self.schedule)
 
     def __iter__(self) -> Iterator:
         if self._prefetcher is not None:  # a pass abandoned part-way: stop its reader first
             self._prefetcher.stop(timeout=30)
             self._prefetcher = None
+        if self.schedule is not None:  # set_augment takes effect now; a bad plan of the epoch fails here
+            self.schedule.begin(self.sampler.upcoming_epoch())
         self._delivered = 0
         it = super().__iter__()
         if self.prefetch_thread:
@@ -144,18 +158,37 @@ class CacheLoader(DataLoader):
         """Make the next pass epoch ``epoch`` (it is the next one by default)."""
         self.sampler.set_epoch(epoch)
 
+    def set_augment(self, augment) -> None:
+        """Read with ``augment`` from the next pass on (Ultralytics' ``close_mosaic``: mosaic off for
+        the last epochs): a list of ``cachekit.transforms``, None for none, or a function of the
+        epoch returning such a list. The pass under way keeps its plan to its last batch, batches
+        read ahead included; the list is checked now (one-line errors)."""
+        if self.schedule is None:
+            raise TypeError("set_augment needs a loader over a cachekit CachedDataset (make_loader)")
+        self.schedule.set(augment)
+
+    def augment_for(self, epoch: int):
+        """The compiled plan epoch ``epoch`` would read with if its pass began now (None: no augmentation)."""
+        return None if self.schedule is None else self.schedule.upcoming(epoch)
+
     def state_dict(self) -> dict:
-        """Resume point of the current epoch, from the batches the loop actually received."""
+        """Resume point of the current epoch, from the batches the loop actually received, with
+        the augmentation the epoch reads with (``augment``: as text, see ``cachekit.augment.spec``)."""
         if not isinstance(self.sampler, ShardAwareDistributedSampler):
             raise TypeError("state_dict needs the loader's sampler to be a ShardAwareDistributedSampler")
-        return self.sampler.state_dict(consumed=self._delivered * (self.batch_size or 1))
+        state = self.sampler.state_dict(consumed=self._delivered * (self.batch_size or 1))
+        if self.schedule is not None:
+            state.update(self.schedule.state(not self.sampler.begun(), self.sampler.epoch))
+        return state
 
     def load_state_dict(self, state: dict) -> None:
-        """Resume the saved epoch; a seed chosen for this loader becomes the saved job's (its order
-        and crops continue)."""
+        """Resume the saved epoch with the plan it read with; a seed chosen for this loader becomes
+        the saved job's (its order and crops continue)."""
         self.sampler.load_state_dict(state)
         if self._request_options is not None:
             self._request_options["seed"] = self.sampler.seed
+        if self.schedule is not None:
+            self.schedule.restore(state, new_epoch=self.sampler.epoch != state.get("epoch"))
 
 
 def _sizes_of(images: torch.Tensor) -> torch.Tensor:
@@ -179,7 +212,7 @@ def make_loader(
     normalize: bool = False,
     prefetch_thread: bool | None = None,
     pad: bool = False,
-    augment: list | None = None,
+    augment: list | Callable[[int], list | None] | None = None,
     augment_on: str = "auto",
     min_visibility: float = DEFAULT_MIN_VISIBILITY,
     collate: str = "auto",
@@ -200,7 +233,9 @@ def make_loader(
     - ``augment``: ``cachekit.transforms`` run per batch, each sample's draws from (``seed``, epoch,
       index); on the GPU when ``device`` is CUDA (``augment_on="auto"``), else by ``threads``
       threads (default: this rank's share of the CPUs) in this process. Boxes and masks move with
-      the pixels; a box keeping less than ``min_visibility`` of its area is dropped.
+      the pixels; a box keeping less than ``min_visibility`` of its area is dropped. A function
+      ``augment(epoch) -> list`` gives each epoch its own list; ``loader.set_augment([...])``
+      changes it from the next epoch on (both kept by ``state_dict`` for an exact resume).
     - ``seed`` (default: from ``torch.initial_seed()``, so ``torch.manual_seed`` sets it; the same on
       every rank, broadcast from rank 0): the shuffle's and the augmentation's.
     - Targets: the class (``labels [B]``) for classification caches; for caches with fields a list
@@ -227,33 +262,30 @@ def make_loader(
     world = dist.get_world_size() if distributed else 1
     rank = dist.get_rank() if distributed else 0
     device = check_device(device)
-    plan = compile_plan(augment, min_visibility)
-    check_batch_bytes(dataset, batch_size, plan)
+    choose_augment_on(augment_on, device, None)  # a bad augment_on fails whatever the plan
+    per_sample = any(
+        getattr(dataset, a, None) is not None for a in ("transform", "target_transform", "transforms")
+    )
+    readable = hasattr(dataset, "read_request")  # a CachedDataset: batches are read as requests
+
+    def on_device_for(plan) -> bool:
+        return choose_augment_on(augment_on, device, plan)
+
+    def check(plan) -> None:
+        check_augment_plan(
+            dataset, batch_size, plan, pad=pad, per_sample=per_sample, on_device=on_device_for(plan)
+        )
+
+    if not readable and augment is not None:
+        raise TypeError("augment needs a cachekit CachedDataset")
+    schedule = AugmentSchedule(augment, min_visibility=min_visibility, check=check) if readable else None
+    plan = schedule.upcoming(0) if schedule is not None else None  # the first epoch's: sizes workers
     collate_fn = Collate(pad=pad, targets=collate)
     if collate == "yolo" and not any(f.kind == "boxes" for f in getattr(dataset, "fields", {}).values()):
         raise ValueError('collate="yolo" needs a cache with boxes (cachekit build --annotations)')
     seed_chosen = seed is None
     seed = resolve_seed(seed, distributed)
-    on_device = choose_augment_on(augment_on, device, plan)
-    per_sample = any(
-        getattr(dataset, a, None) is not None for a in ("transform", "target_transform", "transforms")
-    )
-    ragged = bool(getattr(dataset, "ragged", False))
-    if per_sample and on_device:
-        raise ValueError(
-            "augment on the device cannot run before a per-sample transform=; use augment_on='threads'"
-        )
-    if ragged and plan is not None and plan.fixed_size() is None:
-        raise ValueError(
-            "this cache keeps every sample at its own size, and augment must then end in a fixed "
-            "size (RandomResizedCrop, CenterCrop or Resize((height, width))): pad=True pads "
-            "samples read as stored, not augmented ones"
-        )
-    if ragged and not pad and not per_sample and plan is None:
-        raise ValueError(
-            "this cache keeps every sample at its own size: pass pad=True (batches come zero-padded "
-            "with their sizes) or an augment ending in a fixed size (RandomResizedCrop, CenterCrop)"
-        )
+    on_device = on_device_for(plan)
     codec = getattr(getattr(dataset, "manifest", None), "format_options", {}).get("compression", "none")
     asked = workers is not None
     if workers is None:
@@ -299,13 +331,19 @@ def make_loader(
         mode = "in-process batched reads" + (" + prefetch thread" if prefetch_thread else "")
         if threads > 1:
             mode += f", {threads} threads over each batch"
+    if schedule is not None and schedule.scheduled:
+        mode += "; augment a function of the epoch"
     if plan is not None:
         mode += f"; augment on {device}" if on_device else "; augment on CPU threads"
     requests = None
-    if hasattr(dataset, "read_request"):  # a CachedDataset: batches are read as requests
-        requests = {"seed": seed, "plan": plan, "threads": threads, "on_device": on_device}
-    elif plan is not None:
-        raise TypeError("augment needs a cachekit CachedDataset")
+    if readable:
+        requests = {
+            "seed": seed,
+            "plan": plan,
+            "threads": threads,
+            "on_device": on_device,
+            "on_device_for": on_device_for,
+        }
     extra = {"persistent_workers": True, "prefetch_factor": prefetch_factor} if workers > 0 else {}
     if workers > 0 and multiprocessing_context is not None:  # "fork", "spawn", "forkserver"
         extra["multiprocessing_context"] = multiprocessing_context
@@ -322,6 +360,7 @@ def make_loader(
         requests=requests,
         mode=mode,
         pad=pad,
+        schedule=schedule,
         **extra,
     )
     if len(loader) == 0:

@@ -28,6 +28,7 @@ __all__ = [
     "resolve_seed",
     "check_batch_bytes",
     "choose_augment_on",
+    "check_augment_plan",
 ]
 
 log = logging.getLogger("cachekit")
@@ -135,3 +136,27 @@ def choose_augment_on(augment_on: str, device: torch.device | None, plan: Plan |
     if plan is None:
         return False
     return augment_on == "device" or (augment_on == "auto" and device is not None and device.type == "cuda")
+
+
+def check_augment_plan(
+    dataset, batch_size: int, plan: Plan | None, *, pad: bool, per_sample: bool, on_device: bool
+) -> None:
+    """Refuse, in one line, a plan this loader cannot read: checked for ``make_loader``'s
+    ``augment``, each epoch's plan of a schedule, and each ``set_augment``."""
+    check_batch_bytes(dataset, batch_size, plan)
+    ragged = bool(getattr(dataset, "ragged", False))
+    if per_sample and on_device:
+        raise ValueError(
+            "augment on the device cannot run before a per-sample transform=; use augment_on='threads'"
+        )
+    if ragged and plan is not None and plan.fixed_size() is None:
+        raise ValueError(
+            "this cache keeps every sample at its own size, and augment must then end in a fixed "
+            "size (RandomResizedCrop, CenterCrop or Resize((height, width))): pad=True pads "
+            "samples read as stored, not augmented ones"
+        )
+    if ragged and not pad and not per_sample and plan is None:
+        raise ValueError(
+            "this cache keeps every sample at its own size: pass pad=True (batches come zero-padded "
+            "with their sizes) or an augment ending in a fixed size (RandomResizedCrop, CenterCrop)"
+        )

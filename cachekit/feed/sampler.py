@@ -169,6 +169,14 @@ class ShardAwareDistributedSampler(Sampler[int]):
         self.epoch = int(epoch)
         self._fresh = True
 
+    def begun(self) -> bool:
+        """True once a pass has begun since construction, ``set_epoch`` or ``load_state_dict``."""
+        return not self._fresh
+
+    def upcoming_epoch(self) -> int:
+        """The epoch the next pass will be (the current one until a pass begins; then the next)."""
+        return self.epoch + 1 if not self._fresh and self.auto_epoch else self.epoch
+
     def order(self, epoch: int | None = None) -> np.ndarray:
         """An epoch's unit order (default: the current one), before dealing (every rank computes the same)."""
         if self._order_of is not None:

@@ -1,0 +1,112 @@
+"""Augmentation as text: ``"RandomResizedCrop(224),RandomHorizontalFlip()"`` parsed without evaluating it.
+
+A spec is a comma-separated list of calls of transforms by name (a bare name is a call with no
+arguments). The text is parsed into a syntax tree, never run: each call's name must be one of the
+transforms ``make_loader`` takes (``TRANSFORMS``, what ``cachekit.transforms`` exports) and each
+argument a literal (numbers, strings, tuples, lists, ``True``/``False``/``None``) read with
+``ast.literal_eval``; anything else (attributes, nested calls, operators, names) is refused in one
+line. ``format_spec`` writes a list of transforms back in the same form (a loader's state keeps
+the plan of its epoch that way).
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+
+from . import transforms as _transforms
+
+__all__ = ["MAX_SPEC_CHARS", "catalogue", "parse_spec", "format_spec"]
+
+#: The longest spec read (a recipe is a few hundred characters; a longer one is not a recipe).
+MAX_SPEC_CHARS = 4000
+
+
+def catalogue() -> dict[str, type]:
+    """Transforms by name: every class ``make_loader(augment=...)`` accepts."""
+    return {cls.__name__: cls for cls in _transforms.TRANSFORMS}
+
+
+def _literal(node: ast.AST, where: str):
+    try:
+        return ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        shown = ast.unparse(node) if len(ast.dump(node)) < 2000 else "(a long expression)"
+        raise ValueError(
+            f"augment spec: {where}: arguments must be literals (numbers, strings, tuples), got {shown[:60]!r}"
+        ) from None
+
+
+def parse_spec(text: str, known: dict[str, type] | None = None) -> list:
+    """The transforms a spec names, constructed (and so checked) by their own classes.
+
+    ``known``: the catalogue to look names up in (default: ``catalogue()``). An empty spec (or
+    ``"none"``) is an empty list. Every refusal is a ``ValueError`` of one line.
+    """
+    if not isinstance(text, str):
+        raise ValueError(f"augment spec must be text, got {type(text).__name__}")
+    if len(text) > MAX_SPEC_CHARS:
+        raise ValueError(f"augment spec is {len(text)} characters, over the {MAX_SPEC_CHARS} a recipe needs")
+    if text.strip().lower() in ("", "none", "[]"):
+        return []
+    known = catalogue() if known is None else known
+    try:
+        tree = ast.parse(f"[{text}]", mode="eval")
+    except (SyntaxError, ValueError, MemoryError, RecursionError) as exc:
+        why = exc.msg if isinstance(exc, SyntaxError) else type(exc).__name__
+        raise ValueError(
+            f"augment spec is not a list of transforms such as 'RandomResizedCrop(224),RandomHorizontalFlip()' "
+            f"({why})"
+        ) from None
+    if not isinstance(tree.body, ast.List):
+        raise ValueError("augment spec must be a comma-separated list of transforms")
+    steps = []
+    for node in tree.body.elts:
+        call = node if isinstance(node, ast.Call) else None
+        name_node = call.func if call is not None else node
+        if not isinstance(name_node, ast.Name):
+            shown = ast.unparse(node)[:60]
+            raise ValueError(
+                f"augment spec: {shown!r} is not a transform's name and arguments, such as Resize(256)"
+            )
+        name = name_node.id
+        cls = known.get(name)
+        if cls is None:
+            raise ValueError(f"augment spec: unknown transform {name!r} (known: {', '.join(sorted(known))})")
+        args, kwargs = [], {}
+        if call is not None:
+            for arg in call.args:
+                if isinstance(arg, ast.Starred):
+                    raise ValueError(f"augment spec: {name}: *arguments are not taken")
+                args.append(_literal(arg, name))
+            for kw in call.keywords:
+                if kw.arg is None:
+                    raise ValueError(f"augment spec: {name}: **arguments are not taken")
+                kwargs[kw.arg] = _literal(kw.value, f"{name} {kw.arg}")
+        try:
+            steps.append(cls(*args, **kwargs))
+        except (TypeError, ValueError) as exc:
+            message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise ValueError(
+                f"augment spec: {message if name in message else f'{name}: {message}'}"
+            ) from None
+    return steps
+
+
+def format_spec(steps) -> str | None:
+    """A spec that ``parse_spec`` reads back into equal transforms, or None when one cannot be
+    written so (a transform that is not a dataclass of literal values)."""
+    if steps is None:
+        return ""
+    parts = []
+    for step in steps:
+        if not dataclasses.is_dataclass(step) or isinstance(step, type):
+            return None
+        values = ", ".join(f"{f.name}={getattr(step, f.name)!r}" for f in dataclasses.fields(step) if f.init)
+        parts.append(f"{type(step).__name__}({values})")
+    text = ", ".join(parts)
+    try:
+        same = parse_spec(text) == list(steps)
+    except ValueError:
+        return None
+    return text if same else None
