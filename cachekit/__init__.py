@@ -25,6 +25,7 @@ from .store.manifest import FieldSpec, Manifest, SampleSpec, ShardInfo
 from .tools.autobatch import autobatch
 from .tools.convert import convert
 from .tools.doctor import DoctorReport, diagnose
+from .tools.preview import preview
 from .tools.verify import VerifyReport, verify
 
 __all__ = [
@@ -70,4 +71,5 @@ __all__ = [
     "convert",
     "diagnose",
     "DoctorReport",
+    "preview",
 ]

@@ -229,6 +229,60 @@ def doctor_cmd(
             json.dump(report.to_json(), fh, indent=1)
 
 
+def _spec(ctx, param, value: str | None):
+    """An augment spec parsed (never evaluated) into transforms, refused in one line."""
+    if value is None:
+        return None
+    from ..augment.spec import parse_spec
+
+    try:
+        return parse_spec(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+@main.command("preview", epilog=EXIT_CODES)
+@click.argument("cache", type=click.Path(path_type=str))
+@click.option(
+    "--augment",
+    "augment",
+    default=None,
+    callback=_spec,
+    metavar="SPEC",
+    help="Transforms of cachekit.transforms, such as 'RandomResizedCrop(224),RandomHorizontalFlip()' "
+    "[default: none, the samples as stored].",
+)
+@click.option(
+    "--out", default="grid.png", show_default=True, type=click.Path(path_type=str), help="PNG to write."
+)
+@click.option("-n", "--samples", "n", type=int, default=16, show_default=True, help="Samples drawn.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the order and the draws.")
+@click.option("--epoch", type=int, default=0, show_default=True, help="Epoch whose draws are shown.")
+@click.option("--cell", type=int, default=256, show_default=True, help="Pixels of each image's longer side.")
+@click.option("--columns", type=int, default=None, help="Images per row [default: a square grid].")
+@with_storage_options
+@friendly
+def preview_cmd(cache, augment, out, n, seed, epoch, cell, columns, storage_option) -> None:
+    """Draw augmented samples of CACHE as training sees them: boxes with class names, masks, labels, captions.
+
+    The samples are the first batch of --epoch in the order of --seed, read by make_loader with
+    --augment (a list of transforms by name with literal arguments; nothing in it is run as code).
+    """
+    from ..errors import UsageError
+    from ..feed.dataset import CachedDataset
+    from ..tools.preview import preview
+
+    options = options_of(storage_option, cache)
+    dataset = CachedDataset(cache, storage_options=options)
+    try:
+        result = preview(dataset, augment, n=n, out=out, seed=seed, epoch=epoch, cell=cell, columns=columns)
+    except (ValueError, TypeError) as exc:
+        raise UsageError(str(exc).splitlines()[0]) from None
+    finally:
+        dataset.close()
+    click.echo(f"written: {result.path} ({len(result.cells)} samples, {result.title})")
+
+
 @main.command("recipes", epilog=EXIT_CODES)
 @click.argument("name", required=False)
 @friendly

@@ -1,0 +1,59 @@
+"""Augment specs: text parsed into transforms without running it, and written back."""
+
+from __future__ import annotations
+
+import pytest
+
+from cachekit.augment.spec import MAX_SPEC_CHARS, catalogue, format_spec, parse_spec
+from cachekit.transforms import ColorJitter, Letterbox, RandomHorizontalFlip, RandomResizedCrop
+
+
+def test_a_spec_names_transforms_with_literal_arguments():
+    steps = parse_spec(
+        "RandomResizedCrop(224, scale=(0.35, 1)), RandomHorizontalFlip, ColorJitter(0.4, hue=0.1)"
+    )
+    assert steps == [
+        RandomResizedCrop(224, scale=(0.35, 1)),
+        RandomHorizontalFlip(),
+        ColorJitter(0.4, hue=0.1),
+    ]
+    assert parse_spec("") == [] and parse_spec("none") == []
+    assert set(catalogue()) >= {"RandomResizedCrop", "Letterbox", "ColorJitter"}
+
+
+def test_format_spec_round_trips():
+    steps = [
+        Letterbox(640, fill=0),
+        RandomHorizontalFlip(0.25),
+        RandomResizedCrop((96, 128), ratio=(0.5, 2.0)),
+    ]
+    text = format_spec(steps)
+    assert parse_spec(text) == steps
+    assert format_spec(None) == "" and format_spec([lambda x: x]) is None
+
+
+@pytest.mark.parametrize(
+    "spec, why",
+    [
+        ('__import__("os").system("true")', "not a transform's name"),
+        ("os.system('true')", "not a transform's name"),
+        ("RandomResizedCrop(open('/etc/passwd').read())", "must be literals"),
+        ("RandomResizedCrop(2**4000)", "must be literals"),
+        ("RandomResizedCrop(size)", "must be literals"),
+        ("RandomResizedCrop(*[224])", r"\*arguments"),
+        ("RandomResizedCrop(**{'size': 224})", r"\*\*arguments"),
+        ("Eval(1)", "unknown transform 'Eval'"),
+        ("RandomResizedCrop(-1)", "RandomResizedCrop: size must be"),
+        ("RandomHorizontalFlip(p=float('nan'))", "must be literals"),
+        ("RandomHorizontalFlip(p=1e999)", "p must be in"),
+        ("RandomResizedCrop(224, colour=1)", "unexpected keyword"),
+        ("RandomResizedCrop(224", "not a list of transforms"),
+        ("[" * 2000, "not a list of transforms"),
+        ("lambda: 0", "not a transform's name"),
+        ("x" * (MAX_SPEC_CHARS + 1), "characters"),
+    ],
+)
+def test_hostile_specs_are_refused_in_one_line(spec, why):
+    with pytest.raises(ValueError, match=why) as info:
+        parse_spec(spec)
+    assert "\n" not in str(info.value)

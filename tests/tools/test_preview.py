@@ -1,0 +1,142 @@
+"""``cachekit.preview`` and ``cachekit preview``: a readable PNG with every target drawn where it lies."""
+
+from __future__ import annotations
+
+import cv2
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+
+import cachekit
+from cachekit import BuildConfig, build, make_loader
+from cachekit.cli import main
+from cachekit.errors import UsageError
+from cachekit.tools.preview import PALETTE, caption_lines, draw_grid, preview
+from cachekit.tools.synthetic_objects import make_object_dataset
+from cachekit.transforms import RandomHorizontalFlip, RandomResizedCrop
+
+SPEC = "RandomResizedCrop(96, scale=(0.3, 1.0)), RandomHorizontalFlip()"
+
+
+@pytest.fixture(scope="module")
+def detection(tmp_path_factory):
+    raw = make_object_dataset(tmp_path_factory.mktemp("preview") / "raw", 12, size=(120, 160), classes=3)
+    out = raw.parent / "det"
+    build(raw, out, BuildConfig(annotations="yolo", masks=str(raw / "masks"), pipeline="none", workers=1,
+                                progress=False, min_visibility=0.0))  # fmt: skip
+    return out
+
+
+def _read_png(path) -> np.ndarray:
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    return cv2.cvtColor(cv2.imread(str(path), cv2.IMREAD_COLOR), cv2.COLOR_BGR2RGB)
+
+
+def test_boxes_are_drawn_where_the_targets_say_in_their_class_colour(detection, tmp_path):
+    result = cachekit.preview(detection, SPEC, n=8, out=tmp_path / "grid.png", seed=3, cell=192)
+    grid = _read_png(tmp_path / "grid.png")
+    assert np.array_equal(grid, result.image)  # the file is the grid, losslessly
+    checked = hits = 0
+    for cell in result.cells:
+        assert cell.scale == 2.0  # 96 -> 192
+        boxes, classes = cell.target["boxes"].numpy(), cell.target["classes"].numpy()
+        for (x1, y1, x2, y2), k in zip(boxes, classes):
+            if min(x2 - x1, y2 - y1) * cell.scale < 8:
+                continue
+            colour = PALETTE[int(k)]
+            left = (cell.y + round((y1 + y2) / 2 * cell.scale), cell.x + round(x1 * cell.scale))
+            bottom = (cell.y + round(y2 * cell.scale) - 1, cell.x + round((x1 + x2) / 2 * cell.scale))
+            for y, x in (left, bottom):
+                checked += 1
+                hits += tuple(grid[y, x]) == colour
+    assert checked >= 10 and hits / checked >= 0.9, (hits, checked)
+    empty = [c for c in result.cells if len(c.target["boxes"]) == 0]
+    for cell in empty:  # no box drawn where there is none
+        area = grid[cell.y : cell.y + cell.height * 2, cell.x : cell.x + cell.width * 2].reshape(-1, 3)
+        assert not any((area == np.array(colour)).all(axis=1).any() for colour in PALETTE)
+
+
+def test_masks_are_overlaid_in_their_class_colour(detection, tmp_path):
+    result = preview(detection, SPEC, n=4, out=None, seed=1, cell=192)
+    loader = make_loader(detection, 4, seed=1, augment=[RandomResizedCrop(96, scale=(0.3, 1.0)), RandomHorizontalFlip()],
+                         workers=0, threads=1)  # fmt: skip
+    images, targets = next(iter(loader))
+    blended = 0
+    for j, cell in enumerate(result.cells):
+        mask = targets[j]["mask"].numpy()
+        inner = cv2.erode((mask > 0).astype(np.uint8), np.ones((5, 5), np.uint8)).astype(bool)
+        for y, x in np.argwhere(inner)[:50]:
+            source = images[j, :, y, x].numpy().astype(np.float64)
+            want = 0.55 * source + 0.45 * np.array(PALETTE[int(mask[y, x]) - 1])
+            got = result.image[cell.y + 2 * y, cell.x + 2 * x].astype(np.float64)
+            if tuple(got) in PALETTE:  # under a box's line or name tag
+                continue
+            assert np.abs(got - want).max() <= 1.5
+            blended += 1
+    assert blended > 20
+
+
+def test_classification_labels_soft_labels_multi_labels_and_captions_are_written():
+    classes = ["cat", "dog", "bird"]
+    assert caption_lines({"label": 1}, classes, 256) == ["dog"]
+    assert caption_lines({"soft": torch.tensor([0.1, 0.6, 0.3])}, classes, 256) == ["dog 0.60 + bird 0.30"]
+    assert caption_lines({"labels": torch.tensor([0, 2])}, classes, 256) == ["cat, bird"]
+    lines = caption_lines({"text": "a cat on a mat " * 10}, classes, 128)
+    assert 1 < len(lines) <= 3 and lines[-1].endswith("...")
+    images = torch.zeros(3, 3, 32, 32, dtype=torch.uint8)
+    bare, _ = draw_grid(images, [{}, {}, {}], classes, cell=64)
+    written, cells = draw_grid(
+        images, [{"label": 0}, {"soft": torch.tensor([0.5, 0.5, 0.0])}, {"text": "hello"}], classes, cell=64
+    )
+    assert written.shape[0] > bare.shape[0]  # a band for the words under each image
+    for cell in cells:  # white text in each band
+        band = written[cell.y + 64 : cell.y + 64 + 16, cell.x : cell.x + 64]
+        assert band.max() > 200
+
+
+def test_a_loader_is_previewed_with_its_own_plan_and_seed(small_cache, tmp_path):
+    loader = make_loader(small_cache, 8, seed=11, augment=[RandomResizedCrop(20)])
+    result = preview(loader, n=4, out=tmp_path / "a.png")
+    assert "RandomResizedCrop(20)" in result.title and "seed 11" in result.title
+    assert all((c.height, c.width) == (20, 20) for c in result.cells)
+    loader.set_augment([RandomResizedCrop(12)])  # the loader's next epoch
+    assert all((c.height, c.width) == (12, 12) for c in preview(loader, n=4, out=None).cells)
+    assert all(isinstance(c.target["label"], int) for c in result.cells)
+
+
+def test_hostile_arguments_are_refused_in_one_line(detection, tmp_path):
+    for spec in (
+        '__import__("os").system("true")',
+        "RandomResizedCrop(2**40)",
+        "Nope()",
+        "RandomResizedCrop(-3)",
+    ):
+        with pytest.raises(ValueError) as info:
+            preview(detection, spec, out=None)
+        assert "\n" not in str(info.value)
+    with pytest.raises(UsageError, match="n must be"):
+        preview(detection, SPEC, n=0, out=None)
+    with pytest.raises(UsageError, match=".png"):
+        preview(detection, SPEC, out=tmp_path / "grid.exe")
+    with pytest.raises(UsageError, match="no folder"):
+        preview(detection, SPEC, out=tmp_path / "missing" / "grid.png")
+
+
+def test_the_command_writes_a_png_and_refuses_a_hostile_spec_in_one_line(detection, tmp_path):
+    out = tmp_path / "grid.png"
+    result = CliRunner().invoke(
+        main, ["preview", str(detection), "--augment", SPEC, "--out", str(out), "-n", "4"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "written" in result.output and _read_png(out).shape[2] == 3
+    marker = tmp_path / "pwned"
+    hostile = f"RandomHorizontalFlip(), __import__('os').system('touch {marker}')"
+    result = CliRunner().invoke(main, ["preview", str(detection), "--augment", hostile, "--out", str(out)])
+    assert result.exit_code == 2 and not marker.exists()
+    assert "Traceback" not in result.output and "augment spec" in result.output
+    result = CliRunner().invoke(
+        main, ["preview", str(detection), "--augment", "Resize(64)", "--out", str(out)]
+    )
+    assert result.exit_code == 2 and result.output.count("\n") == 1 and "fixed size" in result.output
