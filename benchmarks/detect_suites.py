@@ -6,8 +6,9 @@ detect   letterbox + flip with boxes: what Ultralytics-style users run (per samp
          [Letterbox, RandomHorizontalFlip]) reading the cache in this process; also the cost of
          boxes (~7 an image): make_loader on the detection cache against the same images without
 ceiling  RandomResizedCrop(224) + flip, antialiased, from a train-256 cache: make_loader against a
-         bare memory map of the same pixels and a thread pool doing the same crop (torch's
-         antialiased resize, one thread each), the fastest this machine does that work
+         bare memory map of the same pixels and a thread pool doing the same crop, two ways: torch's
+         antialiased resize on planes, and OpenCV on channels-last pixels (INTER_AREA to shrink,
+         INTER_LINEAR to grow, NHWC out), one thread each: the fastest this machine does that work
 """
 
 from __future__ import annotations
@@ -159,36 +160,61 @@ def detect(args, root):
 
 
 class _Ceiling:
-    """A bare memory map of a train-256 cache's pixels and a pool of threads cropping from it."""
+    """A bare memory map of a train-256 cache's pixels and a pool of threads cropping from it.
 
-    def __init__(self, cache: Path, threads: int) -> None:
+    ``layout="planes"``: the pixels as the cache keeps them ([C, H, W]), torch's antialiased
+    resize; ``layout="hwc"``: the pixels channels-last, OpenCV's resize (INTER_AREA shrinking,
+    INTER_LINEAR enlarging) into an NHWC batch, as a hand-written OpenCV loader does it.
+    """
+
+    def __init__(self, cache: Path, threads: int, layout: str = "planes") -> None:
         ds = CachedDataset(cache)
         rows = [ds[i][0].numpy() for i in range(len(ds))]
+        if layout == "hwc":
+            rows = [np.ascontiguousarray(r.transpose(1, 2, 0)) for r in rows]
         sizes = np.array([r.shape for r in rows])
         self.offsets = np.concatenate([[0], np.cumsum([r.size for r in rows])])
-        flat = np.lib.format.open_memmap(str(cache) + ".flat.npy", "w+", np.uint8, (int(self.offsets[-1]),))
+        name = f"{cache}.{layout}.flat.npy"
+        flat = np.lib.format.open_memmap(name, "w+", np.uint8, (int(self.offsets[-1]),))
         for r, o in zip(rows, self.offsets):
             flat[o : o + r.size] = r.reshape(-1)
         flat.flush()
-        self.flat = np.load(str(cache) + ".flat.npy", mmap_mode="r")
-        self.sizes, self.n = sizes, len(rows)
-        self.pool = ThreadPoolExecutor(threads, initializer=single_threaded_torch)
+        self.flat = np.load(name, mmap_mode="r")
+        self.sizes, self.n, self.layout = sizes, len(rows), layout
+        init = single_threaded_torch if layout == "planes" else (lambda: cv2.setNumThreads(1))
+        self.pool = ThreadPoolExecutor(threads, initializer=init)
         self.threads = threads
         self.plan = compile_plan([RandomResizedCrop(224), RandomHorizontalFlip()])
+
+    def _image(self, i: int) -> np.ndarray:
+        shape = self.sizes[i]
+        return self.flat[self.offsets[i] : self.offsets[i] + int(np.prod(shape))].reshape(shape)
 
     def epoch(self, batch: int, rng: np.random.Generator) -> int:
         """One pass in a random order; every sample's crop box and flip drawn as make_loader draws them."""
         order = rng.permutation(self.n)
+        hwc = self.layout == "hwc"
         for lo in range(0, self.n, batch):
             idx = order[lo : lo + batch]
-            draws = self.plan.draw(0, 0, idx, self.sizes[idx, 1], self.sizes[idx, 2])
-            out = np.empty((len(idx), 3, 224, 224), np.uint8)
+            if hwc:
+                h, w = self.sizes[idx, 0], self.sizes[idx, 1]
+                out = np.empty((len(idx), 224, 224, 3), np.uint8)
+            else:
+                h, w = self.sizes[idx, 1], self.sizes[idx, 2]
+                out = np.empty((len(idx), 3, 224, 224), np.uint8)
+            draws = self.plan.draw(0, 0, idx, h, w)
 
             def work(part, idx=idx, draws=draws, out=out):
                 for j in part:
-                    c, h, w = self.sizes[idx[j]]
-                    img = self.flat[self.offsets[idx[j]] : self.offsets[idx[j]] + c * h * w].reshape(c, h, w)
+                    img = self._image(idx[j])
                     t, left, ch, cw = draws.boxes[j]
+                    if hwc:
+                        shrink = ch > 224 or cw > 224
+                        cv2.resize(img[t : t + ch, left : left + cw], (224, 224), dst=out[j],
+                                   interpolation=cv2.INTER_AREA if shrink else cv2.INTER_LINEAR)  # fmt: skip
+                        if draws.flips[j]:
+                            cv2.flip(out[j], 1, dst=out[j])
+                        continue
                     crop = torch.from_numpy(np.asarray(img[:, t : t + ch, left : left + cw]))[None]
                     res = F.interpolate(crop, size=(224, 224), mode="bilinear", antialias=True)[0].numpy()
                     out[j] = res[:, :, ::-1] if draws.flips[j] else res
@@ -200,25 +226,49 @@ class _Ceiling:
 @suite
 def ceiling(args, root):
     cache = _train256(args, root)
-    bare = _Ceiling(cache, threads=2)
+    bare = {"planes": _Ceiling(cache, threads=2), "hwc": _Ceiling(cache, threads=2, layout="hwc")}
     loader = make_loader(
         cache, args.batch_size, augment=[RandomResizedCrop(224), RandomHorizontalFlip()], threads=2
     )
     rng = np.random.default_rng(0)
-    bare.epoch(args.batch_size, rng)
+    for b in bare.values():
+        b.epoch(args.batch_size, rng)
     for _ in loader:
         pass
-    ours, theirs = [], []
-    for _ in range(args.repeats):
-        t0 = time.perf_counter()
-        n = bare.epoch(args.batch_size, rng)
-        theirs.append(n / (time.perf_counter() - t0))
-        t0, m = time.perf_counter(), 0
+    ours, theirs = [], {k: [] for k in bare}
+    cpu_ours, cpu_theirs = [], {k: [] for k in bare}  # CPU seconds per sample, every thread of this process
+    for _ in range(args.repeats):  # in turn, so that a slow spell of the machine hits every row
+        for name, b in bare.items():
+            t0, c0 = time.perf_counter(), time.process_time()
+            n = b.epoch(args.batch_size, rng)
+            theirs[name].append(n / (time.perf_counter() - t0))
+            cpu_theirs[name].append((time.process_time() - c0) / n)
+        t0, c0, m = time.perf_counter(), time.process_time(), 0
         for _, labels in loader:
             m += len(labels)
         ours.append(m / (time.perf_counter() - t0))
-    ratio = statistics.median(a / b for a, b in zip(ours, theirs))
+        cpu_ours.append((time.process_time() - c0) / m)
+    cpu = {k: statistics.median(b / a for a, b in zip(cpu_ours, runs)) for k, runs in cpu_theirs.items()}
+    ratios = {k: statistics.median(a / b for a, b in zip(ours, runs)) for k, runs in theirs.items()}
     print(f"make_loader RandomResizedCrop(224) + flip, antialiased: {statistics.median(ours):,.0f} samples/s")
-    print(f"bare memory map + 2 threads, the same work: {statistics.median(theirs):,.0f} samples/s")
-    print(f"make_loader / ceiling: {ratio:.2f}x (median of per-round ratios)")
-    return {"ours": statistics.median(ours), "ceiling": statistics.median(theirs), "ratio": ratio}
+    print(
+        f"bare memory map of planes + 2 threads, torch's resize: {statistics.median(theirs['planes']):,.0f} samples/s"
+    )
+    print(f"bare memory map of HWC pixels + 2 threads, OpenCV INTER_AREA/LINEAR, NHWC out: "
+          f"{statistics.median(theirs['hwc']):,.0f} samples/s")  # fmt: skip
+    print(f"make_loader / torch ceiling: {ratios['planes']:.2f}x (median of per-round ratios)")
+    print(f"make_loader / OpenCV ceiling: {ratios['hwc']:.2f}x (median of per-round ratios)")
+    print(f"CPU per sample: make_loader {1e6 * statistics.median(cpu_ours):.0f} us, torch ceiling "
+          f"{1e6 * statistics.median(cpu_theirs['planes']):.0f} us, OpenCV ceiling "
+          f"{1e6 * statistics.median(cpu_theirs['hwc']):.0f} us: samples per CPU-second "
+          f"{cpu['planes']:.2f}x and {cpu['hwc']:.2f}x theirs")  # fmt: skip
+    return {
+        "ours": statistics.median(ours),
+        "ceiling": statistics.median(theirs["planes"]),
+        "ceiling_opencv": statistics.median(theirs["hwc"]),
+        "ratio": ratios["planes"],
+        "ratio_opencv": ratios["hwc"],
+        "cpu_ratio": cpu["planes"],
+        "cpu_ratio_opencv": cpu["hwc"],
+        "rounds": {"ours": ours, **theirs},
+    }

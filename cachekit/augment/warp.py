@@ -67,28 +67,52 @@ def _openmp():
     return _omp or None
 
 
+def _pixels(planes: np.ndarray) -> np.ndarray:
+    """Planes ``[C, h, w]`` (any row strides: a crop of a memory-mapped row) as contiguous
+    channels-last pixels ``[h, w, C]``: ``cv2.mixChannels``, twice as fast as ``cv2.merge`` and five
+    times numpy's transposing copy."""
+    c = planes.shape[0]
+    pixels = np.empty((*planes.shape[1:], c), dtype=planes.dtype)
+    cv2.mixChannels(list(planes), [pixels], [k for i in range(c) for k in (i, i)])
+    return pixels
+
+
 def _resize_into(src: torch.Tensor, out: np.ndarray) -> None:
     """``src [C, h, w]`` (uint8, any strides) resized into ``out [C, H, W]``, torchvision's way.
 
     Enlarging needs no antialiasing, and OpenCV's bilinear gives the very same pixels as torch's
     antialiased kernel there (its triangle is then one source pixel wide) in about half the time;
-    shrinking goes through torch's kernel, torchvision's own.
+    shrinking goes through torch's kernel, torchvision's own. Both run on channels-last pixels,
+    where their code is vectorised across the channels: a crop of planes (3 or 4 of them) is merged
+    into pixels first and the result split back into ``out``'s planes, and that still costs less
+    (CPU time per 224 x 224 crop of a train-256 image: enlarging 101 us (merge, resize, split) against
+    108 us plane by plane, shrinking 48 + 201 + 19 us against 290-345 us; the pixels are the same).
     """
+    _resize_array(src.numpy(), out)
+
+
+def _resize_array(a: np.ndarray, out: np.ndarray) -> None:
+    """``_resize_into`` for ``a [C, h, w]`` as a numpy array (a view of a memory-mapped row)."""
     oh, ow = out.shape[-2:]
-    h, w = src.shape[-2:]
+    h, w = a.shape[-2:]
     if (h, w) == (oh, ow):
-        out[...] = src.numpy()
+        out[...] = a
         return
+    if a.strides[-1] != a.itemsize:  # a channels-last image seen channels-first: its pixels as they are
+        pixels = a.transpose(1, 2, 0)
+    else:
+        pixels = _pixels(a) if a.shape[0] in (3, 4) else None  # other plane counts: plane by plane
     if h <= oh and w <= ow:
-        a = src.numpy()
-        if a.strides[-1] == 1:  # planes (a memory-mapped row): one resize each, straight into out
+        if pixels is None:
             for c in range(a.shape[0]):
                 cv2.resize(a[c], (ow, oh), dst=out[c], interpolation=cv2.INTER_LINEAR)
-        else:  # a channels-last image seen channels-first
-            hwc_into_planes(cv2.resize(a.transpose(1, 2, 0), (ow, oh), interpolation=cv2.INTER_LINEAR), out)
+        else:
+            hwc_into_planes(cv2.resize(pixels, (ow, oh), interpolation=cv2.INTER_LINEAR), out)
         return
-    resized = F.interpolate(src[None], size=(oh, ow), mode="bilinear", antialias=True)[0]
-    out[...] = resized.numpy()
+    x = torch.from_numpy(a if pixels is None else pixels.transpose(2, 0, 1))
+    # channels-last out of a channels-last input: numpy copies it into the planes (19 us; cv2.split
+    # hands back arrays of its own for torch's memory, and the copy after that costs 185 us)
+    out[...] = F.interpolate(x[None], size=(oh, ow), mode="bilinear", antialias=True)[0].numpy()
 
 
 def _paste(src: torch.Tensor, box, inside: bool, fill: int, out: np.ndarray) -> None:
@@ -124,7 +148,11 @@ def warp_planes(
 ) -> None:
     """Channels-first ``src [C, H, W]`` (a view: a memory-mapped row) into ``out [C, h, w]``, in place;
     resized to ``pre`` first when given (``box`` is then in the resized image's pixels)."""
-    _paste(_resized(torch.from_numpy(src), pre), box, inside, fill, out)
+    if inside and pre is None:  # the common case, straight from the row's pixels
+        top, left, h, w = box
+        _resize_array(src[:, top : top + h, left : left + w], out)
+    else:
+        _paste(_resized(torch.from_numpy(src), pre), box, inside, fill, out)
     if flip:  # every plane's rows at once
         rows = out.reshape(-1, out.shape[-1])
         cv2.flip(rows, 1, dst=rows)

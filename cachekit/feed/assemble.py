@@ -243,6 +243,8 @@ def assemble(
         for buffer in masks.values():
             buffer.zero_()
     indices = list(request)  # named in a damaged mask's error
+    if on_threads:  # each sample's draws as Python values, read once a batch, not per sample
+        boxes, flips, inside_list = draws.boxes.tolist(), draws.flips.tolist(), inside.tolist()
 
     def work(lo: int, hi: int) -> None:
         for j in range(lo, hi):
@@ -250,7 +252,7 @@ def assemble(
             if on_threads:
                 pre = draws.pre[j] if draws.pre is not None else None
                 (warp_hwc if hwc else warp_planes)(
-                    src, draws.boxes[j], bool(draws.flips[j]), bool(inside[j]), out[j], draws.fill, pre
+                    src, boxes[j], flips[j], inside_list[j], out[j], draws.fill, pre
                 )
                 if draws.jitter is not None:
                     jitter_planes(out[j], draws.jitter[j], draws.order[j])
