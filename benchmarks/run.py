@@ -17,6 +17,9 @@ Suites (sizes are flags; defaults fit a 2-core laptop in a few minutes):
   feed, jpeg, ffcv   the read path (augmentation at read time, encoded stores, FFCV): feed_suites.py
   detect, ceiling   detection feeds (letterbox + flip with boxes) against per-sample loaders, the cost
           of boxes, and antialiased crops against a bare memory map + threads: detect_suites.py
+  deit, yolo   whole recipes (DeiT: crop, flip, RandAugment, erasing, MixUp/CutMix; YOLO: mosaic,
+          affine, HSV, flip with boxes) through make_loader against the same per sample in 2 workers:
+          recipe_suites.py
   stream  a cache on throttled loopback S3: first batch, waiting, downloads, a tight limit: stream_suite.py
   mixing  cachekit.mix: each source's share of the draws, mixed read speed against each alone: mix_suite.py
   listing a raw folder on (loopback) object storage listed for a build: time and peak memory: listing_suite.py
@@ -338,6 +341,7 @@ import detect_suites  # noqa: E402,F401  (registers detect, ceiling)
 import feed_suites  # noqa: E402,F401  (registers the read-path suites: feed, jpeg, ffcv)
 import listing_suite  # noqa: E402,F401  (registers listing)
 import mix_suite  # noqa: E402,F401  (registers mixing)
+import recipe_suites  # noqa: E402,F401  (registers deit, yolo)
 import stream_suite  # noqa: E402,F401  (registers stream)
 
 
