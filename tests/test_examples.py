@@ -92,3 +92,27 @@ def test_train_detection_learns_in_one_process_and_under_torchrun(detection_cach
         done = [line for line in out.splitlines() if line.startswith("done:")]
         first, last = (float(v) for v in done[0].split("loss")[1].split("->"))
         assert last < first * 0.7, out
+
+
+def _has_mosaic() -> bool:
+    import cachekit.transforms
+
+    return hasattr(cachekit.transforms, "Mosaic")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not _has_mosaic(), reason="cachekit.transforms has no Mosaic yet: the YOLO recipe needs it"
+)
+def test_train_yolo_closes_mosaic_for_its_last_epochs_and_learns(tmp_path):
+    grid = tmp_path / "batch0.png"
+    out = _run([str(EXAMPLES / "train_yolo.py"), "--synthetic", "24", "--epochs", "4", "--close-mosaic", "1",
+                "--batch-size", "4", "--size", "96", "--preview", str(grid)], [sys.executable])  # fmt: skip
+    epochs = [line for line in out.splitlines() if line.startswith("epoch ")]
+    assert [line.split(":")[1].split(" + ")[0].strip() for line in epochs] == ["Mosaic"] * 3 + [
+        "Letterbox"
+    ], out
+    done = [line for line in out.splitlines() if line.startswith("done:")]
+    first, last = (float(v) for v in done[0].split("loss")[1].split("->"))
+    assert last < first, out
+    assert grid.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
