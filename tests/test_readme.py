@@ -119,3 +119,63 @@ def test_the_detection_example_reads_boxes_moved_with_their_letterbox(tmp_path):
     assert scope["target"]["boxes"].dtype == torch.float32 and len(scope["seen"]) == 2
     images, targets = scope["images"], scope["seen"][-1][1]
     assert images.shape[-2:] == (640, 640) and all(t["boxes"].shape[1] == 4 for t in targets)
+
+
+def _lacks(*names: str) -> list[str]:
+    import cachekit.transforms
+
+    return [n for n in names if not hasattr(cachekit.transforms, n)]
+
+
+_DEIT = ("RandAugment", "RandomErasing", "MixUp", "CutMix")
+_YOLO = ("Mosaic", "RandomAffine", "RandomHSV")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(bool(_lacks(*_DEIT)), reason=f"cachekit.transforms lacks {_lacks(*_DEIT)}")
+@pytest.mark.parametrize("page", [README, TRAINING], ids=["README", "TRAINING"])
+def test_the_deit_recipe_runs_and_gives_soft_labels(page, mixed_tree, tmp_path):
+    cache = tmp_path / "train"
+    build(mixed_tree, cache, BuildConfig(pipeline="train-256", size=48, workers=1, progress=False))
+    heading = "## Training recipes" if page is README else "**DeiT / ViT**"
+    code = _substitute(
+        _python_block(heading, page),
+        {'"cache/train"': repr(str(cache)), 'device="cuda"': 'device="cpu"', "256,": "4,",
+         "range(300)": "range(2)"},
+    )  # fmt: skip
+    code = code.replace("        ...", "        seen.append((images.shape, labels))")
+    code = code.replace("logits = model(images)", "logits = torch.zeros(len(images), labels.shape[1])")
+    code = code.replace(
+        "        loss = torch.sum(", "        seen.append((images.shape, labels)); loss = torch.sum("
+    )
+    scope = {"seen": []}
+    exec(compile(code, str(page), "exec"), scope)
+    assert scope["seen"] and all(tuple(shape[1:]) == (3, 224, 224) for shape, _ in scope["seen"])
+    for _, labels in scope["seen"]:
+        assert labels.dtype.is_floating_point and torch.allclose(
+            labels.sum(1), torch.ones(len(labels)), atol=1e-4
+        )
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(bool(_lacks(*_YOLO)), reason=f"cachekit.transforms lacks {_lacks(*_YOLO)}")
+@pytest.mark.parametrize("page", [README, TRAINING], ids=["README", "TRAINING"])
+def test_the_yolo_recipe_runs_and_closes_mosaic(page, tmp_path):
+    from cachekit.tools.synthetic_objects import make_object_dataset
+
+    raw = make_object_dataset(tmp_path / "raw", 8, size=(60, 80))
+    build(raw, tmp_path / "det", BuildConfig(annotations="yolo", pipeline="max-side-512", size=96, workers=1,
+                                             progress=False))  # fmt: skip
+    heading = "YOLO on a detection cache" if page is README else "**YOLO**"
+    code = _substitute(
+        _python_block(heading, page),
+        {'"cache/det"': repr(str(tmp_path / "det")), 'device="cuda"': 'device="cpu"', "64,": "4,",
+         "epochs, close_mosaic = 100, 10": "epochs, close_mosaic = 3, 1", "(640)": "(96)"},
+    )  # fmt: skip
+    record = "        seen.append((epoch, images.shape, targets))"
+    code = code.replace("        ...", record).replace("        loss = model.loss(images, targets)", record)
+    scope = {"seen": []}
+    exec(compile(code, str(page), "exec"), scope)
+    assert {e for e, _, _ in scope["seen"]} == {0, 1, 2}
+    assert all(tuple(shape[-2:]) == (96, 96) and targets.shape[1] == 6 for _, shape, targets in scope["seen"])
+    assert type(scope["train"].augment_for(3).steps[0]).__name__ == "Letterbox"
