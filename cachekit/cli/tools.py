@@ -24,6 +24,18 @@ def _int_list(ctx, param, value: str | None) -> tuple[int, ...] | None:
     return out
 
 
+def _spec(ctx, param, value: str | None):
+    """An augment spec parsed (never evaluated) into transforms, refused in one line."""
+    if value is None:
+        return None
+    from ..augment.spec import parse_spec
+
+    try:
+        return parse_spec(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
 @main.command("bench", epilog=EXIT_CODES)
 @click.argument("paths", nargs=-1, type=click.Path(path_type=str))
 @click.option(
@@ -56,9 +68,15 @@ def _int_list(ctx, param, value: str | None) -> tuple[int, ...] | None:
 )
 @click.option(
     "--augment",
-    is_flag=True,
-    help="Every row does RandomResizedCrop + horizontal flip per sample, as its kind of user would "
-    "(PIL as torchvision, OpenCV transform=, make_loader(augment=...)); variable-sized caches allowed.",
+    "augment",
+    is_flag=False,
+    flag_value="",
+    default=None,
+    metavar="[SPEC]",
+    help="Alone: every row does RandomResizedCrop + horizontal flip per sample, as its kind of user would "
+    "(PIL as torchvision, OpenCV transform=, make_loader(augment=...)); variable-sized caches allowed. "
+    "With SPEC ('RandomResizedCrop(224),RandomHorizontalFlip(),ColorJitter(0.4)', any of "
+    "cachekit.transforms): the make_loader rows run SPEC, the others are left out. Put it after the paths.",
 )
 @click.option(
     "--augment-size",
@@ -108,6 +126,8 @@ def bench_cmd(
     row also crops and flips each sample at random (the training workload); caches whose samples
     vary in size (--pipeline train-256) are then welcome.
     """
+    import os
+
     from ..errors import UsageError
     from ..store.storageopts import command_line
     from ..tools.bench import BenchConfig, format_table, run_bench
@@ -116,6 +136,9 @@ def bench_cmd(
 
     check_outputs(json_out, plot)  # what could fail after a long run is checked before it starts
     options = options_of(storage_option, *paths)
+    spec = augment or None
+    if spec is not None and os.path.exists(spec):
+        raise UsageError(f"--augment took the path {spec!r} as its SPEC: put the paths before --augment")
 
     config = BenchConfig(
         batch_size=batch_size,
@@ -125,8 +148,9 @@ def bench_cmd(
         seed=seed,
         cold=not warm_only,
         raw_backends=tuple(b.strip() for b in raw_backends.split(",") if b.strip()),
-        augment=augment,
+        augment=augment is not None,
         augment_size=augment_size,
+        augment_spec=spec,
     )
 
     def log(line: str) -> None:
@@ -182,6 +206,14 @@ def bench_cmd(
     help="MODULE:FUNCTION building a torch model to train instead (MODULE may be in the current folder).",
 )
 @click.option("--workers", type=int, default=None, help="Loader workers [default: make_loader's choice].")
+@click.option(
+    "--augment",
+    "augment",
+    default=None,
+    callback=_spec,
+    metavar="SPEC",
+    help="The training run's transforms, such as 'RandomResizedCrop(224),RandomHorizontalFlip()' [default: none].",
+)
 @click.option("--prefetch-factor", type=int, default=2, show_default=True)
 @click.option("--device", default=None, help="Device for --model [default: cuda if available, else cpu].")
 @click.option(
@@ -197,6 +229,7 @@ def doctor_cmd(
     step_kind,
     model,
     workers,
+    augment,
     prefetch_factor,
     device,
     json_out,
@@ -222,23 +255,12 @@ def doctor_cmd(
         prefetch_factor=prefetch_factor,
         device=device,
         storage_options=options,
+        augment=augment,
     )
     click.echo(report.summary())
     if json_out:
         with open(json_out, "w") as fh:
             json.dump(report.to_json(), fh, indent=1)
-
-
-def _spec(ctx, param, value: str | None):
-    """An augment spec parsed (never evaluated) into transforms, refused in one line."""
-    if value is None:
-        return None
-    from ..augment.spec import parse_spec
-
-    try:
-        return parse_spec(value)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc)) from None
 
 
 @main.command("preview", epilog=EXIT_CODES)

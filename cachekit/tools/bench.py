@@ -31,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..augment.transforms import RandomHorizontalFlip, RandomResizedCrop
 from ..constants import DEFAULT_PIPELINE, VERSION
 from ..cpus import available_cpus
 from ..errors import CachekitError, UsageError
@@ -42,6 +43,7 @@ from .baselines import BACKENDS, RawImageDataset, RawInputs, check_raw_inputs, c
 from .benchrows import MAX_AUGMENT_SIZE, augment_record, augment_size, cache_row, make_loader_row, raw_row
 from .benchsamples import align_samples, cache_pipeline, raw_discovery
 from .benchview import augment_text, cache_names, format_table, plot_result, workers_text
+from .preview import short_spec
 
 __all__ = [
     "BenchConfig",
@@ -81,6 +83,9 @@ class BenchConfig:
     raw_backends: tuple[str, ...] = ("pil", "opencv")
     augment: bool = False
     augment_size: int | None = None
+    #: ``--augment SPEC``: the transforms the make_loader rows run (``cachekit.augment.spec``); the
+    #: raw and per-sample rows, which know only RandomResizedCrop + flip, are then left out.
+    augment_spec: str | None = None
 
     def check(self) -> None:
         """Refuse settings no run could use (UsageError), before any work starts."""
@@ -95,6 +100,8 @@ class BenchConfig:
             raise UsageError(
                 f"unknown raw backend {sorted(unknown)[0]!r} (choose from {', '.join(BACKENDS)})"
             )
+        if self.augment_spec is not None:
+            spec_steps(self.augment_spec)  # refused in one line before any work
         if self.augment_size is not None:
             if not self.augment:
                 raise UsageError("--augment-size needs --augment")
@@ -255,6 +262,13 @@ def run_bench(
 
 def _run(raw, caches, datasets, config: BenchConfig, log, progress: bool, storage_options) -> dict:
     crop = augment_size(config, caches, datasets)
+    steps = spec_steps(config.augment_spec) if config.augment_spec is not None else None
+    if steps is not None and steps == [RandomResizedCrop(crop), RandomHorizontalFlip()]:
+        steps = None  # the default recipe: every row runs it
+    if steps is not None:
+        log(f"--augment {short_spec(steps)}: only the make_loader rows run it (the raw and per-sample "
+            "rows know RandomResizedCrop + flip only)")  # fmt: skip
+        crop = _fixed(steps, crop)
     for path, d in zip(caches, datasets):
         if d.ragged and crop is None:
             raise UsageError(
@@ -288,12 +302,14 @@ def _run(raw, caches, datasets, config: BenchConfig, log, progress: bool, storag
             + (f", {len(inputs.refused)} more left out for PIL" if inputs.refused else "")
         )
     raw_ds = {b: RawImageDataset(inputs, backend=b, augment=crop) for b in backends} if inputs else {}
+    if steps is not None:
+        raw_ds = {}
     align = align_samples(inputs, datasets, samples=config.samples, seed=config.seed)
     n = len(align)
     if n == 0:
         raise UsageError(f"{raw}: no image a build could use, nothing to compare")
     log(f"{n} samples per epoch in every row, matched by {align.by}")
-    if crop:
+    if crop and steps is None:
         log(f"augmented: every row does {augment_text(crop)} per sample")
     warnings = []
     batches = -(-n // config.batch_size)
@@ -321,9 +337,9 @@ def _run(raw, caches, datasets, config: BenchConfig, log, progress: bool, storag
             add(f"raw-{backend}", w, raw_row(ds, align.raw, w, bs), [Path(p) for p in ds.paths])
     for path, name, order in zip(caches, names, align.caches):
         files = [] if is_url(path) else _files(Path(path))  # a URL cache's copies are fetched afresh
-        for w in counts:
+        for w in counts if steps is None else ():
             add(name, w, cache_row(path, order, w, bs, crop, storage_options), files)
-        add(name, "make_loader", make_loader_row(path, bs, config.seed, crop, storage_options), files)
+        add(name, "make_loader", make_loader_row(path, bs, config.seed, crop, storage_options, steps), files)
 
     raw_rows = [r for r in rows if r["loader"].startswith("raw-")]
     baseline = max(raw_rows, key=lambda r: r["samples_per_s"]) if raw_rows else None
@@ -343,7 +359,7 @@ def _run(raw, caches, datasets, config: BenchConfig, log, progress: bool, storag
         "config": asdict(config),
         "samples": n,
         "aligned_by": align.by,
-        "augment": augment_record(crop) if crop else None,
+        "augment": augment_record(crop, steps) if crop else None,
         "machine": {
             "cpus_usable": available_cpus(),
             "cpu_count": os.cpu_count(),
@@ -369,6 +385,28 @@ def _run(raw, caches, datasets, config: BenchConfig, log, progress: bool, storag
         "ratios": ratios,
         "warnings": warnings,
     }
+
+
+def spec_steps(spec: str) -> list:
+    """``--augment SPEC`` as transforms (UsageError in one line when it is not a list of them)."""
+    from ..augment.spec import parse_spec
+
+    try:
+        steps = parse_spec(spec)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if not steps:
+        raise UsageError(
+            "--augment SPEC names no transform; give --augment alone for RandomResizedCrop + flip"
+        )
+    return steps
+
+
+def _fixed(steps: list, crop: tuple[int, int] | None) -> tuple[int, int] | None:
+    """The size a spec ends in (what every row's samples are then), else the rows' crop size."""
+    from ..augment.plan import compile_plan
+
+    return compile_plan(steps).fixed_size() or crop
 
 
 def _sample_bytes(crop: tuple[int, int] | None, datasets: Sequence[CachedDataset]) -> int:

@@ -77,8 +77,14 @@ def augment_size(
     return next(iter(fixed)) if fixed else (DEFAULT_AUGMENT_SIZE, DEFAULT_AUGMENT_SIZE)
 
 
-def augment_record(size: tuple[int, int]) -> dict:
-    """What the augmented rows did, for the JSON: the crop, its parameters, and each row's way."""
+def augment_record(size: tuple[int, int], steps: list | None = None) -> dict:
+    """What the augmented rows did, for the JSON: the crop, its parameters, and each row's way;
+    ``steps``: an ``--augment SPEC``'s transforms, which the make_loader rows alone ran."""
+    if steps is not None:
+        from ..augment.spec import format_spec
+
+        return {"size": list(size), "spec": format_spec(steps) or repr(steps), "how": {
+            "make_loader": "make_loader(augment=SPEC): batched, in threads"}}  # fmt: skip
     return {
         "size": list(size),
         "scale": list(RRC_SCALE),
@@ -134,13 +140,17 @@ def make_loader_row(
     seed: int,
     augment: tuple[int, int] | None,
     storage_options: dict | None = None,
+    steps: list | None = None,
 ) -> Factory:
-    """The cache through ``make_loader``'s defaults, with ``augment=[RandomResizedCrop, flip]``."""
+    """The cache through ``make_loader``'s defaults, with ``augment=[RandomResizedCrop, flip]``, or
+    ``steps`` when given (an ``--augment SPEC``)."""
 
     def factory() -> tuple[DataLoader, dict]:
-        steps = [RandomResizedCrop(augment), RandomHorizontalFlip()] if augment else None
+        chosen = [RandomResizedCrop(augment), RandomHorizontalFlip()] if augment else None
         dataset = CachedDataset(path, storage_options=storage_options)
-        loader = make_loader(dataset, batch_size, seed=seed, augment=steps)
+        loader = make_loader(
+            dataset, batch_size, seed=seed, augment=list(steps) if steps is not None else chosen
+        )
         return loader, {"mode": loader.mode}
 
     return factory

@@ -58,6 +58,8 @@ def augment_text(result: dict | Sequence[int]) -> str | None:
     if isinstance(result, dict):
         if not result.get("augment"):
             return None
+        if result["augment"].get("spec"):
+            return result["augment"]["spec"]
         result = result["augment"]["size"]
     h, w = result
     return f"RandomResizedCrop({h if h == w else f'{h}x{w}'}) + horizontal flip"
@@ -89,7 +91,9 @@ def format_table(result: dict) -> str:
     fmt = "  ".join(f"{{:<{w}}}" for w in widths)
     out = []
     aug = result.get("augment")
-    if aug:
+    if aug and aug.get("spec"):
+        out.append(f"augmented rows: make_loader(augment=[{aug['spec']}]), batched (no per-sample rows)")
+    elif aug:
         out.append(f"augmented rows: every row does {augment_text(result)} per sample")
     out += [fmt.format(*head), fmt.format(*("-" * w for w in widths))]
     out += [fmt.format(*row) for row in lines]
@@ -122,12 +126,15 @@ def format_table(result: dict) -> str:
         out.append(
             f"cache: {human_bytes(c['bytes'])} ({', '.join(what)}, {c['samples']} samples) {c['path']}"
         )
-    if aug:
+    if aug and aug.get("spec"):
+        out.append(f"augment: {aug['spec']} (output {aug['size'][0]}x{aug['size'][1]})")
+    elif aug:
         h, w = aug["size"]
         out.append(
             f"augment: crops of {h}x{w}, scale {tuple(aug['scale'])}, ratio ({aug['ratio'][0]:.3g}, "
             f"{aug['ratio'][1]:.3g}), flip p {aug['flip_p']}"
         )
+    if aug:
         for kind, how in aug["how"].items():
             out.append(f"  {kind}: {how}")
     for key, value in result["ratios"].items():

@@ -262,13 +262,23 @@ def diagnose(
     pin_memory: bool | None = None,
     device: str | None = None,
     storage_options: dict | None = None,
+    augment: list | str | None = None,
 ) -> DoctorReport:
     """Run ``steps`` training steps on the cache's loader and report where the time went.
 
     Each step is ``model``'s (built by calling it, trained with SGD) or, without a model, a
     simulated step of ``step_ms`` (default ``DEFAULT_STEP_MS``) of ``step_kind`` (``"busy"`` holds
-    the GIL, ``"sleep"`` releases it). A URL cache is reached with ``storage_options``.
+    the GIL, ``"sleep"`` releases it). A URL cache is reached with ``storage_options``. ``augment``:
+    the training run's ``cachekit.transforms`` (a list, or a spec such as ``"RandomResizedCrop(224),
+    RandomHorizontalFlip()"``), so that the loader timed does the work training asks of it.
     """
+    if isinstance(augment, str):
+        from ..augment.spec import parse_spec
+
+        try:
+            augment = parse_spec(augment) or None
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
     if model is not None and step_ms is not None:
         raise UsageError("give a simulated step time (--step-ms) or a model (--model), not both")
     if steps < 1 or batch_size < 1:
@@ -290,7 +300,8 @@ def diagnose(
             workers=workers,
             pin_memory=pin_memory,
             prefetch_factor=prefetch_factor,
-            pad=bool(getattr(dataset, "ragged", False)),
+            pad=bool(getattr(dataset, "ragged", False)) and not augment,
+            augment=augment,
         )
     )
     if model is not None:

@@ -235,3 +235,30 @@ def test_synthetic_augment_builds_train256_caches(tmp_path):
     assert result["caches"][0]["pipeline"] == "train-256" and result["caches"][0]["shape"][1:] == [None, None]
     assert (tmp_path / "train256-pt" / "manifest.json").is_file()
     assert result["samples"] == 3 and {r["bytes_per_sample"] for r in result["rows"]} == {3 * SIDE * SIDE}
+
+
+def test_cli_augment_spec_runs_any_transform_in_the_make_loader_rows(mixed_tree, ragged_cache, tmp_path):
+    def cli(*args):
+        result = CliRunner().invoke(main, ["bench", *map(str, args)])
+        return result.exit_code, result.stdout, result.stderr
+
+    spec = "RandomResizedCrop(40, scale=(0.5, 1.0)), RandomHorizontalFlip(), ColorJitter(0.3, 0.3)"
+    code, out, err = cli(
+        mixed_tree, ragged_cache, "--raw-backends", "opencv", "--workers", "0", "--epochs", "1", "--batch-size", "4",
+        "--warm-only", "--quiet", "--json", tmp_path / "r.json", "--augment", spec,
+    )  # fmt: skip
+    assert code == 0, err
+    assert "only the make_loader rows run it" in err and out.startswith(
+        "augmented rows: make_loader(augment=["
+    )
+    result = json.loads((tmp_path / "r.json").read_text())
+    assert [r["workers"] for r in result["rows"]] == ["make_loader"]
+    assert result["augment"]["size"] == [40, 40] and "ColorJitter(brightness=0.3" in result["augment"]["spec"]
+    for hostile, why in (
+        ("__import__('os').system('true')", "not a transform's name"),
+        ("Nope()", "unknown"),
+    ):
+        code, _, err = cli(mixed_tree, ragged_cache, "--augment", hostile)
+        assert code == 2 and why in err and len(err.strip().splitlines()) == 1, err
+    code, _, err = cli("--augment", mixed_tree, ragged_cache)  # a path taken for the SPEC
+    assert code == 2 and "put the paths before --augment" in err

@@ -134,3 +134,22 @@ def test_model_modules_are_found_in_the_current_folder(tmp_path, monkeypatch):
     assert isinstance(load_model("doctor_model_here:build")(), torch.nn.Flatten)
     with pytest.raises(UsageError, match="no_such_module"):
         load_model("no_such_module:build")
+
+
+def test_the_loader_timed_runs_the_training_runs_augmentation(small_cache):
+    report = diagnose(
+        small_cache,
+        batch_size=8,
+        steps=3,
+        step_ms=1.0,
+        augment="RandomResizedCrop(16), RandomHorizontalFlip()",
+    )
+    assert "augment on CPU threads" in report.mode
+    with pytest.raises(UsageError, match="unknown transform 'Nope'"):
+        diagnose(small_cache, batch_size=8, steps=3, augment="Nope()")
+    result = CliRunner().invoke(main, ["doctor", str(small_cache), "--steps", "2", "--step-ms", "1", "--batch-size", "8",
+                                       "--augment", "RandomResizedCrop(16)"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "augment on CPU threads" in result.output
+    result = CliRunner().invoke(main, ["doctor", str(small_cache), "--augment", "os.system('true')"])
+    assert result.exit_code == 2 and "Traceback" not in result.output
