@@ -101,6 +101,8 @@ class BenchConfig:
                 f"unknown raw backend {sorted(unknown)[0]!r} (choose from {', '.join(BACKENDS)})"
             )
         if self.augment_spec is not None:
+            if not self.augment:
+                raise UsageError("an augment spec goes with augment=True (--augment SPEC)")
             spec_steps(self.augment_spec)  # refused in one line before any work
         if self.augment_size is not None:
             if not self.augment:
@@ -263,7 +265,7 @@ def run_bench(
 def _run(raw, caches, datasets, config: BenchConfig, log, progress: bool, storage_options) -> dict:
     crop = augment_size(config, caches, datasets)
     steps = spec_steps(config.augment_spec) if config.augment_spec is not None else None
-    if steps is not None and steps == [RandomResizedCrop(crop), RandomHorizontalFlip()]:
+    if steps is not None and crop is not None and steps == [RandomResizedCrop(crop), RandomHorizontalFlip()]:
         steps = None  # the default recipe: every row runs it
     if steps is not None:
         log(f"--augment {short_spec(steps)}: only the make_loader rows run it (the raw and per-sample "

@@ -324,6 +324,7 @@ def preview(
         prefetch_thread=False,
         pad=ragged and not steps,
         threads=1,
+        distributed=False,  # every rank draws the same grid, without a collective
         **options,
     )
     loader.set_epoch(epoch)
