@@ -142,7 +142,8 @@ class CacheLoader(DataLoader):
             self._prefetcher.stop(timeout=30)
             self._prefetcher = None
         if self.schedule is not None:  # set_augment takes effect now; a bad plan of the epoch fails here
-            self.schedule.begin(self.sampler.upcoming_epoch())
+            upcoming = getattr(self.sampler, "upcoming_epoch", None)
+            self.schedule.begin(upcoming() if upcoming else getattr(self.sampler, "epoch", 0))
         self._delivered = 0
         it = super().__iter__()
         if self.prefetch_thread:
