@@ -118,7 +118,7 @@ def caption_lines(target: dict, classes: list[str], width: int) -> list[str]:
     for key, value in target.items():
         if isinstance(value, str):
             words.append(value if key in ("text", "caption") else f"{key}: {value}")
-    chars = max(8, width // 8)
+    chars = max(8, width // 7)  # ~7 pixels a character at the band's font size
     lines = []
     for text in words:
         lines += textwrap.wrap(text, chars, max_lines=3, placeholder="...") or [""]
