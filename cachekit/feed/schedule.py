@@ -10,6 +10,7 @@ the plan of its epoch as text, so a run resumed mid-epoch reads the rest of it w
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 
@@ -20,6 +21,7 @@ from ..augment.transforms import TRANSFORMS
 __all__ = ["AugmentSchedule", "is_schedule_function"]
 
 _UNSET = object()
+log = logging.getLogger("cachekit")
 
 
 def is_schedule_function(augment) -> bool:
@@ -127,6 +129,12 @@ class AugmentSchedule:
         one ``set`` asked for after it (``augment_next``); None where a plan cannot be written."""
         plan = self.upcoming(epoch) if fresh else self.plan_for(epoch)
         state = {"augment": format_spec(plan.steps if plan is not None else None)}
+        if state["augment"] is None and self._function is None:
+            log.warning(
+                "state_dict: epoch %d's transforms cannot be written as text; a loader resumed from "
+                "this state reads the rest of the epoch with the transforms it was made with",
+                epoch,
+            )
         with self._lock:
             pending, later = self._pending, not fresh or self._hold
         if later and pending is not _UNSET and pending[0] == "plan":
