@@ -25,7 +25,7 @@ from torch.utils.data import Dataset
 
 from ..cpus import local_world_size
 from ..errors import UsageError
-from .assemble import BatchRequest, assemble
+from .assemble import BatchRequest, assemble, read_indices
 from .batch import SampleBatch
 from .buffers import BufferPool
 from .mixorder import Source, mixed_order, shares
@@ -176,7 +176,7 @@ class MixedDataset(Dataset):
         read (and augmented, each sample's draws from its mixed index) together."""
         if self._pid != os.getpid():
             self._buffers, self._pid = BufferPool(), os.getpid()
-        idx, which = self._split(request)
+        idx, which = self._split(read_indices(request, len(self)))  # a mosaic's extra samples too
         readers: list = [None] * len(idx)
         local = np.empty(len(idx), dtype=np.int64)
         labels = np.empty(len(idx), dtype=np.int64)
