@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from ..image.ops import hwc_into_planes
-from .warp import resize_weights, warp_batch
+from .warp import antialiased, resize_weights, warp_batch
 
 __all__ = ["index_matrix", "resize_chw", "warp_sample", "warp_maps_batch", "warp_fast_batch"]
 
@@ -38,8 +38,7 @@ def index_matrix(matrix: np.ndarray) -> np.ndarray:
 
 def resize_chw(src: torch.Tensor, hw: tuple[int, int]) -> torch.Tensor:
     """``src [C, h, w]`` uint8 resized to ``hw``, torchvision's way (antialiased when shrinking;
-    enlarging with OpenCV's bilinear, the same pixels). A 1 x 1 output is computed in floats: torch's
-    uint8 antialiased kernel refuses it."""
+    enlarging with OpenCV's bilinear, the same pixels)."""
     oh, ow = int(hw[0]), int(hw[1])
     h, w = src.shape[-2:]
     if (h, w) == (oh, ow):
@@ -48,10 +47,7 @@ def resize_chw(src: torch.Tensor, hw: tuple[int, int]) -> torch.Tensor:
         a = np.ascontiguousarray(src.numpy().transpose(1, 2, 0))
         out = cv2.resize(a, (ow, oh), interpolation=cv2.INTER_LINEAR)
         return torch.from_numpy(out.reshape(oh, ow, -1)).permute(2, 0, 1).contiguous()
-    if (oh, ow) == (1, 1):
-        x = F.interpolate(src[None].float(), size=(1, 1), mode="bilinear", antialias=True)[0]
-        return x.round_().clamp_(0, 255).to(torch.uint8)
-    return F.interpolate(src[None], size=(oh, ow), mode="bilinear", antialias=True)[0]
+    return antialiased(src, (oh, ow))
 
 
 def _scaled(matrix: np.ndarray, hw, shrink) -> np.ndarray:

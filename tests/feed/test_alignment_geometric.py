@@ -13,9 +13,12 @@ from __future__ import annotations
 import cv2
 import numpy as np
 import pytest
+import torch
 from test_alignment import CLASSES, MIN_SIDE, _classes_of, _inside, _iou
 
 from cachekit import BuildConfig, CachedDataset, build, make_loader
+from cachekit.augment.plan import compile_plan
+from cachekit.feed.assemble import BatchRequest
 from cachekit.tools.synthetic_objects import make_object_dataset
 from cachekit.transforms import (
     Mosaic,
@@ -153,3 +156,43 @@ def test_masks_take_no_new_values(caches, transforms, on):
         for target in targets:
             found |= set(np.unique(target["mask"].numpy()).tolist())
     assert found == {0, 2}
+
+
+def _batch(ds, indices, plan, epoch: int, threads: int, on_device: bool = False):
+    request = BatchRequest(indices, epoch=epoch, seed=11, plan=plan, threads=threads, on_device=on_device)
+    return ds.read_request(request)
+
+
+@pytest.mark.parametrize("transforms", ["mosaic half", "iou crop", "perspective"])
+def test_same_seed_same_batch_whatever_the_threads_and_a_new_epoch_new_draws(caches, transforms):
+    ds = CachedDataset(caches["none"])
+    plan = compile_plan(TRANSFORMS[transforms], min_visibility=0.0)
+    indices = [3, 0, 7, 11, 5, 2, 9, 1, 4, 10]
+    one, three = _batch(ds, indices, plan, 2, 1), _batch(ds, indices, plan, 2, 3)
+    assert torch.equal(one.images, three.images)
+    for a, b in zip(one.targets, three.targets):
+        assert all(torch.equal(torch.as_tensor(a[k]), torch.as_tensor(b[k])) for k in a)
+    alone = _batch(ds, indices[4:6], plan, 2, 1)  # another batch holding the same samples: same draws
+    assert torch.equal(alone.images, one.images[4:6])
+    later = _batch(ds, indices, plan, 3, 3)
+    assert not torch.equal(later.images, one.images)
+    device = _batch(ds, indices, plan, 2, 2, on_device=True)  # the same maps travel to the device
+    for a, b in zip(one.targets, device.targets):
+        assert torch.equal(a["boxes"], b["boxes"]) and torch.equal(
+            torch.as_tensor(a["mask"]), torch.as_tensor(b["mask"])
+        )
+
+
+def test_a_mosaic_reads_the_same_in_a_worker_process(caches):
+    augment = TRANSFORMS["mosaic"]
+    inside = make_loader(caches["none"], 4, seed=5, augment=augment, shuffle=False, workers=0, threads=1)
+    worker = make_loader(caches["none"], 4, seed=5, augment=augment, shuffle=False, workers=1)
+    (a, ta), (b, tb) = next(iter(inside)), next(iter(worker))
+    assert torch.equal(a, b) and all(torch.equal(x["boxes"], y["boxes"]) for x, y in zip(ta, tb))
+
+
+def test_an_iou_crop_of_a_cache_without_boxes_is_refused_in_one_line(small_cache):
+    loader = make_loader(small_cache, 4, augment=[RandomIoUCrop(), Resize((16, 16))])
+    with pytest.raises(ValueError, match="RandomIoUCrop needs a cache with boxes") as info:
+        next(iter(loader))
+    assert "\n" not in str(info.value)
