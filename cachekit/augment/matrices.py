@@ -255,7 +255,7 @@ def draw_uniforms(seed: int, epoch: int, idx: np.ndarray, stream: int, step) -> 
     return uniforms(seed, epoch, idx, stream, count)
 
 
-def shrink_sizes(matrices: np.ndarray, hw: np.ndarray, out_hw: tuple[int, int], limit: float = 0.8):
+def shrink_sizes(matrices: np.ndarray, hw: np.ndarray, out_hw: tuple[int, int], limit: float = 0.5):
     """Sizes each pixel source is resized to first (antialiased) so that its warp shrinks no side
     by more than ``1 / limit``: the scale of each source axis is the length its unit step has in the
     output, at the source point the output's centre comes from (the map's derivative there)."""

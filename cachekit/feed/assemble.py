@@ -20,18 +20,16 @@ import cv2
 import numpy as np
 import torch
 
-from ..augment.colour import jitter_planes
-from ..augment.mosaic import render_canvas, render_mask_canvas
 from ..augment.plan import Plan
-from ..augment.warp import single_threaded_torch, warp_hwc, warp_planes
-from ..augment.warpmatrix import resize_chw, warp_sample
+from ..augment.warp import single_threaded_torch
 from ..errors import CacheError
 from ..image.ops import hwc_into_planes
 from ..store.encoding import decode_sample, read_sample
 from .batch import SampleBatch
-from .targets import move_boxes_of_batch, move_target, sample_target
+from .rows import Rows, draw_batch, general_aux, read_indices
+from .targets import move_boxes_of_batch, sample_target
 
-__all__ = ["BatchRequest", "run_chunks", "assemble", "read_indices"]
+__all__ = ["BatchRequest", "run_chunks", "assemble"]
 
 
 class BatchRequest(list):
@@ -58,23 +56,6 @@ class BatchRequest(list):
 
 def _restore(indices, epoch, seed, plan, threads, on_device) -> BatchRequest:
     return BatchRequest(indices, epoch=epoch, seed=seed, plan=plan, threads=threads, on_device=on_device)
-
-
-def _extras(request, length: int) -> np.ndarray | None:
-    """``[n, 3]`` the dataset indices of each sample's mosaic besides its own (-1: none), or None."""
-    plan = getattr(request, "plan", None)
-    if plan is None or plan.mosaic is None:
-        return None
-    return plan.extra_indices(request.seed, request.epoch, np.asarray(request, dtype=np.int64), length)
-
-
-def read_indices(request, length: int) -> list[int]:
-    """The indices a request reads, of a dataset of ``length`` samples: its own, then (a mosaic)
-    the extra samples each sample takes, sample by sample (``assemble`` knows them by position)."""
-    extra = _extras(request, length)
-    if extra is None:
-        return list(request)
-    return list(request) + extra[extra[:, 0] >= 0].reshape(-1).tolist()
 
 
 _pools: dict[int, ThreadPoolExecutor] = {}
@@ -182,25 +163,8 @@ def _source(dataset, reader, i: int) -> tuple[np.ndarray, bool]:
 
 
 def _aux(draws, heights: np.ndarray, widths: np.ndarray) -> dict:
-    general = draws.general
-    if general is not None:  # one map per sample: from each pixel source (a mosaic's canvas)
-        aux = {
-            "sizes": torch.from_numpy(general.source_hw),
-            "out_size": torch.tensor(draws.out_size, dtype=torch.int64),
-            "fill": draws.fill,
-        }
-        if general.fast is not None:
-            boxes, hflips, vflips = general.fast
-            aux |= {"boxes": torch.from_numpy(boxes), "flips": torch.from_numpy(hflips),
-                    "vflips": torch.from_numpy(vflips)}  # fmt: skip
-        else:
-            aux["matrices"] = torch.from_numpy(general.matrices)
-            if general.shrink is not None:
-                aux["shrink"] = torch.from_numpy(general.shrink)
-        if draws.jitter is not None:
-            aux["jitter"] = torch.from_numpy(draws.jitter)
-            aux["order"] = torch.from_numpy(draws.order)
-        return aux
+    if draws.general is not None:
+        return general_aux(draws)
     aux = {
         "boxes": torch.from_numpy(draws.boxes),
         "flips": torch.from_numpy(draws.flips),
@@ -231,44 +195,6 @@ def _mask_buffers(dataset, n: int, hw: tuple[int, int] | None) -> dict[str, torc
     }
 
 
-def _draw(dataset, request: BatchRequest, heights, widths, n: int, boxes) -> object:
-    """The batch's draws; a mosaic's extra samples are the rows after the first ``n``."""
-    plan = request.plan
-    if not plan:
-        return None
-    idx = np.asarray(request, dtype=np.int64)
-    extra = _extras(request, len(dataset))
-    extra_hw = None
-    if extra is not None:
-        extra_hw = np.zeros((n, 3, 2), np.int64)
-        extra_hw[extra[:, 0] >= 0] = np.stack([heights[n:], widths[n:]], axis=1).reshape(-1, 3, 2)
-    return plan.draw(request.seed, request.epoch, idx, heights[:n], widths[:n],
-                     extra=extra, extra_hw=extra_hw, boxes=boxes)  # fmt: skip
-
-
-def _boxes_field(dataset) -> str:
-    names = [name for name, spec in dataset.fields.items() if spec.kind == "boxes"]
-    if not names:
-        raise ValueError("RandomIoUCrop needs a cache with boxes (cachekit build --annotations ...)")
-    return names[0]
-
-
-_scratch = threading.local()
-
-
-def _canvas(shape: tuple[int, ...]) -> np.ndarray:
-    """This thread's mosaic canvas (reused: a 2x canvas is megabytes)."""
-    buffer = getattr(_scratch, "canvas", None)
-    if buffer is None or buffer.shape != shape:
-        buffer = _scratch.canvas = np.empty(shape, np.uint8)
-    return buffer
-
-
-def _chw(src: np.ndarray, hwc: bool) -> torch.Tensor:
-    t = torch.from_numpy(src)
-    return t.permute(2, 0, 1) if hwc else t
-
-
 def assemble(
     dataset,
     request: BatchRequest,
@@ -286,7 +212,7 @@ def assemble(
     operations a batch, never run beside the threads copying pixels (measured: a thread of its own
     for it slowed the pixel threads more than it saved).
 
-    With a ``Mosaic``, the rows past the request's own are its extra samples (``read_indices``):
+    With a ``Mosaic``, the rows past the request's own are its extra samples (``rows.read_indices``):
     each mosaic's canvas is assembled from its four rows, and their boxes and masks go into it.
     """
     n = len(request)  # rows past n: the mosaics' extra samples
@@ -296,34 +222,14 @@ def assemble(
     whole = values is not None and not any(f.kind == "mask" for f in dataset.fields.values())
     values = None if whole or values is None else values()  # without masks: all at once, after the pixels
     indices = read_indices(request, len(dataset)) if plan is not None and plan.mosaic else list(request)
-    early = None  # RandomIoUCrop draws from each sample's boxes: read before the draws
-    if plan is not None and plan.needs_boxes:
-        name = _boxes_field(dataset)
-        if values is not None:
-            boxes = [np.asarray(v[name]["boxes"]).reshape(-1, 4) for v in values[:n]]
-        else:
-            early = dataset.batch_targets(indices, readers, local, None, 0.0) if whole else []
-            boxes = [t[name].numpy() for t in early] if whole else [np.zeros((0, 4))] * n
-    else:
-        boxes = None
-    draws = _draw(dataset, request, heights, widths, n, boxes)
+    draws, early = draw_batch(dataset, request, readers, local, heights, widths, values, whole)
     if draws is not None and draws.jitter is not None and channels != 3:
         raise CacheError(f"ColorJitter needs RGB samples; this cache stores {channels} channel(s)")
     general = draws.general if draws is not None else None
-    mosaic = general.mosaic if general is not None else None
     on_threads = draws is not None and not request.on_device
-    inside = draws.inside(heights[:n], widths[:n]) if draws is not None and general is None else None
-    if general is not None and general.fast is not None:
-        top, left, h, w = general.fast[0].T
-        inside = (
-            (top >= 0)
-            & (left >= 0)
-            & (top + h <= general.source_hw[:, 0])
-            & (left + w <= general.source_hw[:, 1])
-        )
     if on_threads:
         out = dataset._buffers.get((n, channels, *draws.out_size))
-    elif general is not None and (dataset.ragged or mosaic is not None):  # each pixel source, padded
+    elif general is not None and (dataset.ragged or general.mosaic is not None):  # each pixel source
         src_h, src_w = general.source_hw[:, 0], general.source_hw[:, 1]
         out = dataset._buffers.get((n, channels, int(src_h.max(initial=0)), int(src_w.max(initial=0))))
         out.fill(0)
@@ -342,82 +248,28 @@ def assemble(
         masks = _mask_buffers(dataset, n, tuple(out.shape[-2:]))
         for buffer in masks.values():
             buffer.zero_()
+    visibility = plan.min_visibility if plan is not None else 0.0
+    rows = None
+    if draws is not None:
+        source = lambda r: _source(dataset, readers[r], local_list[r])  # noqa: E731
+        rows = Rows(
+            dataset, draws, out, on_threads, heights, widths, source, masks, targets, indices, visibility
+        )
 
-    def pixels(j: int, src: np.ndarray, hwc: bool) -> None:
-        """Sample ``j`` into its row: the crop+resize path, or its one map (a mosaic's canvas first)."""
-        if mosaic is not None and mosaic.on[j]:
-            side = mosaic.canvas
-            canvas = out[j, :, :side, :side] if not on_threads else _canvas((channels, side, side))
-            sources = [_chw(src, hwc)] + [
-                _chw(*_source(dataset, readers[r], local_list[r])) for r in mosaic.rows[j]
-            ]
-            render_canvas(sources, mosaic.tiles[j], mosaic.regions[j], side, mosaic.fill, resize_chw, canvas)
-            if not on_threads:  # the device warps it
-                return
-            src, hwc = canvas, False
-        elif not on_threads:
+    def work(lo: int, hi: int) -> None:
+        for j in range(lo, hi):
+            src, hwc = _source(dataset, readers[j], local_list[j])
+            if rows is not None:
+                rows.pixels(j, src, hwc)
+                if values is not None:
+                    targets[j] = rows.target(j, values)
+                continue
             dst = out[j, :, : heights[j], : widths[j]]
             if hwc:
                 hwc_into_planes(src, dst)
             else:
                 dst[...] = src
-            return
-        if general is None or general.fast is not None:
-            box, flip = (
-                (draws.boxes[j], draws.flips[j])
-                if general is None
-                else (general.fast[0][j], general.fast[1][j])
-            )
-            pre = draws.pre[j] if draws.pre is not None else None
-            (warp_hwc if hwc else warp_planes)(src, box, bool(flip), bool(inside[j]), out[j], draws.fill, pre)
-            if general is not None and general.fast[2][j]:
-                rows = out[j]
-                for c in range(rows.shape[0]):
-                    cv2.flip(rows[c], 0, dst=rows[c])
-        else:
-            shrink = general.shrink[j] if general.shrink is not None else None
-            warp_sample(src, hwc, general.matrices[j], out[j], draws.fill, shrink)
-        if draws.jitter is not None:
-            jitter_planes(out[j], draws.jitter[j], draws.order[j])
-
-    def target_of(j: int) -> dict:
-        """Sample ``j``'s target, its masks moved (a mosaic's from its four rows' masks)."""
-        hw = (int(heights[j]), int(widths[j]))
-        target = sample_target(dataset.fields, values[j], f"sample {indices[j]}", hw)
-        if draws is None or not masks:
-            return target
-        rows = {name: buffer[j].numpy() for name, buffer in masks.items()}
-        if mosaic is None or not mosaic.on[j]:
-            return move_target(  # the boxes move after, the whole batch's at once
-                dataset.fields, target, draws.mask_map(j), draws.out_size, plan.min_visibility, rows, False
-            )
-        tiles = [target]
-        for r in mosaic.rows[j].tolist():
-            hw_r = (int(heights[r]), int(widths[r]))
-            tiles.append(sample_target(dataset.fields, values[r], f"sample {indices[r]}", hw_r))
-            targets[r] = tiles[-1]  # its boxes join the batch's, into this sample
-        for name in rows:
-            side = mosaic.canvas
-            canvas = render_mask_canvas([t[name] for t in tiles], mosaic.tiles[j], mosaic.regions[j], side)
-            tiles[0][name] = canvas
-        return move_target(dataset.fields, tiles[0], draws.mask_map(j), draws.out_size, plan.min_visibility,
-                           rows, False)  # fmt: skip
-
-    def work(lo: int, hi: int) -> None:
-        for j in range(lo, hi):
-            src, hwc = _source(dataset, readers[j], local_list[j])
-            if draws is not None:
-                pixels(j, src, hwc)
-            else:
-                dst = out[j, :, : heights[j], : widths[j]]
-                if hwc:
-                    hwc_into_planes(src, dst)
-                else:
-                    dst[...] = src
             if values is not None:
-                if draws is not None:
-                    targets[j] = target_of(j)
-                    continue
                 hw = (int(heights[j]), int(widths[j]))
                 target = sample_target(dataset.fields, values[j], f"sample {indices[j]}", hw)
                 for name, buffer in masks.items():
@@ -432,15 +284,13 @@ def assemble(
     if on_threads or dataset.store != "pixels" or values is not None:
         _opencv_one_thread()
     run_chunks(n, request.threads, work)
-    if whole:
-        visibility = plan.min_visibility if plan is not None else 0.0
-        if early is not None:
-            targets = early
-            move_boxes_of_batch(dataset.fields, targets, draws.box_mover(visibility))
-        else:
-            targets = dataset.batch_targets(indices, readers, local, draws, visibility)
+    if whole and early is not None:  # read before the draws (an IoU crop's): moved now
+        targets = early
+        move_boxes_of_batch(dataset.fields, targets, draws.box_mover(visibility))
+    elif whole:
+        targets = dataset.batch_targets(indices, readers, local, draws, visibility)
     elif values is not None and draws is not None:
-        move_boxes_of_batch(dataset.fields, targets, draws.box_mover(plan.min_visibility))
+        move_boxes_of_batch(dataset.fields, targets, draws.box_mover(visibility))
     targets = targets[:n]
     aux = None
     if draws is not None and request.on_device:

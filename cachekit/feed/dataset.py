@@ -26,10 +26,11 @@ from ..store.manifest import Manifest, shard_path
 from ..store.remote import is_url
 from ..stream.pins import shards_per_batch
 from ..stream.remotecache import RemoteShards
-from .assemble import BatchRequest, assemble, read_indices
+from .assemble import BatchRequest, assemble
 from .batch import SampleBatch, stack_images
 from .buffers import BufferPool
 from .readers import ReaderPool, default_max_open
+from .rows import read_indices
 from .targets import batch_targets, read_values, sample_target
 
 __all__ = ["CachedDataset"]

@@ -25,11 +25,12 @@ from torch.utils.data import Dataset
 
 from ..cpus import local_world_size
 from ..errors import UsageError
-from .assemble import BatchRequest, assemble, read_indices
+from .assemble import BatchRequest, assemble
 from .batch import SampleBatch
 from .buffers import BufferPool
 from .mixorder import Source, mixed_order, shares
 from .order import default_window
+from .rows import read_indices
 
 __all__ = ["MixedDataset", "mix"]
 
