@@ -165,9 +165,11 @@ def perspective(step: RandomPerspective, u: np.ndarray, vh: np.ndarray, vw: np.n
     for j in np.flatnonzero(u[:, 0] < step.p):
         w, h = vw[j] - 1, vh[j] - 1
         starts = np.float32([[0, 0], [w, 0], [w, h], [0, h]])
-        if np.array_equal(starts, ends[j]):
+        if np.array_equal(starts, ends[j]) or vw[j] < 2 or vh[j] < 2:  # nothing to move (a 1-pixel side)
             continue
-        out[j] = cv2.getPerspectiveTransform(starts, ends[j].astype(np.float32)).astype(np.float64)
+        m = cv2.getPerspectiveTransform(starts, ends[j].astype(np.float32)).astype(np.float64)
+        if np.isfinite(m).all() and abs(np.linalg.det(m)) > 1e-9:  # corners in a line: left as it is
+            out[j] = m
     return out
 
 
@@ -259,7 +261,10 @@ def shrink_sizes(matrices: np.ndarray, hw: np.ndarray, out_hw: tuple[int, int], 
     """Sizes each pixel source is resized to first (antialiased) so that its warp shrinks no side
     by more than ``1 / limit``: the scale of each source axis is the length its unit step has in the
     output, at the source point the output's centre comes from (the map's derivative there)."""
-    inv = np.linalg.inv(matrices)
+    try:
+        inv = np.linalg.inv(matrices)
+    except np.linalg.LinAlgError:  # a degenerate map: warped as it is
+        return None
     centre = np.array([out_hw[1] / 2, out_hw[0] / 2, 1.0])
     p = inv @ centre
     p = p[:, :2] / p[:, 2:3]

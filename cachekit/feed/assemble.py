@@ -148,6 +148,7 @@ def _sizes(dataset, readers: list, local: np.ndarray) -> tuple[np.ndarray, np.nd
         _, h, w = dataset.sample_shape
         return np.full(len(local), h, np.int64), np.full(len(local), w, np.int64)
     shapes = np.array([r.column("image_shape", slice(i, i + 1))[0] for r, i in zip(readers, local.tolist())])
+    shapes = shapes.reshape(-1, 3)  # an empty batch too
     return shapes[:, 1].astype(np.int64), shapes[:, 2].astype(np.int64)
 
 

@@ -212,6 +212,8 @@ def move_target(
 def move_boxes_of_batch(fields: dict[str, FieldSpec], targets: list[dict], move) -> None:
     """Every boxes field of a batch's targets through each sample's map (``Draws.box_mover``), in
     place, all at once; boxes of a mosaic's extra rows go to the samples they are drawn into."""
+    if not targets:
+        return
     for name, spec in fields.items():
         if spec.kind != "boxes":
             continue

@@ -381,3 +381,19 @@ def test_one_pixel_outputs_work_on_threads_and_device(steps):
     if not isinstance(steps[-1], CenterCrop):  # the whole image in one pixel: about its mean
         means = np.stack(images).reshape(3, 3, -1).mean(-1)
         assert np.abs(out[:, :, 0, 0] - means).max() <= 12
+
+
+def test_tiny_images_and_degenerate_corners_draw_maps_that_warp():
+    steps = [
+        RandomPerspective(1.0, p=1.0),
+        RandomRotation(30),
+        RandomAffine(10, scale=(0.5, 2.0)),
+        Resize((4, 4)),
+    ]
+    sizes = [(1, 1), (2, 1), (1, 2), (3, 3), (2, 5)]
+    images = [np.full((3, h, w), 100 + k, np.uint8) for k, (h, w) in enumerate(sizes)]
+    for seed in range(20):
+        draws = _draw(steps, images, seed=seed)
+        assert np.isfinite(draws.general.matrices).all()
+        out = _cpu(images, draws)
+        assert out.shape == (5, 3, 4, 4)

@@ -196,3 +196,12 @@ def test_an_iou_crop_of_a_cache_without_boxes_is_refused_in_one_line(small_cache
     with pytest.raises(ValueError, match="RandomIoUCrop needs a cache with boxes") as info:
         next(iter(loader))
     assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("on_device", [False, True])
+def test_an_empty_batch_of_a_variable_sized_cache_with_masks_reads(caches, on_device):
+    ds = CachedDataset(caches["none"])
+    for transforms in ("mosaic", "iou crop", "rotation"):
+        plan = compile_plan(TRANSFORMS[transforms])
+        batch = _batch(ds, [], plan, 0, 2, on_device)
+        assert len(batch.images) == 0 and batch.targets == []
