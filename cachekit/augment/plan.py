@@ -4,6 +4,8 @@
 ``draw`` folds the list's geometry into one box per sample (after a first resize of the whole image
 when the list starts with ``Resize``), with the flips, the colour factors and their order, as
 ``Draws``, whose ``affine``/``maps`` say where each sample's points go (boxes and masks follow).
+A list with a rotation, an affine or perspective map, a vertical flip, a zoom-out, an IoU crop or
+a mosaic draws one 3x3 map per sample instead (``Draws.general``, ``cachekit.augment.maps``).
 """
 
 from __future__ import annotations
