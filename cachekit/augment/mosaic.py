@@ -25,7 +25,15 @@ from .draws import uniforms
 from .geometric import check_fill, check_p
 from .transforms import _size
 
-__all__ = ["Mosaic", "MosaicDraws", "mosaic_extras", "mosaic_layout", "render_canvas", "render_mask_canvas"]
+__all__ = [
+    "Mosaic",
+    "MosaicDraws",
+    "mosaic_extras",
+    "mosaic_layout",
+    "render_canvas",
+    "canvas_window",
+    "render_mask_canvas",
+]
 
 #: The stream of the extra samples' indices (apart from every step's own, numbered from 1).
 EXTRA_STREAM = 90_001
@@ -116,18 +124,58 @@ def mosaic_layout(step: Mosaic, u: np.ndarray, extra: np.ndarray, hw: np.ndarray
     return tiles, regions, maps, source_hw
 
 
-def render_canvas(sources: list, tiles: np.ndarray, regions: np.ndarray, canvas: int, fill: int, resize, out):
-    """One sample's canvas into ``out [C, canvas, canvas]`` (uint8): ``sources`` its four images as
-    ``[C, h, w]`` tensors, each resized (``resize(src, (h, w))``, antialiased) and pasted into its region."""
+def render_canvas(
+    sources: list,
+    tiles: np.ndarray,
+    regions: np.ndarray,
+    fill: int,
+    resize,
+    out,
+    origin: tuple[int, int] = (0, 0),
+) -> None:
+    """One sample's canvas, or the window of it at ``origin`` (x, y) that ``out [C, h, w]`` (uint8)
+    holds: ``sources`` its four images as ``[C, h, w]`` tensors, each resized (``resize(src, (h,
+    w))``, antialiased) and pasted into its region; a tile outside the window is not resized."""
     out[...] = fill
+    ox, oy = origin
+    height, width = out.shape[-2:]
     for src, tile, (x0, y0, x1, y1) in zip(sources, tiles, regions):
-        if x1 <= x0 or y1 <= y0:
+        a0, b0, a1, b1 = max(x0, ox), max(y0, oy), min(x1, ox + width), min(y1, oy + height)
+        if a1 <= a0 or b1 <= b0:
             continue
         h, w = src.shape[-2:]
         nh, nw = int(round(h * tile[1, 1])), int(round(w * tile[0, 0]))
         padw, padh = int(tile[0, 2]), int(tile[1, 2])
         resized = np.asarray(resize(src, (nh, nw)))
-        out[:, y0:y1, x0:x1] = resized[:, y0 - padh : y1 - padh, x0 - padw : x1 - padw]
+        out[:, b0 - oy : b1 - oy, a0 - ox : a1 - ox] = resized[
+            :, b0 - padh : b1 - padh, a0 - padw : a1 - padw
+        ]
+
+
+def canvas_window(
+    matrix: np.ndarray, out_hw: tuple[int, int], canvas: int, margin: int = 2
+) -> tuple[int, ...]:
+    """``(x0, y0, x1, y1)``: the part of a canvas that a map onto ``out_hw`` reads (the box round the
+    output's corners taken back, ``margin`` pixels more for the bilinear taps), within the canvas."""
+    oh, ow = out_hw
+    corners = np.linalg.inv(matrix) @ np.array(
+        [[0, ow, 0, ow], [0, 0, oh, oh], [1, 1, 1, 1]], dtype=np.float64
+    )
+    w = corners[2]
+    if (w <= 1e-9).any():  # a perspective map folding the view: all of it
+        return 0, 0, canvas, canvas
+    x, y = corners[0] / w, corners[1] / w
+    x0, x1 = (
+        int(np.clip(np.floor(x.min()) - margin, 0, canvas)),
+        int(np.clip(np.ceil(x.max()) + margin, 0, canvas)),
+    )
+    y0, y1 = (
+        int(np.clip(np.floor(y.min()) - margin, 0, canvas)),
+        int(np.clip(np.ceil(y.max()) + margin, 0, canvas)),
+    )
+    if x1 <= x0 or y1 <= y0:  # the view misses the canvas: one pixel of it (the fill all round)
+        return 0, 0, 1, 1
+    return x0, y0, x1, y1
 
 
 def render_mask_canvas(masks: list, tiles: np.ndarray, regions: np.ndarray, canvas: int) -> np.ndarray:

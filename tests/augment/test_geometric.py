@@ -18,7 +18,7 @@ from cachekit.augment.geometric import (
     RandomVerticalFlip,
     RandomZoomOut,
 )
-from cachekit.augment.mosaic import Mosaic, render_canvas
+from cachekit.augment.mosaic import Mosaic, canvas_window, render_canvas
 from cachekit.augment.plan import compile_plan
 from cachekit.augment.transforms import CenterCrop, Letterbox, RandomResizedCrop, Resize
 from cachekit.augment.warp import warp_batch, warp_planes
@@ -267,7 +267,7 @@ def test_mosaic_places_four_images_round_a_centre_as_ultralytics_does():
     for j in range(20):
         canvas = np.zeros((1, 2 * s, 2 * s), np.uint8)
         tiles = [torch.from_numpy(f) for f in flat]
-        render_canvas(tiles, mosaic.tiles[j], mosaic.regions[j], 2 * s, 114, resize_chw, canvas)
+        render_canvas(tiles, mosaic.tiles[j], mosaic.regions[j], 114, resize_chw, canvas)
         xc, yc = centre[j]
         for k, (dy, dx) in enumerate([(-1, -1), (-1, 0), (0, -1), (0, 0)]):  # the pixels round the centre
             assert canvas[0, yc + dy, xc + dx] == 10 * (k + 1)
@@ -397,3 +397,35 @@ def test_tiny_images_and_degenerate_corners_draw_maps_that_warp():
         assert np.isfinite(draws.general.matrices).all()
         out = _cpu(images, draws)
         assert out.shape == (5, 3, 4, 4)
+
+
+def test_a_mosaic_warped_from_the_window_it_shows_equals_one_warped_from_its_whole_canvas():
+    s, n = 48, 12
+    plan = compile_plan(
+        [Mosaic(s), RandomAffine(20, translate=(0.2, 0.2), scale=(0.6, 2.5), shear=5, fill=3)]
+    )
+    extra = plan.extra_indices(0, 0, np.arange(n), 100)
+    images = _images(4, seed=2, size=(40, 70))
+    hw = np.array([[40, 70]] * n)
+    draws = plan.draw(
+        0, 0, np.arange(n), hw[:, 0], hw[:, 1], extra=extra, extra_hw=np.full((n, 3, 2), [40, 70])
+    )
+    g, windows = draws.general, 0
+    sources = [torch.from_numpy(im) for im in images]
+    for j in range(n):
+        full = np.zeros((3, 2 * s, 2 * s), np.uint8)
+        render_canvas(sources, g.mosaic.tiles[j], g.mosaic.regions[j], g.mosaic.fill, resize_chw, full)
+        whole = np.zeros((3, s, s), np.uint8)
+        warp_sample(full, False, g.matrices[j], whole, draws.fill)
+        x0, y0, x1, y1 = canvas_window(g.matrices[j], draws.out_size, 2 * s)
+        windows += (x1 - x0) * (y1 - y0) < (2 * s) ** 2
+        part = np.zeros((3, y1 - y0, x1 - x0), np.uint8)
+        render_canvas(
+            sources, g.mosaic.tiles[j], g.mosaic.regions[j], g.mosaic.fill, resize_chw, part, (x0, y0)
+        )
+        shifted = np.zeros_like(whole)
+        warp_sample(
+            part, False, g.matrices[j] @ np.array([[1, 0, x0], [0, 1, y0], [0, 0, 1.0]]), shifted, draws.fill
+        )
+        assert np.abs(shifted.astype(int) - whole).max() <= 1
+    assert windows >= n // 2  # most views see less than the whole canvas
