@@ -37,7 +37,7 @@ from .matrices import (
     vertical_flip,
     zoom_out,
 )
-from .mosaic import Mosaic, MosaicDraws, mosaic_layout
+from .mosaic import Mosaic, MosaicDraws, canvas_window, mosaic_layout
 from .transforms import ColorJitter, Letterbox, RandomHorizontalFlip, Resize
 
 __all__ = ["MapDraws", "draw_maps", "GEOMETRIC_STEPS"]
@@ -49,11 +49,14 @@ GEOMETRIC_STEPS = (RandomVerticalFlip, RandomRotation, RandomAffine, RandomPersp
 
 @dataclass(frozen=True)
 class MapDraws:
-    """``matrices [n, 3, 3]``: each sample's pixel source onto the output (``out_size``);
-    ``source_hw [n, 2]`` those sources' sizes (a mosaic's canvas); ``shrink [n, 2]`` sizes they are
-    resized to first (antialiasing) or None; ``fast`` ``(boxes, hflips, vflips)`` when every map
-    is a whole-pixel crop and flips; ``keep_rects [n, 4]`` (NaN: none) the IoU crops in the view
-    ``keep_maps`` leads to, whose boxes' centres stay; ``mosaic`` the batch's mosaics."""
+    """``matrices [n, 3, 3]``: each sample's source (its stored image, or its mosaic's canvas) onto
+    the output (``out_size``), as its boxes and masks take it; ``warps [n, 3, 3]`` the same from its
+    pixel source: a mosaic's window, ``windows [n, 4]`` (x0, y0, x1, y1 on the canvas: the part the
+    output sees, all of it when it is pre-resized); ``source_hw [n, 2]`` the pixel sources' sizes;
+    ``shrink [n, 2]`` sizes they are resized to first (antialiasing) or None; ``fast`` ``(boxes,
+    hflips, vflips)`` when every map is a whole-pixel crop and flips; ``keep_rects [n, 4]`` (NaN:
+    none) the IoU crops in the view ``keep_maps`` leads to, whose boxes' centres stay; ``mosaic``
+    the batch's mosaics."""
 
     matrices: np.ndarray
     source_hw: np.ndarray
@@ -64,6 +67,8 @@ class MapDraws:
     keep_rects: np.ndarray | None = None
     keep_maps: np.ndarray | None = None
     mosaic: MosaicDraws | None = None
+    warps: np.ndarray | None = None
+    windows: np.ndarray | None = None
 
     def rows(self, n_rows: int) -> tuple[np.ndarray, np.ndarray]:
         """For each row of the batch's read (samples, then mosaics' extra samples): its sample and tile."""
@@ -200,4 +205,28 @@ def draw_maps(
     on = mosaic is not None and bool(mosaic.on.any())
     fast = as_boxes(m, out) if n and not on else None
     shrink = None if fast is not None or not n else shrink_sizes(m, source_hw, out)
-    return MapDraws(m, source_hw, out, int(fill), shrink, fast, keep_rects, keep_maps, mosaic)
+    warps, windows = m, None
+    if on:
+        windows, source_hw, shrink = _windows(m, mosaic, source_hw, shrink, out)
+        shift = eye(n)
+        shift[:, 0, 2], shift[:, 1, 2] = windows[:, 0], windows[:, 1]
+        warps = m @ shift
+    return MapDraws(m, source_hw, out, int(fill), shrink, fast, keep_rects, keep_maps, mosaic, warps, windows)
+
+
+def _windows(m: np.ndarray, mosaic: MosaicDraws, source_hw: np.ndarray, shrink, out: tuple[int, int]):
+    """Each mosaic's window of its canvas (the part the output sees; all of it when pre-resized,
+    whose filter reaches further), and the pixel sources' sizes and pre-resizes for those windows."""
+    n, side = len(m), mosaic.canvas
+    windows = np.zeros((n, 4), np.int64)
+    windows[:, 2], windows[:, 3] = source_hw[:, 1], source_hw[:, 0]
+    source_hw = source_hw.copy()
+    shrink = shrink.copy() if shrink is not None else None
+    for j in np.flatnonzero(mosaic.on):
+        if shrink is not None and (shrink[j] != source_hw[j]).any():
+            continue
+        windows[j] = canvas_window(m[j], out, side)
+        source_hw[j] = windows[j, 3] - windows[j, 1], windows[j, 2] - windows[j, 0]
+        if shrink is not None:
+            shrink[j] = source_hw[j]
+    return windows, source_hw, shrink

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from ..augment.colour import jitter_planes
-from ..augment.mosaic import canvas_window, render_canvas, render_mask_canvas
+from ..augment.mosaic import render_canvas, render_mask_canvas
 from ..augment.warp import warp_hwc, warp_planes
 from ..augment.warpmatrix import resize_chw, warp_sample
 from ..image.ops import hwc_into_planes
@@ -90,7 +90,7 @@ def general_aux(draws) -> dict:
             "vflips": torch.from_numpy(vflips),
         }
     else:
-        aux["matrices"] = torch.from_numpy(general.matrices)
+        aux["matrices"] = torch.from_numpy(general.warps)
         if general.shrink is not None:
             aux["shrink"] = torch.from_numpy(general.shrink)
     if draws.jitter is not None:
@@ -154,16 +154,13 @@ class Rows:
         """Sample ``j`` into its row: the crop+resize path, or its one map (a mosaic's canvas first);
         for the device, its pixel source as it is (a mosaic's canvas)."""
         draws, out, mosaic = self.draws, self.out, self.mosaic
-        matrix = self.general.matrices[j] if self.general is not None else None
-        shrink = (
-            self.general.shrink[j] if self.general is not None and self.general.shrink is not None else None
-        )
-        if mosaic is not None and mosaic.on[j]:
-            side, window = mosaic.canvas, (0, 0, mosaic.canvas, mosaic.canvas)
-            if self.on_threads and shrink is None:  # only the part of the canvas the output sees
-                window = canvas_window(matrix, draws.out_size, side)
-            x0, y0, x1, y1 = window
-            canvas = _canvas((out.shape[1], y1 - y0, x1 - x0)) if self.on_threads else out[j, :, :side, :side]
+        shrink = None
+        if self.general is not None and self.general.shrink is not None:
+            shrink = self.general.shrink[j]
+        if mosaic is not None and mosaic.on[j]:  # the window of its canvas the output sees
+            x0, y0, x1, y1 = (int(v) for v in self.general.windows[j])
+            shape = (out.shape[1], y1 - y0, x1 - x0)
+            canvas = _canvas(shape) if self.on_threads else out[j, :, : shape[1], : shape[2]]
             sources = [_chw(src, hwc)] + [_chw(*self.source(r)) for r in mosaic.rows[j]]
             render_canvas(
                 sources, mosaic.tiles[j], mosaic.regions[j], mosaic.fill, resize_chw, canvas, (x0, y0)
@@ -171,7 +168,6 @@ class Rows:
             if not self.on_threads:  # the device warps it
                 return
             src, hwc = canvas, False
-            matrix = matrix @ np.array([[1.0, 0.0, x0], [0.0, 1.0, y0], [0.0, 0.0, 1.0]])
         elif not self.on_threads:
             dst = out[j, :, : self.heights[j], : self.widths[j]]
             if hwc:
@@ -187,7 +183,7 @@ class Rows:
                 for c in range(out.shape[1]):
                     cv2.flip(out[j, c], 0, dst=out[j, c])
         else:
-            warp_sample(src, hwc, matrix, out[j], draws.fill, shrink)
+            warp_sample(src, hwc, self.general.warps[j], out[j], draws.fill, shrink)
         if draws.jitter is not None:
             jitter_planes(out[j], draws.jitter[j], draws.order[j])
 

@@ -208,3 +208,16 @@ def test_an_empty_batch_of_a_variable_sized_cache_with_masks_reads(caches, on_de
         plan = compile_plan(TRANSFORMS[transforms])
         batch = _batch(ds, [], plan, 0, 2, on_device)
         assert len(batch.images) == 0 and batch.targets == []
+
+
+@pytest.mark.parametrize("transforms", ["mosaic", "mosaic far", "affine"])
+def test_the_device_path_gives_the_threads_pixels(caches, transforms):
+    """The same maps, windows of mosaics and pre-resizes on both paths: within a level or two."""
+    steps = TRANSFORMS.get(transforms) or [Mosaic(64), RandomAffine(10, scale=(0.2, 0.45), fill=114)]
+    made = {}
+    for on in ("threads", "device"):
+        options = {"device": "cpu", "augment_on": "device"} if on == "device" else {"augment_on": "threads"}
+        loader = make_loader(caches["none"], 6, seed=4, augment=steps, shuffle=False, **options)
+        made[on] = torch.cat([images for images, _ in loader]).float()
+    diff = (made["threads"] - made["device"]).abs()
+    assert diff.mean() <= 1.0 and diff.max() <= 24, (diff.mean(), diff.max())
