@@ -241,6 +241,8 @@ class RandomIoUCrop:
             )
         if not _is_int(self.trials) or not 1 <= self.trials <= 1000:
             raise ValueError(f"RandomIoUCrop: trials must be an integer 1-1000, got {self.trials!r}")
+        if self.sampler_options is not None:  # a tuple: the transform stays hashable, like the others
+            object.__setattr__(self, "sampler_options", tuple(float(v) for v in options))
 
     @property
     def options(self) -> tuple[float, ...]:
