@@ -247,13 +247,13 @@ def iou_crop(step: RandomIoUCrop, u: np.ndarray, vh: np.ndarray, vw: np.ndarray,
 
 
 def draw_uniforms(seed: int, epoch: int, idx: np.ndarray, stream: int, step) -> np.ndarray:
-    """The numbers one geometric step draws per sample, from its own stream."""
+    """The numbers one geometric step draws per sample, from its own stream (a horizontal flip, one,
+    as the crop+resize path draws it: a list's flips are the same on both paths)."""
     if isinstance(step, RandomIoUCrop):
         count = step.ROUNDS * (1 + 4 * step.trials)
     else:
-        count = {RandomVerticalFlip: 1, RandomRotation: 1, RandomAffine: 8, RandomPerspective: 9}.get(
-            type(step), 4
-        )
+        counts = {RandomVerticalFlip: 1, RandomRotation: 1, RandomAffine: 8, RandomPerspective: 9}
+        count = counts.get(type(step), 1 if type(step).__name__ == "RandomHorizontalFlip" else 4)
     return uniforms(seed, epoch, idx, stream, count)
 
 

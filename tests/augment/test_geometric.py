@@ -20,7 +20,7 @@ from cachekit.augment.geometric import (
 )
 from cachekit.augment.mosaic import Mosaic, canvas_window, render_canvas
 from cachekit.augment.plan import compile_plan
-from cachekit.augment.transforms import CenterCrop, Letterbox, RandomResizedCrop, Resize
+from cachekit.augment.transforms import CenterCrop, Letterbox, RandomHorizontalFlip, RandomResizedCrop, Resize
 from cachekit.augment.warp import warp_batch, warp_planes
 from cachekit.augment.warpmatrix import resize_chw, warp_fast_batch, warp_maps_batch, warp_sample
 from cachekit.tools.synthetic import synthetic_image
@@ -429,3 +429,12 @@ def test_a_mosaic_warped_from_the_window_it_shows_equals_one_warped_from_its_who
         )
         assert np.abs(shifted.astype(int) - whole).max() <= 1
     assert windows >= n // 2  # most views see less than the whole canvas
+
+
+def test_horizontal_flips_are_drawn_alike_with_and_without_general_maps():
+    idx = np.arange(500)
+    plain = compile_plan([Resize((32, 32)), RandomHorizontalFlip()]).draw(2, 1, idx, [40] * 500, [60] * 500)
+    turned = compile_plan([Resize((32, 32)), RandomHorizontalFlip(), RandomRotation(0)]).draw(
+        2, 1, idx, [40] * 500, [60] * 500
+    )
+    assert np.array_equal(plain.flips, turned.general.matrices[:, 0, 0] < 0)
