@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import cv2
 import numpy as np
 import pytest
 import torch
@@ -472,3 +473,11 @@ def test_maps_equal_torchvisions_own_where_it_is_installed():
         ref = tv.rotate(t, deg, expand=True, interpolation=InterpolationMode.BILINEAR).numpy()
         assert ref.shape[1:] == draws.out_size
         assert np.abs(_cpu([img], draws)[0][inner].astype(float) - ref[inner]).mean() < 0.5
+    start, end = [[0, 0], [127, 0], [127, 95], [0, 95]], [[10, 5], [120, 8], [125, 90], [3, 85]]
+    m = cv2.getPerspectiveTransform(np.float32(start), np.float32(end)).astype(
+        np.float64
+    )  # as matrices.perspective
+    ref = tv.perspective(t, start, end, interpolation=InterpolationMode.BILINEAR).numpy()
+    out = np.zeros_like(img)
+    warp_sample(img, False, m, out)
+    assert np.abs(out[inner].astype(float) - ref[inner]).mean() < 0.5
