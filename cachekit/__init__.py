@@ -1,6 +1,15 @@
 """cachekit: decode and preprocess an image dataset once into a sharded cache, then feed training fast."""
 
 from . import transforms
+from .augment.geometric import (
+    RandomAffine,
+    RandomIoUCrop,
+    RandomPerspective,
+    RandomRotation,
+    RandomVerticalFlip,
+    RandomZoomOut,
+)
+from .augment.mosaic import Mosaic
 from .augment.transforms import (
     CenterCrop,
     ColorJitter,
@@ -62,6 +71,13 @@ __all__ = [
     "CenterCrop",
     "Resize",
     "Letterbox",
+    "RandomVerticalFlip",
+    "RandomRotation",
+    "RandomAffine",
+    "RandomPerspective",
+    "RandomZoomOut",
+    "RandomIoUCrop",
+    "Mosaic",
     "FieldSpec",
     "available_cpus",
     "autobatch",

@@ -16,6 +16,7 @@ import torch
 
 from .colour import jitter_batch
 from .warp import warp_batch
+from .warpmatrix import warp_fast_batch, warp_maps_batch
 
 __all__ = ["DeviceStage", "check_device"]
 
@@ -95,12 +96,21 @@ class DeviceStage:
 
     def _images(self, images: torch.Tensor, aux: dict | None) -> tuple[torch.Tensor, bool]:
         """Apply the augmentation left to do; returns (images, scaled_0_255_float)."""
-        if aux is None or "boxes" not in aux:
+        if aux is None or ("boxes" not in aux and "matrices" not in aux):
             return images, False
         out_size = tuple(int(v) for v in aux["out_size"].tolist())
-        x = warp_batch(
-            images, aux["boxes"], aux["flips"], aux["sizes"], out_size, float(aux["fill"]), aux.get("pre")
-        )
+        if "matrices" in aux:  # one 3x3 map per sample
+            x = warp_maps_batch(
+                images, aux["matrices"], aux["sizes"], out_size, float(aux["fill"]), aux.get("shrink")
+            )
+        elif "vflips" in aux:  # whole-pixel crops with vertical flips
+            x = warp_fast_batch(
+                images, aux["boxes"], aux["flips"], aux["vflips"], aux["sizes"], out_size, float(aux["fill"])
+            )
+        else:
+            x = warp_batch(
+                images, aux["boxes"], aux["flips"], aux["sizes"], out_size, float(aux["fill"]), aux.get("pre")
+            )
         if "jitter" in aux:
             x = jitter_batch(x, aux["jitter"], hue=aux["hue"], order=aux.get("order"))
         return x, True

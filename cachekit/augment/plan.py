@@ -4,6 +4,8 @@
 ``draw`` folds the list's geometry into one box per sample (after a first resize of the whole image
 when the list starts with ``Resize``), with the flips, the colour factors and their order, as
 ``Draws``, whose ``affine``/``maps`` say where each sample's points go (boxes and masks follow).
+A list with a rotation, an affine or perspective map, a vertical flip, a zoom-out, an IoU crop or
+a mosaic draws one 3x3 map per sample instead (``Draws.general``, ``cachekit.augment.maps``).
 """
 
 from __future__ import annotations
@@ -14,8 +16,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..image.geometry import DEFAULT_MIN_VISIBILITY, Affine
+from ..image.geometry import DEFAULT_MIN_VISIBILITY, Affine, move_boxes_flat
 from .draws import uniforms
+from .geometric import RandomIoUCrop, RandomRotation, RandomZoomOut
+from .maps import GEOMETRIC_STEPS, MapDraws, draw_maps
+from .mosaic import Mosaic, mosaic_extras
 from .transforms import (
     TRANSFORMS,
     CenterCrop,
@@ -42,6 +47,10 @@ class Draws:
     ``order`` (int8 ``[B, 4]``: a permutation of those four per sample). ``pre``: int64 ``[B, 2]``
     sizes each image is first resized to when the list starts with ``Resize`` (the boxes are then in
     the resized image's pixels, as torchvision resizes, then crops), with ``source_hw`` its own.
+
+    ``general``: a list with rotations, affine or perspective maps, vertical flips, zoom-outs, IoU
+    crops or mosaics draws one 3x3 map per sample instead (``cachekit.augment.maps``); ``boxes``,
+    ``flips`` and ``pre`` are then unused, and ``box_mover``/``mask_map`` follow the maps.
     """
 
     boxes: np.ndarray
@@ -52,6 +61,24 @@ class Draws:
     fill: int = 0
     pre: np.ndarray | None = None
     source_hw: np.ndarray | None = None
+    general: MapDraws | None = None
+
+    def box_mover(self, min_visibility: float):
+        """``move(boxes [M, 4], owner [M]) -> (moved, keep, sample)``: the batch's boxes (box ``m`` of
+        row ``owner[m]`` of the read) through their samples' maps, clipped, ``min_visibility`` kept."""
+        if self.general is not None:
+            return lambda boxes, owner: self.general.move_boxes(boxes, owner, min_visibility)
+        maps = self.maps()
+
+        def move(boxes, owner):
+            moved, keep = move_boxes_flat(boxes, owner, maps, self.out_size, min_visibility)
+            return moved, keep, owner
+
+        return move
+
+    def mask_map(self, j: int):
+        """Where sample ``j``'s mask pixels go: an ``Affine``, or its 3x3 map (from its pixel source)."""
+        return self.general.matrices[j] if self.general is not None else self.affine(j)
 
     def maps(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Every sample's ``affine`` at once, as arrays ``(sx, sy, tx, ty)``."""
@@ -121,6 +148,22 @@ def _letterbox_boxes(size: int, vh: np.ndarray, vw: np.ndarray) -> np.ndarray:
     return np.stack([-top / sy, -left / sx, size / sy, size / sx], axis=1)
 
 
+def _crop_of(step, stream: int, seed: int, epoch: int, idx: np.ndarray, vh: np.ndarray, vw: np.ndarray):
+    """The crop ``(top, left, height, width)`` of the view that ``RandomResizedCrop``, ``CenterCrop``
+    or ``Letterbox`` takes for each sample."""
+    if isinstance(step, Letterbox):
+        return _letterbox_boxes(step.size, vh, vw)
+    out_h, out_w = _size(step.size, type(step).__name__)
+    n = len(idx)
+    if isinstance(step, CenterCrop):
+        return np.stack(
+            [np.round((vh - out_h) / 2), np.round((vw - out_w) / 2), np.full(n, out_h), np.full(n, out_w)],
+            axis=1,
+        ).astype(np.float64)
+    u = uniforms(seed, epoch, idx, stream, _ATTEMPTS * 4).reshape(n, _ATTEMPTS, 4)
+    return _rrc_boxes(step, u, vh, vw)
+
+
 @dataclass(frozen=True)
 class Plan:
     """A compiled list of transforms: its geometry folds into one box per sample, then colour.
@@ -139,23 +182,58 @@ class Plan:
     @property
     def geometric(self) -> bool:
         return any(
-            isinstance(s, (RandomResizedCrop, CenterCrop, Resize, RandomHorizontalFlip, Letterbox))
+            isinstance(
+                s, (RandomResizedCrop, CenterCrop, Resize, RandomHorizontalFlip, Letterbox, *GEOMETRIC_STEPS)
+            )
             for s in self.steps
+        )
+
+    @property
+    def general(self) -> bool:
+        """Whether the list draws one 3x3 map per sample (``cachekit.augment.maps``)."""
+        return any(isinstance(s, GEOMETRIC_STEPS) for s in self.steps)
+
+    @property
+    def needs_boxes(self) -> bool:
+        """Whether drawing needs each sample's boxes (``RandomIoUCrop``)."""
+        return any(isinstance(s, RandomIoUCrop) for s in self.steps)
+
+    @property
+    def mosaic(self) -> Mosaic | None:
+        return self.steps[0] if self.steps and isinstance(self.steps[0], Mosaic) else None
+
+    def extra_indices(self, seed: int, epoch: int, indices, length: int) -> np.ndarray | None:
+        """``[n, 3]`` the dataset indices each sample's mosaic reads besides its own (-1: none), or
+        None without a mosaic; the batch reads them after its own, in this order, row by row."""
+        if self.mosaic is None:
+            return None
+        return mosaic_extras(
+            self.mosaic, seed, epoch, np.asarray(indices, dtype=np.int64).reshape(-1), length
         )
 
     def fixed_size(self) -> tuple[int, int] | None:
         """The output size whatever the input's, or None when it follows the input."""
         size = None
         for step in self.steps:
-            if isinstance(step, (RandomResizedCrop, CenterCrop, Letterbox)):
+            if isinstance(step, (RandomResizedCrop, CenterCrop, Letterbox, Mosaic)):
                 size = _size(step.size, type(step).__name__)
             elif isinstance(step, Resize):
                 size = None if isinstance(step.size, int) else _size(step.size, "Resize")
+            elif isinstance(step, (RandomZoomOut, RandomIoUCrop)) or (
+                isinstance(step, RandomRotation) and step.expand
+            ):
+                size = None
         return size
 
-    def draw(self, seed: int, epoch: int, indices, heights, widths) -> Draws:
-        """Every sample's parameters; ``heights``/``widths`` are the stored images' sizes."""
+    def draw(
+        self, seed: int, epoch: int, indices, heights, widths, *, extra=None, extra_hw=None, boxes=None
+    ) -> Draws:
+        """Every sample's parameters; ``heights``/``widths`` are the stored images' sizes; ``extra``
+        (``extra_indices``) and ``extra_hw [n, 3, 2]`` the mosaics' other samples and their sizes;
+        ``boxes`` each sample's boxes (xyxy) where ``needs_boxes``."""
         idx = np.asarray(indices, dtype=np.int64).reshape(-1)
+        if self.general:
+            return self._draw_general(seed, epoch, idx, heights, widths, extra, extra_hw, boxes)
         n = len(idx)
         vh = np.asarray(heights, dtype=np.float64).reshape(-1)
         vw = np.asarray(widths, dtype=np.float64).reshape(-1)
@@ -190,20 +268,7 @@ class Plan:
             out_h, out_w = _size(step.size, type(step).__name__)
             if isinstance(step, Letterbox):
                 fill = step.fill
-                crop = _letterbox_boxes(step.size, vh, vw)
-            elif isinstance(step, CenterCrop):
-                crop = np.stack(
-                    [
-                        np.round((vh - out_h) / 2),
-                        np.round((vw - out_w) / 2),
-                        np.full(n, out_h),
-                        np.full(n, out_w),
-                    ],
-                    axis=1,
-                ).astype(np.float64)
-            else:
-                u = uniforms(seed, epoch, idx, stream, _ATTEMPTS * 4).reshape(n, _ATTEMPTS, 4)
-                crop = _rrc_boxes(step, u, vh, vw)
+            crop = _crop_of(step, stream, seed, epoch, idx, vh, vw)
             cropped = True
             ct, cl, ch, cw = crop.T
             cl = np.where(flips, vw - cl - cw, cl)  # a crop of the mirrored view, in unmirrored terms
@@ -232,6 +297,26 @@ class Plan:
             source_hw=source if pre is not None else None,
         )
 
+    def _draw_general(self, seed, epoch, idx, heights, widths, extra, extra_hw, boxes) -> Draws:
+        """One 3x3 map per sample (``maps.draw_maps``), colour as ``draw`` draws it."""
+        general = draw_maps(self.steps, seed, epoch, idx, heights, widths, crop_of=_crop_of,
+                            extra=extra, extra_hw=extra_hw, boxes=boxes)  # fmt: skip
+        jitter = order = None
+        for k, step in enumerate(self.steps):
+            if isinstance(step, ColorJitter):
+                jitter = self._jitter(step, uniforms(seed, epoch, idx, k + 1, 4))
+                order = np.argsort(uniforms(seed, epoch, idx, k + 1 + 1000, 4), axis=1).astype(np.int8)
+        n = len(idx)
+        return Draws(
+            boxes=np.zeros((n, 4), np.int64),
+            flips=np.zeros(n, dtype=bool),
+            out_size=general.out_size,
+            jitter=jitter,
+            order=order,
+            fill=general.fill,
+            general=general,
+        )
+
     @staticmethod
     def _jitter(step: ColorJitter, u: np.ndarray) -> np.ndarray:
         """Each sample's factors (and hue shift), uniform in the transform's ranges."""
@@ -251,13 +336,20 @@ def compile_plan(transforms, min_visibility: float = DEFAULT_MIN_VISIBILITY) -> 
     if transforms is None:
         return None
     steps = tuple(transforms) if isinstance(transforms, (list, tuple)) else (transforms,)
+    known = TRANSFORMS + GEOMETRIC_STEPS
     for step in steps:
-        if not isinstance(step, TRANSFORMS):
-            names = ", ".join(t.__name__ for t in TRANSFORMS)
+        if not isinstance(step, known):
+            names = ", ".join(t.__name__ for t in known)
             raise TypeError(
                 f"augment takes cachekit.transforms ({names}), not {type(step).__name__}; "
                 "a per-sample function goes in CachedDataset(transform=...)"
             )
     if sum(isinstance(s, ColorJitter) for s in steps) > 1:
         raise ValueError("augment: give at most one ColorJitter")
+    if any(isinstance(s, Mosaic) for s in steps[1:]):
+        raise ValueError("augment: Mosaic must come first (it assembles the samples the rest transforms)")
+    if sum(isinstance(s, RandomIoUCrop) for s in steps) > 1:
+        raise ValueError("augment: give at most one RandomIoUCrop")
+    if any(isinstance(s, RandomIoUCrop) for s in steps) and steps and isinstance(steps[0], Mosaic):
+        raise ValueError("augment: RandomIoUCrop and Mosaic do not go together (SSD's crop or YOLO's mosaic)")
     return Plan(steps, float(min_visibility)) if steps else None

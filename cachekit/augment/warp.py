@@ -24,7 +24,7 @@ import torch.nn.functional as F
 
 from ..image.ops import hwc_into_planes
 
-__all__ = ["warp_planes", "warp_hwc", "warp_batch", "resize_weights", "single_threaded_torch"]
+__all__ = ["warp_planes", "warp_hwc", "warp_batch", "resize_weights", "single_threaded_torch", "antialiased"]
 
 _local = threading.local()
 # Shard rows are read-only memory maps; torch only reads them here (once-per-process warning otherwise)
@@ -77,6 +77,16 @@ def _pixels(planes: np.ndarray) -> np.ndarray:
     return pixels
 
 
+def antialiased(src: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
+    """``src [C, h, w]`` uint8 resized to ``size`` by torch's antialiased bilinear kernel
+    (torchvision's). A 1 x 1 output goes through floats: torch's uint8 kernel fails an internal
+    assertion on it."""
+    if tuple(size) == (1, 1):
+        x = F.interpolate(src[None].float(), size=(1, 1), mode="bilinear", antialias=True)[0]
+        return x.round_().clamp_(0, 255).to(torch.uint8)
+    return F.interpolate(src[None], size=size, mode="bilinear", antialias=True)[0]
+
+
 def _resize_into(src: torch.Tensor, out: np.ndarray) -> None:
     """``src [C, h, w]`` (uint8, any strides) resized into ``out [C, H, W]``, torchvision's way.
 
@@ -112,7 +122,7 @@ def _resize_array(a: np.ndarray, out: np.ndarray) -> None:
     x = torch.from_numpy(a if pixels is None else pixels.transpose(2, 0, 1))
     # channels-last out of a channels-last input: numpy copies it into the planes (19 us; cv2.split
     # hands back arrays of its own for torch's memory, and the copy after that costs 185 us)
-    out[...] = F.interpolate(x[None], size=(oh, ow), mode="bilinear", antialias=True)[0].numpy()
+    out[...] = antialiased(x, (oh, ow)).numpy()
 
 
 def _paste(src: torch.Tensor, box, inside: bool, fill: int, out: np.ndarray) -> None:
@@ -139,8 +149,7 @@ def _resized(src: torch.Tensor, pre) -> torch.Tensor:
     """``src [C, H, W]`` resized whole to ``pre`` (height, width) first, when a list starts with Resize."""
     if pre is None or tuple(int(v) for v in pre) == tuple(src.shape[-2:]):
         return src
-    size = (int(pre[0]), int(pre[1]))
-    return F.interpolate(src[None], size=size, mode="bilinear", antialias=True)[0]
+    return antialiased(src, (int(pre[0]), int(pre[1])))
 
 
 def warp_planes(

@@ -20,14 +20,14 @@ import cv2
 import numpy as np
 import torch
 
-from ..augment.colour import jitter_planes
 from ..augment.plan import Plan
-from ..augment.warp import single_threaded_torch, warp_hwc, warp_planes
+from ..augment.warp import single_threaded_torch
 from ..errors import CacheError
 from ..image.ops import hwc_into_planes
 from ..store.encoding import decode_sample, read_sample
 from .batch import SampleBatch
-from .targets import move_boxes_of_batch, move_target, sample_target
+from .rows import Rows, draw_batch, general_aux, read_indices
+from .targets import move_boxes_of_batch, sample_target
 
 __all__ = ["BatchRequest", "run_chunks", "assemble"]
 
@@ -148,6 +148,7 @@ def _sizes(dataset, readers: list, local: np.ndarray) -> tuple[np.ndarray, np.nd
         _, h, w = dataset.sample_shape
         return np.full(len(local), h, np.int64), np.full(len(local), w, np.int64)
     shapes = np.array([r.column("image_shape", slice(i, i + 1))[0] for r, i in zip(readers, local.tolist())])
+    shapes = shapes.reshape(-1, 3)  # an empty batch too
     return shapes[:, 1].astype(np.int64), shapes[:, 2].astype(np.int64)
 
 
@@ -163,6 +164,8 @@ def _source(dataset, reader, i: int) -> tuple[np.ndarray, bool]:
 
 
 def _aux(draws, heights: np.ndarray, widths: np.ndarray) -> dict:
+    if draws.general is not None:
+        return general_aux(draws)
     aux = {
         "boxes": torch.from_numpy(draws.boxes),
         "flips": torch.from_numpy(draws.flips),
@@ -209,31 +212,35 @@ def assemble(
     (``CachedDataset.batch_targets``): box arithmetic holds the GIL, so it is kept to a few array
     operations a batch, never run beside the threads copying pixels (measured: a thread of its own
     for it slowed the pixel threads more than it saved).
+
+    With a ``Mosaic``, the rows past the request's own are its extra samples (``rows.read_indices``):
+    each mosaic's canvas is assembled from its four rows, and their boxes and masks go into it.
     """
-    n = len(local)
+    n = len(request)  # rows past n: the mosaics' extra samples
     channels = dataset.sample_shape[0]
     heights, widths = _sizes(dataset, readers, local)
     plan = request.plan
-    draws = (
-        plan.draw(request.seed, request.epoch, np.asarray(request, dtype=np.int64), heights, widths)
-        if plan
-        else None
-    )
+    whole = values is not None and not any(f.kind == "mask" for f in dataset.fields.values())
+    values = None if whole or values is None else values()  # without masks: all at once, after the pixels
+    indices = read_indices(request, len(dataset)) if plan is not None and plan.mosaic else list(request)
+    draws, early = draw_batch(dataset, request, readers, local, heights, widths, values, whole)
     if draws is not None and draws.jitter is not None and channels != 3:
         raise CacheError(f"ColorJitter needs RGB samples; this cache stores {channels} channel(s)")
+    general = draws.general if draws is not None else None
     on_threads = draws is not None and not request.on_device
-    inside = draws.inside(heights, widths) if draws is not None else None
     if on_threads:
         out = dataset._buffers.get((n, channels, *draws.out_size))
+    elif general is not None and (dataset.ragged or general.mosaic is not None):  # each pixel source
+        src_h, src_w = general.source_hw[:, 0], general.source_hw[:, 1]
+        out = dataset._buffers.get((n, channels, int(src_h.max(initial=0)), int(src_w.max(initial=0))))
+        out.fill(0)
     elif dataset.ragged:  # padded to the largest, with zeros: padding is never sampled as data
         out = dataset._buffers.get((n, channels, int(heights.max(initial=0)), int(widths.max(initial=0))))
         out.fill(0)
     else:
         out = dataset._buffers.get((n, *dataset.sample_shape))
     local_list = local.tolist()
-    whole = values is not None and not any(f.kind == "mask" for f in dataset.fields.values())
-    values = None if whole or values is None else values()  # without masks: all at once, after the pixels
-    targets: list = [None] * n if values is not None else []
+    targets: list = [None] * len(local) if values is not None else []
     if values is None:
         masks = {}
     elif draws is not None:
@@ -242,66 +249,56 @@ def assemble(
         masks = _mask_buffers(dataset, n, tuple(out.shape[-2:]))
         for buffer in masks.values():
             buffer.zero_()
-    indices = list(request)  # named in a damaged mask's error
-    if on_threads:  # each sample's draws as Python values, read once a batch, not per sample
-        boxes, flips, inside_list = draws.boxes.tolist(), draws.flips.tolist(), inside.tolist()
+    visibility = plan.min_visibility if plan is not None else 0.0
+    rows = None
+    if draws is not None:
+        source = lambda r: _source(dataset, readers[r], local_list[r])  # noqa: E731
+        rows = Rows(
+            dataset, draws, out, on_threads, heights, widths, source, masks, targets, indices, visibility
+        )
 
     def work(lo: int, hi: int) -> None:
         for j in range(lo, hi):
             src, hwc = _source(dataset, readers[j], local_list[j])
-            if on_threads:
-                pre = draws.pre[j] if draws.pre is not None else None
-                (warp_hwc if hwc else warp_planes)(
-                    src, boxes[j], flips[j], inside_list[j], out[j], draws.fill, pre
-                )
-                if draws.jitter is not None:
-                    jitter_planes(out[j], draws.jitter[j], draws.order[j])
+            if rows is not None:
+                rows.pixels(j, src, hwc)
+                if values is not None:
+                    targets[j] = rows.target(j, values)
+                continue
+            dst = out[j, :, : heights[j], : widths[j]]
+            if hwc:
+                hwc_into_planes(src, dst)
             else:
-                dst = out[j, :, : heights[j], : widths[j]]
-                if hwc:
-                    hwc_into_planes(src, dst)
-                else:
-                    dst[...] = src
+                dst[...] = src
             if values is not None:
                 hw = (int(heights[j]), int(widths[j]))
                 target = sample_target(dataset.fields, values[j], f"sample {indices[j]}", hw)
-                if draws is not None and masks:
-                    rows = {name: buffer[j].numpy() for name, buffer in masks.items()}
-                    target = move_target(  # the boxes move after, the whole batch's at once
-                        dataset.fields,
-                        target,
-                        draws.affine(j),
-                        draws.out_size,
-                        plan.min_visibility,
-                        rows,
-                        False,
-                    )
-                elif draws is None:
-                    for name, buffer in masks.items():
-                        mask = target[name]
-                        if mask.shape != (heights[j], widths[j]):
-                            raise CacheError(
-                                f"a stored mask is {mask.shape}, its image {heights[j]}x{widths[j]}"
-                            )
-                        row = buffer[j].numpy()
-                        row[: mask.shape[0], : mask.shape[1]] = mask
-                        target[name] = row[: mask.shape[0], : mask.shape[1]]
+                for name, buffer in masks.items():
+                    mask = target[name]
+                    if mask.shape != (heights[j], widths[j]):
+                        raise CacheError(f"a stored mask is {mask.shape}, its image {heights[j]}x{widths[j]}")
+                    row = buffer[j].numpy()
+                    row[: mask.shape[0], : mask.shape[1]] = mask
+                    target[name] = row[: mask.shape[0], : mask.shape[1]]
                 targets[j] = target
 
     if on_threads or dataset.store != "pixels" or values is not None:
         _opencv_one_thread()
     run_chunks(n, request.threads, work)
-    if whole:
-        visibility = plan.min_visibility if plan is not None else 0.0
-        targets = dataset.batch_targets(request, readers, local, draws, visibility)
-    if values is not None and draws is not None:
-        move_boxes_of_batch(dataset.fields, targets, draws.maps(), draws.out_size, plan.min_visibility)
+    if whole and early is not None:  # read before the draws (an IoU crop's): moved now
+        targets = early
+        move_boxes_of_batch(dataset.fields, targets, draws.box_mover(visibility))
+    elif whole:
+        targets = dataset.batch_targets(indices, readers, local, draws, visibility)
+    elif values is not None and draws is not None:
+        move_boxes_of_batch(dataset.fields, targets, draws.box_mover(visibility))
+    targets = targets[:n]
     aux = None
     if draws is not None and request.on_device:
-        aux = _aux(draws, heights, widths)
+        aux = _aux(draws, heights[:n], widths[:n])
     elif draws is None and dataset.ragged:
         aux = {"sizes": torch.from_numpy(np.stack([heights, widths], axis=1))}
-    batch = SampleBatch(torch.from_numpy(out), torch.from_numpy(labels), aux)
+    batch = SampleBatch(torch.from_numpy(out), torch.from_numpy(labels[:n]), aux)
     if values is not None or whole:
         batch.targets, batch.masks = targets, masks
         batch.fields = dataset.fields

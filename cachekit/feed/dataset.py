@@ -30,6 +30,7 @@ from .assemble import BatchRequest, assemble
 from .batch import SampleBatch, stack_images
 from .buffers import BufferPool
 from .readers import ReaderPool, default_max_open
+from .rows import read_indices
 from .targets import batch_targets, read_values, sample_target
 
 __all__ = ["CachedDataset"]
@@ -324,9 +325,11 @@ class CachedDataset(Dataset):
         return batch.images, batch.labels
 
     def read_request(self, request: BatchRequest) -> SampleBatch:
-        """A batch as ``make_loader`` asks for it: read, and augmented if its plan says so."""
-        with self.borrowed_rows(request) as (readers, local, labels):
-            values = (lambda: self._values(request, readers, local)) if self.fields else None
+        """A batch as ``make_loader`` asks for it: read, and augmented if its plan says so (a mosaic's
+        extra samples read with it, ``read_indices``)."""
+        indices = read_indices(request, len(self))
+        with self.borrowed_rows(indices) as (readers, local, labels):
+            values = (lambda: self._values(indices, readers, local)) if self.fields else None
             return assemble(self, request, readers, local, labels, values)
 
     def _groups(self, indices, readers: list, local: np.ndarray) -> list[tuple]:

@@ -30,6 +30,7 @@ from .batch import SampleBatch
 from .buffers import BufferPool
 from .mixorder import Source, mixed_order, shares
 from .order import default_window
+from .rows import read_indices
 
 __all__ = ["MixedDataset", "mix"]
 
@@ -176,7 +177,7 @@ class MixedDataset(Dataset):
         read (and augmented, each sample's draws from its mixed index) together."""
         if self._pid != os.getpid():
             self._buffers, self._pid = BufferPool(), os.getpid()
-        idx, which = self._split(request)
+        idx, which = self._split(read_indices(request, len(self)))  # a mosaic's extra samples too
         readers: list = [None] * len(idx)
         local = np.empty(len(idx), dtype=np.int64)
         labels = np.empty(len(idx), dtype=np.int64)

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from ..errors import CacheError
-from ..image.geometry import Affine, move_boxes, move_boxes_flat, warp_mask
+from ..image.geometry import Affine, move_boxes, warp_mask, warp_mask_map
 from ..store.fields import FieldSpec, decode_mask
 from ..store.fields.base import row_spans
 
@@ -144,7 +144,7 @@ def batch_targets(
         return out
     for _, column, rows, samples, memo in groups:
         check_classes(boxes, column, rows, samples, classes, memo)
-    maps = draws.maps() if draws is not None else None
+    move = draws.box_mover(min_visibility) if draws is not None else None
     for name, spec in boxes.items():
         owners, parts = [], []
         for pos, column, rows, samples, memo in groups:
@@ -154,9 +154,7 @@ def batch_targets(
         owner = np.concatenate(owners) if owners else np.zeros(0, np.int64)
         order = np.argsort(owner, kind="stable")  # the batch's order, each sample's boxes as stored
         flat = [np.concatenate([f[p] for f in parts])[order] for p in _BOX_PARTS]
-        _place_boxes(
-            out, name, flat, owner[order], maps, draws.out_size if draws is not None else None, min_visibility
-        )
+        _place_boxes(out, name, flat, owner[order], move)
     keys = [
         key for name, spec in fields.items() for key in (box_keys(name) if spec.kind == "boxes" else (name,))
     ]
@@ -184,7 +182,7 @@ def sample_target(
 def move_target(
     fields: dict[str, FieldSpec],
     target: dict,
-    affine: Affine,
+    affine: Affine | np.ndarray,
     out_hw: tuple[int, int],
     min_visibility: float,
     mask_out: dict[str, np.ndarray] | None = None,
@@ -192,7 +190,8 @@ def move_target(
 ) -> dict:
     """A sample's target after its pixels went through ``affine`` into ``out_hw``; masks are written
     into ``mask_out[name]`` when given (a row of the batch's mask buffer). ``boxes=False`` leaves the
-    boxes for ``move_boxes_of_batch``."""
+    boxes for ``move_boxes_of_batch``. ``affine`` may be a 3x3 map (masks only: its boxes move with
+    the batch's, ``boxes=False``)."""
     out = dict(target)
     for name, spec in fields.items():
         if spec.kind == "boxes" and boxes:
@@ -203,14 +202,18 @@ def move_target(
             out[b], out[c], out[k] = moved["boxes"], moved["c"], moved["k"]
         elif spec.kind == "mask":
             dst = mask_out.get(name) if mask_out else None
-            out[name] = warp_mask(target[name], affine, out_hw, fill=0, out=dst)
+            if isinstance(affine, np.ndarray):
+                out[name] = warp_mask_map(target[name], affine, out_hw, fill=0, out=dst)
+            else:
+                out[name] = warp_mask(target[name], affine, out_hw, fill=0, out=dst)
     return out
 
 
-def move_boxes_of_batch(
-    fields: dict[str, FieldSpec], targets: list[dict], maps, out_hw: tuple[int, int], min_visibility: float
-) -> None:
-    """Every boxes field of a batch's targets through each sample's map, in place, all at once."""
+def move_boxes_of_batch(fields: dict[str, FieldSpec], targets: list[dict], move) -> None:
+    """Every boxes field of a batch's targets through each sample's map (``Draws.box_mover``), in
+    place, all at once; boxes of a mosaic's extra rows go to the samples they are drawn into."""
+    if not targets:
+        return
     for name, spec in fields.items():
         if spec.kind != "boxes":
             continue
@@ -218,25 +221,19 @@ def move_boxes_of_batch(
         counts = [len(t[keys[0]]) for t in targets]
         flat = [np.concatenate([np.asarray(t[key]) for t in targets]) for key in keys]
         owner = np.repeat(np.arange(len(targets)), counts)
-        _place_boxes(targets, name, flat, owner, maps, out_hw, min_visibility)
+        _place_boxes(targets, name, flat, owner, move)
 
 
-def _place_boxes(
-    targets: list[dict],
-    name: str,
-    flat: list[np.ndarray],
-    owner: np.ndarray,
-    maps,
-    out_hw,
-    min_visibility: float,
-) -> None:
+def _place_boxes(targets: list[dict], name: str, flat: list[np.ndarray], owner: np.ndarray, move) -> None:
     """A boxes field of a whole batch, ``flat`` (boxes, classes, iscrowd back to back in the batch's
-    order, box ``m`` of sample ``owner[m]``), moved through ``maps`` when given (``move_boxes_flat``:
-    one set of array operations for every box), into each sample's target as tensors of its own
-    (none can grow into the next sample's)."""
-    if maps is not None:
-        moved, keep = move_boxes_flat(flat[0], owner, maps, out_hw, min_visibility)
+    order, box ``m`` of row ``owner[m]``), moved by ``move`` when given (``Draws.box_mover``: one set
+    of array operations for every box; it says which sample each box lands in), into each sample's
+    target as tensors of its own (none can grow into the next sample's)."""
+    if move is not None:
+        moved, keep, owner = move(flat[0], owner)
         flat, owner = [moved[keep], flat[1][keep], flat[2][keep]], owner[keep]
+        order = np.argsort(owner, kind="stable")  # a mosaic's boxes: its own, then its tiles'
+        flat, owner = [f[order] for f in flat], owner[order]
     spans = row_spans(np.bincount(owner, minlength=len(targets)))
     for key, values in zip(box_keys(name), flat):
         values = np.ascontiguousarray(values)

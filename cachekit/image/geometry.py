@@ -28,6 +28,7 @@ __all__ = [
     "move_boxes_matrix",
     "warp_mask",
     "warp_mask_matrix",
+    "warp_mask_map",
     "nearest_rows",
 ]
 
@@ -170,3 +171,29 @@ def warp_mask_matrix(
         borderMode=cv2.BORDER_CONSTANT,
         borderValue=int(fill),
     )
+
+
+def warp_mask_map(
+    mask: np.ndarray,
+    matrix: np.ndarray,
+    out_hw: tuple[int, int],
+    fill: int = 0,
+    out: np.ndarray | None = None,
+) -> np.ndarray:
+    """The class map through a 3x3 map of continuous coordinates (an affine or perspective map, as
+    pixels take it): the source pixel under each output pixel's centre, ``fill`` outside."""
+    shift, unshift = np.eye(3), np.eye(3)
+    shift[:2, 2], unshift[:2, 2] = 0.5, -0.5
+    inverse = np.linalg.inv(unshift @ np.asarray(matrix, dtype=np.float64) @ shift)
+    size, flags = (out_hw[1], out_hw[0]), cv2.INTER_NEAREST | cv2.WARP_INVERSE_MAP
+    source = np.ascontiguousarray(mask)
+    if np.allclose(inverse[2], (0.0, 0.0, 1.0), atol=1e-12):
+        found = cv2.warpAffine(source, inverse[:2], size, flags=flags,
+                               borderMode=cv2.BORDER_CONSTANT, borderValue=int(fill))  # fmt: skip
+    else:
+        found = cv2.warpPerspective(source, inverse, size, flags=flags,
+                                    borderMode=cv2.BORDER_CONSTANT, borderValue=int(fill))  # fmt: skip
+    if out is None:
+        return found
+    out[...] = found
+    return out

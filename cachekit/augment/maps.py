@@ -1,0 +1,232 @@
+"""A batch's geometry as one 3x3 map per sample: drawn step by step, then applied to pixels, boxes, masks.
+
+``draw_maps`` folds a list's geometric steps (``cachekit.augment.matrices``, ``.mosaic``) into
+``MapDraws``: each sample's map from its pixel source (its stored image, or its mosaic canvas) to
+the output, the antialiasing pre-resize each source needs, the IoU crop's rule on boxes, and the
+mosaic's tiles. When every map of a batch is a whole-pixel crop, resize and flip, ``fast`` holds
+them as crop boxes and the batch takes the crop+resize path (``cachekit.augment.warp``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..image.geometry import _clip
+from .geometric import (
+    RandomAffine,
+    RandomIoUCrop,
+    RandomPerspective,
+    RandomRotation,
+    RandomVerticalFlip,
+    RandomZoomOut,
+)
+from .matrices import (
+    affine,
+    as_boxes,
+    box_corners,
+    crop_matrices,
+    draw_uniforms,
+    eye,
+    iou_crop,
+    perspective,
+    rotation,
+    shrink_sizes,
+    vertical_flip,
+    zoom_out,
+)
+from .mosaic import Mosaic, MosaicDraws, canvas_window, mosaic_layout
+from .transforms import ColorJitter, Letterbox, RandomHorizontalFlip, Resize
+
+__all__ = ["MapDraws", "draw_maps", "GEOMETRIC_STEPS"]
+
+#: Steps that take a list off the crop+resize path: one general map per sample.
+GEOMETRIC_STEPS = (RandomVerticalFlip, RandomRotation, RandomAffine, RandomPerspective, RandomZoomOut,
+                   RandomIoUCrop, Mosaic)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class MapDraws:
+    """``matrices [n, 3, 3]``: each sample's source (its stored image, or its mosaic's canvas) onto
+    the output (``out_size``), as its boxes and masks take it; ``warps [n, 3, 3]`` the same from its
+    pixel source: a mosaic's window, ``windows [n, 4]`` (x0, y0, x1, y1 on the canvas: the part the
+    output sees, all of it when it is pre-resized); ``source_hw [n, 2]`` the pixel sources' sizes;
+    ``shrink [n, 2]`` sizes they are resized to first (antialiasing) or None; ``fast`` ``(boxes,
+    hflips, vflips)`` when every map is a whole-pixel crop and flips; ``keep_rects [n, 4]`` (NaN:
+    none) the IoU crops in the view ``keep_maps`` leads to, whose boxes' centres stay; ``mosaic``
+    the batch's mosaics."""
+
+    matrices: np.ndarray
+    source_hw: np.ndarray
+    out_size: tuple[int, int]
+    fill: int = 0
+    shrink: np.ndarray | None = None
+    fast: tuple | None = None
+    keep_rects: np.ndarray | None = None
+    keep_maps: np.ndarray | None = None
+    mosaic: MosaicDraws | None = None
+    warps: np.ndarray | None = None
+    windows: np.ndarray | None = None
+
+    def rows(self, n_rows: int) -> tuple[np.ndarray, np.ndarray]:
+        """For each row of the batch's read (samples, then mosaics' extra samples): its sample and tile."""
+        n = len(self.matrices)
+        sample, tile = np.zeros(n_rows, np.int64), np.zeros(n_rows, np.int64)
+        sample[:n] = np.arange(n)
+        if self.mosaic is not None:
+            for k in range(3):
+                rows = self.mosaic.rows[:, k]
+                has = rows >= 0
+                sample[rows[has]], tile[rows[has]] = np.flatnonzero(has), k + 1
+        return sample, tile
+
+    def move_boxes(
+        self, boxes: np.ndarray, owner: np.ndarray, min_visibility: float
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """xyxy ``boxes [M, 4]`` of rows ``owner`` through their samples' maps (a mosaic's tiles first,
+        clipped to its canvas): ``(moved float32 [M, 4], keep [M], sample [M])``."""
+        b = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
+        owner = np.asarray(owner, dtype=np.int64)
+        rows = self.mosaic.rows.max(initial=-1) + 1 if self.mosaic is not None else 0
+        sample_of, tile_of = self.rows(max(int(owner.max(initial=-1)) + 1, len(self.matrices), int(rows)))
+        j, t = sample_of[owner], tile_of[owner]
+        keep = np.ones(len(b), dtype=bool)
+        if self.mosaic is not None and len(b):
+            on = self.mosaic.on[j]
+            placed = box_corners(b[on], self.mosaic.tiles[j[on], t[on]])
+            size = self.mosaic.canvas
+            placed, inside = _clip(placed, np.zeros(len(placed)), (size, size), 0.0)
+            b[on] = placed
+            keep[np.flatnonzero(on)[~inside]] = False
+        if self.keep_rects is not None and len(b):
+            centre = box_corners(b, self.keep_maps[j])
+            cx, cy = (centre[:, 0] + centre[:, 2]) / 2, (centre[:, 1] + centre[:, 3]) / 2
+            r = self.keep_rects[j]
+            keep &= np.isnan(r[:, 0]) | ((r[:, 0] < cx) & (cx < r[:, 2]) & (r[:, 1] < cy) & (cy < r[:, 3]))
+        moved = box_corners(b, self.matrices[j]) if len(b) else np.zeros((0, 4))
+        before = (moved[:, 2] - moved[:, 0]) * (moved[:, 3] - moved[:, 1])
+        moved, visible = _clip(moved, before, self.out_size, min_visibility)
+        return moved.astype(np.float32), keep & visible, j
+
+
+def _resize_step(step: Resize, vh: np.ndarray, vw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The view's size after ``Resize`` (torchvision's truncation of the longer side)."""
+    if isinstance(step.size, int):
+        portrait = vw <= vh
+        return (np.where(portrait, np.floor(step.size * vh / vw), step.size),
+                np.where(portrait, step.size, np.floor(step.size * vw / vh)))  # fmt: skip
+    n = len(vh)
+    return np.full(n, float(step.size[0])), np.full(n, float(step.size[1]))
+
+
+def draw_maps(
+    steps: tuple,
+    seed: int,
+    epoch: int,
+    idx: np.ndarray,
+    heights,
+    widths,
+    *,
+    crop_of: Callable,
+    extra: np.ndarray | None = None,
+    extra_hw: np.ndarray | None = None,
+    boxes: list | None = None,
+) -> MapDraws:
+    """Every sample's map through ``steps`` (colour steps skipped). ``crop_of(step, stream, seed,
+    epoch, idx, vh, vw)`` gives the crops of ``RandomResizedCrop``, ``CenterCrop`` and ``Letterbox``
+    as the crop+resize path draws them; ``extra``/``extra_hw`` the mosaics' extra samples and their
+    sizes; ``boxes`` each sample's boxes (xyxy, stored pixels) for ``RandomIoUCrop``."""
+    n = len(idx)
+    hw = np.stack([np.asarray(heights), np.asarray(widths)], axis=1).reshape(-1, 2).astype(np.int64)
+    vh, vw = hw[:, 0].astype(np.float64), hw[:, 1].astype(np.float64)
+    m, fill, mosaic, source_hw = eye(n), 0, None, hw
+    keep_rects = keep_maps = None
+    for k, step in enumerate(steps):
+        stream = k + 1
+        if isinstance(step, ColorJitter):
+            continue
+        if isinstance(step, Mosaic):
+            u = draw_uniforms(seed, epoch, idx, stream, step)[:, :2]
+            ex = extra if extra is not None else np.full((n, 3), -1, np.int64)
+            ehw = extra_hw if extra_hw is not None else np.zeros((n, 3, 2), np.int64)
+            tiles, regions, m, source_hw = mosaic_layout(step, u, ex, hw, ehw)
+            rows = np.full((n, 3), -1, np.int64)
+            on = ex[:, 0] >= 0
+            rows[on] = n + np.arange(3 * int(on.sum())).reshape(-1, 3)
+            mosaic = MosaicDraws(on, ex, rows, tiles, regions, 2 * step.side, step.fill)
+            vh, vw, fill = np.full(n, float(step.side)), np.full(n, float(step.side)), step.fill
+            continue
+        if isinstance(step, Resize):
+            nh, nw = _resize_step(step, vh, vw)
+            s = eye(n)
+            s[:, 0, 0], s[:, 1, 1] = nw / vw, nh / vh
+            m, vh, vw = s @ m, nh, nw
+            continue
+        u = draw_uniforms(seed, epoch, idx, stream, step)
+        if isinstance(step, RandomHorizontalFlip):
+            flip, f = u[:, 0] < step.p, eye(n)
+            f[flip, 0, 0], f[flip, 0, 2] = -1.0, vw[flip]
+            m = f @ m
+        elif isinstance(step, RandomVerticalFlip):
+            m = vertical_flip(step, u, vh) @ m
+        elif isinstance(step, RandomRotation):
+            r, vh, vw = rotation(step, u, vh, vw)
+            m, fill = r @ m, step.fill
+        elif isinstance(step, RandomAffine):
+            m, fill = affine(step, u, vh, vw) @ m, step.fill
+        elif isinstance(step, RandomPerspective):
+            m, fill = perspective(step, u, vh, vw) @ m, step.fill
+        elif isinstance(step, RandomZoomOut):
+            z, vh, vw = zoom_out(step, u, vh, vw)
+            m, fill = z @ m, step.fill
+        elif isinstance(step, RandomIoUCrop):
+            given = boxes if boxes is not None else [np.zeros((0, 4))] * n
+            in_view = [box_corners(b, np.repeat(m[j : j + 1], len(b), 0)) for j, b in enumerate(given)]
+            c, vh, vw, keep_rects = iou_crop(step, u, vh, vw, in_view)
+            keep_maps, m = m.copy(), c @ m
+        else:  # RandomResizedCrop, CenterCrop, Letterbox: their crop of the view, resized
+            top, left, ch, cw = crop_of(step, stream, seed, epoch, idx, vh, vw).T
+            out_h, out_w = (step.size, step.size) if isinstance(step.size, int) else step.size
+            m, vh, vw = (
+                crop_matrices(top, left, ch, cw, out_h, out_w) @ m,
+                np.full(n, float(out_h)),
+                np.full(n, float(out_w)),
+            )
+            fill = step.fill if isinstance(step, Letterbox) else fill
+    if n and (np.ptp(vh) or np.ptp(vw)):
+        raise ValueError(
+            "augment gives outputs of different sizes for images of different sizes (or after a "
+            "RandomZoomOut, RandomIoUCrop or RandomRotation(expand=True)): end it with "
+            "RandomResizedCrop, CenterCrop or Resize((height, width))"
+        )
+    out = (int(vh[0]), int(vw[0])) if n else (0, 0)
+    on = mosaic is not None and bool(mosaic.on.any())
+    fast = as_boxes(m, out) if n and not on else None
+    shrink = None if fast is not None or not n else shrink_sizes(m, source_hw, out)
+    warps, windows = m, None
+    if on:
+        windows, source_hw, shrink = _windows(m, mosaic, source_hw, shrink, out)
+        shift = eye(n)
+        shift[:, 0, 2], shift[:, 1, 2] = windows[:, 0], windows[:, 1]
+        warps = m @ shift
+    return MapDraws(m, source_hw, out, int(fill), shrink, fast, keep_rects, keep_maps, mosaic, warps, windows)
+
+
+def _windows(m: np.ndarray, mosaic: MosaicDraws, source_hw: np.ndarray, shrink, out: tuple[int, int]):
+    """Each mosaic's window of its canvas (the part the output sees; all of it when pre-resized,
+    whose filter reaches further), and the pixel sources' sizes and pre-resizes for those windows."""
+    n, side = len(m), mosaic.canvas
+    windows = np.zeros((n, 4), np.int64)
+    windows[:, 2], windows[:, 3] = source_hw[:, 1], source_hw[:, 0]
+    source_hw = source_hw.copy()
+    shrink = shrink.copy() if shrink is not None else None
+    for j in np.flatnonzero(mosaic.on):
+        if shrink is not None and (shrink[j] != source_hw[j]).any():
+            continue
+        windows[j] = canvas_window(m[j], out, side)
+        source_hw[j] = windows[j, 3] - windows[j, 1], windows[j, 2] - windows[j, 0]
+        if shrink is not None:
+            shrink[j] = source_hw[j]
+    return windows, source_hw, shrink

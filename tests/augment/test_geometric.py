@@ -1,0 +1,483 @@
+"""The geometric transforms: their maps against exact references, threads against the device,
+antialiasing, torchvision's parameter definitions, hostile arguments and draws from (seed, epoch, index)."""
+
+from __future__ import annotations
+
+import math
+
+import cv2
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from cachekit.augment.geometric import (
+    RandomAffine,
+    RandomIoUCrop,
+    RandomPerspective,
+    RandomRotation,
+    RandomVerticalFlip,
+    RandomZoomOut,
+)
+from cachekit.augment.mosaic import Mosaic, canvas_window, render_canvas
+from cachekit.augment.plan import compile_plan
+from cachekit.augment.transforms import CenterCrop, Letterbox, RandomHorizontalFlip, RandomResizedCrop, Resize
+from cachekit.augment.warp import warp_batch, warp_planes
+from cachekit.augment.warpmatrix import resize_chw, warp_fast_batch, warp_maps_batch, warp_sample
+from cachekit.tools.synthetic import synthetic_image
+
+N = 4000  # samples for the statistics: a KS distance past 1.63 / sqrt(N) has odds under 1%
+KS = 1.63 / math.sqrt(N)
+
+
+def _images(n: int, seed: int = 0, size=(96, 128)) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [np.ascontiguousarray(synthetic_image(rng, *size).transpose(2, 0, 1)) for _ in range(n)]
+
+
+def _draw(steps, images, seed: int = 0, epoch: int = 0, **extra):
+    hw = np.array([im.shape[1:] for im in images])
+    return compile_plan(steps).draw(seed, epoch, np.arange(len(images)), hw[:, 0], hw[:, 1], **extra)
+
+
+def _cpu(images, draws) -> np.ndarray:
+    g = draws.general
+    out = np.zeros((len(images), images[0].shape[0], *draws.out_size), np.uint8)
+    for j, img in enumerate(images):
+        if g.fast is not None:
+            boxes, hflips, vflips = g.fast
+            t, left, h, w = boxes[j]
+            inside = t >= 0 and left >= 0 and t + h <= img.shape[1] and left + w <= img.shape[2]
+            warp_planes(img, boxes[j], bool(hflips[j]), bool(inside), out[j], draws.fill)
+            out[j] = out[j][:, ::-1] if vflips[j] else out[j]
+        else:
+            warp_sample(
+                img, False, g.matrices[j], out[j], draws.fill, None if g.shrink is None else g.shrink[j]
+            )
+    return out
+
+
+def _device(images, draws) -> np.ndarray:
+    g = draws.general
+    hw = np.array([im.shape[1:] for im in images])
+    canvas = torch.zeros(
+        len(images), images[0].shape[0], int(hw[:, 0].max()), int(hw[:, 1].max()), dtype=torch.uint8
+    )
+    for j, img in enumerate(images):
+        canvas[j, :, : img.shape[1], : img.shape[2]] = torch.from_numpy(img)
+    if g.fast is not None:  # as the device stage does: the crop+resize path
+        boxes, hflips, vflips = (torch.from_numpy(a) for a in g.fast)
+        x = warp_fast_batch(canvas, boxes, hflips, vflips, torch.from_numpy(hw), draws.out_size, draws.fill)
+        return x.round().clamp(0, 255).to(torch.uint8).numpy()
+    shrink = None if g.shrink is None else torch.from_numpy(g.shrink)
+    x = warp_maps_batch(
+        canvas, torch.from_numpy(g.matrices), torch.from_numpy(hw), draws.out_size, draws.fill, shrink
+    )
+    return x.round().clamp(0, 255).to(torch.uint8).numpy()
+
+
+def _ks_uniform(values: np.ndarray, lo: float, hi: float) -> float:
+    v = np.sort((np.asarray(values) - lo) / (hi - lo))
+    n = len(v)
+    return float(max((np.arange(1, n + 1) / n - v).max(), (v - np.arange(n) / n).max()))
+
+
+# -- exact references ------------------------------------------------------------------------------
+
+
+def test_a_quarter_turn_is_numpys_rot90_on_threads_and_device():
+    img = _images(1, size=(32, 32))[0]
+    left = _draw([RandomRotation((90, 90))], [img])  # torchvision's rotation: counter-clockwise
+    right = _draw([RandomAffine(degrees=(90, 90))], [img])  # torchvision's affine: clockwise
+    assert np.array_equal(_cpu([img], left)[0], np.rot90(img, 1, axes=(1, 2)))
+    assert np.array_equal(_cpu([img], right)[0], np.rot90(img, -1, axes=(1, 2)))
+    assert np.array_equal(_device([img], left)[0], np.rot90(img, 1, axes=(1, 2)))
+    tall = _images(1, size=(24, 40))[0]
+    turned = _draw([RandomRotation((90, 90), expand=True)], [tall])
+    assert turned.out_size == (40, 24)
+    assert np.array_equal(_cpu([tall], turned)[0], np.rot90(tall, 1, axes=(1, 2)))
+
+
+def test_vertical_flips_and_whole_pixel_shifts_are_exact():
+    img = _images(1, size=(40, 60))[0]
+    flipped = _draw([RandomVerticalFlip(1.0)], [img])
+    assert flipped.general.fast is not None  # axis-aligned, whole pixels: the crop+resize path
+    assert np.array_equal(_cpu([img], flipped)[0], img[:, ::-1])
+    assert np.array_equal(_device([img], flipped)[0], img[:, ::-1])
+    for seed in range(5):
+        shifted = _draw([RandomAffine(translate=(0.3, 0.3), fill=7)], [img], seed=seed)
+        tx, ty = (int(v) for v in shifted.general.matrices[0][:2, 2])
+        ref = np.full_like(img, 7)
+        ref[:, max(ty, 0) : 40 + min(ty, 0), max(tx, 0) : 60 + min(tx, 0)] = img[
+            :, max(-ty, 0) : 40 - max(ty, 0), max(-tx, 0) : 60 - max(tx, 0)
+        ]
+        assert np.array_equal(_cpu([img], shifted)[0], ref)
+        assert np.array_equal(_device([img], shifted)[0], ref)
+
+
+def test_no_distortion_is_the_identity_and_a_zoom_out_places_the_image_on_its_canvas():
+    img = _images(1, size=(30, 50))[0]
+    same = _draw([RandomPerspective(0.0, p=1.0)], [img])
+    assert np.array_equal(_cpu([img], same)[0], img)
+    for seed in range(4):
+        zoom = _draw([RandomZoomOut(fill=9, side_range=(1.5, 3.0), p=1.0)], [img], seed=seed)
+        (h, w), (left, top) = zoom.out_size, zoom.general.matrices[0][:2, 2].astype(int)
+        assert 45 <= h <= 90 and 75 <= w <= 150
+        ref = np.full((3, h, w), 9, np.uint8)
+        ref[:, top : top + 30, left : left + 50] = img
+        assert np.array_equal(_cpu([img], zoom)[0], ref)
+
+
+def test_maps_that_shrink_are_antialiased_as_torchvision_resizes():
+    """A quarter-size affine map of a photo: the centre equals torch's antialiased resize within a
+    level or two (plain bilinear sampling of a 1-pixel checkerboard would give 0s and 255s)."""
+    img = _images(1, size=(128, 128), seed=4)[0]
+    draws = _draw([RandomAffine(scale=(0.25, 0.25))], [img])
+    assert draws.general.shrink is not None or draws.general.fast is not None  # pre-resized, or cropped
+    ref = F.interpolate(torch.from_numpy(img)[None].float(), size=(32, 32), mode="bilinear", antialias=True)[
+        0
+    ]
+    for out in (_cpu([img], draws)[0], _device([img], draws)[0]):
+        diff = np.abs(out[:, 48:80, 48:80].astype(float) - ref.numpy())
+        assert diff[:, 1:-1, 1:-1].mean() <= 2.0
+    board = np.ascontiguousarray(
+        np.broadcast_to((np.indices((128, 128)).sum(0) % 2 * 255).astype(np.uint8), (3, 128, 128))
+    )
+    out = _cpu([board], _draw([RandomAffine(scale=(0.25, 0.25), degrees=(30, 30))], [board]))[0]
+    assert np.abs(out[:, 54:74, 54:74].astype(float) - 127.5).max() <= 12
+
+
+@pytest.mark.parametrize(
+    "steps",
+    [
+        [RandomRotation(30), Resize((64, 80))],
+        [RandomAffine(20, translate=(0.1, 0.1), scale=(0.3, 1.2), shear=10, fill=114)],
+        [RandomPerspective(0.6, p=1.0, fill=50), Resize((40, 40))],
+        [RandomResizedCrop(48), RandomRotation(45)],
+        [RandomAffine(5, scale=(0.8, 1.2), perspective=0.001), CenterCrop(64)],
+    ],
+)
+def test_device_path_matches_the_threads(steps):
+    images = _images(8, seed=5, size=(96, 128))
+    draws = _draw(steps, images, seed=3)
+    cpu, dev = _cpu(images, draws).astype(float), _device(images, draws).astype(float)
+    diff = np.abs(cpu - dev)
+    assert diff.mean() <= 1.0 and np.percentile(diff, 99) <= 3, (diff.mean(), diff.max())
+
+
+# -- torchvision's parameter definitions ---------------------------------------------------------
+
+
+def _plan_maps(step, h=100, w=200, seed=1):
+    return compile_plan([step]).draw(seed, 0, np.arange(N), np.full(N, h), np.full(N, w)).general.matrices
+
+
+def test_random_affine_draws_torchvisions_angle_scale_translation_and_shear():
+    m = _plan_maps(RandomAffine(degrees=(-20, 30), scale=(0.5, 1.5)))
+    angle = np.degrees(np.arctan2(m[:, 1, 0], m[:, 0, 0]))  # clockwise on screen, y down
+    assert _ks_uniform(angle, -20, 30) < KS and _ks_uniform(np.hypot(m[:, 0, 0], m[:, 1, 0]), 0.5, 1.5) < KS
+    centre = m @ np.array([100.0, 50.0, 1.0]) - np.array([100.0, 50.0, 1.0])  # rotation about the centre
+    assert np.abs(centre).max() < 1e-9
+    m = _plan_maps(RandomAffine(translate=(0.1, 0.3)))
+    tx, ty = m[:, 0, 2], m[:, 1, 2]
+    assert np.array_equal(tx, np.round(tx)) and set(tx.astype(int)) == set(range(-20, 21))
+    assert ty.min() == -30 and ty.max() == 30 and abs(tx.mean()) < 0.6 and abs(ty.mean()) < 0.9
+    m = _plan_maps(RandomAffine(shear=(-10, 10, -5, 5)))  # x shears then y (torchvision's RSS)
+    sy = -np.degrees(np.arctan(m[:, 1, 0] / m[:, 1, 1]))
+    assert _ks_uniform(sy, -5, 5) < KS
+    m = _plan_maps(RandomAffine(shear=15))
+    assert _ks_uniform(-np.degrees(np.arctan(m[:, 0, 1])), -15, 15) < KS and np.allclose(m[:, 1, 0], 0)
+    m = _plan_maps(RandomAffine(perspective=0.001))
+    assert _ks_uniform(m[:, 2, 0], -0.001, 0.001) < KS and _ks_uniform(m[:, 2, 1], -0.001, 0.001) < KS
+
+
+def test_rotation_perspective_and_zoom_out_draw_torchvisions_parameters():
+    m = _plan_maps(RandomRotation((-10, 40)))
+    assert _ks_uniform(-np.degrees(np.arctan2(m[:, 1, 0], m[:, 0, 0])), -10, 40) < KS
+    m = _plan_maps(RandomPerspective(0.5, p=0.3), h=101, w=201)
+    corners = np.array([[0, 0, 1], [200, 0, 1], [200, 100, 1], [0, 100, 1]], float).T
+    ends = m @ corners
+    ends = (ends[:, :2] / ends[:, 2:]).round(6)
+    moved = ~np.all(np.isclose(m, np.eye(3)), axis=(1, 2))
+    assert abs(moved.mean() - 0.3) < 4 * math.sqrt(0.21 / N)
+    x, y = ends[moved, 0], ends[moved, 1]  # [k, 4 corners]
+    assert x[:, 0].min() == 0 and x[:, 0].max() == 50 and y[:, 0].max() == 25  # int(0.5 * 50) + 1 places
+    assert x[:, 1].min() == 150 and x[:, 1].max() == 200 and y[:, 2].min() == 75
+    ratio = []
+    for seed in range(3):
+        d = compile_plan([RandomZoomOut(side_range=(1.0, 4.0), p=1.0)]).draw(seed, 0, [0], [100], [200])
+        ratio.append(d.out_size[1] / 200)
+    zoom = [
+        compile_plan([RandomZoomOut(p=0.5)]).draw(0, 0, [i], [100], [100]).out_size[0] for i in range(400)
+    ]
+    assert 0.4 < np.mean(np.array(zoom) > 100) < 0.6 and max(zoom) <= 400 and all(1 <= r <= 4 for r in ratio)
+
+
+def test_iou_crops_keep_a_box_centre_with_enough_overlap_and_drop_the_others():
+    rng = np.random.default_rng(0)
+    boxes = []
+    for _ in range(400):
+        x, y = rng.uniform(0, 150, 3), rng.uniform(0, 70, 3)
+        boxes.append(np.stack([x, y, x + rng.uniform(10, 50, 3), y + rng.uniform(10, 30, 3)], 1))
+    step = RandomIoUCrop()
+    draws = compile_plan([step, Resize((50, 50))]).draw(
+        0, 0, np.arange(400), [100] * 400, [200] * 400, boxes=boxes
+    )
+    g = draws.general
+    rects = g.keep_rects  # the crops, in the view they were taken of
+    whole = np.isnan(rects[:, 0])
+    assert 0.05 < whole.mean() < 0.4  # the leave-alone option (and options no crop met)
+    w, h = rects[~whole, 2] - rects[~whole, 0], rects[~whole, 3] - rects[~whole, 1]
+    assert (
+        (w >= 0.3 * 200 - 1).all()
+        and (h >= 0.3 * 100 - 1).all()
+        and (w / h >= 0.5).all()
+        and (w / h <= 2).all()
+    )
+    for j in np.flatnonzero(~whole)[:50]:
+        b = boxes[j]
+        cx, cy = (b[:, 0] + b[:, 2]) / 2, (b[:, 1] + b[:, 3]) / 2
+        x0, y0, x1, y1 = rects[j]
+        inside = (x0 < cx) & (cx < x1) & (y0 < cy) & (cy < y1)
+        assert inside.any()
+        moved, keep, owner = g.move_boxes(b, np.full(3, j), 0.0)
+        assert np.array_equal(keep, inside & keep) and (owner == j).all()  # centres outside: dropped
+        scale = [(x1 - x0) / 50, (y1 - y0) / 50]
+        assert np.allclose(moved[keep][:, :2] * scale, np.maximum(b[keep][:, :2] - [x0, y0], 0), atol=1e-3)
+
+
+# -- mosaic ----------------------------------------------------------------------------------------
+
+
+def test_mosaic_places_four_images_round_a_centre_as_ultralytics_does():
+    s = 64
+    plan = compile_plan([Mosaic(s)])
+    extra = plan.extra_indices(3, 1, np.arange(300), 1000)
+    assert (extra >= 0).all() and extra.max() < 1000 and len(np.unique(extra)) > 500
+    assert np.array_equal(extra[7], plan.extra_indices(3, 1, [7], 1000)[0])  # whatever the batch
+    assert not np.array_equal(extra, plan.extra_indices(3, 2, np.arange(300), 1000))  # a new epoch
+    sizes = [(40, 80), (100, 50), (64, 64), (30, 30)]
+    flat = [np.full((1, h, w), 10 * (k + 1), np.uint8) for k, (h, w) in enumerate(sizes)]
+    hw = np.array([sizes[0]] * 300)
+    extra_hw = np.tile(np.array(sizes[1:])[None], (300, 1, 1))
+    draws = plan.draw(3, 1, np.arange(300), hw[:, 0], hw[:, 1], extra=extra, extra_hw=extra_hw)
+    mosaic = draws.general.mosaic
+    assert draws.out_size == (s, s) and mosaic.canvas == 2 * s and mosaic.on.all()
+    centre = mosaic.regions[:, 0, 2:]  # the first image's bottom-right corner: (xc, yc)
+    assert centre.min() >= s // 2 and centre.max() < 3 * s // 2 and np.ptp(centre) > s * 0.8
+    for j in range(20):
+        canvas = np.zeros((1, 2 * s, 2 * s), np.uint8)
+        tiles = [torch.from_numpy(f) for f in flat]
+        render_canvas(tiles, mosaic.tiles[j], mosaic.regions[j], 114, resize_chw, canvas)
+        xc, yc = centre[j]
+        for k, (dy, dx) in enumerate([(-1, -1), (-1, 0), (0, -1), (0, 0)]):  # the pixels round the centre
+            assert canvas[0, yc + dy, xc + dx] == 10 * (k + 1)
+        long_side = max(
+            mosaic.regions[j, 0, 2] - mosaic.regions[j, 0, 0],
+            mosaic.regions[j, 0, 3] - mosaic.regions[j, 0, 1],
+        )
+        assert long_side <= s
+        found = (canvas == 40).sum()  # the fourth, 30x30, grown to 64x64 and cut at the canvas's edge
+        assert found == (min(xc + s, 2 * s) - xc) * (min(yc + s, 2 * s) - yc)
+    single = compile_plan([Mosaic(s, p=0.0)])
+    none = single.extra_indices(0, 0, np.arange(10), 1000)
+    d = single.draw(0, 0, np.arange(10), [40] * 10, [80] * 10, extra=none, extra_hw=np.zeros((10, 3, 2)))
+    m = d.general.matrices[0]  # letterboxed: the longer side to s, centred
+    assert np.allclose(m @ [0, 0, 1], [0, 16, 1]) and np.allclose(m @ [80, 40, 1], [64, 48, 1])
+
+
+# -- hostile arguments -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: RandomVerticalFlip(1.5),
+        lambda: RandomVerticalFlip(float("nan")),
+        lambda: RandomRotation(float("nan")),
+        lambda: RandomRotation(-5),
+        lambda: RandomRotation((30, 10)),
+        lambda: RandomRotation(1e9),
+        lambda: RandomRotation(10, fill=300),
+        lambda: RandomRotation(10, center=(float("inf"), 0)),
+        lambda: RandomAffine(translate=(0.5, 2.0)),
+        lambda: RandomAffine(scale=(0.0, 1.0)),
+        lambda: RandomAffine(scale=(1.0, 1e6)),
+        lambda: RandomAffine(shear=90),
+        lambda: RandomAffine(shear=(1, 2, 3)),
+        lambda: RandomAffine(perspective=-0.1),
+        lambda: RandomAffine(perspective=float("nan")),
+        lambda: RandomPerspective(distortion_scale=1.5),
+        lambda: RandomPerspective(p=-0.1),
+        lambda: RandomZoomOut(side_range=(0.5, 2.0)),
+        lambda: RandomZoomOut(side_range=(1.0, 1e9)),
+        lambda: RandomZoomOut(fill=-1),
+        lambda: RandomIoUCrop(min_scale=0.0),
+        lambda: RandomIoUCrop(min_scale=0.9, max_scale=0.5),
+        lambda: RandomIoUCrop(min_aspect_ratio=float("nan")),
+        lambda: RandomIoUCrop(sampler_options=[]),
+        lambda: RandomIoUCrop(sampler_options=[0.5, float("nan")]),
+        lambda: RandomIoUCrop(trials=0),
+        lambda: RandomIoUCrop(trials=10**9),
+        lambda: Mosaic(0),
+        lambda: Mosaic(10**6),
+        lambda: Mosaic(640, p=2),
+        lambda: Mosaic(640, fill=256),
+        lambda: Mosaic((320, 640)),
+    ],
+)
+def test_hostile_arguments_are_refused_in_one_line(make):
+    with pytest.raises(ValueError) as info:
+        make()
+    assert "\n" not in str(info.value) and len(str(info.value)) < 200
+
+
+def test_plans_refuse_what_they_cannot_compose():
+    with pytest.raises(ValueError, match="Mosaic must come first"):
+        compile_plan([RandomAffine(10), Mosaic(64)])
+    with pytest.raises(ValueError, match="at most one RandomIoUCrop"):
+        compile_plan([RandomIoUCrop(), RandomIoUCrop(), Resize((8, 8))])
+    with pytest.raises(ValueError, match="do not go together"):
+        compile_plan([Mosaic(64), RandomIoUCrop()])
+    with pytest.raises(ValueError, match="different sizes"):
+        compile_plan([RandomZoomOut(p=1.0)]).draw(0, 0, np.arange(8), [50] * 8, [60] * 8)
+    assert compile_plan([RandomZoomOut(p=1.0), Resize((20, 20))]).fixed_size() == (20, 20)
+    assert compile_plan([Mosaic(64), RandomAffine(5)]).fixed_size() == (64, 64)
+    assert compile_plan([RandomRotation(5, expand=True)]).fixed_size() is None
+
+
+# -- draws --------------------------------------------------------------------------------------------
+
+
+def test_maps_depend_on_seed_epoch_and_index_only():
+    plan = compile_plan(
+        [RandomAffine(10, (0.1, 0.1), (0.8, 1.2), 5), RandomPerspective(p=1.0), Resize((32, 32))]
+    )
+    idx = np.array([5, 9, 1000, 7])
+    a = plan.draw(3, 1, idx, [100] * 4, [120] * 4).general.matrices
+    alone = plan.draw(3, 1, idx[2:3], [100], [120]).general.matrices
+    assert np.array_equal(a[2], alone[0])
+    assert not np.allclose(a, plan.draw(3, 2, idx, [100] * 4, [120] * 4).general.matrices)
+    assert not np.allclose(a, plan.draw(4, 1, idx, [100] * 4, [120] * 4).general.matrices)
+
+
+@pytest.mark.parametrize(
+    "steps", [[Letterbox(1)], [Resize((1, 1))], [Resize(1), CenterCrop(1)], [CenterCrop(1)]]
+)
+def test_one_pixel_outputs_work_on_threads_and_device(steps):
+    images = _images(3, size=(40, 60))
+    hw = np.array([im.shape[1:] for im in images])
+    draws = compile_plan(steps).draw(0, 0, np.arange(3), hw[:, 0], hw[:, 1])
+    assert draws.out_size == (1, 1)
+    out = np.zeros((3, 3, 1, 1), np.uint8)
+    inside = draws.inside(hw[:, 0], hw[:, 1])
+    for j, img in enumerate(images):
+        pre = draws.pre[j] if draws.pre is not None else None
+        warp_planes(img, draws.boxes[j], bool(draws.flips[j]), bool(inside[j]), out[j], draws.fill, pre)
+    canvas = torch.from_numpy(np.stack(images))
+    pre = torch.from_numpy(draws.pre) if draws.pre is not None else None
+    dev = warp_batch(canvas, torch.from_numpy(draws.boxes), torch.from_numpy(draws.flips), torch.from_numpy(hw),
+                     (1, 1), draws.fill, pre)  # fmt: skip
+    assert np.abs(dev.numpy() - out).max() <= 1.5
+    if not isinstance(steps[-1], CenterCrop):  # the whole image in one pixel: about its mean
+        means = np.stack(images).reshape(3, 3, -1).mean(-1)
+        assert np.abs(out[:, :, 0, 0] - means).max() <= 12
+
+
+def test_tiny_images_and_degenerate_corners_draw_maps_that_warp():
+    steps = [
+        RandomPerspective(1.0, p=1.0),
+        RandomRotation(30),
+        RandomAffine(10, scale=(0.5, 2.0)),
+        Resize((4, 4)),
+    ]
+    sizes = [(1, 1), (2, 1), (1, 2), (3, 3), (2, 5)]
+    images = [np.full((3, h, w), 100 + k, np.uint8) for k, (h, w) in enumerate(sizes)]
+    for seed in range(20):
+        draws = _draw(steps, images, seed=seed)
+        assert np.isfinite(draws.general.matrices).all()
+        out = _cpu(images, draws)
+        assert out.shape == (5, 3, 4, 4)
+
+
+def test_a_mosaic_warped_from_the_window_it_shows_equals_one_warped_from_its_whole_canvas():
+    s, n = 48, 12
+    plan = compile_plan(
+        [Mosaic(s), RandomAffine(20, translate=(0.2, 0.2), scale=(0.6, 2.5), shear=5, fill=3)]
+    )
+    extra = plan.extra_indices(0, 0, np.arange(n), 100)
+    images = _images(4, seed=2, size=(40, 70))
+    hw = np.array([[40, 70]] * n)
+    draws = plan.draw(
+        0, 0, np.arange(n), hw[:, 0], hw[:, 1], extra=extra, extra_hw=np.full((n, 3, 2), [40, 70])
+    )
+    g, windows = draws.general, 0
+    sources = [torch.from_numpy(im) for im in images]
+    for j in range(n):
+        full = np.zeros((3, 2 * s, 2 * s), np.uint8)
+        render_canvas(sources, g.mosaic.tiles[j], g.mosaic.regions[j], g.mosaic.fill, resize_chw, full)
+        whole = np.zeros((3, s, s), np.uint8)
+        warp_sample(full, False, g.matrices[j], whole, draws.fill)
+        x0, y0, x1, y1 = canvas_window(g.matrices[j], draws.out_size, 2 * s)
+        windows += (x1 - x0) * (y1 - y0) < (2 * s) ** 2
+        part = np.zeros((3, y1 - y0, x1 - x0), np.uint8)
+        render_canvas(
+            sources, g.mosaic.tiles[j], g.mosaic.regions[j], g.mosaic.fill, resize_chw, part, (x0, y0)
+        )
+        shifted = np.zeros_like(whole)
+        warp_sample(
+            part, False, g.matrices[j] @ np.array([[1, 0, x0], [0, 1, y0], [0, 0, 1.0]]), shifted, draws.fill
+        )
+        assert np.abs(shifted.astype(int) - whole).max() <= 1
+    assert windows >= n // 2  # most views see less than the whole canvas
+
+
+def test_horizontal_flips_are_drawn_alike_with_and_without_general_maps():
+    idx = np.arange(500)
+    plain = compile_plan([Resize((32, 32)), RandomHorizontalFlip()]).draw(2, 1, idx, [40] * 500, [60] * 500)
+    turned = compile_plan([Resize((32, 32)), RandomHorizontalFlip(), RandomRotation(0)]).draw(
+        2, 1, idx, [40] * 500, [60] * 500
+    )
+    assert np.array_equal(plain.flips, turned.general.matrices[:, 0, 0] < 0)
+
+
+def test_maps_equal_torchvisions_own_where_it_is_installed():
+    """torchvision v2's ``affine``, ``rotate`` (expanded too) and ``perspective`` on the same image:
+    the same pixels within a level and the same boxes (checked with torchvision 0.28)."""
+    tv = pytest.importorskip("torchvision.transforms.v2.functional")
+    from torchvision import tv_tensors
+    from torchvision.transforms import InterpolationMode
+
+    from cachekit.augment.matrices import affine_matrices, box_corners
+
+    img = _images(1, seed=6, size=(96, 128))[0]
+    t, inner, box = (
+        torch.from_numpy(img),
+        (slice(None), slice(8, -8), slice(8, -8)),
+        [[30.0, 20.0, 70.0, 50.0]],
+    )
+    for a, tx, ty, s, shx, shy in [(25, 5, -7, 1.1, 0, 0), (-40, 0, 0, 0.9, 12, 0), (0, 0, 0, 1.0, 20, 15)]:
+        m = affine_matrices(*(np.array([float(v)]) for v in (a, tx, ty, s, shx, shy, 64, 48)))[0]
+        ref = tv.affine(t, angle=a, translate=[tx, ty], scale=s, shear=[shx, shy],
+                        interpolation=InterpolationMode.BILINEAR).numpy()  # fmt: skip
+        out = np.zeros_like(img)
+        warp_sample(img, False, m, out)
+        assert np.abs(out[inner].astype(float) - ref[inner]).mean() < 0.5
+        boxes = tv_tensors.BoundingBoxes(torch.tensor(box), format="XYXY", canvas_size=(96, 128))
+        ref_box = tv.affine(boxes, angle=a, translate=[tx, ty], scale=s, shear=[shx, shy]).numpy()
+        assert np.allclose(
+            np.clip(box_corners(np.array(box), m[None]), 0, [128, 96, 128, 96]), ref_box, atol=0.05
+        )
+    for deg in (30, -71):
+        draws = _draw([RandomRotation((deg, deg), expand=True)], [img])
+        ref = tv.rotate(t, deg, expand=True, interpolation=InterpolationMode.BILINEAR).numpy()
+        assert ref.shape[1:] == draws.out_size
+        assert np.abs(_cpu([img], draws)[0][inner].astype(float) - ref[inner]).mean() < 0.5
+    start, end = [[0, 0], [127, 0], [127, 95], [0, 95]], [[10, 5], [120, 8], [125, 90], [3, 85]]
+    m = cv2.getPerspectiveTransform(np.float32(start), np.float32(end)).astype(
+        np.float64
+    )  # as matrices.perspective
+    ref = tv.perspective(t, start, end, interpolation=InterpolationMode.BILINEAR).numpy()
+    out = np.zeros_like(img)
+    warp_sample(img, False, m, out)
+    assert np.abs(out[inner].astype(float) - ref[inner]).mean() < 0.5
