@@ -179,7 +179,9 @@ def yolo_source(root: str | Path, annotations: str, storage_options: dict | None
     top, labels_tree, label_of, dataset = _yolo_layout(root, tree)
     yaml_path = Path(annotations) if annotations != "yolo" else None
     if yaml_path is None and dataset is not None:
-        yaml_path = next((p for p in (Path(root) / "data.yaml", dataset / "data.yaml") if p.is_file()), None)
+        yaml_path = next(
+            (p for p in (Path(root) / "data.yaml", dataset / "data.yaml") if os.path.lexists(p)), None
+        )
     names = read_names(yaml_path) if yaml_path is not None else None
     images, ignored, unread = tree.images(top)
     labels = {rel: label_of(rel) for rel, *_ in images}
