@@ -304,3 +304,16 @@ def test_any_sequence_of_builds_and_updates_ends_byte_identical_to_a_fresh_build
             assert names == {"manifest.json", *(s.file for s in m.shards), *retired} | (
                 {".cachekit-retired.json"} if retired else set()
             )
+
+
+def test_max_pixels_changes_the_fingerprint_and_every_shard_name(small_tree, tmp_path):
+    """Fast: the limit on inputs decides which inputs a cache holds, so it is in the fingerprint
+    and in every shard's name (a shard of another limit is never reused as this one)."""
+    out = tmp_path / "c"
+    quiet = {"size": 16, "shard_size": 4, "workers": 1, "progress": False}
+    first = build(small_tree, out, BuildConfig(**quiet)).manifest
+    second = build(small_tree, out, BuildConfig(max_pixels=1_000_000, overwrite=True, **quiet)).manifest
+    assert second.fingerprint != first.fingerprint
+    assert not {s.file for s in first.shards} & {s.file for s in second.shards}
+    again = build(small_tree, out, BuildConfig(max_pixels=1_000_000, **quiet)).manifest  # up to date
+    assert again.fingerprint == second.fingerprint
