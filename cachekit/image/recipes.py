@@ -60,7 +60,7 @@ OPS: dict[str, OpDef] = {
     "letterbox": OpDef(
         ops.letterbox,
         ("size", "pad_value"),
-        {"scale": ((), "<f4"), "pad": ((2,), "<i4")},
+        {"scale": ((), "<f4"), "scale_xy": ((2,), "<f4"), "pad": ((2,), "<i4")},
     ),
 }
 
