@@ -36,6 +36,7 @@ from .loaderchecks import (
 from .order import default_window, node_partitions
 from .prefetch import Prefetcher
 from .sampler import ShardAwareDistributedSampler
+from .targets import check_yolo_collate
 
 __all__ = ["CacheLoader", "make_loader", "suggest_num_workers", "suggest_threads", "resolve_seed"]
 
@@ -230,8 +231,8 @@ def make_loader(
     plan = compile_plan(augment, min_visibility)
     check_batch_bytes(dataset, batch_size, plan)
     collate_fn = Collate(pad=pad, targets=collate)
-    if collate == "yolo" and not any(f.kind == "boxes" for f in getattr(dataset, "fields", {}).values()):
-        raise ValueError('collate="yolo" needs a cache with boxes (cachekit build --annotations)')
+    if collate == "yolo":
+        check_yolo_collate(getattr(dataset, "fields", {}))
     seed_chosen = seed is None
     seed = resolve_seed(seed, distributed)
     on_device = choose_augment_on(augment_on, device, plan)

@@ -37,6 +37,7 @@ __all__ = [
     "box_keys",
     "collate_targets",
     "yolo_rows",
+    "check_yolo_collate",
     "stacked_fields",
 ]
 
@@ -333,6 +334,20 @@ def collate_targets(
                 out[key] = torch.as_tensor(np.stack([np.asarray(t[key]) for t in targets]))
         return out
     return [{k: _tensor(v) for k, v in t.items()} for t in targets]
+
+
+def check_yolo_collate(fields: dict[str, FieldSpec]) -> None:
+    """``collate="yolo"`` needs one boxes field, and nothing it would drop: Ultralytics' rows hold
+    boxes and their classes only (its ``masks`` are per-object masks, not a cache's class maps)."""
+    if not any(spec.kind == "boxes" for spec in fields.values()):
+        raise ValueError('collate="yolo" needs a cache with boxes (cachekit build --annotations)')
+    others = [f"{name} ({spec.kind})" for name, spec in fields.items() if spec.kind not in ("boxes", "label")]
+    if others:
+        raise ValueError(
+            f'collate="yolo" gives only the boxes, as Ultralytics\' [M, 6] rows; this cache also has '
+            f'{", ".join(others)}, which it would drop: use collate="auto" (per-sample dicts with '
+            "every field, masks stacked) or a cache built without them"
+        )
 
 
 def yolo_rows(
