@@ -24,7 +24,7 @@ from ..store.formats import ShardReader, get_format
 from ..store.location import read_manifest
 from ..store.manifest import Manifest, shard_path
 from ..store.remote import is_url
-from ..stream.pins import shards_per_batch
+from ..stream.pins import bytes_per_batch, shards_per_batch
 from ..stream.remotecache import RemoteShards
 from .assemble import BatchRequest, assemble
 from .batch import SampleBatch, stack_images
@@ -249,7 +249,11 @@ class CachedDataset(Dataset):
         if self._remote is None:
             return
         touched = shards_per_batch(self.shard_offsets, batch_size, window, world=world, partitions=partitions)
-        self._remote.check_pins(touched, processes)
+        sizes = [s.bytes for s in self.manifest.shards]
+        most = bytes_per_batch(
+            self.shard_offsets, sizes, batch_size, window, world=world, partitions=partitions
+        )
+        self._remote.check_pins(touched, processes, most)
 
     def block_shards(self, processes: int = 1) -> int | None:
         """Shards the sampler shuffles together by default on object storage, ``processes`` reading

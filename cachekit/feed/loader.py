@@ -21,6 +21,7 @@ from torch.utils.data import DataLoader
 from ..augment.device import DeviceStage, check_device
 from ..augment.plan import Plan, compile_plan
 from ..cpus import available_cpus, local_world_size
+from ..errors import UsageError
 from ..image.geometry import DEFAULT_MIN_VISIBILITY
 from .assemble import BatchRequest
 from .batch import Collate
@@ -164,6 +165,26 @@ def _sizes_of(images: torch.Tensor) -> torch.Tensor:
     return torch.tensor(list(images.shape[-2:]), dtype=torch.int64).expand(images.shape[0], 2).contiguous()
 
 
+def _window_that_fits(
+    dataset, window: int, batch_size: int, processes: int, world: int, partitions: int
+) -> int:
+    """The default window, or where a batch over its blocks would pin more shards than the node
+    cache holds, the largest smaller one that fits, down to blocks of one shard: the shuffle
+    shrinks before the loader is refused."""
+    check = getattr(dataset, "check_batch_shards", None)
+    if check is None:
+        return window
+    w = int(window)
+    while True:
+        try:
+            check(batch_size, w, processes, world=world, partitions=partitions)
+            return w
+        except UsageError:
+            if w <= 1:
+                return window  # nothing fits: the check after the sampler is made says so
+            w = max(1, w // 2)
+
+
 def make_loader(
     dataset,
     batch_size: int,
@@ -269,7 +290,8 @@ def make_loader(
     processes = local_world_size() * max(1, workers)  # reading processes on this node
     if window is None and callable(getattr(dataset, "block_shards", None)):  # blocks the node cache holds
         nodes = partitions if partitions is not None else node_partitions(dataset, world, local_world_size())
-        window = default_window(dataset, len(dataset), processes, nodes)
+        window = _window_that_fits(dataset, default_window(dataset, len(dataset), processes, nodes), batch_size,
+                                   processes, world, nodes)  # fmt: skip
     sampler = ShardAwareDistributedSampler(
         dataset,
         num_replicas=world,
