@@ -98,6 +98,8 @@ SHAPING = {
     "max_pixels": ({}, {"max_pixels": 1_000_000}),
     "annotations": ({}, {"annotations": "COCO"}),
     "masks": ({}, {"masks": "MASKS"}),
+    "mask_classes": ({"masks": "MASKS"}, {"masks": "MASKS", "mask_classes": "MASK_CLASSES"}),
+    "classes": ({}, {"classes": "CLASSES"}),
     "min_visibility": ({"annotations": "COCO"}, {"annotations": "COCO", "min_visibility": 0.5}),
     "arrays": ({}, {"arrays": "ARRAYS"}),
 }
@@ -161,6 +163,9 @@ def test_every_option_that_shapes_a_cache_changes_its_fingerprint(option, small_
     files = {"LABELS": str(labels), "COCO": str(_coco(small_tree, rows, tmp_path)),
              "MASKS": str(_masks(small_tree, rows, tmp_path)),
              "ARRAYS": {"emb": str(_arrays(rows, tmp_path))}}  # fmt: skip
+    (tmp_path / "classes.txt").write_text("class_003\nclass_001\nclass_000\nclass_002\n")
+    (tmp_path / "mask-classes.txt").write_text("background\nleft\n")
+    files |= {"CLASSES": str(tmp_path / "classes.txt"), "MASK_CLASSES": str(tmp_path / "mask-classes.txt")}
     first, second = (
         {k: files.get(v, v) if isinstance(v, str) else v for k, v in d.items()} for d in SHAPING[option]
     )
