@@ -133,6 +133,8 @@ class MixedDataset(Dataset):
         self.group_size = 1
         self._buffers = BufferPool()
         self._pid = os.getpid()
+        #: Each stream's last group of passes, kept between epochs (``mixorder._stream``).
+        self._passes: dict = {}
 
     # -- what the sampler and make_loader read --------------------------------------------------
 
@@ -191,7 +193,11 @@ class MixedDataset(Dataset):
             Source(start, ds.shard_offsets, w, ds.shards_mixed or w < len(ds))
             for ds, start, w in zip(self.sources, self.starts[:-1].tolist(), windows)
         ]
-        return mixed_order(sources, self.weights, self.epoch_len, seed, epoch, shuffle, partitions)
+        # the key is what the passes depend on beyond (seed, source, partition): windows, partitions
+        kept = self._passes.setdefault((tuple(windows), int(partitions), bool(shuffle)), {})
+        if len(self._passes) > 4:  # other settings asked for: keep only the current ones
+            self._passes = {k: v for k, v in self._passes.items() if v is kept}
+        return mixed_order(sources, self.weights, self.epoch_len, seed, epoch, shuffle, partitions, kept)
 
     def draws_per_epoch(self) -> list[int]:
         """Samples each source gives an epoch (without node partitions)."""
@@ -202,6 +208,7 @@ class MixedDataset(Dataset):
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
         state["_buffers"] = None
+        state["_passes"] = {}  # drawn again where needed: never shipped to workers
         return state
 
     def __setstate__(self, state: dict) -> None:

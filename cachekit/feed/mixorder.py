@@ -98,9 +98,12 @@ def _stream(
     begin: int,
     count: int,
     shuffle: bool,
+    kept: dict | None = None,
 ) -> np.ndarray:
     """Positions ``begin .. begin + count`` of the source's endless stream over ``pieces``: pass
-    after pass, each every sample once; passes drawn ``PASS_GROUP_SAMPLES`` samples' worth at a time."""
+    after pass, each every sample once; passes drawn ``PASS_GROUP_SAMPLES`` samples' worth at a time.
+    ``kept``: the last group of passes drawn, per stream, kept between calls, so a large source read a
+    little an epoch draws its pass once, not once every epoch it spans."""
     first, units = np.asarray(pieces[0], dtype=np.int64), np.asarray(pieces[1], dtype=np.int64)
     length = int(units.sum())
     if count == 0 or length == 0:
@@ -108,10 +111,16 @@ def _stream(
     lo, hi = begin // length, (begin + count - 1) // length  # the passes touched
     if shuffle:
         per = max(1, PASS_GROUP_SAMPLES // length)
-        groups = [
-            _pass_group(source, first, units, key, g, per)[max(lo - g * per, 0) : hi - g * per + 1]
-            for g in range(lo // per, hi // per + 1)
-        ]
+        groups = []
+        for g in range(lo // per, hi // per + 1):
+            last = kept.get(tuple(key)) if kept is not None else None
+            if last is not None and last[0] == g:
+                rows = last[1]
+            else:
+                rows = _pass_group(source, first, units, key, g, per)
+                if kept is not None:
+                    kept[tuple(key)] = (g, rows)
+            groups.append(rows[max(lo - g * per, 0) : hi - g * per + 1])
         run = np.concatenate(groups).reshape(-1)
     else:
         one = np.concatenate([np.arange(a, a + n, dtype=np.int64) for a, n in zip(first, units)])
@@ -136,8 +145,10 @@ def mixed_order(
     epoch: int,
     shuffle: bool = True,
     partitions: int = 1,
+    kept: dict | None = None,
 ) -> np.ndarray:
-    """The ``epoch_len`` indices of one epoch over the ``sources`` mixed by ``weights`` (see the module)."""
+    """The ``epoch_len`` indices of one epoch over the ``sources`` mixed by ``weights`` (see the module);
+    ``kept``: a dict the caller keeps between epochs, holding each stream's last group of passes."""
     partitions = max(1, min(int(partitions), *(len(s) for s in sources)))
     m, r = divmod(int(epoch_len), partitions)
     per_partition = [m + 1] * r + [m] * (partitions - r)
@@ -151,7 +162,7 @@ def mixed_order(
         draws = []
         for i, (source, n) in enumerate(zip(sources, counts.tolist())):
             key = [seed % 2**64, i, q]
-            draws.append(_stream(source, cut[i][q], key, epoch * n, n, shuffle))
+            draws.append(_stream(source, cut[i][q], key, epoch * n, n, shuffle, kept))
         rng = np.random.default_rng([seed % 2**64, epoch % 2**64, q, 0x313]) if shuffle else None
         orders.append(_interleaved(draws, rng))
     return interleave(orders)

@@ -200,3 +200,29 @@ def test_each_source_gets_its_weights_share_of_a_loaders_epoch(two_caches):
         labels = torch.cat([y for _, y in loader])
         from_a = int((labels < len(a.classes)).sum())
         assert (from_a, len(labels) - from_a) == want
+
+
+def test_a_large_source_read_a_little_an_epoch_draws_its_pass_once(two_caches, monkeypatch):
+    """A pass of the large source spans many epochs: drawn once, kept, never again each epoch; the
+    orders are those of a mix that keeps nothing."""
+    from cachekit.feed import mixorder
+
+    drawn = []
+    real = mixorder._pass_group
+    monkeypatch.setattr(mixorder, "_pass_group", lambda *a: drawn.append(a[4]) or real(*a))
+    a, b = (CachedDataset(p) for p in two_caches)
+    mixed = mix([a, b], weights=[0.05, 0.95], samples_per_epoch=40)  # 2 of a's 60 an epoch
+    sampler = ShardAwareDistributedSampler(mixed, 1, 0, seed=2)
+    orders = []
+    for epoch in range(6):
+        sampler.set_epoch(epoch)
+        orders.append(list(sampler))
+    assert len(drawn) == 2, drawn  # one group of passes per source in 6 epochs (kept nothing: 12)
+    fresh = [
+        mixed_order(
+            [Source(s, ds.shard_offsets, w, True) for ds, s, w in zip(mixed.sources, mixed.starts[:-1].tolist(), mixed.windows)],
+            mixed.weights, 40, 2, e,
+        ).tolist()
+        for e in range(6)
+    ]  # fmt: skip
+    assert orders == fresh
