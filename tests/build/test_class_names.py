@@ -116,3 +116,22 @@ def test_classes_reorder_coco_and_name_yolos_numbers(objects, tmp_path):
     m = build(raw, tmp_path / "y", BuildConfig(annotations="yolo", classes=str(names), **QUIET)).manifest
     assert m.classes == tuple(want)
     json.dumps(m.to_json())
+
+
+def test_classes_reorder_a_multi_label_csv(tmp_path):
+    from cachekit.tools.synthetic import make_synthetic_folder
+
+    raw = make_synthetic_folder(tmp_path / "raw", 6, classes=1, size=(20, 24), seed=3)
+    files = sorted(p.relative_to(raw).as_posix() for p in raw.rglob("*.jpg"))
+    tags = ["cat;dog", "dog", "bird;cat", "bird", "dog;bird", "cat"]
+    csv = tmp_path / "labels.csv"
+    csv.write_text("file,labels\n" + "".join(f"{f},{t}\n" for f, t in zip(files, tags)))
+    names = tmp_path / "names.txt"
+    names.write_text("dog\ncat\nbird\n")
+    quiet = {**QUIET, "pipeline": "classification-224", "size": 16}
+    build(raw, tmp_path / "c", BuildConfig(labels=str(csv), classes=str(names), **quiet))
+    ds = CachedDataset(tmp_path / "c")
+    assert ds.classes == ["dog", "cat", "bird"]
+    for i in range(len(ds)):
+        want = set(tags[files.index(ds.source(i))].split(";"))
+        assert {ds.classes[c] for c in ds[i][1]["labels"].tolist()} == want
