@@ -12,7 +12,9 @@ ARG TORCH="torch --index-url https://download.pytorch.org/whl/cpu"
 ENV PIP_NO_CACHE_DIR=1 PYTHONUNBUFFERED=1
 WORKDIR /opt/cachekit
 COPY pyproject.toml README.md LICENSE ./
+COPY setup.py ./
 COPY cachekit ./cachekit
+COPY pipelines ./pipelines
 # CI runs these install lines as written (.ci/install_check), outside Docker
 RUN if [ "$TORCH" != "skip" ]; then pip install $TORCH; fi \
  && pip install '.[dask,plot]'

@@ -151,7 +151,7 @@ def test_exit_codes_are_in_every_help():
 def test_recipes_lists_every_builtin_with_its_description():
     code, out = run("recipes")
     assert code == 0
-    folder = Path(__file__).resolve().parents[1] / "cachekit" / "pipelines"
+    folder = Path(__file__).resolve().parents[1] / "pipelines"
     tomls = sorted(folder.glob("*.toml"))
     assert len(tomls) >= 4
     lines = out.splitlines()

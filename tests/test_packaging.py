@@ -27,8 +27,11 @@ def _checkout_files() -> list[str]:
 
 
 def _package_files(files: list[str]) -> set[str]:
-    """What the wheel must hold: every file under cachekit/ (modules, recipes, py.typed)."""
-    return {f for f in files if f.startswith("cachekit/") and not f.endswith(".pyc")}
+    """What the wheel must hold: every file under cachekit/ (modules, py.typed) and the top-level
+    pipelines/ recipes, which the wheel carries as cachekit/pipelines/."""
+    package = {f for f in files if f.startswith("cachekit/") and not f.endswith(".pyc")}
+    recipes = {f"cachekit/{f}" for f in files if f.startswith("pipelines/") and f.endswith(".toml")}
+    return package | recipes
 
 
 @pytest.fixture(scope="module")
@@ -82,8 +85,15 @@ def test_the_sdist_carries_the_package_and_what_builds_it(dists):
         top = tf.getnames()[0].split("/")[0]
         names = {n.split("/", 1)[1] for n in tf.getnames() if "/" in n}
     assert top == f"{DIST_NAME.replace('-', '_')}-{VERSION}"
-    assert _package_files(files) - names == set()
-    assert {"pyproject.toml", "README.md", "LICENSE"} <= names
+    assert {f for f in _package_files(files) if not f.startswith("cachekit/pipelines/")} - names == set()
+    assert {f for f in files if f.startswith("pipelines/")} - names == set(), "recipes left out"
+    assert {"pyproject.toml", "setup.py", "README.md", "LICENSE"} <= names
+
+
+def test_the_recipes_sit_at_the_top_level_and_nowhere_else():
+    files = _checkout_files()
+    assert any(f.startswith("pipelines/") and f.endswith(".toml") for f in files)
+    assert not any(f.startswith("cachekit/pipelines/") for f in files), "one home for the recipes"
 
 
 def test_python_dash_m_cachekit_is_the_command():

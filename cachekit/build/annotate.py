@@ -14,6 +14,7 @@ import os
 import stat
 from collections import Counter
 from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +23,7 @@ from ..errors import CacheError, UsageError
 from ..store.fields import ARRAY_DTYPES, FieldSpec, check_field_name, target_keys
 from ..store.limits import MAX_ARRAY_BYTES
 from ..store.remote import access_error, filesystem, is_url
+from .classnames import voc_palette_names
 from .coco import read_coco
 from .inputs import read_input
 from .sources import Source, Walk, file_problem, is_image_name, path_key, stat_problem, table, walk
@@ -179,7 +181,9 @@ def yolo_source(root: str | Path, annotations: str, storage_options: dict | None
     top, labels_tree, label_of, dataset = _yolo_layout(root, tree)
     yaml_path = Path(annotations) if annotations != "yolo" else None
     if yaml_path is None and dataset is not None:
-        yaml_path = next((p for p in (Path(root) / "data.yaml", dataset / "data.yaml") if p.is_file()), None)
+        yaml_path = next(
+            (p for p in (Path(root) / "data.yaml", dataset / "data.yaml") if os.path.lexists(p)), None
+        )
     names = read_names(yaml_path) if yaml_path is not None else None
     images, ignored, unread = tree.images(top)
     labels = {rel: label_of(rel) for rel, *_ in images}
@@ -210,10 +214,18 @@ def yolo_source(root: str | Path, annotations: str, storage_options: dict | None
     return source.with_targets({"boxes": FieldSpec("boxes")}, targets, dropped, {"annotations": "yolo"})
 
 
-def add_masks(source: Source, masks: str | os.PathLike, storage_options: dict | None = None) -> Source:
+def add_masks(
+    source: Source,
+    masks: str | os.PathLike,
+    storage_options: dict | None = None,
+    mask_classes: tuple[str, ...] | None = None,
+) -> Source:
     """``source`` with a ``mask`` field: for each input ``a/b.jpg`` the class map ``MASKS/a/b.png``.
 
     An input without its mask cannot be trained on: it is left out and reported, with the path looked for.
+    Class folders stay the images' classes (a ``label`` field), but a single folder is no class.
+    The field records its class names: ``mask_classes``, else VOC's when the first mask is a VOC
+    palette PNG; a source with no classes of its own takes them as its classes too.
     """
     tree = open_tree(masks, storage_options)
     keep, found, ignored = [], [], []
@@ -230,10 +242,19 @@ def add_masks(source: Source, masks: str | os.PathLike, storage_options: dict | 
             f"{masks} holds no mask for any input (looked for {MASK_EXTENSION} files named as the images)"
         )
     out = source.subset(keep, ignored)
+    if out.layout == "imagefolder" and len(np.unique(out.labels)) <= 1:
+        # one folder of images (RAW/images/*.jpg) is no class: a mask cache needs none
+        out = replace(out, layout="flat", labels=np.full(len(out), -1, dtype=np.int64), classes=())
     targets = [dict(t or {}) | {"mask": m} for t, m in zip(out.targets or [None] * len(out), found)]
     extra = dict(out.extra) | {"masks": str(masks) if is_url(masks) else str(Path(masks).resolve())}
+    if mask_classes is None:
+        first = tree.read_many([found[0][0]], 1 << 20).get(found[0][0])
+        mask_classes = voc_palette_names(first) if isinstance(first, bytes) else None
+    spec = FieldSpec("mask", {"classes": list(mask_classes)} if mask_classes else {})
+    if mask_classes and not out.classes:
+        out = replace(out, classes=tuple(mask_classes))
     return out.with_targets(
-        _with_label(out, out.fields) | out.fields | {"mask": FieldSpec("mask")}, targets, out.dropped, extra
+        _with_label(out, out.fields) | out.fields | {"mask": spec}, targets, out.dropped, extra
     )
 
 

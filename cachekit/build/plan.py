@@ -140,6 +140,8 @@ def option_changes(
     new_fields = sorted(content.sample.get("fields", {}))
     if old_fields != new_fields:
         out.append(f"fields {', '.join(old_fields) or 'none'} -> {', '.join(new_fields) or 'none'}")
+    if tuple(previous.classes) != tuple(content.classes):
+        out.append("classes (their names or order)")
     if not out and previous.sample.to_json() != content.sample:
         out.append("sample layout")
     return out

@@ -38,6 +38,7 @@ from ..store.manifest import ArraySpec, Manifest, SampleSpec, ShardInfo, Skipped
 from ..store.manifestio import manifest_text
 from ..store.remote import is_object_store, is_url, redact, secrets_hidden
 from .augment import AUGMENT_EXTRAS, AugmentConfig
+from .classnames import read_names_file, with_class_order
 from .config import BuildConfig, BuildResult
 from .executors import run_jobs
 from .guards import check_apart, check_config, check_job_bytes, refuse
@@ -117,6 +118,9 @@ def _build(raw: str | os.PathLike, out: str | os.PathLike, config: BuildConfig) 
     check_apart(raw, out)
     location = open_location(out, config.storage_options)
     location.exists()  # an --out that is a file is refused before any work
+    mask_names = read_names_file(config.mask_classes, "--mask-classes", 256) if config.mask_classes else None
+    if mask_names is not None and config.masks is None:
+        raise UsageError("--mask-classes names the values of --masks' class maps: give --masks too")
     source = discover(
         raw,
         config.labels,
@@ -124,7 +128,10 @@ def _build(raw: str | os.PathLike, out: str | os.PathLike, config: BuildConfig) 
         masks=config.masks,
         arrays=config.arrays,
         storage_options=config.storage_options,
+        mask_classes=mask_names,
     )
+    if config.classes is not None:  # one class order for any source
+        source = with_class_order(source, read_names_file(config.classes, "--classes"), config.classes)
     pipeline = load_pipeline(config.pipeline, config.size)
     fmt = get_format(config.format)
     check_store(config.store, config.quality)

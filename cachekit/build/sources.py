@@ -272,6 +272,7 @@ def discover(
     masks: str | os.PathLike | None = None,
     arrays: dict | None = None,
     storage_options: dict | None = None,
+    mask_classes: tuple[str, ...] | None = None,
 ) -> Source:
     """Find the inputs of ``root`` (a folder, or an fsspec URL reached with ``storage_options``).
 
@@ -283,14 +284,16 @@ def discover(
       torchvision's ImageFolder. Images directly in ``root`` are then ignored, and reported.
     - otherwise a flat folder: every image in ``root``, label -1.
 
-    ``masks``: a folder with a class map per input (``a/b.jpg`` -> ``masks/a/b.png``); ``arrays``:
+    ``masks``: a folder with a class map per input (``a/b.jpg`` -> ``masks/a/b.png``); one folder
+    of images (``RAW/images/``) is then no class, and the maps' class names are ``mask_classes``
+    (else VOC's for VOC palette PNGs); ``arrays``:
     field name -> a folder with an array per input (``a/b.jpg`` -> ``folder/a/b.npy``).
     """
     source = _discover(root, labels_csv, annotations, storage_options)
     if masks is not None:
         from .annotate import add_masks
 
-        source = nonempty(add_masks(source, masks, storage_options))
+        source = nonempty(add_masks(source, masks, storage_options, mask_classes))
     for name, folder in sorted((arrays or {}).items()):
         from .annotate import add_arrays
 

@@ -19,10 +19,13 @@ from pathlib import Path
 from ..errors import UsageError
 from ..store.limits import MAX_CLASSES
 
-__all__ = ["read_names", "parse_label_file", "label_path", "LABEL_FILE_MAX_BYTES"]
+__all__ = ["read_names", "parse_label_file", "label_path", "LABEL_FILE_MAX_BYTES", "MAX_UNNAMED_CLASSES"]
 
 #: A label file larger than this is not read (a line a box: a million boxes).
 LABEL_FILE_MAX_BYTES = 64 << 20
+#: Without a data.yaml the classes are the numbers seen (0 to the largest): a class index at or past
+#: this is taken for a typo, its row left out and reported (name the classes in data.yaml for more).
+MAX_UNNAMED_CLASSES = 10_000
 _SLACK = 1e-3  # normalised coordinates this far past [0, 1] are rounding, and clipped
 
 
@@ -46,6 +49,10 @@ def read_names(path: Path) -> list[str] | None:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise UsageError(f"{path}: not valid YAML ({' '.join(str(exc).split())[:200]})") from None
+    except RecursionError:
+        raise UsageError(
+            f"{path}: nested too deep to be a data.yaml (lists or maps inside each other)"
+        ) from None
     names = data.get("names") if isinstance(data, dict) else None
     if names is None:
         return None
@@ -74,6 +81,11 @@ def _row(values: list[str], classes: int | None) -> tuple[list[float] | None, st
     if cls != int(cls) or cls < 0 or cls >= (classes if classes is not None else MAX_CLASSES):
         known = f" (data.yaml names {classes})" if classes is not None else ""
         return None, f"class {values[0]} is not a known class index{known}"
+    if classes is None and cls >= MAX_UNNAMED_CLASSES:
+        return None, (
+            f"class {values[0]}: without a data.yaml naming the classes, indices stop at "
+            f"{MAX_UNNAMED_CLASSES - 1} (a typo would make a class for every number below it)"
+        )
     if len(values) == 5:
         cx, cy, w, h = numbers[1:]
         x1, y1, x2, y2 = cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2

@@ -56,7 +56,22 @@ from .app import EXIT_CODES, duration, friendly, main, options_of, with_storage_
     "--masks",
     type=click.Path(path_type=str),
     default=None,
-    help="Folder of class-map PNGs, one per input with its relative name (a/b.jpg -> MASKS/a/b.png).",
+    help="Folder of class-map PNGs, one per input with its relative name (a/b.jpg -> MASKS/a/b.png); "
+    "folders of RAW are then no classes.",
+)
+@click.option(
+    "--mask-classes",
+    type=click.Path(path_type=str),
+    default=None,
+    help="Text file naming the masks' classes, one a line (value 0 the first); default: VOC's names "
+    "for VOC palette PNGs.",
+)
+@click.option(
+    "--classes",
+    type=click.Path(path_type=str),
+    default=None,
+    help="Text file of class names, one a line: the class order of any source (folders, --labels, "
+    "COCO, YOLO), so the same class has the same index in every cache built with it.",
 )
 @click.option(
     "--array",
@@ -177,6 +192,8 @@ def build_cmd(
     labels,
     annotations,
     masks,
+    mask_classes,
+    classes,
     arrays,
     min_visibility,
     compression,
@@ -217,6 +234,8 @@ def build_cmd(
         labels=labels,
         annotations=annotations,
         masks=masks,
+        mask_classes=mask_classes,
+        classes=classes,
         arrays=_arrays(arrays),
         min_visibility=min_visibility,
         strict=strict,

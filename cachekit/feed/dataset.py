@@ -24,14 +24,14 @@ from ..store.formats import ShardReader, get_format
 from ..store.location import read_manifest
 from ..store.manifest import Manifest, shard_path
 from ..store.remote import is_url
-from ..stream.pins import shards_per_batch
+from ..stream.pins import bytes_per_batch, shards_per_batch
 from ..stream.remotecache import RemoteShards
 from .assemble import BatchRequest, assemble
 from .batch import SampleBatch, stack_images
 from .buffers import BufferPool
 from .readers import ReaderPool, default_max_open
 from .rows import read_indices
-from .targets import batch_targets, read_values, sample_target
+from .targets import batch_targets, check_labels, read_values, sample_target
 
 __all__ = ["CachedDataset"]
 
@@ -250,7 +250,11 @@ class CachedDataset(Dataset):
         if self._remote is None:
             return
         touched = shards_per_batch(self.shard_offsets, batch_size, window, world=world, partitions=partitions)
-        self._remote.check_pins(touched, processes)
+        sizes = [s.bytes for s in self.manifest.shards]
+        most = bytes_per_batch(
+            self.shard_offsets, sizes, batch_size, window, world=world, partitions=partitions
+        )
+        self._remote.check_pins(touched, processes, most)
 
     def block_shards(self, processes: int = 1) -> int | None:
         """Shards the sampler shuffles together by default on object storage, ``processes`` reading
@@ -299,11 +303,20 @@ class CachedDataset(Dataset):
                 images.append(
                     torch.from_numpy(read_sample(reader.column, i, self.store, self.sample_shape[0]))
                 )
+                check_labels(
+                    reader.column, self.manifest.shards[shard].samples, len(self.classes), _memo_of(reader)
+                )
                 labels[j] = reader.column("labels", [i])[0]
                 if targets is not None:
                     info = self.manifest.shards[shard]
                     (values,) = read_values(
-                        self.fields, reader.column, [i], info.samples, len(self.classes), _memo_of(reader)
+                        self.fields,
+                        reader.column,
+                        [i],
+                        info.samples,
+                        len(self.classes),
+                        _memo_of(reader),
+                        shape=self.sample_shape,
                     )
                     targets.append(
                         sample_target(self.fields, values, info.file, tuple(images[-1].shape[-2:]))
@@ -349,7 +362,10 @@ class CachedDataset(Dataset):
         values: list = [None] * len(local)
         for pos, column, rows, samples, memo in self._groups(indices, readers, local):
             for j, v in zip(
-                pos.tolist(), read_values(self.fields, column, rows, samples, len(self.classes), memo)
+                pos.tolist(),
+                read_values(
+                    self.fields, column, rows, samples, len(self.classes), memo, shape=self.sample_shape
+                ),
             ):
                 values[j] = v
         return values
@@ -360,7 +376,9 @@ class CachedDataset(Dataset):
         """The targets of a batch of a cache without masks (``targets.batch_targets``), boxes moved
         through ``draws``' maps when given."""
         groups = self._groups(indices, readers, local)
-        return batch_targets(self.fields, groups, len(local), len(self.classes), draws, min_visibility)
+        return batch_targets(
+            self.fields, groups, len(local), len(self.classes), draws, min_visibility, shape=self.sample_shape
+        )
 
     @contextlib.contextmanager
     def borrowed_rows(self, indices) -> Iterator[tuple[list, np.ndarray, np.ndarray]]:
@@ -379,6 +397,8 @@ class CachedDataset(Dataset):
                     pos = np.flatnonzero(shards == shard)
                     reader = self._readers.borrow(shard, lambda shard=shard: self._open_reader(shard))
                     borrowed.append(reader)
+                    info = self.manifest.shards[shard]
+                    check_labels(reader.column, info.samples, len(self.classes), _memo_of(reader))
                     labels[pos] = reader.column("labels", local[pos])
                     for j in pos.tolist():
                         readers[j] = reader

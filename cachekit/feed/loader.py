@@ -20,6 +20,7 @@ from torch.utils.data import DataLoader
 
 from ..augment.device import DeviceStage, check_device
 from ..cpus import available_cpus, local_world_size
+from ..errors import UsageError
 from ..image.geometry import DEFAULT_MIN_VISIBILITY
 from .assemble import BatchRequest
 from .batch import Collate
@@ -36,6 +37,7 @@ from .order import default_window, node_partitions
 from .prefetch import Prefetcher
 from .sampler import ShardAwareDistributedSampler
 from .schedule import AugmentSchedule
+from .targets import check_yolo_collate
 
 __all__ = ["CacheLoader", "make_loader", "suggest_num_workers", "suggest_threads", "resolve_seed"]
 
@@ -197,6 +199,26 @@ def _sizes_of(images: torch.Tensor) -> torch.Tensor:
     return torch.tensor(list(images.shape[-2:]), dtype=torch.int64).expand(images.shape[0], 2).contiguous()
 
 
+def _window_that_fits(
+    dataset, window: int, batch_size: int, processes: int, world: int, partitions: int
+) -> int:
+    """The default window, or where a batch over its blocks would pin more shards than the node
+    cache holds, the largest smaller one that fits, down to blocks of one shard: the shuffle
+    shrinks before the loader is refused."""
+    check = getattr(dataset, "check_batch_shards", None)
+    if check is None:
+        return window
+    w = int(window)
+    while True:
+        try:
+            check(batch_size, w, processes, world=world, partitions=partitions)
+            return w
+        except UsageError:
+            if w <= 1:
+                return window  # nothing fits: the check after the sampler is made says so
+            w = max(1, w // 2)
+
+
 def make_loader(
     dataset,
     batch_size: int,
@@ -282,8 +304,8 @@ def make_loader(
     schedule = AugmentSchedule(augment, min_visibility=min_visibility, check=check) if readable else None
     plan = schedule.upcoming(0) if schedule is not None else None  # the first epoch's: sizes workers
     collate_fn = Collate(pad=pad, targets=collate)
-    if collate == "yolo" and not any(f.kind == "boxes" for f in getattr(dataset, "fields", {}).values()):
-        raise ValueError('collate="yolo" needs a cache with boxes (cachekit build --annotations)')
+    if collate == "yolo":
+        check_yolo_collate(getattr(dataset, "fields", {}))
     seed_chosen = seed is None
     seed = resolve_seed(seed, distributed)
     on_device = on_device_for(plan)
@@ -301,7 +323,8 @@ def make_loader(
     processes = local_world_size() * max(1, workers)  # reading processes on this node
     if window is None and callable(getattr(dataset, "block_shards", None)):  # blocks the node cache holds
         nodes = partitions if partitions is not None else node_partitions(dataset, world, local_world_size())
-        window = default_window(dataset, len(dataset), processes, nodes)
+        window = _window_that_fits(dataset, default_window(dataset, len(dataset), processes, nodes), batch_size,
+                                   processes, world, nodes)  # fmt: skip
     sampler = ShardAwareDistributedSampler(
         dataset,
         num_replicas=world,

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import numbers
 import os
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -32,7 +33,61 @@ from .mixorder import Source, mixed_order, shares
 from .order import default_window
 from .rows import read_indices
 
-__all__ = ["MixedDataset", "mix"]
+__all__ = ["MAX_SAMPLES_PER_EPOCH", "MixedDataset", "mix"]
+
+#: The most samples one epoch of a mix may have: its order is held in memory (8 bytes a sample on
+#: every rank, 2 GiB at the limit), as a single cache's is. Longer runs are more epochs.
+MAX_SAMPLES_PER_EPOCH = 2**28
+
+
+def _epoch_samples(samples_per_epoch, default: int) -> int:
+    """``samples_per_epoch`` checked: a whole number from 1 to ``MAX_SAMPLES_PER_EPOCH`` (None: ``default``)."""
+    if samples_per_epoch is None:
+        samples_per_epoch = default
+    ok = isinstance(samples_per_epoch, numbers.Integral) and not isinstance(samples_per_epoch, bool)
+    if not ok or not 1 <= int(samples_per_epoch) <= MAX_SAMPLES_PER_EPOCH:
+        shown = repr(samples_per_epoch)
+        shown = shown if len(shown) <= 40 else shown[:37] + "..."
+        raise UsageError(
+            f"samples_per_epoch must be a whole number from 1 to {MAX_SAMPLES_PER_EPOCH} (an epoch's order "
+            f"is held in memory; train more epochs instead), got {shown}"
+        )
+    return int(samples_per_epoch)
+
+
+def _normalized(weights, n: int) -> list[float]:
+    """The weights as shares summing to 1: ``n`` finite non-negative numbers, not all 0, whose sum is finite."""
+    try:
+        w = np.asarray(weights, dtype=np.float64)
+    except (TypeError, ValueError, OverflowError):
+        w = np.full(0, np.nan)
+    with np.errstate(over="ignore", invalid="ignore"):
+        total = w.sum() if w.shape == (n,) else np.nan
+    if w.shape != (n,) or not np.all(np.isfinite(w)) or (w < 0).any() or not 0 < total < np.inf:
+        raise UsageError(
+            f"weights must be {n} non-negative numbers, not all 0, whose sum is a finite number: {weights!r}"
+        )
+    return (w / total).tolist()
+
+
+def _layout(ds) -> dict[str, str]:
+    """What a batch needs the sources to share, in words."""
+    shape = "x".join(str(s) for s in ds.sample_shape if s is not None)
+    size = f"variable-size ({ds.sample_shape[0]} channels)" if ds.ragged else f"fixed-size {shape}"
+    return {"samples": size, "store": str(ds.store)}
+
+
+def _check_one_layout(sources: list) -> None:
+    """Refuse sources a batch cannot hold together, naming what differs and in which source."""
+    layouts = [_layout(ds) for ds in sources]
+    for what in layouts[0]:
+        values = [lay[what] for lay in layouts]
+        if len(set(values)) > 1:
+            each = "; ".join(f"{ds!r}: {v}" for ds, v in zip(sources, values))
+            raise UsageError(
+                f"mix needs caches of one sample layout, and their {what} differ ({each}): build them "
+                "with the same recipe"
+            )
 
 
 class MixedDataset(Dataset):
@@ -57,25 +112,13 @@ class MixedDataset(Dataset):
                     "caches (targets of several kinds would need one class numbering across the sources)"
                 )
         first = self.sources[0]
-        layouts = {(tuple(ds.sample_shape), ds.store, ds.ragged) for ds in self.sources}
-        if len(layouts) > 1:
-            raise UsageError(
-                f"mix needs caches of one sample layout (shape, store, fixed or variable size); got "
-                f"{sorted(layouts)}: build them with the same recipe"
-            )
-        w = np.asarray(weights, dtype=np.float64)
-        if w.shape != (len(self.sources),) or not np.all(np.isfinite(w)) or (w < 0).any() or w.sum() <= 0:
-            raise UsageError(
-                f"weights must be {len(self.sources)} non-negative numbers, not all 0: {weights!r}"
-            )
-        self.weights = (w / w.sum()).tolist()
+        _check_one_layout(self.sources)
+        self.weights = _normalized(weights, len(self.sources))
         lengths = [len(ds) for ds in self.sources]
         if min(lengths) < 1:
             raise UsageError("mix: a source has no samples")
         #: Samples of one epoch (default: all the sources' samples, however they are weighted).
-        self.epoch_len = int(samples_per_epoch) if samples_per_epoch is not None else sum(lengths)
-        if self.epoch_len < 1:
-            raise UsageError(f"samples_per_epoch must be at least 1, got {samples_per_epoch}")
+        self.epoch_len = _epoch_samples(samples_per_epoch, sum(lengths))
         #: Index of each source's first sample in the mixed index space.
         self.starts = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
         self.shard_offsets = np.concatenate(
@@ -91,6 +134,8 @@ class MixedDataset(Dataset):
         self.group_size = 1
         self._buffers = BufferPool()
         self._pid = os.getpid()
+        #: Each stream's last group of passes, kept between epochs (``mixorder._stream``).
+        self._passes: dict = {}
 
     # -- what the sampler and make_loader read --------------------------------------------------
 
@@ -149,7 +194,11 @@ class MixedDataset(Dataset):
             Source(start, ds.shard_offsets, w, ds.shards_mixed or w < len(ds))
             for ds, start, w in zip(self.sources, self.starts[:-1].tolist(), windows)
         ]
-        return mixed_order(sources, self.weights, self.epoch_len, seed, epoch, shuffle, partitions)
+        # the key is what the passes depend on beyond (seed, source, partition): windows, partitions
+        kept = self._passes.setdefault((tuple(windows), int(partitions), bool(shuffle)), {})
+        if len(self._passes) > 4:  # other settings asked for: keep only the current ones
+            self._passes = {k: v for k, v in self._passes.items() if v is kept}
+        return mixed_order(sources, self.weights, self.epoch_len, seed, epoch, shuffle, partitions, kept)
 
     def draws_per_epoch(self) -> list[int]:
         """Samples each source gives an epoch (without node partitions)."""
@@ -160,6 +209,7 @@ class MixedDataset(Dataset):
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
         state["_buffers"] = None
+        state["_passes"] = {}  # drawn again where needed: never shipped to workers
         return state
 
     def __setstate__(self, state: dict) -> None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .order import block_order, interleave, partition_pieces
+from .order import interleave, partition_pieces
 
 __all__ = ["Source", "shares", "mixed_order"]
 
@@ -45,6 +45,52 @@ def shares(total: int, weights) -> np.ndarray:
     return out
 
 
+#: Samples of passes drawn together: a small source's passes come many at a time from one generator,
+#: so an epoch's work is proportional to its samples, never to its passes (a 3-sample source read
+#: 10**6 times an epoch is 3 * 10**6 samples of array work, not 10**6 generators and block orders).
+PASS_GROUP_SAMPLES = 1 << 16
+
+
+def _group_block_ids(units: np.ndarray, span: int, ramp: bool) -> np.ndarray:
+    """``order._block_ids`` for many passes at once: ``units`` is passes x pieces (each row one
+    pass's pieces in their drawn order); the loop runs over the pieces, every pass in step."""
+    rows, k = units.shape
+    ids = np.zeros((rows, k), dtype=np.int64)
+    block = np.zeros(rows, dtype=np.int64)
+    count = np.zeros(rows, dtype=np.int64)
+    size = np.zeros(rows, dtype=np.int64)
+    cap = np.full(rows, 1 if ramp else k, dtype=np.int64)
+    for j in range(k):
+        u = units[:, j]
+        new = (count > 0) & ((count >= cap) | (size + u > span))
+        block += new
+        count[new] = 0
+        size[new] = 0
+        if ramp:
+            cap[new] = block[new]
+        ids[:, j] = block
+        count += 1
+        size += u
+    return ids
+
+
+def _pass_group(source: Source, first: np.ndarray, units: np.ndarray, key: list[int], group: int, per: int):
+    """Passes ``group * per .. group * per + per - 1`` of the source's stream (one row each): every
+    pass its pieces in a random order, grouped into blocks as ``order.block_order`` groups them
+    (at most ``window`` samples, the ramp), samples shuffled within their block."""
+    rng = np.random.default_rng([*key, group % 2**64])
+    k, length = len(units), int(units.sum())
+    perm = np.argsort(rng.random((per, k)), axis=1, kind="stable")
+    f, u = first[perm], units[perm]  # passes x pieces, each row in its pass's order
+    blocks = _group_block_ids(u, source.window, source.ramp)
+    flat_u = u.reshape(-1)
+    shift = np.repeat(f.reshape(-1) - (np.cumsum(flat_u) - flat_u), flat_u)
+    run = np.arange(per * length, dtype=np.int64) + shift
+    keys = np.repeat((np.arange(per)[:, None] * (k + 1) + blocks).reshape(-1), flat_u).astype(np.float64)
+    keys += rng.random(per * length)
+    return run[np.argsort(keys, kind="stable")].reshape(per, length)
+
+
 def _stream(
     source: Source,
     pieces: tuple[np.ndarray, np.ndarray],
@@ -52,23 +98,35 @@ def _stream(
     begin: int,
     count: int,
     shuffle: bool,
+    kept: dict | None = None,
 ) -> np.ndarray:
-    """Positions ``begin .. begin + count`` of the source's endless stream over ``pieces``."""
-    first, units = pieces
+    """Positions ``begin .. begin + count`` of the source's endless stream over ``pieces``: pass
+    after pass, each every sample once; passes drawn ``PASS_GROUP_SAMPLES`` samples' worth at a time.
+    ``kept``: the last group of passes drawn, per stream, kept between calls, so a large source read a
+    little an epoch draws its pass once, not once every epoch it spans."""
+    first, units = np.asarray(pieces[0], dtype=np.int64), np.asarray(pieces[1], dtype=np.int64)
     length = int(units.sum())
-    if count == 0:
+    if count == 0 or length == 0:
         return np.zeros(0, dtype=np.int64)
+    lo, hi = begin // length, (begin + count - 1) // length  # the passes touched
     if shuffle:
-        passes = []
-        for j in range(begin // length, (begin + count - 1) // length + 1):
-            rng = np.random.default_rng([*key, j % 2**64])
-            passes.append(block_order(first, units, rng, source.window, source.ramp))
+        per = max(1, PASS_GROUP_SAMPLES // length)
+        groups = []
+        for g in range(lo // per, hi // per + 1):
+            last = kept.get(tuple(key)) if kept is not None else None
+            if last is not None and last[0] == g:
+                rows = last[1]
+            else:
+                rows = _pass_group(source, first, units, key, g, per)
+                if kept is not None:
+                    kept[tuple(key)] = (g, rows)
+            groups.append(rows[max(lo - g * per, 0) : hi - g * per + 1])
+        run = np.concatenate(groups).reshape(-1)
     else:
         one = np.concatenate([np.arange(a, a + n, dtype=np.int64) for a, n in zip(first, units)])
-        passes = [one] * ((begin + count - 1) // length - begin // length + 1)
-    run = np.concatenate(passes)
-    lo = begin - (begin // length) * length
-    return run[lo : lo + count] + source.start
+        run = np.tile(one, hi - lo + 1)
+    start = begin - lo * length
+    return run[start : start + count] + source.start
 
 
 def _interleaved(draws: list[np.ndarray], rng: np.random.Generator | None) -> np.ndarray:
@@ -87,8 +145,10 @@ def mixed_order(
     epoch: int,
     shuffle: bool = True,
     partitions: int = 1,
+    kept: dict | None = None,
 ) -> np.ndarray:
-    """The ``epoch_len`` indices of one epoch over the ``sources`` mixed by ``weights`` (see the module)."""
+    """The ``epoch_len`` indices of one epoch over the ``sources`` mixed by ``weights`` (see the module);
+    ``kept``: a dict the caller keeps between epochs, holding each stream's last group of passes."""
     partitions = max(1, min(int(partitions), *(len(s) for s in sources)))
     m, r = divmod(int(epoch_len), partitions)
     per_partition = [m + 1] * r + [m] * (partitions - r)
@@ -102,7 +162,7 @@ def mixed_order(
         draws = []
         for i, (source, n) in enumerate(zip(sources, counts.tolist())):
             key = [seed % 2**64, i, q]
-            draws.append(_stream(source, cut[i][q], key, epoch * n, n, shuffle))
+            draws.append(_stream(source, cut[i][q], key, epoch * n, n, shuffle, kept))
         rng = np.random.default_rng([seed % 2**64, epoch % 2**64, q, 0x313]) if shuffle else None
         orders.append(_interleaved(draws, rng))
     return interleave(orders)

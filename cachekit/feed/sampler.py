@@ -106,6 +106,7 @@ class ShardAwareDistributedSampler(Sampler[int]):
             raise ValueError(f"partitions must be at least 1, got {partitions}")
         #: A dataset that orders its own epochs (``cachekit.mix``): ``epoch_order(seed, epoch, ...)``.
         self._order_of = getattr(dataset, "epoch_order", None)
+        self._own_len = getattr(dataset, "epoch_len", None)
         if window is None and self._order_of is not None:
             window = dataset.windows
         elif window is None:
@@ -143,7 +144,8 @@ class ShardAwareDistributedSampler(Sampler[int]):
 
     def _sizes(self) -> None:
         """Epoch length and shares (an epoch's order is every unit once, plus nothing)."""
-        self.epoch_len = len(self.order()) * self.group_size
+        own = self._own_len if self._order_of is not None else None  # known without building the order
+        self.epoch_len = (int(own) if own is not None else len(self.order())) * self.group_size
         self.num_samples = self._per_rank(self.epoch_len)  # a whole epoch's share of one rank
         self.total_size = self.num_samples * self.num_replicas
 

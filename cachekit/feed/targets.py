@@ -30,12 +30,14 @@ __all__ = [
     "read_values",
     "batch_targets",
     "check_classes",
+    "check_labels",
     "sample_target",
     "move_target",
     "move_boxes_of_batch",
     "box_keys",
     "collate_targets",
     "yolo_rows",
+    "check_yolo_collate",
     "stacked_fields",
 ]
 
@@ -61,16 +63,20 @@ def read_values(
     samples: int,
     classes: int | None = None,
     memo: dict | None = None,
+    *,
+    shape: Sequence | None = None,
 ) -> list[dict]:
     """The stored values of ``rows`` of one shard, per sample (masks still PNG bytes). Class indices
     are checked against ``classes`` and boxes to be finite: a damaged shard is a CacheError, never
-    a target that indexes past a model's classes or a NaN in a loss.
+    a target that indexes past a model's classes or a NaN in a loss. With the cache's sample
+    ``shape`` (``[C, H, W]``, or ``[C, None, None]`` when samples keep their own size), boxes are also
+    checked to lie inside their image and crowd flags to be 0 or 1.
 
     ``memo``: a dict kept with the open shard (``CachedDataset`` keeps one per reader). The shard's
     field columns are then read and checked whole, once, and a batch only gathers its rows: the
     checks no longer cost every batch (a detection feed reads a dozen shards a batch).
     """
-    check_classes(fields, column, rows, samples, classes, memo)
+    check_classes(fields, column, rows, samples, classes, memo, shape=shape)
     per_field = {
         name: spec.handler.unpack(name, spec.params, column, rows, samples, memo)
         for name, spec in fields.items()
@@ -85,32 +91,72 @@ def check_classes(
     samples: int,
     classes: int | None,
     memo: dict | None,
+    *,
+    shape: Sequence | None = None,
 ) -> None:
-    """Class indices of ``rows`` within ``classes`` and boxes finite, or a CacheError; with a ``memo``
-    (kept with the open shard), every row of the shard, once."""
+    """Class indices of ``rows`` within ``classes``, boxes finite (and, given the cache's sample
+    ``shape``, inside their image, crowd flags 0 or 1), or a CacheError; with a ``memo`` (kept with
+    the open shard), every row of the shard, once: a min and max over each column."""
     for name, spec in fields.items():
         if spec.kind not in ("boxes", "labels") or (memo is not None and ("checked", name) in memo):
             continue
-        every = range(samples) if memo is not None else rows
-        _check_values(
-            name, spec, spec.handler.unpack(name, spec.params, column, every, samples, memo), classes
-        )
+        every = np.arange(samples) if memo is not None else np.asarray(rows, dtype=np.int64)
+        values = spec.handler.unpack(name, spec.params, column, every, samples, memo)
+        hw = _image_sizes(column, every, shape) if spec.kind == "boxes" else None
+        _check_values(name, spec, values, classes, hw)
         if memo is not None:
             memo[("checked", name)] = True
 
 
-def _check_values(name: str, spec: FieldSpec, values: list, classes: int | None) -> None:
+def check_labels(column, samples: int, classes: int, memo: dict | None) -> None:
+    """The shard's ``labels`` column (each sample's class, -1 for none) within ``classes``, or a
+    CacheError; once a shard with a ``memo`` (kept with the open shard)."""
+    if memo is not None and ("checked", "labels column") in memo:
+        return
+    labels = np.asarray(column("labels", np.arange(samples, dtype=np.int64)))
+    if len(labels) and (labels.min() < -1 or labels.max() >= classes):
+        bad = labels[(labels < -1) | (labels >= classes)][0]
+        raise CacheError(
+            f"a stored class is out of range ({int(bad)}, the cache has {classes} classes): the shard is damaged"
+        )
+    if memo is not None:
+        memo[("checked", "labels column")] = True
+
+
+def _image_sizes(column, rows: np.ndarray, shape: Sequence | None) -> np.ndarray | None:
+    """Each row's stored image ``(height, width)``, from the sample shape or (samples of their own
+    size) the shard's ``image_shape`` column; None when the shape is not given."""
+    if shape is None:
+        return None
+    if shape[1] is None:
+        return np.asarray(column("image_shape", rows), dtype=np.int64).reshape(len(rows), -1)[:, 1:3]
+    return np.tile(np.array(shape[1:3], dtype=np.int64), (len(rows), 1))
+
+
+def _check_values(
+    name: str, spec: FieldSpec, values: list, classes: int | None, hw: np.ndarray | None = None
+) -> None:
     if not len(values):
         return
     found = np.concatenate([v["classes"] if spec.kind == "boxes" else v for v in values])
-    bad = bool(len(found)) and classes is not None and (found.min() < 0 or found.max() >= classes)
-    if spec.kind == "boxes" and not np.isfinite(np.concatenate([v["boxes"] for v in values])).all():
-        bad = True
-    if bad:
-        raise CacheError(
-            f"field {name!r}: a stored value is out of range (a class past the {classes} classes, or a box "
-            "that is not finite): the shard is damaged"
-        )
+    problem = None
+    if bool(len(found)) and classes is not None and (found.min() < 0 or found.max() >= classes):
+        problem = f"a class past the {classes} classes"
+    elif spec.kind == "boxes":
+        boxes = np.concatenate([v["boxes"] for v in values]).reshape(-1, 4)
+        crowd = np.concatenate([v["iscrowd"] for v in values])
+        if not np.isfinite(boxes).all():
+            problem = "a box that is not finite"
+        elif len(crowd) and crowd.max() > 1:
+            problem = f"an iscrowd flag of {int(crowd.max())}, not 0 or 1"
+        elif hw is not None and len(boxes):
+            size = np.repeat(hw, [len(v["boxes"]) for v in values], axis=0)  # (height, width) per box
+            out = (boxes[:, :2] < -1).any(1) | (boxes[:, 2] > size[:, 1] + 1) | (boxes[:, 3] > size[:, 0] + 1)
+            if out.any():
+                j = int(np.flatnonzero(out)[0])
+                problem = f"a box {boxes[j].tolist()} outside its {size[j, 1]}x{size[j, 0]} image"
+    if problem:
+        raise CacheError(f"field {name!r}: a stored value is out of range ({problem}): the shard is damaged")
 
 
 def batch_targets(
@@ -120,6 +166,8 @@ def batch_targets(
     classes: int | None,
     draws=None,
     min_visibility: float = 0.0,
+    *,
+    shape: Sequence | None = None,
 ) -> list[dict]:
     """The ``n`` targets of a batch of a cache without masks, moved through ``draws``' maps when given.
 
@@ -135,7 +183,9 @@ def batch_targets(
     if others:
         values: list = [None] * n
         for pos, column, rows, samples, memo in groups:
-            for j, v in zip(pos.tolist(), read_values(others, column, rows, samples, classes, memo)):
+            for j, v in zip(
+                pos.tolist(), read_values(others, column, rows, samples, classes, memo, shape=shape)
+            ):
                 values[j] = v
         out = [sample_target(others, v, "") for v in values]
     else:
@@ -143,7 +193,7 @@ def batch_targets(
     if not boxes:
         return out
     for _, column, rows, samples, memo in groups:
-        check_classes(boxes, column, rows, samples, classes, memo)
+        check_classes(boxes, column, rows, samples, classes, memo, shape=shape)
     move = draws.box_mover(min_visibility) if draws is not None else None
     for name, spec in boxes.items():
         owners, parts = [], []
@@ -281,6 +331,20 @@ def collate_targets(
                 out[key] = torch.as_tensor(np.stack([np.asarray(t[key]) for t in targets]))
         return out
     return [{k: _tensor(v) for k, v in t.items()} for t in targets]
+
+
+def check_yolo_collate(fields: dict[str, FieldSpec]) -> None:
+    """``collate="yolo"`` needs one boxes field, and nothing it would drop: Ultralytics' rows hold
+    boxes and their classes only (its ``masks`` are per-object masks, not a cache's class maps)."""
+    if not any(spec.kind == "boxes" for spec in fields.values()):
+        raise ValueError('collate="yolo" needs a cache with boxes (cachekit build --annotations)')
+    others = [f"{name} ({spec.kind})" for name, spec in fields.items() if spec.kind not in ("boxes", "label")]
+    if others:
+        raise ValueError(
+            f'collate="yolo" gives only the boxes, as Ultralytics\' [M, 6] rows; this cache also has '
+            f'{", ".join(others)}, which it would drop: use collate="auto" (per-sample dicts with '
+            "every field, masks stacked) or a cache built without them"
+        )
 
 
 def yolo_rows(

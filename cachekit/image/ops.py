@@ -129,8 +129,10 @@ def center_crop(img: np.ndarray, size: int, pad_value: int = 0) -> np.ndarray:
 def letterbox(img: np.ndarray, size: int, pad_value: int = 114) -> tuple[np.ndarray, dict]:
     """YOLO-style letterbox: longer side to ``size``, then pad to ``size`` x ``size`` with ``pad_value``.
 
-    Returns the image and ``{"scale": s, "pad": [left, top]}`` so boxes map back with
-    ``x_orig = (x - left) / s``.
+    Returns the image and ``{"scale": s, "scale_xy": [sx, sy], "pad": [left, top]}``: ``s`` is the
+    nominal ``size / max(h, w)``, ``sx, sy`` what each axis really got once the resized sides were
+    rounded to whole pixels (``new_w / w``, ``new_h / h``), so boxes map back exactly with
+    ``x_orig = (x - left) / sx``, ``y_orig = (y - top) / sy`` (with ``s``, off by up to ``0.5 / s`` px).
     """
     h, w = img.shape[:2]
     scale = size / max(h, w)
@@ -140,7 +142,12 @@ def letterbox(img: np.ndarray, size: int, pad_value: int = 114) -> tuple[np.ndar
     out = cv2.copyMakeBorder(
         img, top, size - nh - top, left, size - nw - left, cv2.BORDER_CONSTANT, value=(pad_value,) * 3
     )
-    return out, {"scale": np.float32(scale), "pad": np.array([left, top], dtype=np.int32)}
+    scale_xy = np.array([nw / w, nh / h], dtype=np.float32)
+    return out, {
+        "scale": np.float32(scale),
+        "scale_xy": scale_xy,
+        "pad": np.array([left, top], dtype=np.int32),
+    }
 
 
 # -- batched colour operations on [N, H, W, 3] uint8 ------------------------------------------------

@@ -1,7 +1,7 @@
 """Preprocessing recipes: TOML files naming a sequence of ``cachekit.image.ops`` steps with their parameters.
 
 A recipe is data: its resolved form (name, size, steps) is recorded in the manifest and hashed into
-the cache fingerprint. Built-in recipes are the TOML files of ``cachekit/pipelines/``, shipped in
+the cache fingerprint. Built-in recipes are the TOML files of the top-level ``pipelines/`` folder, shipped in
 the wheel; a user passes a path to their own.
 Parameters may refer to the recipe's output side as ``"size"`` or ``"size*A/B"`` so ``--size``
 rescales the whole recipe. Every resolved size is a whole number from 1 to ``MAX_SIDE``, checked
@@ -60,7 +60,7 @@ OPS: dict[str, OpDef] = {
     "letterbox": OpDef(
         ops.letterbox,
         ("size", "pad_value"),
-        {"scale": ((), "<f4"), "pad": ((2,), "<i4")},
+        {"scale": ((), "<f4"), "scale_xy": ((2,), "<f4"), "pad": ((2,), "<i4")},
     ),
 }
 
@@ -179,8 +179,12 @@ class Pipeline:
 
 
 def _builtin_folder():
-    """The built-in recipes: the TOML files of the ``cachekit.pipelines`` package."""
-    return resources.files("cachekit.pipelines")
+    """The built-in recipes: the TOML files of the top-level ``pipelines/`` folder of a checkout, which
+    an installed wheel carries as ``cachekit/pipelines/`` (setup.py maps the one to the other)."""
+    installed = resources.files("cachekit").joinpath("pipelines")
+    if installed.is_dir():
+        return installed
+    return Path(__file__).resolve().parents[2] / "pipelines"
 
 
 def builtin_pipelines() -> list[str]:

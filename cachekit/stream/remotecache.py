@@ -78,10 +78,12 @@ class RemoteShards:
         per_node = self.cache.max_bytes // max(1, self.largest)
         return max(1, per_node // (2 * local_world_size()))
 
-    def check_pins(self, shards_per_batch: int, processes: int) -> None:
+    def check_pins(self, shards_per_batch: int, processes: int, batch_bytes: int | None = None) -> None:
         """Refuse a loader whose batches would pin more shards at once than the node cache holds:
-        each of ``processes`` reading processes on the node pins the shards of its current batch."""
-        need = shards_per_batch * self.largest * processes
+        each of ``processes`` reading processes on the node pins the shards of its current batch
+        (``batch_bytes`` of them at most, ``stream.pins.bytes_per_batch``; else each the largest)."""
+        per_batch = batch_bytes if batch_bytes is not None else shards_per_batch * self.largest
+        need = per_batch * processes
         if need > self.cache.max_bytes:
             raise UsageError(
                 f"a batch may need {shards_per_batch} shards at once in each of {processes} reading "

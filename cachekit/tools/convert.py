@@ -44,6 +44,7 @@ from ..store.manifest import Manifest, ShardInfo, shard_path
 from ..store.manifestio import json_text, manifest_text
 from ..store.remote import access_error, fetch_shard, filesystem, is_url, secrets_hidden
 from ..store.sourcecol import SOURCE_BYTES, SOURCE_OFFSETS
+from .verify import stored_values_problem
 
 __all__ = ["convert"]
 
@@ -55,6 +56,9 @@ def _read_shard(root: Path, manifest: Manifest, index: int) -> dict[str, np.ndar
     fmt = get_format(manifest.format, reading=True)
     reader = fmt.open(shard_path(root, info), manifest.sample, info.samples, store)
     try:
+        problem = stored_values_problem(manifest, info, reader)  # never carried over, as a changed pixel
+        if problem:
+            raise CacheError(f"{info.file}: {problem}; convert copies only what verify passes")
         rows = np.arange(info.samples)
         if store == "pixels" and not manifest.sample.ragged:
             image_array = reader.image_array

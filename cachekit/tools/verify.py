@@ -26,7 +26,7 @@ from ..store.location import read_manifest
 from ..store.manifest import Manifest, ShardInfo, shard_path
 from ..store.remote import access_error, fetch_shard, filesystem, is_url
 
-__all__ = ["ShardProblem", "VerifyReport", "verify"]
+__all__ = ["ShardProblem", "VerifyReport", "verify", "stored_values_problem"]
 
 
 @dataclass(frozen=True)
@@ -82,8 +82,8 @@ def _check_shard(root: Path, manifest: Manifest, info: ShardInfo, quick: bool) -
     try:
         if len(reader) != info.samples:
             return f"holds {len(reader)} samples, manifest says {info.samples}"
-        if manifest.sample.fields and not quick:
-            return _check_fields(manifest, info, reader)
+        if not quick:
+            return stored_values_problem(manifest, info, reader)
     except CacheError as exc:
         return str(exc).removeprefix(f"{info.file}: ")
     finally:
@@ -113,15 +113,24 @@ def _check_value(kind: str, value, classes: int, hw: tuple[int, int]) -> str | N
     return None
 
 
+def stored_values_problem(manifest: Manifest, info: ShardInfo, reader) -> str | None:
+    """What is wrong with the values of an open shard, or None: its labels column within the
+    classes, and every row of every field unpacks (offsets within their values, masks that decode
+    to their image's size, text that is UTF-8, arrays of their shape, classes that index
+    ``classes``, boxes inside their image, crowd flags 0 or 1). ``verify`` and ``convert`` both ask."""
+    try:
+        return _check_fields(manifest, info, reader)
+    except CacheError as exc:
+        return str(exc).removeprefix(f"{info.file}: ")
+
+
 def _check_fields(manifest: Manifest, info: ShardInfo, reader) -> str | None:
-    """Every row of every field unpacks: offsets within their values, masks that decode to their
-    image's size, text that is UTF-8, classes that index ``classes``."""
     rows = list(range(info.samples))
     if manifest.sample.ragged:
         shapes = np.asarray(reader.column("image_shape", slice(None)))[:, 1:]
     else:
         shapes = np.tile(np.array(manifest.sample.shape[1:]), (info.samples, 1))
-    if "label" in manifest.sample.fields and info.samples:
+    if info.samples:
         labels = np.asarray(reader.column("labels", slice(None)))
         if labels.min() < -1 or labels.max() >= len(manifest.classes):
             return f"a label outside -1 to {len(manifest.classes) - 1}"

@@ -98,6 +98,8 @@ SHAPING = {
     "max_pixels": ({}, {"max_pixels": 1_000_000}),
     "annotations": ({}, {"annotations": "COCO"}),
     "masks": ({}, {"masks": "MASKS"}),
+    "mask_classes": ({"masks": "MASKS"}, {"masks": "MASKS", "mask_classes": "MASK_CLASSES"}),
+    "classes": ({}, {"classes": "CLASSES"}),
     "min_visibility": ({"annotations": "COCO"}, {"annotations": "COCO", "min_visibility": 0.5}),
     "arrays": ({}, {"arrays": "ARRAYS"}),
 }
@@ -161,6 +163,9 @@ def test_every_option_that_shapes_a_cache_changes_its_fingerprint(option, small_
     files = {"LABELS": str(labels), "COCO": str(_coco(small_tree, rows, tmp_path)),
              "MASKS": str(_masks(small_tree, rows, tmp_path)),
              "ARRAYS": {"emb": str(_arrays(rows, tmp_path))}}  # fmt: skip
+    (tmp_path / "classes.txt").write_text("class_003\nclass_001\nclass_000\nclass_002\n")
+    (tmp_path / "mask-classes.txt").write_text("background\nleft\n")
+    files |= {"CLASSES": str(tmp_path / "classes.txt"), "MASK_CLASSES": str(tmp_path / "mask-classes.txt")}
     first, second = (
         {k: files.get(v, v) if isinstance(v, str) else v for k, v in d.items()} for d in SHAPING[option]
     )
@@ -304,3 +309,16 @@ def test_any_sequence_of_builds_and_updates_ends_byte_identical_to_a_fresh_build
             assert names == {"manifest.json", *(s.file for s in m.shards), *retired} | (
                 {".cachekit-retired.json"} if retired else set()
             )
+
+
+def test_max_pixels_changes_the_fingerprint_and_every_shard_name(small_tree, tmp_path):
+    """Fast: the limit on inputs decides which inputs a cache holds, so it is in the fingerprint
+    and in every shard's name (a shard of another limit is never reused as this one)."""
+    out = tmp_path / "c"
+    quiet = {"size": 16, "shard_size": 4, "workers": 1, "progress": False}
+    first = build(small_tree, out, BuildConfig(**quiet)).manifest
+    second = build(small_tree, out, BuildConfig(max_pixels=1_000_000, overwrite=True, **quiet)).manifest
+    assert second.fingerprint != first.fingerprint
+    assert not {s.file for s in first.shards} & {s.file for s in second.shards}
+    again = build(small_tree, out, BuildConfig(max_pixels=1_000_000, **quiet)).manifest  # up to date
+    assert again.fingerprint == second.fingerprint

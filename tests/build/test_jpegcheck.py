@@ -114,3 +114,15 @@ def test_without_a_stderr_to_borrow_the_structure_still_decides(monkeypatch):
     assert decode_input(_pil_jpeg(progressive=False), PIPELINE).shape == (240, 320, 3)
     with pytest.raises(DecodeError, match="last scans are missing"):
         decode_input(_cut(_pil_jpeg(progressive=True), 0.5), PIPELINE)
+
+
+@pytest.mark.parametrize("progressive", [True, False], ids=["progressive", "baseline"])
+@pytest.mark.parametrize("fraction", [0.3, 0.7, 0.999])
+def test_a_jpeg_cut_without_an_end_marker_is_named_for_it(progressive, fraction):
+    """Cut and left as cut (no marker appended): the missing end-of-image marker itself is the reason."""
+    data = _pil_jpeg(progressive)
+    cut = data[: int(len(data) * fraction)]
+    assert not cut.endswith(EOI)
+    with pytest.raises(DecodeError, match="no end-of-image marker"):
+        decode_input(cut, PIPELINE)
+    decode_input(data, PIPELINE)  # the whole file decodes

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
 from torch.utils.data import DataLoader
@@ -197,13 +195,13 @@ def test_variable_sized_samples_train_with_crops_and_evaluate_with_center_crops(
     assert torch.equal(_epoch(on_device)[0], v)
 
 
-def _augmenting_rank(rank, world, port, cache, results):
+def _augmenting_rank(rank, world, init_method, cache, results):
     import torch.distributed as dist
+    from distgroup import join_group
 
     from cachekit.transforms import RandomHorizontalFlip, RandomResizedCrop
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    join_group(rank, world, init_method)
     try:
         ds = CachedDataset(cache)
         loader = make_loader(
@@ -221,21 +219,17 @@ def _augmenting_rank(rank, world, port, cache, results):
 
 
 @pytest.mark.slow
-def test_ranks_of_a_gloo_group_augment_their_own_share_in_step(small_cache):
-    import socket
-
+def test_ranks_of_a_gloo_group_augment_their_own_share_in_step(small_cache, tmp_path):
     import torch.multiprocessing as tmp_mp
+    from distgroup import rendezvous
 
     from cachekit.augment.plan import compile_plan
     from cachekit.feed.assemble import BatchRequest
     from cachekit.feed.sampler import ShardAwareDistributedSampler
     from cachekit.transforms import RandomHorizontalFlip, RandomResizedCrop
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     results = tmp_mp.Manager().dict()
-    tmp_mp.spawn(_augmenting_rank, args=(2, port, str(small_cache), results), nprocs=2)
+    tmp_mp.spawn(_augmenting_rank, args=(2, rendezvous(tmp_path), str(small_cache), results), nprocs=2)
     ds = CachedDataset(small_cache)
     plan = compile_plan([RandomResizedCrop(16), RandomHorizontalFlip()])
     for rank in range(2):

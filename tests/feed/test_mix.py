@@ -134,3 +134,95 @@ def test_mixing_what_cannot_be_one_batch_is_refused(two_caches, small_cache):
         with pytest.raises(UsageError, match="weights"):
             mix([a, b], weights=weights)
     assert mix([a, b]).weights == [0.5, 0.5] and mix([a, b]).epoch_len == 100
+
+
+def test_an_epoch_of_a_small_source_costs_its_samples_not_its_passes(monkeypatch):
+    """A 3-sample source drawn 150,000 times an epoch: its passes come many at a time, so the
+    generators made are a handful (one a pass before: 50,000), and each pass is still every sample once."""
+    made = []
+    real = np.random.default_rng
+    monkeypatch.setattr(np.random, "default_rng", lambda *a, **k: made.append(a) or real(*a, **k))
+    sources = _sources(3, 2_000, shard=1, window=2)
+    order = mixed_order(sources, [0.75, 0.25], 200_000, seed=4, epoch=1)
+    assert len(order) == 200_000 and len(made) <= 12, len(made)
+    small = order[order < 3]
+    assert len(small) == 150_000
+    passes = np.sort(small.reshape(-1, 3), axis=1)
+    assert (passes == np.arange(3)).all()
+    big = order[order >= 3] - 3
+    assert len(big) == 50_000 and all(
+        sorted(big[k : k + 2000]) == list(range(2000)) for k in range(0, 48_000, 2000)
+    )
+
+
+@pytest.mark.parametrize("n", [0, -1, 2**28 + 1, 10**12, 10**30, 2.5, True, "100"])
+def test_samples_per_epoch_is_bounded_in_one_line(two_caches, n):
+    a, b = (CachedDataset(p) for p in two_caches)
+    with pytest.raises(
+        UsageError, match="samples_per_epoch must be a whole number from 1 to 268435456"
+    ) as err:
+        mix([a, b], samples_per_epoch=n)
+    assert "\n" not in str(err.value) and len(str(err.value)) < 300
+
+
+def test_the_largest_epoch_is_accepted_without_building_its_order(two_caches):
+    a, b = (CachedDataset(p) for p in two_caches)
+    mixed = mix([a, b], samples_per_epoch=2**28)
+    sampler = ShardAwareDistributedSampler(mixed, 4, 1, seed=0)  # the length alone: no order of 2**28 made
+    assert len(sampler) == 2**26 and mixed.draws_per_epoch() == [2**27, 2**27]
+
+
+@pytest.mark.parametrize("weights", [[1e308, 1e308], [float("inf"), 1], [1.7e308, 1e308]])
+def test_weights_whose_sum_overflows_are_refused(two_caches, weights):
+    a, b = (CachedDataset(p) for p in two_caches)
+    with pytest.raises(UsageError, match="whose sum is a finite number"):
+        mix([a, b], weights=weights)
+    assert mix([a, b], weights=[1e307, 1e307]).weights == [0.5, 0.5]
+
+
+def test_mixing_a_fixed_size_and_a_variable_size_cache_says_what_differs(two_caches, tmp_path):
+    raw = make_synthetic_folder(tmp_path / "raw", 8, classes=2, size=(30, 26), seed=1)
+    build(raw, tmp_path / "own", BuildConfig(pipeline="none", shard_size=4, workers=1, progress=False))
+    fixed, own = CachedDataset(two_caches[0]), CachedDataset(tmp_path / "own")
+    assert own.ragged
+    with pytest.raises(UsageError, match="their samples differ") as err:
+        mix([fixed, own])
+    message = str(err.value)
+    assert "fixed-size 3x24x24" in message and "variable-size" in message and "\n" not in message
+
+
+def test_each_source_gets_its_weights_share_of_a_loaders_epoch(two_caches):
+    """Counted over what a loader hands out, not only through the resume fingerprint."""
+    a, b = (CachedDataset(p) for p in two_caches)
+    for weights, want in (([0.8, 0.2], (800, 200)), ([0.25, 0.75], (250, 750))):
+        mixed = mix([a, b], weights=weights, samples_per_epoch=1000)
+        loader = make_loader(mixed, 50, seed=3)
+        labels = torch.cat([y for _, y in loader])
+        from_a = int((labels < len(a.classes)).sum())
+        assert (from_a, len(labels) - from_a) == want
+
+
+def test_a_large_source_read_a_little_an_epoch_draws_its_pass_once(two_caches, monkeypatch):
+    """A pass of the large source spans many epochs: drawn once, kept, never again each epoch; the
+    orders are those of a mix that keeps nothing."""
+    from cachekit.feed import mixorder
+
+    drawn = []
+    real = mixorder._pass_group
+    monkeypatch.setattr(mixorder, "_pass_group", lambda *a: drawn.append(a[4]) or real(*a))
+    a, b = (CachedDataset(p) for p in two_caches)
+    mixed = mix([a, b], weights=[0.05, 0.95], samples_per_epoch=40)  # 2 of a's 60 an epoch
+    sampler = ShardAwareDistributedSampler(mixed, 1, 0, seed=2)
+    orders = []
+    for epoch in range(6):
+        sampler.set_epoch(epoch)
+        orders.append(list(sampler))
+    assert len(drawn) == 2, drawn  # one group of passes per source in 6 epochs (kept nothing: 12)
+    fresh = [
+        mixed_order(
+            [Source(s, ds.shard_offsets, w, True) for ds, s, w in zip(mixed.sources, mixed.starts[:-1].tolist(), mixed.windows)],
+            mixed.weights, 40, 2, e,
+        ).tolist()
+        for e in range(6)
+    ]  # fmt: skip
+    assert orders == fresh

@@ -2,27 +2,18 @@
 
 from __future__ import annotations
 
-import os
-import socket
-
 import numpy as np
 import pytest
 import torch.distributed as dist
 import torch.multiprocessing as tmp_mp
+from distgroup import join_group, rendezvous
 
 from cachekit import CachedDataset, ShardAwareDistributedSampler
 from cachekit.constants import SHUFFLE_BLOCK_SHARDS, SHUFFLE_WINDOW_SAMPLES
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _rank_main(rank, world, port, cache, drop_last, results):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+def _rank_main(rank, world, init_method, cache, drop_last, results):
+    join_group(rank, world, init_method)
     try:
         ds = CachedDataset(cache)
         sampler = ShardAwareDistributedSampler(ds, seed=3, drop_last=drop_last)  # rank/world from the group
@@ -37,11 +28,13 @@ def _rank_main(rank, world, port, cache, drop_last, results):
 
 @pytest.mark.parametrize("world", [2, 3])
 @pytest.mark.parametrize("drop_last", [False, True])
-def test_ranks_in_a_gloo_group_are_disjoint_covering_and_equal(small_cache, world, drop_last):
+def test_ranks_in_a_gloo_group_are_disjoint_covering_and_equal(small_cache, world, drop_last, tmp_path):
     n = len(CachedDataset(small_cache))  # 40 samples: divides by 2, not by 3
     manager = tmp_mp.Manager()
     results = manager.dict()
-    tmp_mp.spawn(_rank_main, args=(world, _free_port(), str(small_cache), drop_last, results), nprocs=world)
+    tmp_mp.spawn(
+        _rank_main, args=(world, rendezvous(tmp_path), str(small_cache), drop_last, results), nprocs=world
+    )
     got = [results[r] for r in range(world)]
     assert [g["rank"] for g in got] == list(range(world)) and {g["world"] for g in got} == {world}
     per_rank = n // world if drop_last else -(-n // world)

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import os
-import socket
-
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as tmp_mp
+from distgroup import join_group, rendezvous
 
 from cachekit import CachedDataset, make_loader
 from cachekit.transforms import RandomHorizontalFlip, RandomResizedCrop
@@ -37,15 +35,8 @@ def test_the_default_seed_is_torchs(small_cache):
     ]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _rank(rank, world, port, cache, results):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+def _rank(rank, world, init_method, cache, results):
+    join_group(rank, world, init_method)
     try:
         torch.manual_seed(100 + rank)  # every rank its own torch seed, as scripts often leave them
         loader = make_loader(CachedDataset(cache), 4, augment=AUGMENT, shuffle=True)
@@ -54,9 +45,9 @@ def _rank(rank, world, port, cache, results):
         dist.destroy_process_group()
 
 
-def test_ranks_share_rank_zeros_seed(small_cache):
+def test_ranks_share_rank_zeros_seed(small_cache, tmp_path):
     results = tmp_mp.Manager().dict()
-    tmp_mp.spawn(_rank, args=(2, _free_port(), str(small_cache), results), nprocs=2)
+    tmp_mp.spawn(_rank, args=(2, rendezvous(tmp_path), str(small_cache), results), nprocs=2)
     assert results[0]["seed"] == results[1]["seed"]
     torch.manual_seed(100)
     assert results[0]["seed"] == torch.initial_seed()

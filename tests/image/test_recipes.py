@@ -9,7 +9,7 @@ import pytest
 from cachekit import UsageError, load_pipeline
 from cachekit.image.recipes import builtin_pipelines
 
-REPO_PIPELINES = Path(__file__).resolve().parents[2] / "cachekit" / "pipelines"
+REPO_PIPELINES = Path(__file__).resolve().parents[2] / "pipelines"
 
 
 def test_every_recipe_file_is_a_builtin():

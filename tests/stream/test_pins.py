@@ -93,3 +93,66 @@ def test_a_loader_that_fits_is_accepted_and_reads_within_the_limit(
     )
     with pytest.raises(UsageError, match="shards at once"):
         make_loader(ds, 8, workers=2)  # class-sorted shards shuffled whole: 6 shards a batch, 24 > 10
+
+
+@pytest.mark.parametrize("world,local", [(1, 1), (4, 2), (6, 2)])
+def test_the_bytes_bound_holds_for_every_batch_of_every_rank(monkeypatch, world, local):
+    """``bytes_per_batch``: never under the bytes of the shards a real batch touches, with shards of
+    unequal sizes (a small one among large ones, each with a fixed overhead)."""
+    from cachekit.stream.pins import bytes_per_batch
+
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", str(local))
+    for counts, window, batch in (
+        (np.array([40, 40, 40, 7, 40, 3]), 40, 16),
+        (_hash_buckets(600, 12, seed=3), None, 24),
+        (np.array([30, 30, 30, 30, 9]), 30, 32),
+    ):
+        cache = RemoteCache(counts)
+        sizes = counts * 900 + 4000
+        ranks = [ShardAwareDistributedSampler(cache, world, r, seed=2, window=window) for r in range(world)]
+        bound = bytes_per_batch(
+            cache.shard_offsets, sizes, batch, ranks[0].window, world=world, partitions=ranks[0].partitions
+        )
+        assert bound <= shards_per_batch(
+            cache.shard_offsets, batch, ranks[0].window, world=world, partitions=ranks[0].partitions
+        ) * int(sizes.max())  # never over the count at the largest size
+        for epoch in range(4):
+            for sampler in ranks:
+                shard_of = np.searchsorted(cache.shard_offsets, sampler.indices(epoch, 0), side="right") - 1
+                for k in range(0, len(shard_of), batch):
+                    touched = np.unique(shard_of[k : k + batch])
+                    assert int(sizes[touched].sum()) <= bound, (counts, epoch, touched, bound)
+
+
+@pytest.mark.parametrize(
+    "shard_size, batch, counts, window",
+    [
+        (18, 16, [18, 18, 4], 40),  # shuffled whole: a batch needs two large shards and the small one
+        (10, 8, [10, 10, 10, 10], 10),  # shuffled whole needs 4 shards: blocks shrink to one shard
+    ],
+)
+def test_a_limit_of_two_and_a_half_shards_is_met_before_it_is_refused(
+    s3_endpoint, small_tree, tmp_path, shard_size, batch, counts, window
+):
+    """A class-sorted cache in path order (shuffled whole by default), a node cache of 2.5 shards:
+    the bound counts a small shard at its own bytes, and blocks shrink to what the limit allows."""
+    import s3fs
+
+    from cachekit import BuildConfig, build
+
+    config = BuildConfig(size=16, shard_size=shard_size, order="sorted", workers=1, progress=False)
+    build(small_tree, tmp_path / "c", config)
+    manifest = read_manifest(tmp_path / "c")
+    assert [s.samples for s in manifest.shards] == counts
+    s3fs.S3FileSystem(anon=False).put(str(tmp_path / "c") + "/", f"datasets/tight{batch}", recursive=True)
+    largest = max(s.bytes for s in manifest.shards)
+    url = f"s3://datasets/tight{batch}"
+    ds = CachedDataset(url, local_cache=tmp_path / "lc", local_cache_bytes=int(2.5 * largest))
+    loader = make_loader(ds, batch, seed=1)
+    assert loader.sampler.window == window
+    labels = sorted(int(y) for _ in range(2) for _, got in loader for y in got)
+    assert labels == sorted(CachedDataset(tmp_path / "c").read_batch(range(40))[1].tolist() * 2)
+    with pytest.raises(UsageError, match="shards at once"):  # what cannot fit is still refused
+        make_loader(
+            CachedDataset(url, local_cache=tmp_path / "lc2", local_cache_bytes=int(1.5 * largest)), batch
+        )

@@ -6,7 +6,6 @@ from __future__ import annotations
 import fcntl
 import os
 import shutil
-import socket
 import threading
 import time
 from pathlib import Path
@@ -68,11 +67,12 @@ def test_a_limit_below_one_shard_is_refused_at_once(s3_url, small_cache, tmp_pat
         CachedDataset(s3_url, local_cache=tmp_path / "lc", local_cache_bytes=largest - 1)
 
 
-def _rank(rank, world, port, url, folder, limit, context, batch, results):
+def _rank(rank, world, init_method, url, folder, limit, context, batch, results):
     import torch.distributed as dist
+    from distgroup import join_group
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), LOCAL_WORLD_SIZE=str(world))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    os.environ.update(LOCAL_WORLD_SIZE=str(world))
+    join_group(rank, world, init_method)
     try:
         ds = CachedDataset(url, local_cache=folder, local_cache_bytes=limit)
         loader = make_loader(ds, batch, workers=2, multiprocessing_context=context, seed=1)
@@ -85,10 +85,9 @@ def _rank(rank, world, port, url, folder, limit, context, batch, results):
 def _run_ranks(url, folder, limit, context, batch=4) -> tuple[dict, int]:
     """Two ranks of two workers each over one node cache; returns results and the most bytes seen on disk."""
     import torch.multiprocessing as tmp_mp
+    from distgroup import rendezvous
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    init_method = rendezvous(Path(folder).parent)  # beside the node folder, never in it
     most, stop = [0], threading.Event()
 
     def watch() -> None:
@@ -106,7 +105,7 @@ def _run_ranks(url, folder, limit, context, batch=4) -> tuple[dict, int]:
     watcher.start()
     results = tmp_mp.Manager().dict()
     try:
-        tmp_mp.spawn(_rank, args=(2, port, url, str(folder), limit, context, batch, results), nprocs=2)
+        tmp_mp.spawn(_rank, args=(2, init_method, url, str(folder), limit, context, batch, results), nprocs=2)
     finally:
         stop.set()
         watcher.join()
@@ -261,11 +260,12 @@ def test_folder_shards_stream_and_verify_from_s3(s3_endpoint, mixed_tree, tmp_pa
     assert verify("s3://datasets/zarr").ok
 
 
-def _node_rank(rank, world, local, port, url, root, epochs, results):
+def _node_rank(rank, world, local, init_method, url, root, epochs, results):
     import torch.distributed as dist
+    from distgroup import join_group
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), LOCAL_WORLD_SIZE=str(local))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    os.environ.update(LOCAL_WORLD_SIZE=str(local))
+    join_group(rank, world, init_method)
     try:
         node = rank // local  # each simulated node has a node cache folder of its own
         ds = CachedDataset(url, local_cache=Path(root) / f"node{node}")
@@ -286,15 +286,16 @@ def _node_rank(rank, world, local, port, url, root, epochs, results):
 @pytest.mark.slow
 def test_after_the_first_epoch_a_node_whose_partition_fits_downloads_nothing(mixed_s3_cache, tmp_path):
     import torch.multiprocessing as tmp_mp
+    from distgroup import rendezvous
 
     url, local_cache = mixed_s3_cache
     offsets = CachedDataset(local_cache).shard_offsets
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     results = tmp_mp.Manager().dict()
     world, local, epochs = 4, 2, 3  # two nodes of two ranks
-    tmp_mp.spawn(_node_rank, args=(world, local, port, url, str(tmp_path), epochs, results), nprocs=world)
+    init_method = rendezvous(tmp_path)
+    tmp_mp.spawn(
+        _node_rank, args=(world, local, init_method, url, str(tmp_path), epochs, results), nprocs=world
+    )
     got = [results[r] for r in range(world)]
     assert {g["partitions"] for g in got} == {2}
     for epoch in range(epochs):  # every sample exactly once an epoch (96 divides by 4 ranks)

@@ -52,7 +52,17 @@ class MaskKind:
     kind = "mask"
 
     def check_params(self, params: dict, where: str) -> dict:
-        return {}
+        """``classes`` (optional): what each value of the map means, value ``i`` the ``i``-th name."""
+        classes = params.get("classes")
+        if classes is None:
+            return {}
+        if (
+            not isinstance(classes, list)
+            or not 1 <= len(classes) <= 256
+            or not all(isinstance(c, str) and 0 < len(c) <= 256 for c in classes)
+        ):
+            raise CacheError(f"{where}.classes: expected 1 to 256 class names (one per mask value)")
+        return {"classes": list(classes)}
 
     def columns(self, name: str, params: dict) -> dict[str, Column]:
         return {
