@@ -141,7 +141,7 @@ def _needed_short_side(pipeline: Pipeline) -> int:
 
 
 def decode_input(
-    data: bytes,
+    data: bytes | np.ndarray,
     pipeline: Pipeline,
     *,
     fast_decode: bool = False,
@@ -157,9 +157,12 @@ def decode_input(
     a skip (``jpegcheck``); ``listen=False`` skips hearing the decoder (for timing loops over
     inputs already checked: the hearing takes turns between threads).
     """
-    if not data:
+    if isinstance(data, np.ndarray):  # pixels from code (``samples``): nothing to decode
+        h, w = data.shape[:2]
+    elif not data:
         raise DecodeError("empty file")
-    h, w = image_size(data)
+    else:
+        h, w = image_size(data)
     if max_pixels:
         if h * w > max_pixels:
             raise DecodeError(f"{w} x {h} pixels, over the --max-pixels limit of {max_pixels}")
@@ -169,6 +172,8 @@ def decode_input(
                 f"{w} x {h} pixels would become {peak} in the recipe, over the --max-pixels "
                 f"limit of {max_pixels} (an extreme aspect ratio)"
             )
+    if isinstance(data, np.ndarray):
+        return data
     reduce = _reduce_for(data, pipeline, (h, w)) if fast_decode else 1
     if not data.startswith(b"\xff\xd8"):
         return decode(data, reduce=reduce)

@@ -90,6 +90,10 @@ class Source:
     dropped: tuple[tuple[str, str], ...] = ()
     #: What the manifest's ``source`` records besides the layout (COCO's category ids, ...).
     extra: dict = field(default_factory=dict)
+    #: How a shard job reads inputs that are not files under ``root`` (``records``); None: files.
+    reader: object | None = None
+    #: What the user says the source is (``source_id=``), part of every shard's name; "" for files.
+    identity: str = ""
 
     def __len__(self) -> int:
         return len(self.paths)
@@ -122,6 +126,8 @@ class Source:
 def inputs_digest(source: Source, rows) -> str:
     """sha256 of the rows' paths, sizes, mtimes, labels and (when the source has fields) targets."""
     h = hashlib.sha256()
+    if source.identity:
+        h.update(f"source\0{source.identity}\n".encode())
     for i in rows:
         h.update(path_bytes(source.paths[i]))
         h.update(f"\0{source.sizes[i]}\0{source.mtimes[i]}\0{source.labels[i]}\n".encode())

@@ -30,6 +30,7 @@ from .inputtable import (
 )
 from .labels import read_labels_csv
 from .remotesource import discover_remote
+from .voc import voc_source
 
 __all__ = ["Source", "discover"]
 
@@ -63,7 +64,8 @@ def discover(
     """Find the inputs of ``root`` (a folder, or an fsspec URL reached with ``storage_options``).
 
     - ``annotations`` a COCO JSON file: the images it lists, with their boxes; ``"yolo"`` or a
-      YOLO ``data.yaml``: the images under ``root/images/`` with their ``root/labels/`` files.
+      YOLO ``data.yaml``: the images under ``root/images/`` with their ``root/labels/`` files;
+      ``"voc"``: Pascal VOC's ``root/Annotations/*.xml`` with ``root/JPEGImages/``.
     - ``labels_csv`` given: exactly the files it lists, with its labels (names or integers), and its
       ``labels`` (multi-label) and ``caption`` columns when it has them.
     - ``root/<class>/**/<image>``: ImageFolder; classes are the sorted sub-folder names, like
@@ -86,6 +88,8 @@ def _discover(root, labels_csv, annotations, storage_options) -> Source:
         if labels_csv is not None:
             raise UsageError("--annotations and --labels both say which files are inputs: give one of them")
         text = str(annotations)
+        if text == "voc":
+            return nonempty(voc_source(root, storage_options))
         if text == "yolo" or text.lower().endswith((".yaml", ".yml")):
             return nonempty(yolo_source(root, text, storage_options))
         return nonempty(coco_source(root, annotations, storage_options))
