@@ -78,7 +78,7 @@ def _corner_boxes(target: dict, h: int, w: int) -> dict:
 def _boxes(target: dict, h: int, w: int) -> dict:
     if "xyxy" in target or "nxyxy" in target:
         return _corner_boxes(target, h, w)
-    if "size" not in target:
+    if "size" not in target and "yolo" not in target:
         raise DecodeError("its target has no boxes (the first sample's had)")
     if "yolo" in target:
         rows = np.asarray(target["yolo"], dtype=np.float64).reshape(-1, 5)
