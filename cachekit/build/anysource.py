@@ -78,7 +78,7 @@ def find_source(raw, out, config: BuildConfig) -> tuple[Path | str, Source]:
     if hasattr(raw, "__iter__"):
         from .itersource import iterable_source
 
-        source = iterable_source(raw, out, config)
+        source = iterable_source(raw, options.samples(), classes=options.classes, source_id=options.source_id)
         return source.root, source
     raise UsageError(
         f"cannot build from a {type(raw).__name__}: give a folder, a URL, Parquet or tar files, a dataset "

@@ -50,6 +50,7 @@ from .shardjob import ShardJob, ShardResult, run_shard_job
 from .shardwrite import check_at_out, disk_full, remove_written
 from .sourceoptions import SourceOptions
 from .sources import Source
+from .streamrun import stream_shards
 
 __all__ = ["BuildConfig", "BuildResult", "build", "default_shard_size", "probe_shape"]
 
@@ -180,6 +181,9 @@ def _build(raw: str | os.PathLike, out: str | os.PathLike, config: BuildConfig) 
     location.mkdir()
     with location.lock():
         try:
+            if getattr(source.reader, "stream", False):  # an iterable: its shards are built as it is read
+                target, config, streamed = stream_shards(target, config)
+                return streamed.result(_run(target, config, started))
             return _run(target, config, started)
         except BaseException:
             with contextlib.suppress(Exception):  # never hide the error that stopped the build
