@@ -83,6 +83,7 @@ from .app import EXIT_CODES, duration, friendly, main, options_of, with_storage_
 @click.option(
     "--box-format",
     type=click.Choice(["xyxy", "xywh", "cxcywh"]),
+    metavar="FORMAT",
     default="xyxy",
     show_default=True,
     help="Parquet and tar boxes: corners, COCO's x,y,w,h, or centre and size (in pixels).",
