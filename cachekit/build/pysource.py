@@ -86,6 +86,8 @@ def class_names(given, found, samples_have_classes: bool, what: str) -> tuple[st
     """The class names: ``given`` (names, or a number of classes), else ``found`` (a dataset's own
     ``.classes``, a file's metadata); one line when the samples have classes and nothing names them."""
     names = given if given is not None else found
+    if isinstance(names, (list, tuple, dict)) and not names:
+        names = None  # an empty list names nothing
     if isinstance(names, (int, np.integer)) and not isinstance(names, bool):
         if not 0 < names <= MAX_CLASSES:
             raise UsageError(f"classes={names}: give 1 to {MAX_CLASSES} classes")

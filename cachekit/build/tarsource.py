@@ -106,37 +106,49 @@ def _target(parts: dict[str, bytes]) -> dict:
     return target
 
 
+def _member(tar: tarfile.TarFile, m: tarfile.TarInfo, file: RecordFile, keys: dict, ignored: list) -> None:
+    """Note one member: an image's place, a target's bytes, or why it is left out."""
+    where = f"{file.name}/{m.name}"
+    problem = _member_problem(m)
+    if problem is not None:
+        if problem:
+            ignored.append((where, problem))
+        return
+    key, ext = _split(m.name)
+    if ext not in IMAGE_KEYS and ext not in _TARGET_KEYS:
+        return  # other members (.pickle, .npy, ...) are never read
+    entry = keys.setdefault(key, {})
+    limit = MAX_IMAGE_BYTES if ext in IMAGE_KEYS else MAX_TARGET_BYTES
+    if m.size > limit:
+        ignored.append((where, f"{m.size} bytes, over the {limit} a .{ext} member may have"))
+        entry["bad"] = True
+    elif m.offset_data + m.size > file.size:
+        ignored.append((where, "runs past the end of the tar (cut short)"))
+        entry["bad"] = True
+    elif ext in IMAGE_KEYS:
+        entry.setdefault("image", (m.name, m.offset_data, m.size))
+    else:
+        entry.setdefault("parts", {})[ext] = tar.extractfile(m).read(MAX_TARGET_BYTES)
+
+
 def _tar_rows(file: RecordFile, f: int, url: bool, options, storage_options) -> tuple[list, list, str | None]:
     """``(rows, ignored, problem)``: ``(rel, target, label)`` per sample of one tar, in member order."""
     keys: dict[str, dict] = {}
     ignored: list[tuple[str, str]] = []
     try:
         with open_file(file.where, url, storage_options) as fh, tarfile.open(fileobj=fh, mode="r:") as tar:
-            while (m := tar.next()) is not None:
-                where = f"{file.name}/{m.name}"
-                problem = _member_problem(m)
-                if problem is not None:
-                    if problem:
-                        ignored.append((where, problem))
-                    continue
-                key, ext = _split(m.name)
-                entry = keys.setdefault(key, {})
-                if ext in IMAGE_KEYS:
-                    if m.size > MAX_IMAGE_BYTES:
-                        ignored.append(
-                            (where, f"{m.size} bytes, over the {MAX_IMAGE_BYTES} an image may have")
-                        )
-                        entry["bad"] = True
-                    elif "image" not in entry:
-                        entry["image"] = (m.name, m.offset_data, m.size)
-                elif ext in _TARGET_KEYS:
-                    if m.size > MAX_TARGET_BYTES:
-                        ignored.append(
-                            (where, f"{m.size} bytes, over the {MAX_TARGET_BYTES} a target may have")
-                        )
-                        entry["bad"] = True
-                    else:
-                        entry.setdefault("parts", {})[ext] = tar.extractfile(m).read(MAX_TARGET_BYTES)
+            while True:
+                try:
+                    m = tar.next()
+                except (
+                    tarfile.TarError,
+                    EOFError,
+                ) as exc:  # damaged or cut short here: keep what came before
+                    ignored.append((file.name, f"damaged or cut short after {len(keys)} keys ({exc})"))
+                    break
+                if m is None:
+                    break
+                _member(tar, m, file, keys, ignored)
     except (tarfile.TarError, OSError, EOFError) as exc:
         return [], [], f"not a readable tar ({type(exc).__name__}: {' '.join(str(exc).split())[:160]})"
     rows = []
