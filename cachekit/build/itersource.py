@@ -120,7 +120,8 @@ def iterable_source(iterable, options: SampleOptions, *, classes=None, source_id
         fields=fields,
         extra={"dataset": f"{type(iterable).__module__}.{type(iterable).__qualname__}"},
         reader=StreamReader(itertools.chain(peeked, samples), options),
-        identity=_identity(iterable, source_id),
+        identity=f"{_identity(iterable, source_id)}|boxes:{options.box_format}"
+        + ("/normalized" if options.normalized else ""),
     )
 
 

@@ -218,4 +218,5 @@ def parquet_source(pattern: str, options: SourceOptions, storage_options: dict |
         targets=tuple(targets),
         extra={"files": len(files)},
         reader=ParquetReader(tuple(f.where for f in files), url, options.image_column),
+        identity=f"image_column:{options.image_column}",  # the other columns are in the targets
     )

@@ -142,6 +142,9 @@ def dataset_source(dataset, options: SampleOptions, *, classes=None, source_id=N
     has_classes = any(r.label >= 0 for r in records) or bool({"boxes", "labels"} & set(fields))
     names = class_names(classes, getattr(dataset, "classes", None), has_classes, "dataset")
     identity, targets = _identity(dataset, n, source_id)
+    identity += (
+        f"|boxes:{options.box_format}{'/normalized' if options.normalized else ''}"  # shapes its targets
+    )
     return Source(
         root=f"<{type(dataset).__qualname__} of {n} samples>",
         layout="dataset",

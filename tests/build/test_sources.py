@@ -141,6 +141,20 @@ def test_source_ids_per_sample_rebuild_only_the_shards_that_changed(objects, tmp
     assert again.status == "updated" and again.built_shards == 1 and again.reused_shards == 3
 
 
+def test_options_that_shape_a_dataset_s_targets_are_in_its_shards_names(objects, tmp_path):
+    from cachekit import UsageError
+
+    _, items = objects
+    config = BuildConfig(**RECIPE, **QUIET)
+    build(ObjectDataset(items), tmp_path / "c", config, box_format="xywh")
+    with pytest.raises(UsageError, match="changed since"):  # the same boxes read another way
+        build(ObjectDataset(items), tmp_path / "c", config, box_format="xyxy")
+    pattern = write_parquet(items, tmp_path / "pq")
+    build(pattern, tmp_path / "p", config, box_format="xywh")
+    with pytest.raises(UsageError, match="no column 'img'"):
+        build(pattern, tmp_path / "p", config, box_format="xywh", image_column="img")
+
+
 def test_a_generator_resumes_by_position_reading_only_what_is_not_built(objects, tmp_path):
     _, items = objects
     seen = []
