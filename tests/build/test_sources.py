@@ -172,6 +172,33 @@ def test_a_generator_resumes_by_position_reading_only_what_is_not_built(objects,
     assert read_manifest(tmp_path / "c").source["layout"] == "stream"
 
 
+def test_a_stream_that_breaks_resumes_by_position_to_the_clean_bytes(objects, tmp_path):
+    from cachekit import UsageError
+
+    _, items = objects
+    names = object_classes(3)
+
+    def breaking(at: int):
+        for k, sample in enumerate(object_stream(items)):
+            if k == at:
+                raise ConnectionError("the stream's server went away")
+            yield sample
+
+    config = BuildConfig(**QUIET)
+    with pytest.raises(UsageError, match="raised at sample 7 .*ConnectionError"):
+        build(breaking(7), tmp_path / "c", config, box_format="xywh", classes=names, source_id="s")
+    again = build(
+        object_stream(items), tmp_path / "c", config, box_format="xywh", classes=names, source_id="s"
+    )
+    assert again.status == "resumed" and (again.reused_shards, again.built_shards) == (2, 1)
+    build(object_stream(items), tmp_path / "clean", config, box_format="xywh", classes=names, source_id="s")
+    files = {p.name: p.read_bytes() for p in (tmp_path / "clean").iterdir() if p.name != "manifest.json"}
+    assert {p.name: p.read_bytes() for p in (tmp_path / "c").iterdir() if p.name != "manifest.json"} == files
+    assert read_manifest(tmp_path / "c").to_json() | {"created": ""} == read_manifest(
+        tmp_path / "clean"
+    ).to_json() | {"created": ""}
+
+
 def test_cli_builds_parquet_and_tars_with_their_column_options(objects, tmp_path):
     _, items = objects
     pattern = write_parquet(items, tmp_path / "pq")
