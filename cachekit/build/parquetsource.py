@@ -21,7 +21,7 @@ from .inputtable import Source
 from .pysource import class_names
 from .recordfiles import RecordFile, find_files, open_file
 from .samples import classes_seen, fields_of_targets, json_target
-from .sourceoptions import SourceOptions
+from .sourceoptions import SourceOptions, recorded_options
 
 __all__ = ["parquet_source", "ParquetReader", "hf_class_names"]
 
@@ -216,7 +216,7 @@ def parquet_source(pattern: str, options: SourceOptions, storage_options: dict |
         ignored=tuple(ignored),
         fields=fields,
         targets=tuple(targets),
-        extra={"files": len(files)},
+        extra={"files": len(files), **recorded_options(options, fields)},
         reader=ParquetReader(tuple(f.where for f in files), url, options.image_column),
         identity=f"image_column:{options.image_column}",  # the other columns are in the targets
     )

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from ..errors import UsageError
 from .samples import BOX_FORMATS, SampleOptions
 
-__all__ = ["SourceOptions"]
+__all__ = ["SourceOptions", "recorded_options", "recorded"]
 
 
 @dataclass(frozen=True)
@@ -35,3 +35,31 @@ class SourceOptions:
         if self.box_format not in BOX_FORMATS:
             raise UsageError(f"box_format {self.box_format!r}: choose from {', '.join(BOX_FORMATS)}")
         return SampleOptions(self.box_format, bool(self.normalized))
+
+
+def recorded_options(options: SourceOptions, fields: dict, *, columns: bool = True) -> dict:
+    """What the manifest's ``source`` records of how a file source was read (to read it again the
+    same way: ``cachekit bench``'s raw baseline), beside its layout."""
+    out = {}
+    if columns:
+        out["columns"] = {
+            "image_column": options.image_column,
+            "label_column": options.label_column,
+            "boxes_column": options.boxes_column,
+            "text_column": options.text_column,
+        }
+    if "boxes" in fields:
+        out["box_format"] = options.box_format + ("/normalized" if options.normalized else "")
+    return out
+
+
+def recorded(source: dict) -> SourceOptions:
+    """The ``SourceOptions`` a manifest's ``source`` records (``recorded_options``); defaults otherwise."""
+    columns = source.get("columns") if isinstance(source.get("columns"), dict) else {}
+    fmt = str(source.get("box_format", "xyxy"))
+    known = {
+        k: v
+        for k, v in columns.items()
+        if k in ("image_column", "label_column", "boxes_column", "text_column")
+    }
+    return SourceOptions(box_format=fmt.split("/")[0], normalized=fmt.endswith("/normalized"), **known)

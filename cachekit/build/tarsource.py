@@ -24,7 +24,7 @@ from .inputtable import Source
 from .pysource import class_names
 from .recordfiles import RecordFile, find_files, open_file, read_range
 from .samples import classes_seen, fields_of_targets, json_target
-from .sourceoptions import SourceOptions
+from .sourceoptions import SourceOptions, recorded_options
 
 __all__ = ["tar_source", "TarReader", "IMAGE_KEYS", "MAX_TARGET_BYTES"]
 
@@ -190,6 +190,7 @@ def tar_source(pattern: str, options: SourceOptions, storage_options: dict | Non
         why = "; ".join(f"{p}: {r}" for p, r in ignored[:3])
         raise UsageError(f"{pattern} holds no samples a build can use" + (f" ({why})" if why else ""))
     labels_array = np.array(labels, dtype=np.int64)
+    fields = fields_of_targets(targets, labels_array)
     seen = classes_seen(targets, labels_array)
     classes = class_names(options.classes, None, False, "tars") or tuple(str(i) for i in range(seen))
     if len(classes) < seen:
@@ -203,8 +204,8 @@ def tar_source(pattern: str, options: SourceOptions, storage_options: dict | Non
         mtimes=np.array(mtimes, dtype=np.int64),
         classes=tuple(classes),
         ignored=tuple(ignored),
-        fields=fields_of_targets(targets, labels_array),
+        fields=fields,
         targets=tuple(targets),
-        extra={"files": len(files)},
+        extra={"files": len(files), **recorded_options(options, fields, columns=False)},
         reader=TarReader(tuple(f.where for f in files), url),
     )
