@@ -23,7 +23,7 @@ _RECORD_SUFFIXES = {".parquet": "parquet", ".tar": "tar"}
 def record_files_kind(text: str) -> str | None:
     """``"parquet"`` or ``"tar"`` when ``text`` names such files (a path, a glob or a brace pattern)."""
     for suffix, kind in _RECORD_SUFFIXES.items():
-        if text.lower().rstrip("}").endswith(suffix) or text.lower().endswith(suffix):
+        if text.lower().endswith(suffix):
             return kind
     return None
 

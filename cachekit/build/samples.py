@@ -5,7 +5,8 @@ A sample is ``(image, target)`` or a dict (``image`` plus the target's keys). Th
 HWC uint8 array (RGB, gray or RGBA: alpha dropped, gray made RGB, as decoding a file does), a CHW
 uint8 tensor, a PIL image, encoded bytes, a Hugging Face ``{"bytes", "path"}`` dict, or a path. The
 target is an int class, or a dict of ``label``, ``labels``, ``boxes`` + ``classes`` (+ ``iscrowd``),
-``mask``, ``text`` and arrays. Whatever does not fit is a ``DecodeError`` saying why: the build skips
+``mask``, ``text`` and arrays; ``boxes`` with ``labels`` and no ``classes`` is torchvision's naming
+(``labels`` are the boxes' classes), and a ``BoundingBoxes``' own format wins over ``box_format``. Whatever does not fit is a ``DecodeError`` saying why: the build skips
 that sample with its reason.
 """
 
@@ -165,6 +166,14 @@ def _boxes(target: dict, options: SampleOptions) -> dict:
     return {key: corners, "classes": classes.astype(np.int64), "iscrowd": crowd.astype(np.uint8)}
 
 
+def _own_format(boxes, options: SampleOptions) -> SampleOptions:
+    """A torchvision ``BoundingBoxes``' own format (``XYWH``, ...) over ``box_format``."""
+    fmt = getattr(getattr(boxes, "format", None), "name", None)
+    if isinstance(fmt, str) and fmt.lower() in BOX_FORMATS:
+        return SampleOptions(fmt.lower(), options.normalized)
+    return options
+
+
 def _target(target, options: SampleOptions) -> tuple[dict, int]:
     """The raw target and class of a sample's target (an int class, or a dict in the schema's names)."""
     if target is None:
@@ -178,8 +187,11 @@ def _target(target, options: SampleOptions) -> tuple[dict, int]:
     label = _int(target["label"], "label") if target.get("label") is not None else -1
     if label < -1:
         raise DecodeError(f"label {label}: a class is >= 0 (-1: none)")
+    if "boxes" in target and "classes" not in target and "labels" in target:
+        target = {**target, "classes": target["labels"]}  # torchvision's name for the boxes' classes
+        del target["labels"]
     if "boxes" in target:
-        out.update(_boxes(target, options))
+        out.update(_boxes(target, _own_format(target["boxes"], options)))
     elif "classes" in target or "iscrowd" in target:
         raise DecodeError("'classes' or 'iscrowd' without 'boxes'")
     if "labels" in target:

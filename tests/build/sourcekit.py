@@ -107,6 +107,41 @@ def object_stream(items: list[Item]):
         yield {"image": Path(item.path).read_bytes(), **target_of(item)}
 
 
+class TorchvisionDetection:
+    """torchvision v2's detection targets: ``{"boxes": BoundingBoxes-like XYWH tensor, "labels": tensor}``."""
+
+    classes = object_classes(3)
+
+    def __init__(self, items: list[Item]) -> None:
+        self.items = list(items)
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, i: int):
+        import torch
+
+        item = self.items[i]
+        boxes = TaggedBoxes(torch.tensor(item.boxes, dtype=torch.float32).reshape(-1, 4))
+        return _image(item.path, "tensor"), {"boxes": boxes, "labels": torch.tensor(item.classes)}
+
+
+class _Format:
+    name = "XYWH"
+
+
+class TaggedBoxes:
+    """A tensor's stand-in that says its format, as torchvision's ``BoundingBoxes`` does."""
+
+    format = _Format()
+
+    def __init__(self, tensor) -> None:
+        self.tensor = tensor
+
+    def __array__(self, dtype=None, copy=None):
+        return self.tensor.numpy() if dtype is None else self.tensor.numpy().astype(dtype)
+
+
 class FileDataset:
     """A classification dataset of image files: ``(encoded bytes, class)``."""
 

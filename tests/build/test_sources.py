@@ -11,6 +11,7 @@ from sourcekit import (
     IMAGE_KINDS,
     FileDataset,
     ObjectDataset,
+    TorchvisionDetection,
     make_objects,
     object_stream,
     write_parquet,
@@ -101,6 +102,18 @@ def test_every_source_stores_what_a_folder_of_the_same_images_stores(
             assert tb["text"] == items[i].text
     assert boxes > len(items)  # the boxes were there to compare
     assert verify(tmp_path / "cache").ok
+
+
+def test_torchvision_detection_targets_name_box_classes_labels_and_carry_their_format(
+    objects, references, tmp_path
+):
+    _, items = objects
+    build(TorchvisionDetection(items), tmp_path / "c", BuildConfig(**RECIPE, **QUIET))  # box_format left xyxy
+    reference, built = CachedDataset(references("pt", "pixels")), CachedDataset(tmp_path / "c")
+    assert "labels" not in built.manifest.sample.fields
+    for i in range(len(items)):
+        np.testing.assert_allclose(reference[i][1]["boxes"].numpy(), built[i][1]["boxes"].numpy(), atol=1e-4)
+        assert _names(reference, reference[i][1]) == _names(built, built[i][1])
 
 
 def test_voc_difficult_objects_are_kept_as_crowds(objects, tmp_path):
