@@ -10,6 +10,7 @@ from .augment.transforms import (
     Resize,
 )
 from .build.run import BuildConfig, BuildResult, build
+from .build.sourceoptions import SourceOptions
 from .build.sources import Source, discover
 from .constants import VERSION as __version__
 from .cpus import available_cpus
@@ -50,6 +51,7 @@ __all__ = [
     "Pipeline",
     "load_pipeline",
     "Source",
+    "SourceOptions",
     "ShardAwareDistributedSampler",
     "CacheLoader",
     "make_loader",

@@ -22,7 +22,7 @@ from .pysource import PROBE, class_names, index_path
 from .records import Record, SourceRaised
 from .samples import SampleOptions, fields_of, to_record
 
-__all__ = ["iterable_source", "StreamReader", "ChunkReader"]
+__all__ = ["iterable_source", "StreamReader", "ChunkReader", "positions"]
 
 
 def _one_line(exc: BaseException) -> str:
@@ -126,4 +126,5 @@ def iterable_source(iterable, options: SampleOptions, *, classes=None, source_id
 
 
 def positions(start: int, count: int) -> tuple[str, ...]:
+    """The input names of a stream's positions ``start`` .. ``start + count``."""
     return tuple(index_path(i) for i in range(start, start + count))

@@ -25,7 +25,7 @@ from .inputtable import Source
 from .records import Record, SourceRaised
 from .samples import SampleOptions, fields_of, to_record
 
-__all__ = ["DatasetReader", "dataset_source", "class_names", "index_path", "PROBE"]
+__all__ = ["DatasetReader", "dataset_source", "class_names", "index_path", "pickled", "PROBE"]
 
 #: Samples read at discovery to learn the fields.
 PROBE = 4
