@@ -70,16 +70,16 @@ class DatasetReader:
 
     def open(self, storage_options: dict | None, max_bytes: int):
         ds = self.dataset()
+        return lambda rel, target: read_sample(ds, int(rel), self.options)
 
-        def read(rel: str, target) -> Record:
-            i = int(rel)
-            try:
-                sample = ds[i]
-            except Exception as exc:  # the user's code: this sample's problem
-                raise SourceRaised(f"{_one_line(exc)} in __getitem__({i})") from None
-            return to_record(sample, self.options)
 
-        return read
+def read_sample(dataset, i: int, options: SampleOptions) -> Record:
+    """``dataset[i]`` as a record; what the dataset raises is this sample's problem (``SourceRaised``)."""
+    try:
+        sample = dataset[i]
+    except Exception as exc:  # the user's code
+        raise SourceRaised(f"{_one_line(exc)} in __getitem__({i})") from None
+    return to_record(sample, options)
 
 
 def class_names(given, found, samples_have_classes: bool, what: str) -> tuple[str, ...]:
@@ -130,7 +130,7 @@ def dataset_source(dataset, options: SampleOptions, *, classes=None, source_id=N
     records, problems = [], []
     for i in range(min(n, PROBE)):
         try:
-            records.append(reader.open(None, 0)(index_path(i), None))
+            records.append(read_sample(dataset, i, options))  # the dataset itself, not a copy
         except DecodeError as exc:
             problems.append(f"sample {i}: {exc}")
     if not records:
