@@ -20,12 +20,12 @@ import numpy as np
 
 from ..errors import UsageError
 from ..image.ops import DecodeError
-from ..store.limits import MAX_CLASSES
+from ..store.limits import MAX_CLASSES, MAX_SAMPLES
 from .inputtable import Source
 from .records import Record, SourceRaised
 from .samples import SampleOptions, fields_of, to_record
 
-__all__ = ["DatasetReader", "dataset_source", "class_names", "index_path", "pickled", "PROBE"]
+__all__ = ["IndexPaths", "DatasetReader", "dataset_source", "class_names", "index_path", "pickled", "PROBE"]
 
 #: Samples read at discovery to learn the fields.
 PROBE = 4
@@ -51,6 +51,23 @@ def pickled(dataset, what: str = "dataset") -> bytes:
             f"({_one_line(exc)}): define its class at module level and keep open files, locks and "
             "lambdas out of it"
         ) from None
+
+
+class IndexPaths(Sequence):
+    """The input names of ``n`` indices, made when asked for (no ``n`` strings held)."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return tuple(index_path(k) for k in range(*i.indices(self.n)))
+        if not -self.n <= i < self.n:
+            raise IndexError(i)
+        return index_path(i % self.n)
 
 
 @dataclass(frozen=True)
@@ -126,6 +143,17 @@ def dataset_source(dataset, options: SampleOptions, *, classes=None, source_id=N
         raise UsageError(f"len() of the dataset raised {_one_line(exc)}") from None
     if not isinstance(n, int) or n <= 0:
         raise UsageError(f"the dataset has {n} samples: nothing to build")
+    if n > MAX_SAMPLES:
+        raise UsageError(f"len() of the dataset is {n}, over the {MAX_SAMPLES} samples a cache may hold")
+    try:
+        dataset[n - 1]
+    except IndexError as exc:  # the commonest lie: a length past the end
+        raise UsageError(
+            f"len() of the dataset says {n} but dataset[{n - 1}] raises IndexError ({_one_line(exc)}): "
+            "its __len__ is wrong"
+        ) from None
+    except Exception:
+        pass  # that sample's own problem: skipped with its reason when the build reads it
     reader = DatasetReader(pickled(dataset), options)
     records, problems = [], []
     for i in range(min(n, PROBE)):
@@ -148,7 +176,7 @@ def dataset_source(dataset, options: SampleOptions, *, classes=None, source_id=N
     return Source(
         root=f"<{type(dataset).__qualname__} of {n} samples>",
         layout="dataset",
-        paths=tuple(index_path(i) for i in range(n)),
+        paths=IndexPaths(n),
         labels=np.full(n, -1, dtype=np.int64),
         sizes=np.zeros(n, dtype=np.int64),
         mtimes=np.zeros(n, dtype=np.int64),

@@ -50,13 +50,17 @@ def test_bad_samples_are_skipped_with_their_index_and_reason(objects, tmp_path):
     assert "decod" in reasons[5] and "[N, 4]" in reasons[6]
 
 
-def test_a_len_that_lies_skips_what_is_not_there(objects, tmp_path):
+def test_a_len_that_lies_is_one_line_and_samples_that_raise_are_skipped(objects, tmp_path):
     _, items = objects
     files = [it.path for it in items[:6]]
-    result = build(LyingDataset(files, 9), tmp_path / "c", BuildConfig(**QUIET, shard_size=3))
+    with pytest.raises(UsageError, match=r"says 9 but dataset\[8\] raises IndexError"):
+        build(LyingDataset(files, 9), tmp_path / "c", BuildConfig(**QUIET, shard_size=3))
+    holes = LyingDataset(files + [files[0]], 7)
+    holes.files[3] = str(tmp_path / "gone.jpg")  # a sample whose __getitem__ raises
+    result = build(holes, tmp_path / "c", BuildConfig(**QUIET, shard_size=3))
     reasons = _skipped(tmp_path / "c")
-    assert result.manifest.num_samples == 6 and len(reasons) == 3
-    assert all("IndexError" in r and "__getitem__" in r for r in reasons.values())
+    assert result.manifest.num_samples == 6 and list(reasons) == ["000000000003"]
+    assert "FileNotFoundError" in reasons["000000000003"] and "__getitem__(3)" in reasons["000000000003"]
 
 
 def test_a_source_that_raises_for_every_sample_stops_in_one_line(objects, tmp_path):
