@@ -230,23 +230,21 @@ def test_cli_builds_parquet_and_tars_with_their_column_options(objects, tmp_path
     assert CachedDataset(tmp_path / "t")[0][1]["text"] == items[0].text
 
 
-def test_object_storage_parquet_and_tars(objects, s3_options, tmp_path):
+def test_object_storage_parquet_and_tars(objects, references, s3_options, tmp_path):
     import s3fs
 
     _, items = objects
     fs = s3fs.S3FileSystem(**s3_options)
     fs.mkdir("raw-src")
-    pattern, tars = write_parquet(items, tmp_path / "pq"), write_tars(items, tmp_path / "tars")
+    write_parquet(items, tmp_path / "pq")
+    write_tars(items, tmp_path / "tars")
     fs.put(str(tmp_path / "pq") + "/", "raw-src/pq/", recursive=True)
     fs.put(str(tmp_path / "tars") + "/", "raw-src/tars/", recursive=True)
-    for raw, local in (
-        ("s3://raw-src/pq/train-*.parquet", pattern),
-        ("s3://raw-src/tars/train-{000000..000001}.tar", tars),
-    ):
-        remote = build(raw, tmp_path / "remote", BuildConfig(**QUIET, overwrite=True), storage_options=s3_options,
-                       box_format="xywh")  # fmt: skip
-        here = build(local, tmp_path / "here", BuildConfig(**QUIET, overwrite=True), box_format="xywh")
-        assert remote.manifest.num_samples == here.manifest.num_samples == len(items)
-        a, b = CachedDataset(tmp_path / "remote"), CachedDataset(tmp_path / "here")
+    reference = CachedDataset(references("pt", "pixels"))
+    for raw in ("s3://raw-src/pq/train-*.parquet", "s3://raw-src/tars/train-{000000..000001}.tar"):
+        config = BuildConfig(**RECIPE, **QUIET, overwrite=True)
+        result = build(raw, tmp_path / "remote", config, storage_options=s3_options, box_format="xywh")
+        assert result.manifest.num_samples == len(items) and result.manifest.source["root"] == raw
+        built = CachedDataset(tmp_path / "remote")
         for i in range(len(items)):
-            assert np.array_equal(a[i][0].numpy(), b[i][0].numpy())
+            assert np.array_equal(reference[i][0].numpy(), built[i][0].numpy())
