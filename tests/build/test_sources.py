@@ -4,6 +4,8 @@ shard format; their options, updates and the CLI."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from click.testing import CliRunner
@@ -248,3 +250,43 @@ def test_object_storage_parquet_and_tars(objects, references, s3_options, tmp_pa
         built = CachedDataset(tmp_path / "remote")
         for i in range(len(items)):
             assert np.array_equal(reference[i][0].numpy(), built[i][0].numpy())
+
+
+def test_parquet_update_rebuilds_the_shards_of_the_file_that_changed(objects, tmp_path):
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    _, items = objects
+    meta = {
+        b"huggingface": json.dumps(
+            {"info": {"features": {"label": {"names": ["cat", "dog"], "_type": "ClassLabel"}}}}
+        ).encode()
+    }
+
+    def write(k: int, rows: list) -> None:
+        table = pa.Table.from_pylist(rows).replace_schema_metadata(meta)
+        pq.write_table(table, tmp_path / "pq" / f"train-{k}.parquet", row_group_size=3)
+
+    (tmp_path / "pq").mkdir()
+    rows = [
+        {"image": {"bytes": Path(it.path).read_bytes(), "path": None}, "label": i % 2}
+        for i, it in enumerate(items)
+    ]
+    write(0, rows[:4])
+    write(1, rows[4:])
+    config = BuildConfig(**RECIPE, workers=1, progress=False, shard_size=2)
+    first = build(str(tmp_path / "pq" / "*.parquet"), tmp_path / "c", config)
+    assert first.manifest.classes == ("cat", "dog") and first.manifest.order["kind"] == "sorted"
+    assert [CachedDataset(tmp_path / "c")[i][1] for i in range(len(items))] == [
+        i % 2 for i in range(len(items))
+    ]
+    write(1, [{**r, "label": 1 - r["label"]} for r in rows[4:]])
+    again = build(
+        str(tmp_path / "pq" / "*.parquet"), tmp_path / "c", BuildConfig(**{**config.__dict__, "update": True})
+    )
+    assert again.status == "updated" and (again.built_shards, again.reused_shards) == (2, 2)
+    assert [CachedDataset(tmp_path / "c")[i][1] for i in range(4, len(items))] == [
+        1 - i % 2 for i in range(4, len(items))
+    ]
