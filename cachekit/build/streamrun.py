@@ -118,7 +118,18 @@ def stream_shards(t, config: BuildConfig):
                 "pass --overwrite to rebuild it"
             )
     else:
-        refuse(out, t.raw, 0, replace(config, update=True), None, text, [], fingerprint, found)
+        # an unfinished build of this stream (or another) goes on, as --update does for a folder
+        refuse(
+            out,
+            t.raw,
+            0,
+            replace(config, update=config.update or found is not None),
+            None,
+            text,
+            [],
+            fingerprint,
+            found,
+        )
     finished = found.finished if found is not None else {}
     old = {s.file: s for s in previous.shards} if previous is not None and not config.overwrite else {}
     planned = list(found.planned) if found is not None else []

@@ -185,3 +185,19 @@ def test_python_sources_refuse_folder_options_and_bad_keywords(objects, tmp_path
         build(ds, tmp_path / "c", BuildConfig(**QUIET), box_format="ltrb")
     with pytest.raises(UsageError, match="cannot build from a float"):
         build(3.5, tmp_path / "c", BuildConfig(**QUIET))
+
+
+def test_a_stream_into_a_folder_of_other_files_is_refused_before_it_is_read(objects, tmp_path):
+    _, items = objects
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "notes.txt").write_text("mine")
+    read = []
+
+    def stream():
+        for it in items:
+            read.append(it)
+            yield Path(it.path).read_bytes(), 0
+
+    with pytest.raises(UsageError, match="is not empty.*--overwrite"):
+        build(stream(), tmp_path / "c", BuildConfig(**QUIET), classes=["a"])
+    assert len(read) <= 4 and _files(tmp_path / "c") == {"notes.txt"}  # only the first samples peeked
