@@ -23,6 +23,7 @@ Suites (sizes are flags; defaults fit a 2-core laptop in a few minutes):
   stream  a cache on throttled loopback S3: first batch, waiting, downloads, a tight limit: stream_suite.py
   mixing  cachekit.mix: each source's share of the draws, mixed read speed against each alone: mix_suite.py
   listing a raw folder on (loopback) object storage listed for a build: time and peak memory: listing_suite.py
+  sources builds from Parquet, tars and a Python dataset of JPEGs against a folder, per core: sources_suite.py
 
 Every figure is a median (or best) over repeats inside one run and is printed with the command
 that reproduced it; ratios, not absolute numbers, are what carry over to other machines.
@@ -342,6 +343,7 @@ import feed_suites  # noqa: E402,F401  (registers the read-path suites: feed, jp
 import listing_suite  # noqa: E402,F401  (registers listing)
 import mix_suite  # noqa: E402,F401  (registers mixing)
 import recipe_suites  # noqa: E402,F401  (registers deit, yolo)
+import sources_suite  # noqa: E402,F401  (registers sources)
 import stream_suite  # noqa: E402,F401  (registers stream)
 
 

@@ -19,6 +19,7 @@ from .augment.transforms import (
     Resize,
 )
 from .build.run import BuildConfig, BuildResult, build
+from .build.sourceoptions import SourceOptions
 from .build.sources import Source, discover
 from .constants import VERSION as __version__
 from .cpus import available_cpus
@@ -60,6 +61,7 @@ __all__ = [
     "Pipeline",
     "load_pipeline",
     "Source",
+    "SourceOptions",
     "ShardAwareDistributedSampler",
     "CacheLoader",
     "make_loader",

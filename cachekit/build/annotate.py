@@ -26,7 +26,8 @@ from ..store.remote import access_error, filesystem, is_url
 from .classnames import voc_palette_names
 from .coco import read_coco
 from .inputs import read_input
-from .sources import Source, Walk, file_problem, is_image_name, path_key, stat_problem, table, walk
+from .inputtable import Source, Walk, file_problem, is_image_name, path_key, stat_problem, table, walk
+from .remotesource import remote_files
 from .yolo import LABEL_FILE_MAX_BYTES, label_path, parse_label_file, read_names
 
 __all__ = ["Tree", "open_tree", "coco_source", "yolo_source", "add_masks", "add_arrays", "MASK_EXTENSION"]
@@ -43,8 +44,6 @@ class Tree:
         self._files: dict[str, tuple[int, int]] | None = None
         self._fs = self._base = None
         if self.url:
-            from .remotesource import remote_files
-
             self._fs, self._base = filesystem(str(root), storage_options)
             self._files = remote_files(str(root), storage_options)
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from ..constants import DEFAULT_FORMAT, DEFAULT_MAX_PIXELS, DEFAULT_PIPELINE
 from ..image.geometry import DEFAULT_MIN_VISIBILITY
 from ..store.manifest import Manifest
+from .sourceoptions import SourceOptions
 
 __all__ = ["BuildConfig", "BuildResult"]
 
@@ -55,6 +56,8 @@ class BuildConfig:
     #: "secret": ...}``), for fsspec only: sent to every worker process as plain data, never written
     #: into the cache, never shown (not even by ``repr``).
     storage_options: dict = field(default_factory=dict, repr=False)
+    #: Python datasets, Parquet files and tars: class names, box format, columns, ``source_id``.
+    source: SourceOptions = field(default_factory=SourceOptions)
 
 
 @dataclass(frozen=True)

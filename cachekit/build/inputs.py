@@ -109,7 +109,8 @@ def input_reader(root: str, max_bytes: int, storage_options: dict | None = None)
 def read_retrying(read: Callable[[str], bytes], rel: str) -> bytes:
     """``read(rel)``, retried after a pause when an I/O error may be transient (EIO, a timeout)."""
     for attempt, pause in enumerate(_READ_TRIES):
-        time.sleep(pause)
+        if pause:  # sleep(0) is a syscall that gives the CPU away on a busy machine (~3 ms a read)
+            time.sleep(pause)
         try:
             return read(rel)
         except DecodeError:
@@ -141,7 +142,7 @@ def _needed_short_side(pipeline: Pipeline) -> int:
 
 
 def decode_input(
-    data: bytes,
+    data: bytes | np.ndarray,
     pipeline: Pipeline,
     *,
     fast_decode: bool = False,
@@ -157,9 +158,12 @@ def decode_input(
     a skip (``jpegcheck``); ``listen=False`` skips hearing the decoder (for timing loops over
     inputs already checked: the hearing takes turns between threads).
     """
-    if not data:
+    if isinstance(data, np.ndarray):  # pixels from code (``samples``): nothing to decode
+        h, w = data.shape[:2]
+    elif not data:
         raise DecodeError("empty file")
-    h, w = image_size(data)
+    else:
+        h, w = image_size(data)
     if max_pixels:
         if h * w > max_pixels:
             raise DecodeError(f"{w} x {h} pixels, over the --max-pixels limit of {max_pixels}")
@@ -169,6 +173,8 @@ def decode_input(
                 f"{w} x {h} pixels would become {peak} in the recipe, over the --max-pixels "
                 f"limit of {max_pixels} (an extreme aspect ratio)"
             )
+    if isinstance(data, np.ndarray):
+        return data
     reduce = _reduce_for(data, pipeline, (h, w)) if fast_decode else 1
     if not data.startswith(b"\xff\xd8"):
         return decode(data, reduce=reduce)

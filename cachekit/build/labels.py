@@ -18,6 +18,7 @@ from pathlib import Path
 from ..errors import UsageError
 from ..store.fields import FieldSpec
 from ..store.limits import MAX_CLASSES
+from .inputtable import path_key
 
 __all__ = ["read_labels_csv", "read_text_file", "LabelsTable"]
 
@@ -146,8 +147,6 @@ def read_labels_csv(root, labels_csv: Path) -> LabelsTable:
             raise UsageError(f"{labels_csv}: {rel!r} is listed twice, with other values")
     if not entries:
         raise UsageError(f"{labels_csv}: no rows")
-    from .sources import path_key  # the one order of paths (sources imports this module)
-
     names = sorted(entries, key=path_key)
     label_tokens = {entries[p][0] for p in names}
     multi_tokens = {t.strip() for p in names for t in entries[p][1].split(";") if t.strip()}

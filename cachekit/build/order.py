@@ -22,7 +22,7 @@ import numpy as np
 
 from ..errors import UsageError
 from ..store.manifest import ORDERS
-from .sources import Source, path_bytes
+from .inputtable import Source, path_bytes
 
 __all__ = ["ORDERS", "input_key", "order_key", "shard_rows", "default_shards"]
 

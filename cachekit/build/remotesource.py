@@ -11,9 +11,9 @@ import numpy as np
 
 from ..errors import UsageError
 from ..store.remote import access_error, filesystem, reach
+from .inputtable import Source, is_image_name, nonempty, unread_extension
 from .labels import read_labels_csv
 from .listing import Listing, list_files
-from .sources import Source, is_image_name, nonempty, unread_extension
 
 __all__ = ["discover_remote", "remote_files"]
 

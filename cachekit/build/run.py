@@ -14,7 +14,7 @@ import json
 import os
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
@@ -37,18 +37,21 @@ from ..store.location import Location, open_location, write_failure
 from ..store.manifest import ArraySpec, Manifest, SampleSpec, ShardInfo, SkippedInput
 from ..store.manifestio import manifest_text
 from ..store.remote import is_object_store, is_url, redact, secrets_hidden
+from .anysource import find_source
 from .augment import AUGMENT_EXTRAS, AugmentConfig
 from .classnames import read_names_file, with_class_order
 from .config import BuildConfig, BuildResult
 from .executors import run_jobs
-from .guards import check_apart, check_config, check_job_bytes, refuse
+from .guards import check_config, check_job_bytes, refuse
 from .plan import Content, PlannedShard, cache_fingerprint, default_shard_size, layout, option_changes, plan
 from .pool import WorkerCrashed
 from .resume import existing_cache, read_partial, reusable, start_partial, write_sidecar
 from .retire import collect, recorded_shards, remove_temps, remove_unrecorded_plan, retire
 from .shardjob import ShardJob, ShardResult, run_shard_job
 from .shardwrite import check_at_out, disk_full, remove_written
-from .sources import Source, discover
+from .sourceoptions import SourceOptions
+from .sources import Source
+from .streamrun import stream_shards
 
 __all__ = ["BuildConfig", "BuildResult", "build", "default_shard_size", "probe_shape"]
 
@@ -88,13 +91,20 @@ class _Target:
 
 
 def build(
-    raw: str | os.PathLike,
+    raw,
     out: str | os.PathLike,
     config: BuildConfig = BuildConfig(),
     *,
     storage_options: dict | None = None,
+    **source,
 ) -> BuildResult:
-    """Decode and preprocess every input under ``raw`` into a sharded cache at ``out``.
+    """Decode and preprocess every input of ``raw`` into a sharded cache at ``out``.
+
+    ``raw`` is a folder of images (with ``config``'s labels, annotations, masks), Parquet files or
+    WebDataset tars (``"data/train-*.parquet"``, ``"shards/train-{000000..000099}.tar"``), a Python
+    dataset (``__len__`` and ``__getitem__``) or an iterable of samples. ``source``: the
+    ``SourceOptions`` of such a source, as keywords (``classes=[...]``, ``box_format="xywh"``,
+    ``source_id="v2"``, ``image_column=...``), or ``config.source``.
 
     ``raw`` and ``out`` may be fsspec URLs (``s3://bucket/cache``), reached with
     ``storage_options`` (or ``config.storage_options``; give them once): endpoint, key, secret, ...
@@ -107,6 +117,11 @@ def build(
                 "storage options given twice (build(storage_options=) and BuildConfig's); give them once"
             )
         config = replace(config, storage_options=dict(storage_options))
+    if source:
+        unknown = sorted(set(source) - {f.name for f in fields(SourceOptions)})
+        if unknown:
+            raise UsageError(f"build() got unknown options {', '.join(unknown)}")
+        config = replace(config, source=replace(config.source, **source))
     with secrets_hidden(config.storage_options):
         return _build(raw, out, config)
 
@@ -114,22 +129,12 @@ def build(
 def _build(raw: str | os.PathLike, out: str | os.PathLike, config: BuildConfig) -> BuildResult:
     started = time.perf_counter()
     check_config(config)
-    raw = str(raw) if is_url(raw) else Path(raw)
-    check_apart(raw, out)
     location = open_location(out, config.storage_options)
     location.exists()  # an --out that is a file is refused before any work
     mask_names = read_names_file(config.mask_classes, "--mask-classes", 256) if config.mask_classes else None
     if mask_names is not None and config.masks is None:
         raise UsageError("--mask-classes names the values of --masks' class maps: give --masks too")
-    source = discover(
-        raw,
-        config.labels,
-        annotations=config.annotations,
-        masks=config.masks,
-        arrays=config.arrays,
-        storage_options=config.storage_options,
-        mask_classes=mask_names,
-    )
+    raw, source = find_source(raw, out, config, mask_classes=mask_names)
     if config.classes is not None:  # one class order for any source
         source = with_class_order(source, read_names_file(config.classes, "--classes"), config.classes)
     pipeline = load_pipeline(config.pipeline, config.size)
@@ -158,11 +163,11 @@ def _build(raw: str | os.PathLike, out: str | os.PathLike, config: BuildConfig) 
     if (
         config.fast_decode
         and any(f.kind == "mask" for f in spec.fields.values())
-        or (config.fast_decode and source.layout == "coco")
+        or (config.fast_decode and (source.layout in ("coco", "voc") or source.reader is not None))
     ):
         raise UsageError(
-            "--fast-decode decodes JPEGs at a reduced size, and masks and COCO boxes are in the full "
-            "image's pixels: leave --fast-decode out (YOLO's normalised boxes take it)"
+            "--fast-decode decodes JPEGs at a reduced size, and masks and COCO, VOC and other sources' "
+            "boxes are in the full image's pixels: leave --fast-decode out (YOLO's normalised boxes take it)"
         )
     if augment is not None and spec.ragged:
         raise UsageError(
@@ -182,6 +187,9 @@ def _build(raw: str | os.PathLike, out: str | os.PathLike, config: BuildConfig) 
     location.mkdir()
     with location.lock():
         try:
+            if getattr(source.reader, "stream", False):  # an iterable: its shards are built as it is read
+                target, config, streamed = stream_shards(target, config)
+                return streamed.result(_run(target, config, started))
             return _run(target, config, started)
         except BaseException:
             with contextlib.suppress(Exception):  # never hide the error that stopped the build
@@ -199,6 +207,8 @@ def _run(t: _Target, config: BuildConfig, started: float) -> BuildResult:
         "shard_size": config.shard_size,
         "shards": config.shards,
     }
+    if getattr(source.reader, "sequential", False):  # files of records are read in their own order
+        requested["order"] = "sorted"
     if config.overwrite:
         kept = None  # a fresh cut
     elif previous is not None:
@@ -337,12 +347,15 @@ def _job(t: _Target, config: BuildConfig, index: int, shard: PlannedShard, paths
         augment=t.augment,
         max_pixels=config.max_pixels,
         unreadable_fails=config.executor == "dask",
-        sizes=tuple(int(t.source.sizes[i]) for i in shard.rows) if config.executor == "dask" else (),
+        sizes=tuple(int(t.source.sizes[i]) for i in shard.rows)
+        if config.executor == "dask" and t.source.reader is None
+        else (),
         storage_options=config.storage_options,
         targets=tuple(t.source.targets[i] for i in shard.rows) if t.source.targets else (),
         masks_root=t.source.extra.get("masks"),
         array_roots=dict(t.source.extra.get("arrays", {})),
         min_visibility=config.min_visibility,
+        reader=t.source.reader,
     )
 
 

@@ -50,7 +50,36 @@ def load_mask(data: bytes, where: str) -> np.ndarray:
     return np.ascontiguousarray(array)
 
 
+#: Pixels a box from code may overhang its image (rounding); more is a box of another image.
+_OVERHANG = 1.0
+
+
+def _corner_boxes(target: dict, h: int, w: int) -> dict:
+    """Boxes from code: corners in pixels (``xyxy``) or in [0, 1] (``nxyxy``), clipped to the image."""
+    boxes = np.asarray(target["xyxy"] if "xyxy" in target else target["nxyxy"], dtype=np.float64).reshape(
+        -1, 4
+    )
+    if not np.isfinite(boxes).all():
+        raise DecodeError("a box that is not a finite number (NaN or infinity)")
+    if "nxyxy" in target:
+        boxes = boxes * np.array([w, h, w, h], dtype=np.float64)
+    slack = _OVERHANG if "xyxy" in target else 1e-3 * max(h, w)
+    if len(boxes) and (
+        boxes.min() < -slack or (boxes[:, [0, 2]] > w + slack).any() or (boxes[:, [1, 3]] > h + slack).any()
+    ):
+        raise DecodeError(f"a box outside its {w}x{h} image (is the box format right?)")
+    return {
+        "boxes": np.clip(boxes, 0, [w, h, w, h]).astype(np.float32),
+        "classes": np.asarray(target["classes"], dtype=np.int64).reshape(-1),
+        "iscrowd": np.asarray(target["iscrowd"], dtype=np.uint8).reshape(-1),
+    }
+
+
 def _boxes(target: dict, h: int, w: int) -> dict:
+    if "xyxy" in target or "nxyxy" in target:
+        return _corner_boxes(target, h, w)
+    if "size" not in target and "yolo" not in target:
+        raise DecodeError("its target has no boxes (the first sample's had)")
     if "yolo" in target:
         rows = np.asarray(target["yolo"], dtype=np.float64).reshape(-1, 5)
         cx, cy, bw, bh = rows[:, 1] * w, rows[:, 2] * h, rows[:, 3] * w, rows[:, 4] * h
@@ -71,12 +100,16 @@ def _boxes(target: dict, h: int, w: int) -> dict:
     }
 
 
-def load_array(data: bytes, spec: FieldSpec, where: str) -> np.ndarray:
-    """A ``.npy`` file as the field's dtype, of a shape the field allows (nothing pickled is read)."""
-    try:
-        array = np.load(io.BytesIO(data), allow_pickle=False)
-    except (ValueError, OSError, EOFError) as exc:
-        raise DecodeError(f"array {where} does not load ({' '.join(str(exc).split())[:120]})") from None
+def load_array(data: bytes | np.ndarray, spec: FieldSpec, where: str) -> np.ndarray:
+    """A ``.npy`` file (or an array from code) as the field's dtype, of a shape the field allows
+    (nothing pickled is read)."""
+    if isinstance(data, np.ndarray):
+        array = data
+    else:
+        try:
+            array = np.load(io.BytesIO(data), allow_pickle=False)
+        except (ValueError, OSError, EOFError) as exc:
+            raise DecodeError(f"array {where} does not load ({' '.join(str(exc).split())[:120]})") from None
     shape = spec.params["shape"]
     if array.ndim != len(shape) or any(d is not None and d != s for d, s in zip(shape, array.shape)):
         raise DecodeError(f"array {where} is {list(array.shape)}, the field's shape is {shape}")
@@ -100,8 +133,11 @@ def raw_values(
         if spec.kind == "boxes":
             values[name] = _boxes(target, h, w)
         elif spec.kind == "mask":
-            rel = target["mask"][0]
-            mask = load_mask(read_mask(rel), rel)
+            if isinstance(target.get("mask"), np.ndarray):  # from code
+                rel, mask = "(from the sample)", target["mask"]
+            else:
+                rel = target["mask"][0]
+                mask = load_mask(read_mask(rel), rel)
             if mask.shape != (h, w):
                 raise DecodeError(f"its mask {rel} is {mask.shape[1]}x{mask.shape[0]}, the image {w}x{h}")
             values[name] = mask
@@ -110,8 +146,13 @@ def raw_values(
         elif spec.kind == "text":
             values[name] = str(target.get("text", ""))
         elif spec.kind == "array":
-            rel = target["arrays"][name][0]
-            values[name] = load_array(read_array[name](rel), spec, rel)
+            found = target.get("arrays", {}).get(name)
+            if found is None:
+                raise DecodeError(f"its target has no array {name!r}")
+            if isinstance(found, np.ndarray):  # from code
+                values[name] = load_array(found, spec, name)
+            else:
+                values[name] = load_array(read_array[name](found[0]), spec, found[0])
     return values
 
 

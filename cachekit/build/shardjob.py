@@ -38,6 +38,7 @@ from .inputs import (
     skip_reason,
 )
 from .order import input_key
+from .records import ReaderFailures, Record
 from .sampletargets import move_values, move_values_matrix, raw_values
 from .shardwrite import commit_shard, disk_full
 
@@ -96,6 +97,10 @@ class ShardJob:
     array_roots: dict = field(default_factory=dict)
     #: Boxes keeping less of their area than this through the recipe or a variant's crop are dropped.
     min_visibility: float = DEFAULT_MIN_VISIBILITY
+    #: How inputs that are not files under ``root`` are read (rows of Parquet files, members of tars,
+    #: samples of a Python dataset): ``reader.open(storage_options, max_bytes)`` gives
+    #: ``read(rel, target) -> bytes | Record`` (``records``); None: files.
+    reader: object | None = None
 
 
 @dataclass(frozen=True)
@@ -190,7 +195,11 @@ def run_shard_job(job: ShardJob, progress: Callable[[int], None] | None = None) 
                 store(img, sample_extras, sample_values, label, rel)
             pending.clear()
 
-    read = input_reader(job.root, max_input_bytes(job.max_pixels), job.storage_options)
+    if job.reader is not None:
+        read_record = job.reader.open(job.storage_options, max_input_bytes(job.max_pixels))
+        failures = ReaderFailures()
+    else:
+        read_file = input_reader(job.root, max_input_bytes(job.max_pixels), job.storage_options)
     read_mask = (
         input_reader(job.masks_root, max_input_bytes(job.max_pixels), job.storage_options)
         if job.masks_root
@@ -202,8 +211,14 @@ def run_shard_job(job: ShardJob, progress: Callable[[int], None] | None = None) 
     }
     done = 0
     for k, (rel, label) in enumerate(zip(job.paths, job.labels)):
+        target = job.targets[k] if job.targets else None
         try:
-            data = read_retrying(read, rel)
+            if job.reader is not None:
+                data = failures.read(read_record, rel, target)
+                if isinstance(data, Record):
+                    data, target, label = data.image, data.target, data.label
+            else:
+                data = read_retrying(read_file, rel)
             if job.unreadable_fails and job.sizes and len(data) != job.sizes[k]:
                 raise InputUnreadable(
                     f"{job.root}/{rel} on {socket.gethostname()} holds {len(data)} bytes, the client listed "
@@ -230,7 +245,6 @@ def run_shard_job(job: ShardJob, progress: Callable[[int], None] | None = None) 
                     max_pixels=job.max_pixels,
                     check_recipe=job.augment is None,  # augmented variants crop first, then resize
                 )
-                target = job.targets[k] if job.targets else None
                 raw = (
                     raw_values(spec.fields, target, img.shape[:2], read_mask, read_array)
                     if spec.fields

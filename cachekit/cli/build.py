@@ -49,8 +49,9 @@ from .app import EXIT_CODES, duration, friendly, main, options_of, with_storage_
     "--annotations",
     type=str,
     default=None,
-    help="Boxes: a COCO instances JSON (file_name relative to RAW), or 'yolo' / a YOLO data.yaml "
-    "(RAW/images/** with RAW/labels/**.txt of 'class cx cy w h').",
+    help="Boxes: a COCO instances JSON (file_name relative to RAW), 'yolo' / a YOLO data.yaml "
+    "(RAW/images/** with RAW/labels/**.txt of 'class cx cy w h'), or 'voc' (RAW/Annotations/*.xml "
+    "with RAW/JPEGImages/; 'difficult' kept as iscrowd).",
 )
 @click.option(
     "--masks",
@@ -79,6 +80,28 @@ from .app import EXIT_CODES, duration, friendly, main, options_of, with_storage_
     multiple=True,
     metavar="NAME=DIR",
     help="An array field NAME: a .npy per input in DIR, named as the input (a/b.jpg -> DIR/a/b.npy); repeatable.",
+)
+@click.option(
+    "--image-column",
+    default="image",
+    show_default=True,
+    help="Parquet: the image column ({bytes, path} or bytes).",
+)
+@click.option("--label-column", default="label", show_default=True, help="Parquet: the class column.")
+@click.option(
+    "--boxes-column",
+    default="objects",
+    show_default=True,
+    help="Parquet: the boxes column, a struct of bbox and category lists (Hugging Face's objects).",
+)
+@click.option("--text-column", default=None, help="Parquet: a caption column, kept as the text field.")
+@click.option(
+    "--box-format",
+    type=click.Choice(["xyxy", "xywh", "cxcywh"]),
+    metavar="FORMAT",
+    default="xyxy",
+    show_default=True,
+    help="Parquet and tar boxes: corners, COCO's x,y,w,h, or centre and size (in pixels).",
 )
 @click.option(
     "--min-visibility",
@@ -195,6 +218,11 @@ def build_cmd(
     mask_classes,
     classes,
     arrays,
+    image_column,
+    label_column,
+    boxes_column,
+    text_column,
+    box_format,
     min_visibility,
     compression,
     store,
@@ -218,11 +246,13 @@ def build_cmd(
     """Decode + preprocess the images under RAW into a sharded cache at --out.
 
     RAW is an ImageFolder tree (RAW/<class>/**/<image>), a flat folder of images, or any folder
-    with --labels; with --annotations (COCO or YOLO) the images come with their boxes, and with
-    --masks with a class map each. Either may be a URL (s3://bucket/raw; --storage-option for its endpoint and
+    with --labels; with --annotations (COCO, YOLO or VOC) the images come with their boxes, and with
+    --masks with a class map each. RAW may also name Parquet files ('data/train-*.parquet', Hugging
+    Face layout) or WebDataset tars ('shards/train-{000000..000099}.tar'); quote the pattern. Either may be a URL (s3://bucket/raw; --storage-option for its endpoint and
     credentials). Re-running the same command resumes an interrupted build.
     """
     from ..build.run import BuildConfig, build
+    from ..build.sourceoptions import SourceOptions
 
     storage_options = options_of(storage_option, raw, out)
     config = BuildConfig(
@@ -256,6 +286,13 @@ def build_cmd(
         executor_options={"scheduler": scheduler} if scheduler else {},
         progress=not quiet,
         storage_options=storage_options,
+        source=SourceOptions(
+            box_format=box_format,
+            image_column=image_column,
+            label_column=label_column,
+            boxes_column=boxes_column,
+            text_column=text_column,
+        ),
     )
     result = build(raw, out, config)
     dropped = result.manifest.source.get("dropped_count", 0)

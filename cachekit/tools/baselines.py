@@ -23,7 +23,6 @@ import io
 import math
 import os
 import random
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,9 +32,9 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from ..build.shardjob import INPUT_ERRORS, decode_input, read_input, skip_reason
-from ..build.sources import discover
 from ..errors import CachekitError, UsageError
 from ..image.recipes import Pipeline
+from .rawreads import RawReads, raw_source
 
 __all__ = [
     "RawInputs",
@@ -55,11 +54,20 @@ RRC_SCALE = (0.08, 1.0)
 RRC_RATIO = (3 / 4, 4 / 3)
 
 
-def pil_classification(path: str | os.PathLike | io.BytesIO, resize: int, crop: int) -> np.ndarray:
+def _pil_open(source):
+    """A PIL image of a file, its bytes, or (a dataset's) decoded RGB pixels."""
+    from PIL import Image
+
+    return Image.fromarray(source) if isinstance(source, np.ndarray) else Image.open(source)
+
+
+def pil_classification(
+    path: str | os.PathLike | io.BytesIO | np.ndarray, resize: int, crop: int
+) -> np.ndarray:
     """torchvision's ``default_loader`` + ``Resize(resize)`` + ``CenterCrop(crop)``, as ``[H, W, 3]`` uint8."""
     from PIL import Image
 
-    with Image.open(path) as opened:
+    with _pil_open(path) as opened:
         img = opened.convert("RGB")
     w, h = img.size
     if w <= h:
@@ -104,13 +112,13 @@ def rrc_params(
 
 
 def pil_random_resized_crop_flip(
-    path: str | os.PathLike | io.BytesIO, size: tuple[int, int], p: float = 0.5
+    path: str | os.PathLike | io.BytesIO | np.ndarray, size: tuple[int, int], p: float = 0.5
 ) -> np.ndarray:
     """torchvision's train transform on a raw file: ``default_loader``, ``RandomResizedCrop(size)``
     (crop, then a bilinear resize) and ``RandomHorizontalFlip(p)``, as ``[H, W, 3]`` uint8."""
     from PIL import Image
 
-    with Image.open(path) as opened:
+    with _pil_open(path) as opened:
         img = opened.convert("RGB")
     top, left, h, w = rrc_params(img.height, img.width)
     img = img.crop((left, top, left + w, top + h)).resize((size[1], size[0]), Image.BILINEAR)
@@ -176,6 +184,8 @@ class RawInputs:
     refused: tuple[tuple[str, str], ...]  # (path, reason): kept by a build, unreadable for PIL
     found: int  # image files discovery found: kept + skipped
     bytes: int  # size of the kept inputs' files
+    #: How each kept input is read (a file, or a record of Parquet, a tar or a dataset).
+    reads: RawReads | None = None
 
     def __len__(self) -> int:
         return len(self.paths)
@@ -184,19 +194,19 @@ class RawInputs:
 class _Check(Dataset):
     """Input ``i``'s (build's skip reason, PIL's refusal), each None when fine; run in DataLoader workers."""
 
-    def __init__(self, root: Path, paths: Sequence[str], pipeline: Pipeline, pil: bool) -> None:
-        self.root, self.paths, self.pipeline, self.pil = root, paths, pipeline, pil
+    def __init__(self, reads: RawReads, pipeline: Pipeline, pil: bool) -> None:
+        self.reads, self.pipeline, self.pil = reads, pipeline, pil
 
     def __len__(self) -> int:
-        return len(self.paths)
+        return len(self.reads.paths)
 
     def __getitem__(self, index: int) -> tuple[str | None, str | None]:
         try:
-            data = read_input(self.root / self.paths[index])
+            data = self.reads.read(index)
             self.pipeline.apply(decode_input(data, self.pipeline))
         except INPUT_ERRORS as exc:
             return skip_reason(exc), None
-        return None, (_pil_refuses(data) if self.pil else None)
+        return None, (_pil_refuses(data) if self.pil and isinstance(data, bytes) else None)
 
 
 def _pil_refuses(data: bytes) -> str | None:
@@ -235,10 +245,11 @@ def check_raw_inputs(
     """
     from tqdm import tqdm
 
-    source = discover(root, **(discover_options or {}))
-    root = Path(root)
+    source = raw_source(root, discover_options)
+    root = Path(root) if isinstance(root, (str, os.PathLike)) else Path(".")
+    reads = RawReads(root, tuple(source.paths), tuple(source.targets), source.reader)
     loader = DataLoader(
-        _Check(root, source.paths, pipeline, pil),
+        _Check(reads, pipeline, pil),
         batch_size=None,
         num_workers=min(workers, len(source)),
     )
@@ -260,6 +271,7 @@ def check_raw_inputs(
         refused=tuple((source.paths[i], verdicts[i][1]) for i in keep if verdicts[i][1] is not None),
         found=len(source) + len(source.ignored),
         bytes=int(np.asarray(source.sizes, dtype=np.int64)[keep].clip(min=0).sum()),
+        reads=reads.subset(keep),
     )
 
 
@@ -300,20 +312,29 @@ class RawImageDataset(Dataset):
 
         The inputs were checked when the benchmark started; one that fails now changed since.
         """
-        path = self.paths[index]
+        source = self.paths[index]  # a file for PIL to open, or what a record holds
+        if self.inputs.reads is not None and self.inputs.reads.reader is not None:
+            data = self.inputs.reads.read(index)  # a row of Parquet, a tar member, a dataset's sample
+            source = io.BytesIO(data) if isinstance(data, bytes) else data
         try:
             if self.backend == "pil":
                 if self.augment:
-                    return pil_random_resized_crop_flip(path, self.augment)
-                return pil_classification(path, self._resize, self._crop)
-            image = decode_input(read_input(Path(path)), self.pipeline, listen=False)  # checked at the start
+                    return pil_random_resized_crop_flip(source, self.augment)
+                return pil_classification(source, self._resize, self._crop)
+            if isinstance(source, str):
+                data = read_input(Path(source))
+            image = decode_input(data, self.pipeline, listen=False)  # checked at the start
             if self._opencv_augment is not None:
                 return self._opencv_augment.crop_hwc(image)
             return self.pipeline.apply(image)[0]
         except (*INPUT_ERRORS, ValueError) as exc:
             raise CachekitError(
-                f"{path} changed while the benchmark ran ({skip_reason(exc)}); run it again"
+                f"{self.paths[index]} changed while the benchmark ran ({skip_reason(exc)}); run it again"
             ) from None
+
+    def files(self) -> list[Path]:
+        """The files this loader reads (for the bench to drop from the page cache)."""
+        return self.inputs.reads.files() if self.inputs.reads is not None else [Path(p) for p in self.paths]
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
         image = torch.from_numpy(np.ascontiguousarray(self.load(index).transpose(2, 0, 1)))

@@ -336,7 +336,7 @@ def _run(raw, caches, datasets, config: BenchConfig, log, progress: bool, storag
     bs = config.batch_size
     for backend, ds in raw_ds.items():
         for w in counts:
-            add(f"raw-{backend}", w, raw_row(ds, align.raw, w, bs), [Path(p) for p in ds.paths])
+            add(f"raw-{backend}", w, raw_row(ds, align.raw, w, bs), ds.files())
     for path, name, order in zip(caches, names, align.caches):
         files = [] if is_url(path) else _files(Path(path))  # a URL cache's copies are fetched afresh
         for w in counts if steps is None else ():

@@ -37,6 +37,8 @@ def raw_discovery(manifest, raw) -> dict:
         options["annotations"] = "yolo"
     elif source.get("layout") == "coco" and source.get("annotations"):
         options["annotations"] = os.path.join(str(raw), source["annotations"])
+    if source.get("layout") in ("parquet", "webdataset"):  # read its files as the build did
+        options["source"] = {k: source[k] for k in ("columns", "box_format") if k in source}
     if source.get("masks") and not str(source["masks"]).startswith(("s3://", "gs://")):
         options["masks"] = source["masks"]
     return options

@@ -116,7 +116,16 @@ def environment() -> str:
         ("python", f"{sys.version.split()[0]} ({platform.platform()})"),
         ("torch", f"{torch.__version__} (CUDA {torch.version.cuda or 'none'})"),
     ]
-    for dist in ("numpy", "opencv-python-headless", "h5py", "zarr", "dask", "distributed", "pillow"):
+    for dist in (
+        "numpy",
+        "opencv-python-headless",
+        "h5py",
+        "zarr",
+        "dask",
+        "distributed",
+        "pillow",
+        "pyarrow",
+    ):
         rows.append((dist, _version(dist)))
     rows.append(("cpus", f"{available_cpus()} usable of {os.cpu_count()} (affinity and cgroup quota)"))
     if torch.cuda.is_available():

@@ -107,6 +107,7 @@ SHAPING = {
 NOT_SHAPING = {
     "workers", "strict", "overwrite", "update", "grace", "executor", "executor_options", "progress",
     "storage_options",
+    "source",  # Python datasets', Parquet's and tars' options: in their inputs' identity (test_sources.py)
 }  # fmt: skip
 
 

@@ -1,0 +1,130 @@
+"""An iterable of samples (a generator, an ``IterableDataset``: no ``__len__``) as a build's source:
+read once, in order, in the build's process; its first samples say what fields it has.
+
+Its inputs are positions in the stream (``000000000042``), cut into runs of the shard size as they
+come (``streamrun``); a killed build reads the stream again and skips the positions whose shards
+are finished. The stream's identity (``source_id=``, else the generator's or class's name) is part
+of every shard's name: pass a new ``source_id`` when what it yields changes.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import UsageError
+from ..image.ops import DecodeError
+from .inputtable import Source
+from .pysource import PROBE, class_names, index_path
+from .records import Record, SourceRaised
+from .samples import SampleOptions, fields_of, to_record
+
+__all__ = ["iterable_source", "StreamReader", "ChunkReader", "positions"]
+
+
+def _one_line(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())[:160]}"
+
+
+@dataclass
+class StreamReader:
+    """The stream itself, kept in the build's process (never sent to a worker): its samples as
+    records (or why each cannot be one), in order."""
+
+    samples: Iterator
+    options: SampleOptions
+    stream = True  # read once, in order, by ``streamrun``
+    sequential = True
+
+    def records(self) -> Iterator[Record | str]:
+        position = 0
+        while True:
+            try:
+                sample = next(self.samples)
+            except StopIteration:
+                return
+            except Exception as exc:  # the user's code: a generator that raised is over
+                raise UsageError(f"the iterable raised at sample {position} ({_one_line(exc)})") from None
+            try:
+                yield to_record(sample, self.options)
+            except DecodeError as exc:
+                yield str(exc)
+            position += 1
+
+    def open(self, storage_options, max_bytes):  # every shard is built as the stream is read
+        raise RuntimeError("a stream's shards are built by streamrun")
+
+
+@dataclass(frozen=True)
+class ChunkReader:
+    """A shard job's run of a stream: its records (or why each could not be one), from ``start``."""
+
+    start: int
+    records: tuple
+    sequential = True
+
+    def open(self, storage_options, max_bytes):
+        def read(rel: str, target) -> Record:
+            found = self.records[int(rel) - self.start]
+            if isinstance(found, str):
+                raise SourceRaised(found)
+            return found
+
+        return read
+
+
+def _identity(iterable, source_id) -> str:
+    if source_id is None:
+        name = getattr(iterable, "__qualname__", None) or type(iterable).__qualname__
+        return f"stream:{type(iterable).__module__}.{name}"
+    if isinstance(source_id, (str, int)):
+        return f"id:{source_id}"
+    raise UsageError("source_id= of an iterable takes a string (a stream has no per-sample ids)")
+
+
+def iterable_source(iterable, options: SampleOptions, *, classes=None, source_id=None) -> Source:
+    """The ``Source`` of an iterable: no inputs yet (``streamrun`` reads them), the fields of its first
+    samples, and a ``StreamReader`` over it (the samples peeked at are read again from it)."""
+    try:
+        samples = iter(iterable)
+    except Exception as exc:
+        raise UsageError(f"iter() of the source raised {_one_line(exc)}") from None
+    peeked = list(itertools.islice(samples, PROBE))
+    if not peeked:
+        raise UsageError("the iterable yields no samples: nothing to build")
+    records, problems = [], []
+    for i, sample in enumerate(peeked):
+        try:
+            records.append(to_record(sample, options))
+        except DecodeError as exc:
+            problems.append(f"sample {i}: {exc}")
+    if not records:
+        raise UsageError(f"the iterable's first samples cannot be used ({'; '.join(problems)})")
+    try:
+        fields = fields_of(records)
+    except DecodeError as exc:
+        raise UsageError(f"the iterable's samples cannot be stored: {exc}") from None
+    has_classes = any(r.label >= 0 for r in records) or bool({"boxes", "labels"} & set(fields))
+    names = class_names(classes, getattr(iterable, "classes", None), has_classes, "iterable")
+    return Source(
+        root=f"<{type(iterable).__qualname__}>",
+        layout="stream",
+        paths=(),
+        labels=np.zeros(0, dtype=np.int64),
+        sizes=np.zeros(0, dtype=np.int64),
+        mtimes=np.zeros(0, dtype=np.int64),
+        classes=names,
+        fields=fields,
+        extra={"dataset": f"{type(iterable).__module__}.{type(iterable).__qualname__}"},
+        reader=StreamReader(itertools.chain(peeked, samples), options),
+        identity=f"{_identity(iterable, source_id)}|boxes:{options.box_format}"
+        + ("/normalized" if options.normalized else ""),
+    )
+
+
+def positions(start: int, count: int) -> tuple[str, ...]:
+    """The input names of a stream's positions ``start`` .. ``start + count``."""
+    return tuple(index_path(i) for i in range(start, start + count))

@@ -1,0 +1,189 @@
+"""A Python dataset as a build's source: anything with ``__len__`` and ``__getitem__`` (a
+``torchvision.datasets`` object, your own ``Dataset``), split by index across the worker processes.
+
+Workers receive the dataset by pickling (once per shard job, as the jobs themselves travel), so it
+must pickle: a class defined at module level, holding paths rather than open files. Its inputs are
+its indices (``000000000042``); what the first samples' targets carry decides the fields. Its
+identity (``source_id=``, else its type and length) is part of every shard's name: a kill resumes,
+and a changed ``source_id`` rebuilds (a sequence of one id per sample rebuilds only the shards
+whose ids changed, under ``--update``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import pickle
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import UsageError
+from ..image.ops import DecodeError
+from ..store.limits import MAX_CLASSES, MAX_SAMPLES
+from .inputtable import Source
+from .records import Record, SourceRaised
+from .samples import SampleOptions, fields_of, to_record
+
+__all__ = ["IndexPaths", "DatasetReader", "dataset_source", "class_names", "index_path", "pickled", "PROBE"]
+
+#: Samples read at discovery to learn the fields.
+PROBE = 4
+_LOADED: dict[str, object] = {}  # this process's unpickled dataset, by digest of its bytes
+
+
+def index_path(i: int) -> str:
+    """The input name of a dataset's sample ``i`` (sorts as the index)."""
+    return f"{i:012d}"
+
+
+def _one_line(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())[:160]}"
+
+
+def pickled(dataset, what: str = "dataset") -> bytes:
+    """The dataset's pickle, or one line saying why it cannot go to the worker processes."""
+    try:
+        return pickle.dumps(dataset, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as exc:
+        raise UsageError(
+            f"the {what} goes to the build's worker processes by pickling, and it cannot be pickled "
+            f"({_one_line(exc)}): define its class at module level and keep open files, locks and "
+            "lambdas out of it"
+        ) from None
+
+
+class IndexPaths(Sequence):
+    """The input names of ``n`` indices, made when asked for (no ``n`` strings held)."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return tuple(index_path(k) for k in range(*i.indices(self.n)))
+        if not -self.n <= i < self.n:
+            raise IndexError(i)
+        return index_path(i % self.n)
+
+
+@dataclass(frozen=True)
+class DatasetReader:
+    """A shard job's access to the dataset: unpickled once per worker process, ``ds[i]`` per input."""
+
+    data: bytes
+    options: SampleOptions
+    sequential = False  # any index is read as cheaply as the next
+
+    def dataset(self):
+        key = hashlib.sha256(self.data).hexdigest()
+        if key not in _LOADED:
+            _LOADED.clear()
+            _LOADED[key] = pickle.loads(self.data)
+        return _LOADED[key]
+
+    def open(self, storage_options: dict | None, max_bytes: int):
+        ds = self.dataset()
+        return lambda rel, target: read_sample(ds, int(rel), self.options)
+
+
+def read_sample(dataset, i: int, options: SampleOptions) -> Record:
+    """``dataset[i]`` as a record; what the dataset raises is this sample's problem (``SourceRaised``)."""
+    try:
+        sample = dataset[i]
+    except Exception as exc:  # the user's code
+        raise SourceRaised(f"{_one_line(exc)} in __getitem__({i})") from None
+    return to_record(sample, options)
+
+
+def class_names(given, found, samples_have_classes: bool, what: str) -> tuple[str, ...]:
+    """The class names: ``given`` (names, or a number of classes), else ``found`` (a dataset's own
+    ``.classes``, a file's metadata); one line when the samples have classes and nothing names them."""
+    names = given if given is not None else found
+    if isinstance(names, (list, tuple, dict)) and not names:
+        names = None  # an empty list names nothing
+    if isinstance(names, (int, np.integer)) and not isinstance(names, bool):
+        if not 0 < names <= MAX_CLASSES:
+            raise UsageError(f"classes={names}: give 1 to {MAX_CLASSES} classes")
+        return tuple(str(i) for i in range(int(names)))
+    if isinstance(names, dict):  # {index: name}
+        names = [names[k] for k in sorted(names)]
+    if names is not None:
+        names = list(names)
+        if not all(isinstance(n, (str, int)) for n in names) or len(names) > MAX_CLASSES:
+            raise UsageError(f"class names must be a list of up to {MAX_CLASSES} strings")
+        return tuple(str(n) for n in names)
+    if samples_have_classes:
+        raise UsageError(
+            f"the {what}'s samples carry classes but nothing names them: pass classes=[...] (names in "
+            "index order) or classes=N"
+        )
+    return ()
+
+
+def _identity(dataset, n: int, source_id) -> tuple[str, tuple]:
+    """The source's identity and, for one id per sample, each sample's target ``{"id": ...}``."""
+    if source_id is None:
+        return f"{type(dataset).__module__}.{type(dataset).__qualname__}:{n}", ()
+    if isinstance(source_id, (str, int)):
+        return f"id:{source_id}", ()
+    if isinstance(source_id, Sequence) and len(source_id) == n:
+        return "ids", tuple({"id": str(v)} for v in source_id)
+    raise UsageError("source_id= takes a string, or a sequence of one id per sample (as long as the dataset)")
+
+
+def dataset_source(dataset, options: SampleOptions, *, classes=None, source_id=None) -> Source:
+    """The ``Source`` of a map-style dataset: its indices, with what its first samples' targets carry."""
+    try:
+        n = len(dataset)
+    except Exception as exc:
+        raise UsageError(f"len() of the dataset raised {_one_line(exc)}") from None
+    if not isinstance(n, int) or n <= 0:
+        raise UsageError(f"the dataset has {n} samples: nothing to build")
+    if n > MAX_SAMPLES:
+        raise UsageError(f"len() of the dataset is {n}, over the {MAX_SAMPLES} samples a cache may hold")
+    try:
+        dataset[n - 1]
+    except IndexError as exc:  # the commonest lie: a length past the end
+        raise UsageError(
+            f"len() of the dataset says {n} but dataset[{n - 1}] raises IndexError ({_one_line(exc)}): "
+            "its __len__ is wrong"
+        ) from None
+    except Exception:
+        pass  # that sample's own problem: skipped with its reason when the build reads it
+    reader = DatasetReader(pickled(dataset), options)
+    records, problems = [], []
+    for i in range(min(n, PROBE)):
+        try:
+            records.append(read_sample(dataset, i, options))  # the dataset itself, not a copy
+        except DecodeError as exc:
+            problems.append(f"sample {i}: {exc}")
+    if not records:
+        raise UsageError(f"the dataset's first samples cannot be used ({'; '.join(problems)})")
+    try:
+        fields = fields_of(records)
+    except DecodeError as exc:
+        raise UsageError(f"the dataset's samples cannot be stored: {exc}") from None
+    has_classes = any(r.label >= 0 for r in records) or bool({"boxes", "labels"} & set(fields))
+    names = class_names(classes, getattr(dataset, "classes", None), has_classes, "dataset")
+    identity, targets = _identity(dataset, n, source_id)
+    identity += (
+        f"|boxes:{options.box_format}{'/normalized' if options.normalized else ''}"  # shapes its targets
+    )
+    return Source(
+        root=f"<{type(dataset).__qualname__} of {n} samples>",
+        layout="dataset",
+        paths=IndexPaths(n),
+        labels=np.full(n, -1, dtype=np.int64),
+        sizes=np.zeros(n, dtype=np.int64),
+        mtimes=np.zeros(n, dtype=np.int64),
+        classes=names,
+        fields=fields,
+        targets=targets,
+        extra={"dataset": f"{type(dataset).__module__}.{type(dataset).__qualname__}"},
+        reader=reader,
+        identity=identity,
+    )

@@ -1,0 +1,130 @@
+"""Files of records named by a pattern (``data/train-*.parquet``, ``shards/train-{000000..000099}.tar``),
+local or on object storage: the pattern expanded, each file a regular file with its size and stamp,
+and opened for reading in a worker (a local file without following links, or an fsspec file)."""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+import stat
+from dataclasses import dataclass
+
+from ..errors import UsageError
+from ..store.remote import access_error, filesystem, is_url, process_filesystem
+from .inputtable import file_problem
+
+__all__ = ["RecordFile", "expand_braces", "find_files", "open_file", "read_range"]
+
+#: The most files a brace pattern may name (a typo of ``{0..9999999999}`` must not list forever).
+MAX_FILES = 1_000_000
+_RANGE = re.compile(r"\{(\d+)\.\.(\d+)\}")
+_LIST = re.compile(r"\{([^{}]*,[^{}]*)\}")
+
+
+@dataclass(frozen=True)
+class RecordFile:
+    """One file of a source: its name in the build (relative to the pattern's folder), where it is,
+    its size and stamp (part of every input's digest: a changed file rebuilds its shards)."""
+
+    name: str
+    where: str  # a local path, or a path inside the URL's filesystem
+    size: int
+    mtime: int
+
+
+def expand_braces(pattern: str) -> list[str]:
+    """``{000..099}`` (zero-padded as written) and ``{a,b}`` expanded, left to right."""
+    out, todo = [], [pattern]
+    while todo:
+        text = todo.pop(0)
+        m = _RANGE.search(text)
+        n = _LIST.search(text)
+        if m and (not n or m.start() < n.start()):
+            a, b = int(m.group(1)), int(m.group(2))
+            if b < a or b - a >= MAX_FILES:
+                raise UsageError(
+                    f"{pattern}: {{{m.group(1)}..{m.group(2)}}} must count up, by fewer than {MAX_FILES}"
+                )
+            width = len(m.group(1)) if m.group(1).startswith("0") else 0
+            todo += [text[: m.start()] + str(v).zfill(width) + text[m.end() :] for v in range(a, b + 1)]
+        elif n:
+            todo += [text[: n.start()] + part + text[n.end() :] for part in n.group(1).split(",")]
+        else:
+            out.append(text)
+        if len(out) + len(todo) > MAX_FILES:
+            raise UsageError(f"{pattern} names more than {MAX_FILES} files")
+    return out
+
+
+def _base(pattern: str) -> str:
+    """The folder before the first pattern character: names are relative to it."""
+    cut = min((pattern.find(c) for c in "*?[{" if c in pattern), default=len(pattern))
+    return pattern[:cut].rsplit("/", 1)[0] if "/" in pattern[:cut] else ""
+
+
+def find_files(pattern: str, storage_options: dict | None, what: str) -> list[RecordFile]:
+    """The files ``pattern`` names, sorted, each checked to be a regular file (one line when none is)."""
+    names = expand_braces(pattern)
+    found: dict[str, RecordFile] = {}
+    if is_url(pattern):
+        fs, _ = filesystem(pattern, storage_options)
+        protocol = pattern.split("://", 1)[0]
+        base = filesystem(_base(pattern) or pattern, storage_options)[1] if _base(pattern) else ""
+        for name in names:
+            path = filesystem(name, storage_options)[1]
+            try:
+                hits = fs.glob(path, detail=True) if glob.has_magic(path) else {path: fs.info(path)}
+            except FileNotFoundError:
+                continue
+            except Exception as exc:
+                raise access_error(pattern, exc, UsageError, "list") from None
+            for p, info in hits.items():
+                if info.get("type") == "file":
+                    rel = p[len(base) :].lstrip("/") if base and p.startswith(base) else p.rsplit("/", 1)[-1]
+                    stamp = info.get("mtime") or info.get("LastModified") or info.get("ETag") or 0
+                    found[p] = RecordFile(rel, f"{protocol}://{p}", int(info.get("size") or 0), _stamp(stamp))
+    else:
+        base = _base(pattern)
+        for name in names:
+            for p in sorted(glob.glob(name)) if glob.has_magic(name) else [name]:
+                try:
+                    st = os.stat(p)
+                except OSError:
+                    continue
+                if file_problem(st) is not None:
+                    raise UsageError(f"{p} is {file_problem(st)}: a {what} must be a regular file")
+                rel = os.path.relpath(p, base) if base else p
+                found[p] = RecordFile(rel.replace(os.sep, "/"), p, st.st_size, st.st_mtime_ns)
+    if not found:
+        raise UsageError(f"{pattern} names no {what} files")
+    return sorted(found.values(), key=lambda f: f.name)
+
+
+def _stamp(value) -> int:
+    if isinstance(value, (int, float)):
+        return int(value * 1e9) if isinstance(value, float) else int(value)
+    if hasattr(value, "timestamp"):
+        return int(value.timestamp() * 1e9)
+    return int.from_bytes(str(value).encode()[:8].ljust(8, b"\0"), "little") >> 1
+
+
+def open_file(where: str, url: bool, storage_options: dict | None):
+    """A binary file object for reading: a local regular file (never a FIFO or device), or an fsspec file."""
+    if url:
+        fs, path = process_filesystem(where, storage_options)
+        return fs.open(path, "rb")
+    fd = os.open(where, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(f"{where} is not a regular file")
+    return os.fdopen(fd, "rb")
+
+
+def read_range(fh, offset: int, size: int) -> bytes:
+    """``size`` bytes of an open file at ``offset`` (short: the file changed or was cut)."""
+    fh.seek(offset)
+    data = fh.read(size)
+    if len(data) != size:
+        raise OSError(f"{size} bytes at {offset} asked, {len(data)} read: the file was cut or changed")
+    return data

@@ -1,0 +1,211 @@
+"""WebDataset tar shards as a build's source (``shards/train-{000000..000099}.tar``): members grouped
+by key (``dir/key.jpg`` + ``dir/key.cls``), the image from ``jpg``/``jpeg``/``png``/``webp``, the
+class from ``cls``, a caption from ``txt``, boxes and labels from ``json`` (the schema's names).
+
+Read with the standard ``tarfile`` module, never extracted: discovery walks each tar's headers
+(reading only the small ``cls``/``txt``/``json`` members) and records where each image lies; a
+shard job reads those bytes by offset, one image at a time. A member named outside the archive
+(``../``, ``/``), a link, a device or FIFO, or of an absurd size is left out and reported; a tar
+that cannot be read (cut short, not a tar) is left out whole, with its reason.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import tarfile
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import UsageError
+from ..image.ops import DecodeError
+from .inputtable import Source
+from .pysource import class_names
+from .recordfiles import RecordFile, find_files, open_file, read_range
+from .samples import classes_seen, fields_of_targets, json_target
+from .sourceoptions import SourceOptions, recorded_options
+
+__all__ = ["tar_source", "TarReader", "IMAGE_KEYS", "MAX_TARGET_BYTES"]
+
+IMAGE_KEYS = ("jpg", "jpeg", "png", "webp")
+_TARGET_KEYS = ("cls", "txt", "json")
+#: Largest ``cls``/``txt``/``json`` member read (a target, not a payload).
+MAX_TARGET_BYTES = 1 << 20
+#: Largest image member (as a file input's limit under the default ``--max-pixels``).
+MAX_IMAGE_BYTES = 1 << 30
+
+
+@dataclass(frozen=True)
+class TarReader:
+    """A shard job's reads: each image's bytes at the offset discovery found, from its tar."""
+
+    files: tuple[str, ...]
+    url: bool
+    sequential = True  # members are read in their tars' order
+
+    def open(self, storage_options: dict | None, max_bytes: int):
+        state: dict = {"index": None, "fh": None}
+
+        def read(rel: str, target) -> bytes:
+            f, offset, size = target["at"]
+            if max_bytes and size > max_bytes:
+                raise DecodeError(f"{size} bytes, over the {max_bytes}-byte limit (see --max-pixels)")
+            if state["index"] != f:
+                if state["fh"] is not None:
+                    state["fh"].close()
+                state["fh"], state["index"] = open_file(self.files[f], self.url, storage_options), f
+            return read_range(state["fh"], offset, size)
+
+        return read
+
+
+def _member_problem(m: tarfile.TarInfo) -> str | None:
+    name = m.name
+    if name.startswith("/") or ".." in name.split("/") or "\\" in name or "\0" in name:
+        return "a name outside the archive, left out"
+    if m.issym() or m.islnk():
+        return "a link, left out"
+    if m.isdir():
+        return ""  # folders are only structure
+    if not m.isfile():
+        return "not a regular file (a device, FIFO or other), left out"
+    return None
+
+
+def _split(name: str) -> tuple[str, str]:
+    """WebDataset's key and extension: the folder and the base name up to its first dot."""
+    folder, base = posixpath.split(name)
+    stem, _, ext = base.partition(".")
+    return (f"{folder}/{stem}" if folder else stem), ext.lower()
+
+
+def _target(parts: dict[str, bytes]) -> dict:
+    target: dict = {}
+    if "json" in parts:
+        try:
+            found = json.loads(parts["json"].decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise DecodeError(f"its .json is not JSON ({' '.join(str(exc).split())[:100]})") from None
+        if isinstance(found, dict):
+            target.update(found)
+        elif isinstance(found, int):
+            target["label"] = found
+        else:
+            raise DecodeError("its .json is not an object of the schema's names")
+    if "cls" in parts:
+        text = parts["cls"].decode("utf-8", "replace").strip()
+        if not text.lstrip("-").isdigit():
+            raise DecodeError(f"its .cls {text[:40]!r} is not an integer class")
+        target["label"] = int(text)
+    if "txt" in parts:
+        try:
+            target["text"] = parts["txt"].decode("utf-8")
+        except UnicodeDecodeError:
+            raise DecodeError("its .txt is not UTF-8 text") from None
+    return target
+
+
+def _member(tar: tarfile.TarFile, m: tarfile.TarInfo, file: RecordFile, keys: dict, ignored: list) -> None:
+    """Note one member: an image's place, a target's bytes, or why it is left out."""
+    where = f"{file.name}/{m.name}"
+    problem = _member_problem(m)
+    if problem is not None:
+        if problem:
+            ignored.append((where, problem))
+        return
+    key, ext = _split(m.name)
+    if ext not in IMAGE_KEYS and ext not in _TARGET_KEYS:
+        return  # other members (.pickle, .npy, ...) are never read
+    entry = keys.setdefault(key, {})
+    limit = MAX_IMAGE_BYTES if ext in IMAGE_KEYS else MAX_TARGET_BYTES
+    if m.size > limit:
+        ignored.append((where, f"{m.size} bytes, over the {limit} a .{ext} member may have"))
+        entry["bad"] = True
+    elif m.offset_data + m.size > file.size:
+        ignored.append((where, "runs past the end of the tar (cut short)"))
+        entry["bad"] = True
+    elif ext in IMAGE_KEYS:
+        entry.setdefault("image", (m.name, m.offset_data, m.size))
+    else:
+        entry.setdefault("parts", {})[ext] = tar.extractfile(m).read(MAX_TARGET_BYTES)
+
+
+def _tar_rows(file: RecordFile, f: int, url: bool, options, storage_options) -> tuple[list, list, str | None]:
+    """``(rows, ignored, problem)``: ``(rel, target, label)`` per sample of one tar, in member order."""
+    keys: dict[str, dict] = {}
+    ignored: list[tuple[str, str]] = []
+    try:
+        with open_file(file.where, url, storage_options) as fh, tarfile.open(fileobj=fh, mode="r:") as tar:
+            while True:
+                try:
+                    m = tar.next()
+                except (
+                    tarfile.TarError,
+                    EOFError,
+                ) as exc:  # damaged or cut short here: keep what came before
+                    ignored.append((file.name, f"damaged or cut short after {len(keys)} keys ({exc})"))
+                    break
+                if m is None:
+                    break
+                _member(tar, m, file, keys, ignored)
+    except (tarfile.TarError, OSError, EOFError) as exc:
+        return [], [], f"not a readable tar ({type(exc).__name__}: {' '.join(str(exc).split())[:160]})"
+    rows = []
+    sample_options = options.samples()
+    for key, entry in keys.items():
+        if "image" not in entry or entry.get("bad"):
+            if "image" not in entry and not entry.get("bad"):
+                ignored.append((f"{file.name}/{key}", f"no image ({', '.join(IMAGE_KEYS)})"))
+            continue
+        name, offset, size = entry["image"]
+        rel = f"{file.name}/{name}"
+        try:
+            raw, label = json_target(_target(entry.get("parts", {})), sample_options)
+        except DecodeError as exc:
+            ignored.append((rel, str(exc)))
+            continue
+        rows.append((rel, raw | {"at": [f, offset, size]}, label))
+    return rows, ignored, None
+
+
+def tar_source(pattern: str, options: SourceOptions, storage_options: dict | None = None) -> Source:
+    """The samples of the tars ``pattern`` names, in tar and member order, with their targets."""
+    url = "://" in pattern
+    files = find_files(pattern, storage_options, "tar")
+    paths, labels, sizes, mtimes, targets, ignored = [], [], [], [], [], []
+    for f, file in enumerate(files):
+        rows, left_out, problem = _tar_rows(file, f, url, options, storage_options)
+        if problem is not None:
+            ignored.append((file.name, problem))
+            continue
+        ignored += left_out
+        for rel, target, label in rows:
+            paths.append(rel)
+            targets.append(target)
+            labels.append(label)
+            sizes.append(file.size)
+            mtimes.append(file.mtime)
+    if not paths:
+        why = "; ".join(f"{p}: {r}" for p, r in ignored[:3])
+        raise UsageError(f"{pattern} holds no samples a build can use" + (f" ({why})" if why else ""))
+    labels_array = np.array(labels, dtype=np.int64)
+    fields = fields_of_targets(targets, labels_array)
+    seen = classes_seen(targets, labels_array)
+    classes = class_names(options.classes, None, False, "tars") or tuple(str(i) for i in range(seen))
+    if len(classes) < seen:
+        raise UsageError(f"{pattern}: class {seen - 1} is past the {len(classes)} class names")
+    return Source(
+        root=pattern,
+        layout="webdataset",
+        paths=tuple(paths),
+        labels=labels_array,
+        sizes=np.array(sizes, dtype=np.int64),
+        mtimes=np.array(mtimes, dtype=np.int64),
+        classes=tuple(classes),
+        ignored=tuple(ignored),
+        fields=fields,
+        targets=tuple(targets),
+        extra={"files": len(files), **recorded_options(options, fields, columns=False)},
+        reader=TarReader(tuple(f.where for f in files), url),
+    )

@@ -1,0 +1,43 @@
+"""A Python dataset built on a dask.distributed cluster: split by index over its workers, byte-identical
+to the local build (the workers unpickle the dataset, so they import its module)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from sourcekit import ObjectDataset, make_objects
+
+from cachekit import BuildConfig, build, read_manifest
+
+distributed = pytest.importorskip("dask.distributed")
+
+
+def _files(out: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(out.iterdir()) if p.name != "manifest.json"}
+
+
+@pytest.mark.slow  # a cluster of its own: ~15 s
+def test_a_dataset_on_dask_is_byte_identical_to_the_local_build(tmp_path, monkeypatch):
+    here = str(Path(__file__).parent)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")])))
+    _, items = make_objects(tmp_path / "raw", 6)
+    config = dict(pipeline="letterbox-640", size=48, shard_size=2, progress=False)
+    build(
+        ObjectDataset(items, "array"), tmp_path / "local", BuildConfig(workers=2, **config), box_format="xywh"
+    )
+    with (
+        distributed.LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+        ) as cluster,
+        distributed.Client(cluster),
+    ):
+        on_dask = BuildConfig(
+            executor="dask", executor_options={"scheduler": cluster.scheduler_address}, **config
+        )
+        result = build(ObjectDataset(items, "array"), tmp_path / "dask", on_dask, box_format="xywh")
+    assert result.built_shards == len(result.manifest.shards) > 1
+    assert _files(tmp_path / "dask") == _files(tmp_path / "local")
+    a, b = (read_manifest(tmp_path / d).to_json() | {"created": ""} for d in ("dask", "local"))
+    assert a == b

@@ -1,0 +1,203 @@
+"""Hostile sources: bad samples are skipped with their index and reason, bad files are one line or a
+skip, a source that always raises stops in one line; nothing is written outside ``--out``."""
+
+from __future__ import annotations
+
+import os
+import tarfile
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from sourcekit import (
+    BrokenAfter,
+    LyingDataset,
+    MixedDataset,
+    add_member,
+    make_objects,
+    write_parquet,
+    write_tars,
+)
+
+from cachekit import BuildConfig, BuildError, CachedDataset, UsageError, build
+from cachekit.cli import main
+
+QUIET = {"workers": 2, "progress": False, "order": "sorted", "pipeline": "none"}
+
+
+@pytest.fixture(scope="module")
+def objects(tmp_path_factory):
+    return make_objects(tmp_path_factory.mktemp("objects") / "raw")
+
+
+def _files(top: Path) -> set[str]:
+    return {str(p.relative_to(top)) for p in top.rglob("*")}
+
+
+def _skipped(out: Path) -> dict[str, str]:
+    from cachekit import read_manifest
+
+    return {s.path: s.reason for s in read_manifest(out).skipped}
+
+
+def test_bad_samples_are_skipped_with_their_index_and_reason(objects, tmp_path):
+    _, items = objects
+    result = build(MixedDataset(Path(items[0].path).read_bytes()), tmp_path / "c", BuildConfig(**QUIET))
+    reasons = {int(k): v for k, v in _skipped(tmp_path / "c").items()}
+    assert result.manifest.num_samples == 2 and sorted(reasons) == [1, 2, 3, 4, 5, 6]
+    assert "image file not an image" in reasons[1] and "dtype float32" in reasons[2]
+    assert "not a finite number" in reasons[3] and "not an integer class" in reasons[4]
+    assert "decod" in reasons[5] and "[N, 4]" in reasons[6]
+
+
+def test_a_len_that_lies_is_one_line_and_samples_that_raise_are_skipped(objects, tmp_path):
+    _, items = objects
+    files = [it.path for it in items[:6]]
+    with pytest.raises(UsageError, match=r"says 9 but dataset\[8\] raises IndexError"):
+        build(LyingDataset(files, 9), tmp_path / "c", BuildConfig(**QUIET, shard_size=3))
+    holes = LyingDataset(files + [files[0]], 7)
+    holes.files[3] = str(tmp_path / "gone.jpg")  # a sample whose __getitem__ raises
+    result = build(holes, tmp_path / "c", BuildConfig(**QUIET, shard_size=3))
+    reasons = _skipped(tmp_path / "c")
+    assert result.manifest.num_samples == 6 and list(reasons) == ["000000000003"]
+    assert "FileNotFoundError" in reasons["000000000003"] and "__getitem__(3)" in reasons["000000000003"]
+
+
+def test_a_source_that_raises_for_every_sample_stops_in_one_line(objects, tmp_path):
+    _, items = objects
+    with pytest.raises(BuildError, match="raised for each of the first 8 samples") as exc:
+        build(
+            BrokenAfter([it.path for it in items[:4]], 40),
+            tmp_path / "c",
+            BuildConfig(**QUIET, shard_size=10),
+        )
+    assert "\n" not in str(exc.value) and "the disk with sample" in str(exc.value)
+    with pytest.raises(UsageError, match="first samples cannot be used"):
+        build(BrokenAfter([], 10), tmp_path / "d", BuildConfig(**QUIET))
+
+
+def test_a_dataset_that_cannot_be_pickled_is_one_line(objects, tmp_path):
+    _, items = objects
+
+    class Local:  # defined in a function: pickle cannot find it
+        def __len__(self):
+            return 1
+
+        def __getitem__(self, i):
+            return Path(items[0].path).read_bytes(), 0
+
+    with pytest.raises(UsageError, match="cannot be pickled.*module level"):
+        build(Local(), tmp_path / "c", BuildConfig(**QUIET))
+    unnamed = LyingDataset([items[0].path], 1)
+    unnamed.classes = None
+    with pytest.raises(UsageError, match="carry classes but nothing names them"):
+        build(unnamed, tmp_path / "d", BuildConfig(**QUIET))
+
+
+@pytest.mark.parametrize(
+    "case, words",
+    [
+        ("no image column", "no rows a build can use"),
+        ("not parquet", "not a readable Parquet file"),
+        ("nothing there", "names no Parquet files"),
+    ],
+)
+def test_parquet_that_cannot_be_read_is_one_line(objects, tmp_path, case, words):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    folder = tmp_path / "pq"
+    folder.mkdir()
+    if case == "no image column":
+        pq.write_table(pa.table({"label": [1, 2]}), folder / "train-0.parquet")
+    elif case == "not parquet":
+        (folder / "train-0.parquet").write_bytes(b"PAR1 this is not parquet at all")
+    res = CliRunner().invoke(main, ["build", str(folder / "train-*.parquet"), "--out", str(tmp_path / "c")])
+    assert res.exit_code == 2 and words in res.output and "Traceback" not in res.output
+    assert len(res.output.strip().splitlines()) == 1
+
+
+def test_a_truncated_parquet_file_is_left_out_and_the_others_built(objects, tmp_path):
+    _, items = objects
+    pattern = write_parquet(items, tmp_path / "pq", files=2)
+    cut = tmp_path / "pq" / "train-00001.parquet"
+    cut.write_bytes(cut.read_bytes()[: cut.stat().st_size // 2])
+    result = build(pattern, tmp_path / "c", BuildConfig(**QUIET), box_format="xywh")
+    assert result.manifest.num_samples == len(items) // 2
+    assert "not a readable Parquet file" in _skipped(tmp_path / "c")["train-00001.parquet"]
+
+
+def test_a_hostile_tar_is_read_without_writing_or_following_anything(objects, tmp_path):
+    _, items = objects
+    write_tars(items, tmp_path / "tars", files=1)
+    hostile = tmp_path / "tars" / "train-000000.tar"
+    with tarfile.open(hostile, "a") as tar:
+        add_member(tar, "../../escaped.png", Path(items[0].path).read_bytes())
+        add_member(tar, "/etc/absolute.png", Path(items[0].path).read_bytes())
+        add_member(tar, "link.png", b"", type=tarfile.SYMTYPE, linkname="/etc/passwd")
+        add_member(tar, "hard.png", b"", type=tarfile.LNKTYPE, linkname="img_00000.png")
+        add_member(tar, "zero.png", b"", type=tarfile.CHRTYPE, devmajor=1, devminor=5)
+        add_member(tar, "fifo.png", b"", type=tarfile.FIFOTYPE)
+        add_member(tar, "code.pickle", b"cos\nsystem\n(S'touch /tmp/pwned'\ntR.")
+        add_member(tar, "huge.json", b"{}" * (600 << 10))
+    before = _files(tmp_path)
+    result = build(str(hostile), tmp_path / "c", BuildConfig(**QUIET), box_format="xywh")
+    assert result.manifest.num_samples == len(items)
+    reasons = _skipped(tmp_path / "c")
+    assert "outside the archive" in reasons["train-000000.tar/../../escaped.png"]
+    assert "outside the archive" in reasons["train-000000.tar//etc/absolute.png"]
+    assert (
+        "a link" in reasons["train-000000.tar/link.png"] and "a link" in reasons["train-000000.tar/hard.png"]
+    )
+    assert "device" in reasons["train-000000.tar/zero.png"] and "FIFO" in reasons["train-000000.tar/fifo.png"]
+    assert "over the" in reasons["train-000000.tar/huge.json"]
+    assert {p for p in _files(tmp_path) - before if not p.startswith("c")} == set()  # nothing outside --out
+    assert not os.path.exists("/tmp/pwned")
+
+
+def test_a_tar_member_of_absurd_size_or_a_cut_tar_is_a_skip(objects, tmp_path):
+    _, items = objects
+    folder = tmp_path / "tars"
+    write_tars(items, folder, files=2)
+    with tarfile.open(folder / "train-000000.tar", "a") as tar:
+        member = tarfile.TarInfo("giant.png")
+        member.size = 1 << 40  # a header that claims a terabyte, with nothing behind it
+        tar.fileobj.write(member.tobuf())
+    second = folder / "train-000001.tar"
+    second.write_bytes(second.read_bytes()[:700])  # cut inside its first member
+    result = build(
+        str(folder / "train-{000000..000001}.tar"), tmp_path / "c", BuildConfig(**QUIET), box_format="xywh"
+    )
+    reasons = _skipped(tmp_path / "c")
+    assert result.manifest.num_samples >= 1
+    assert any("giant.png" in p and "over the" in r for p, r in reasons.items()), reasons
+    assert len(CachedDataset(tmp_path / "c")) == result.manifest.num_samples
+
+
+def test_python_sources_refuse_folder_options_and_bad_keywords(objects, tmp_path):
+    _, items = objects
+    ds = LyingDataset([items[0].path], 1)
+    with pytest.raises(UsageError, match="--masks name files beside a folder"):
+        build(ds, tmp_path / "c", BuildConfig(**QUIET, masks=str(tmp_path)))
+    with pytest.raises(UsageError, match="unknown options colour"):
+        build(ds, tmp_path / "c", BuildConfig(**QUIET), colour="red")
+    with pytest.raises(UsageError, match="box_format 'ltrb'"):
+        build(ds, tmp_path / "c", BuildConfig(**QUIET), box_format="ltrb")
+    with pytest.raises(UsageError, match="cannot build from a float"):
+        build(3.5, tmp_path / "c", BuildConfig(**QUIET))
+
+
+def test_a_stream_into_a_folder_of_other_files_is_refused_before_it_is_read(objects, tmp_path):
+    _, items = objects
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "notes.txt").write_text("mine")
+    read = []
+
+    def stream():
+        for it in items:
+            read.append(it)
+            yield Path(it.path).read_bytes(), 0
+
+    with pytest.raises(UsageError, match="is not empty.*--overwrite"):
+        build(stream(), tmp_path / "c", BuildConfig(**QUIET), classes=["a"])
+    assert len(read) <= 4 and _files(tmp_path / "c") == {"notes.txt"}  # only the first samples peeked
