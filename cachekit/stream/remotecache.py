@@ -26,7 +26,19 @@ from .eviction import PlanBoard
 from .linkshare import Background, Demand
 from .shardcache import NodeShardCache
 
-__all__ = ["RemoteShards"]
+__all__ = ["RemoteShards", "index_folder"]
+
+
+def index_folder(local_cache: str | os.PathLike | None):
+    """Where a cache's index is kept on the node: beside its shard copies (the folder the node
+    cache uses for that fingerprint, private and marked), fetched once and mapped by every process."""
+
+    def folder(fingerprint: str) -> Path:
+        cache = NodeShardCache(local_cache, None, fingerprint, 1)
+        cache._own_folder()
+        return cache.folder
+
+    return folder
 
 
 class RemoteShards:
@@ -44,10 +56,15 @@ class RemoteShards:
         self.url = url.rstrip("/")
         self.storage_options = dict(storage_options or {})
         self.manifest = manifest
-        self.largest = max(s.bytes for s in manifest.shards)
+        self.largest = manifest.largest_shard
         self.cache = NodeShardCache(local_cache, local_cache_bytes, manifest.fingerprint, self.largest)
         self.demand = Demand(self.cache.folder)
-        self.board = PlanBoard(self.cache.folder, [s.file for s in manifest.shards])
+        names = (
+            manifest.shards.names()
+            if hasattr(manifest.shards, "names")
+            else [s.file for s in manifest.shards]
+        )
+        self.board = PlanBoard(self.cache.folder, names)
         self.cache.eviction_order = self.board.order  # the shard needed furthest ahead goes first
         self._fs = self._root = None
         self._fs_pid = None
