@@ -392,6 +392,12 @@ def main() -> None:
     parser.add_argument(
         "--scale-plan-paths", type=int, nargs="*", default=[1_000_000], help="scale suite: paths to plan"
     )
+    parser.add_argument(
+        "--scale-whole-max",
+        type=int,
+        default=2_000_000,
+        help="scale suite: largest N whose whole order is timed",
+    )
     parser.add_argument("--scale-per-shard", type=int, default=66, help="scale suite: samples a shard")
     parser.add_argument(
         "--scale-share", type=int, default=3125, help="scale suite: one rank's samples at a fixed share"

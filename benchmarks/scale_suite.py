@@ -123,7 +123,8 @@ def scale(args, root):
             ("1 of 64", 64),
             (f"1 of {fixed_world} (share {args.scale_share:,})", fixed_world),
         ):
-            runs = [_child(cache, world, world // 2, whole=(label == "1 of 64")) for _ in range(args.repeats)]
+            whole = label == "1 of 64" and n <= args.scale_whole_max
+            runs = [_child(cache, world, world // 2, whole=whole) for _ in range(args.repeats)]
             row = {
                 "samples": n,
                 "shards": shards,

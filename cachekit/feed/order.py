@@ -138,9 +138,21 @@ class PieceOrder:
         self.block_start = self.cum[block_bounds(units, span, ramp)]
         self.key = np.uint64(int(rng.integers(0, 2**63)))
 
+    #: Positions computed at once: the temporaries stay a few tens of MB whatever the share.
+    CHUNK = 1 << 18
+
     def at(self, positions: np.ndarray) -> np.ndarray:
-        """The units at ``positions`` (each in ``range(total)``) of this order."""
+        """The units at ``positions`` (each in ``range(total)``) of this order: 8 bytes a position,
+        plus the temporaries of one chunk of them."""
         pos = np.asarray(positions, dtype=np.int64)
+        if len(pos) <= self.CHUNK:
+            return self._at(pos)
+        out = np.empty(len(pos), dtype=np.int64)
+        for lo in range(0, len(pos), self.CHUNK):
+            out[lo : lo + self.CHUNK] = self._at(pos[lo : lo + self.CHUNK])
+        return out
+
+    def _at(self, pos: np.ndarray) -> np.ndarray:
         if not pos.size:
             return np.zeros(0, dtype=np.int64)
         block = np.searchsorted(self.block_start, pos, side="right") - 1

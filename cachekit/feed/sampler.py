@@ -1,6 +1,7 @@
 """``ShardAwareDistributedSampler``: DistributedSampler semantics, class-mixed batches, a new order every pass.
 
-An epoch's order is one global sequence of sample indices, a function of (seed, epoch) alone:
+An epoch's order is one global sequence of sample indices, a function of (seed, epoch) alone (each
+rank computes only its own positions of it, ``order.units_at``):
 the shards in a shuffled order, their samples shuffled within blocks of ``window`` samples (whole
 shards; the first blocks of an epoch one or two shards), so reads stay within a few shards at a
 time (sequential I/O, a warm page cache, few downloads, a first batch after one shard). That is
@@ -37,7 +38,10 @@ from .order import (
 
 __all__ = ["ShardAwareDistributedSampler", "epoch_order", "default_window"]
 
-_STATE_VERSION = 3  # 3: blocks of whole shards, node partitions of fixed samples
+#: 3: blocks of whole shards, node partitions of fixed samples; 4: samples permuted within a block by
+#: a keyed permutation (the same blocks, another order inside them: a version 3 state would resume
+#: its interrupted block on other samples, so it is refused)
+_STATE_VERSION = 4
 
 
 class ShardAwareDistributedSampler(Sampler[int]):
@@ -260,9 +264,10 @@ class ShardAwareDistributedSampler(Sampler[int]):
         self.last_indices = mine  # what this pass hands out, in order (downloads ahead plan with it)
         self._pass_start, self._pass_len, self._yielded = self._start, len(mine), 0
         self._start = 0  # the resume position is used up: running this epoch again starts it over
-        for i in mine.tolist():
-            self._yielded += 1
-            yield i
+        for lo in range(0, len(mine), 65536):  # Python ints a page at a time, never the whole share
+            for i in mine[lo : lo + 65536].tolist():
+                self._yielded += 1
+                yield i
 
     def __len__(self) -> int:
         start = self._start if self._fresh else 0

@@ -34,7 +34,7 @@ from ..build.retire import (
     retire,
 )
 from ..build.shardwrite import commit_shard
-from ..constants import DEFAULT_GRACE_SECONDS, MANIFEST_NAME, PARTIAL_DIR
+from ..constants import DEFAULT_GRACE_SECONDS, MANIFEST_NAME, MANIFEST_VERSION, PARTIAL_DIR
 from ..errors import BuildError, CacheError, UsageError
 from ..store.atomic import path_size, sha256_path
 from ..store.fields import field_columns
@@ -238,6 +238,7 @@ def _convert(
         shards=tuple(shards),
         fingerprint=fingerprint,
         created=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        format_version=MANIFEST_VERSION,  # written as this version writes (an old cache too: with its index)
     )
     result = commit_index(location, result)
     current = set(planned) | {result.index["file"]}
