@@ -459,6 +459,8 @@ def _indexed(obj: dict, shards, variants: int, where: str) -> tuple[Sequence[Sha
     ):
         raise CacheError(f"{where}.index: {len(shards)} shards in the index, not the manifest's count")
     cols = shards.index.columns
+    if get_int(obj, "total_bytes", where, maximum=MAX_INT) != int(cols["bytes"].sum()):
+        raise CacheError(f"{where}.total_bytes: not the sum of the index's shard sizes")
     if (np.diff(cols["offsets"]) > cols["inputs"] * variants).any():
         raise CacheError(f"{where}.index: a shard holds more samples than its inputs x variants")
     return shards, record

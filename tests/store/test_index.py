@@ -4,6 +4,7 @@ formats 3 and 4 read as before, and opening that touches no shard and pickles no
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import json
 import os
 import pickle
@@ -16,6 +17,7 @@ from manifests import listed_manifest
 
 from cachekit import CachedDataset, CacheError, ShardAwareDistributedSampler, read_manifest, verify
 from cachekit.store.index import ShardIndex, ShardTable, write_index
+from cachekit.store.manifest import ShardInfo
 from cachekit.tools.synthindex import write_synthetic_index
 
 
@@ -163,3 +165,66 @@ def test_a_remote_cache_opens_from_its_index_without_a_listing(mixed_s3_cache, t
     want = CachedDataset(local).read_batch([0, 17, 95])
     got = ds.read_batch([0, 17, 95])
     assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+
+
+def _info(k: int, first: str = "a/b.jpg") -> ShardInfo:
+    return ShardInfo(
+        file=f"shard-{k:020x}.pt",
+        samples=k + 1,
+        bytes=1000 + k,
+        sha256=f"{k:064x}",
+        inputs=k + 2,
+        first=first,
+        last=f"z/{k}.jpg",
+        inputs_digest=f"{k + 7:064x}",
+        pixel_sum=(1.5 * k, 2.0, 3.0),
+        pixel_sumsq=(4.0, 5.0, 6.25 * k),
+        pixel_count=17 * k,
+    )
+
+
+def test_the_index_round_trips_every_field_and_name_bytes(tmp_path):
+    shards = [_info(k, first="caf\udce9/\u00e9t\u00e9.jpg" if k == 1 else "a/b.jpg") for k in range(5)]
+    path = tmp_path / "index.bin"
+    write_index(path, shards, 3)
+    record = {"file": "index.bin", "bytes": path.stat().st_size, "shards": 5, "samples": 15}
+    table = ShardTable(ShardIndex(path, record))
+    assert list(table) == shards and table[-1] == shards[-1] and table[1:3] == shards[1:3]
+    assert table == shards and table.offsets.tolist() == [0, 1, 3, 6, 10, 15]
+    assert table[1].first.encode("utf-8", "surrogateescape") == "caf\udce9/\u00e9t\u00e9.jpg".encode(
+        "utf-8", "surrogateescape"
+    )  # a name that is not UTF-8 keeps its bytes
+    with pytest.raises(IndexError):
+        table[5]
+    again = pickle.loads(pickle.dumps(table))
+    assert again.index._cols is None and list(again) == shards
+
+
+def test_a_column_past_the_end_or_a_bad_name_is_refused(tmp_path):
+    path = tmp_path / "index.bin"
+    write_index(path, [_info(0), _info(1)], 3)
+    data = path.read_bytes()
+    header = json.loads(data[16 : 16 + int.from_bytes(data[12:16], "little")])
+    header["columns"][-1]["offset"] = len(data) + 64  # the last column said to lie past the file
+    text = json.dumps(header).encode().ljust(int.from_bytes(data[12:16], "little"))
+    path.write_bytes(data[:16] + text + data[16 + len(text) :])
+    record = {"file": "index.bin", "bytes": len(data), "shards": 2, "samples": 3}
+    with pytest.raises(CacheError, match="lies outside the file"):
+        ShardIndex(path, record)
+    write_index(path, [_info(0), dataclasses.replace(_info(1), file="../../etc/passwd")], 3)
+    table = ShardTable(ShardIndex(path, record | {"bytes": path.stat().st_size}))
+    assert table[0].file == _info(0).file
+    with pytest.raises(CacheError, match="not a plain file name"):
+        table[1]
+
+
+def test_a_synthetic_index_needs_a_shard_per_sample_at_most(tmp_path):
+    with pytest.raises(ValueError, match="shards <= samples"):
+        write_synthetic_index(tmp_path / "x", 10, 11)
+    root = write_synthetic_index(tmp_path / "y", 1000, 7)
+    m = read_manifest(root)
+    assert (
+        m.num_samples == 1000
+        and len(m.shards) == 7
+        and np.diff(m.shard_offsets).tolist() == [143] * 6 + [142]
+    )
