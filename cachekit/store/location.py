@@ -282,16 +282,23 @@ def commit_index(out: Location, manifest: Manifest) -> Manifest:
     return replace(manifest, index=record)
 
 
-def fetch_index(fs, root: str, url: str, record: dict, folder: Path | None = None) -> ShardIndex:
+def fetch_index(fs, root: str, url: str, record: dict, folder: Path | None = None, copies=None) -> ShardIndex:
     """The index object of the cache at ``url`` (``fs``, ``root``), fetched whole and checked against
     the manifest's size and sha256, then mapped: kept in ``folder`` (a node's folder of copies,
     shared by its processes: fetched there once, by rename) or, without one, in a temporary file
-    removed once mapped (the map keeps its pages)."""
+    removed once mapped (the map keeps its pages). ``copies`` (the node cache's records of checked
+    copies: ``verified(path, size, sha256)``, ``record(path, sha256)``) says when a copy already in
+    ``folder`` may be mapped without hashing it again; without it a copy is hashed before reuse."""
     remote = f"{root}/{record['file']}"
     if folder is not None:
         final = Path(folder) / record["file"]
-        if final.is_file() and not final.is_symlink() and final.stat().st_size == record["bytes"]:
-            return ShardIndex(final, record)
+        if final.is_file() and not final.is_symlink():
+            if copies is not None:
+                ok = copies.verified(final, record["bytes"], record["sha256"])
+            else:
+                ok = path_size(final) == record["bytes"] and sha256_path(final) == record["sha256"]
+            if ok:
+                return ShardIndex(final, record)
     fd, name = tempfile.mkstemp(prefix=".index-", suffix=".part", dir=folder)
     os.close(fd)
     part = Path(name)
@@ -309,6 +316,8 @@ def fetch_index(fs, root: str, url: str, record: dict, folder: Path | None = Non
         if folder is None:
             return ShardIndex(part, record)  # mapped before the file goes (finally)
         os.replace(part, final)  # whole, by rename: every process of the node maps the same copy
+        if copies is not None:
+            copies.record(final, record["sha256"])
         return ShardIndex(final, record)
     finally:
         with contextlib.suppress(OSError):
@@ -324,13 +333,15 @@ def read_manifest(
     cache: str | os.PathLike,
     *,
     storage_options: dict | None = None,
-    index_folder: Callable[[str], Path] | None = None,
+    index_folder=None,
 ) -> Manifest:
     """Read and validate the manifest of the cache at ``cache``: a folder, or an fsspec URL
     (``storage_options`` for its filesystem). Every problem is a CacheError saying what is wrong.
 
     A format 5 cache's shard index is mapped, not parsed: from the folder, or for a URL fetched
-    once into ``index_folder(fingerprint)`` (a node's folder of copies; default: a temporary file).
+    once into ``index_folder.folder(fingerprint)`` (a node's folder of copies, whose records say
+    when a copy there may be reused: ``stream.remotecache.NodeIndexCopies``; default: a temporary
+    file).
     """
     if not is_url(cache):
         return read_local_manifest(cache)
@@ -349,11 +360,10 @@ def read_manifest(
     where = f"{url}/{MANIFEST_NAME}"
 
     def open_index(record: dict) -> ShardIndex:
-        folder = None
-        if index_folder is not None:
-            fingerprint = _fingerprint_of(text)
-            folder = index_folder(fingerprint) if fingerprint else None
-        return fetch_index(fs, root, url, record, folder)
+        fingerprint = _fingerprint_of(text) if index_folder is not None else None
+        if fingerprint is None:
+            return fetch_index(fs, root, url, record)
+        return fetch_index(fs, root, url, record, index_folder.folder(fingerprint), index_folder)
 
     return parse_manifest(text, where, open_index)
 

@@ -22,23 +22,37 @@ from ..store.atomic import path_size
 from ..store.manifest import Manifest, ShardInfo
 from ..store.remote import access_error, filesystem
 from .ahead import ShardFetcher
+from .copies import record_verified, verified_copy
 from .eviction import PlanBoard
 from .linkshare import Background, Demand
 from .shardcache import NodeShardCache
 
-__all__ = ["RemoteShards", "index_folder"]
+__all__ = ["RemoteShards", "NodeIndexCopies", "index_folder"]
 
 
-def index_folder(local_cache: str | os.PathLike | None):
-    """Where a cache's index is kept on the node: beside its shard copies (the folder the node
-    cache uses for that fingerprint, private and marked), fetched once and mapped by every process."""
+class NodeIndexCopies:
+    """Where a cache's index is kept on the node: beside its shard copies (the folder the node cache
+    uses for that fingerprint, private and marked), fetched once and mapped by every process; a copy
+    is reused while its record (``copies``: its sha256 and the file's stamp) holds, else hashed."""
 
-    def folder(fingerprint: str) -> Path:
-        cache = NodeShardCache(local_cache, None, fingerprint, 1)
+    def __init__(self, local_cache: str | os.PathLike | None) -> None:
+        self.local_cache = local_cache
+
+    def folder(self, fingerprint: str) -> Path:
+        cache = NodeShardCache(self.local_cache, None, fingerprint, 1)
         cache._own_folder()
         return cache.folder
 
-    return folder
+    def verified(self, path: Path, size: int, sha256: str) -> bool:
+        return verified_copy(path, size, sha256)
+
+    def record(self, path: Path, sha256: str) -> None:
+        record_verified(path, sha256)
+
+
+def index_folder(local_cache: str | os.PathLike | None) -> NodeIndexCopies:
+    """The node's place for the index of a cache on object storage (``read_manifest(index_folder=)``)."""
+    return NodeIndexCopies(local_cache)
 
 
 class RemoteShards:

@@ -162,6 +162,10 @@ def test_a_remote_cache_opens_from_its_index_without_a_listing(mixed_s3_cache, t
     assert copy.parent == ds.root and copy.stat().st_size == ds.manifest.index["bytes"]
     again = CachedDataset(url, local_cache=tmp_path / "node")
     assert again.manifest.shards.index.path == copy  # the node's copy, mapped again
+    good = copy.read_bytes()
+    copy.write_bytes(good[:-1] + bytes([good[-1] ^ 1]))  # changed on the node: same size, new stamp
+    third = CachedDataset(url, local_cache=tmp_path / "node")
+    assert copy.read_bytes() == good and third.manifest.shards.index.path == copy  # hashed, fetched again
     want = CachedDataset(local).read_batch([0, 17, 95])
     got = ds.read_batch([0, 17, 95])
     assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
