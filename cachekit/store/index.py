@@ -21,7 +21,7 @@ import mmap
 import os
 import re
 import struct
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -33,7 +33,6 @@ __all__ = [
     "INDEX_NAME",
     "INDEX_VERSION",
     "ShardIndex",
-    "ShardTable",
     "write_index",
     "write_index_columns",
     "index_record",
@@ -268,99 +267,3 @@ class ShardIndex:
         cols = self._open()
         o = cols[f"{key}_offsets"]
         return bytes(cols[f"{key}_bytes"][o[k] : o[k + 1]]).decode("utf-8", "surrogateescape")
-
-
-class ShardTable(Sequence):
-    """A format 5 manifest's shards: a sequence of ``ShardInfo`` made on access from the index
-    (the names validated then), with the columns for whole-cache arithmetic (``offsets``, ``sizes``)."""
-
-    _MEMO = 4096  # ShardInfo objects kept (a batch's shards are asked for again and again)
-
-    def __init__(self, index: ShardIndex) -> None:
-        self.index = index
-        self._memo: dict[int, object] = {}
-
-    def __getstate__(self) -> dict:
-        return {"index": self.index, "_memo": {}}
-
-    def __len__(self) -> int:
-        return len(self.index)
-
-    def __eq__(self, other: object) -> bool:
-        """The same index (its sha256), or the same shards listed."""
-        if isinstance(other, ShardTable):
-            return self.index.record["sha256"] == other.index.record["sha256"]
-        if isinstance(other, (tuple, list)):
-            return len(other) == len(self) and all(a == b for a, b in zip(self, other))
-        return NotImplemented
-
-    __hash__ = None  # type: ignore[assignment]
-
-    @property
-    def offsets(self) -> np.ndarray:
-        return self.index.columns["offsets"]
-
-    @property
-    def sizes(self) -> np.ndarray:
-        return self.index.columns["bytes"]
-
-    @property
-    def samples(self) -> int:
-        return int(self.index.record["samples"])
-
-    def names(self) -> _Names:
-        return _Names(self.index)
-
-    def __getitem__(self, k):
-        if isinstance(k, slice):
-            return [self[i] for i in range(*k.indices(len(self)))]
-        k = int(k)
-        if k < 0:
-            k += len(self)
-        if not 0 <= k < len(self):
-            raise IndexError(f"shard {k} of {len(self)}")
-        info = self._memo.get(k)
-        if info is None:
-            info = self._make(k)
-            if len(self._memo) >= self._MEMO:
-                self._memo.clear()
-            self._memo[k] = info
-        return info
-
-    def _make(self, k: int):
-        from .manifest import ShardInfo
-        from .shardfiles import check_shard_name
-
-        c, ix = self.index.columns, self.index
-        return ShardInfo(
-            file=check_shard_name(ix.text("name", k), f"{ix.path.name}: shard {k}"),
-            samples=int(c["offsets"][k + 1] - c["offsets"][k]),
-            bytes=int(c["bytes"][k]),
-            sha256=bytes(c["sha256"][k]).hex(),
-            inputs=int(c["inputs"][k]),
-            first=ix.text("first", k),
-            last=ix.text("last", k),
-            inputs_digest=bytes(c["inputs_digest"][k]).hex(),
-            pixel_sum=tuple(float(x) for x in c["pixel_sum"][k]),
-            pixel_sumsq=tuple(float(x) for x in c["pixel_sumsq"][k]),
-            pixel_count=int(c["pixel_count"][k]),
-        )
-
-    def __iter__(self) -> Iterator:
-        for k in range(len(self)):
-            yield self._make(k)
-
-
-class _Names(Sequence):
-    """Shard file names of an index, read on access (for the node cache's plan board)."""
-
-    def __init__(self, index: ShardIndex) -> None:
-        self.index = index
-
-    def __len__(self) -> int:
-        return len(self.index)
-
-    def __getitem__(self, k):
-        if isinstance(k, slice):
-            return [self[i] for i in range(*k.indices(len(self)))]
-        return self.index.text("name", int(k))

@@ -385,7 +385,9 @@ class Manifest:
             else get_int(augment, "variants", f"{where}.pipeline.augment", 1, MAX_VARIANTS)
         )
         if version >= 5:
-            shards, record = _indexed(obj, shards, variants, where)
+            from .shardtable import indexed_shards
+
+            shards, record = indexed_shards(obj, shards, variants, where)
         else:
             shards, record = _listed(obj, channels, variants, where), {}
         pipeline = get(obj, "pipeline", where)
@@ -443,24 +445,3 @@ def _listed(obj: dict, channels: int, variants: int, where: str) -> tuple[ShardI
     if len(set(names)) != len(names):
         raise CacheError(f"{where}.shards: a shard file is listed twice")
     return shards
-
-
-def _indexed(obj: dict, shards, variants: int, where: str) -> tuple[Sequence[ShardInfo], dict]:
-    """Format 5: the ``index`` record, and the mapped table of shards the caller opened from it."""
-    from .index import check_record
-
-    if "shards" in obj:
-        raise CacheError(f"{where}.shards: a version 5 manifest keeps its shards in its index, not a list")
-    record = check_record(get(obj, "index", where), f"{where}.index")
-    if shards is None:
-        raise CacheError(f"{where}.index: the cache's shard index was not opened")
-    if len(shards) != record["shards"] or get_int(obj, "num_shards", where, maximum=MAX_SAMPLES) != len(
-        shards
-    ):
-        raise CacheError(f"{where}.index: {len(shards)} shards in the index, not the manifest's count")
-    cols = shards.index.columns
-    if get_int(obj, "total_bytes", where, maximum=MAX_INT) != int(cols["bytes"].sum()):
-        raise CacheError(f"{where}.total_bytes: not the sum of the index's shard sizes")
-    if (np.diff(cols["offsets"]) > cols["inputs"] * variants).any():
-        raise CacheError(f"{where}.index: a shard holds more samples than its inputs x variants")
-    return shards, record

@@ -13,9 +13,10 @@ from typing import Any
 from ..constants import MANIFEST_NAME
 from ..errors import CacheError, NotACacheError
 from .atomic import commit_file
-from .index import ShardIndex, ShardTable, check_record
+from .index import ShardIndex, check_record
 from .limits import MAX_DEPTH, MAX_MANIFEST_BYTES, check_depth
 from .manifest import Manifest
+from .shardtable import ShardTable
 
 __all__ = ["parse_manifest", "read_local_manifest", "write_manifest", "manifest_text", "json_text"]
 

@@ -42,9 +42,10 @@ def write_synthetic_index(
     """A cache folder at ``root`` whose manifest and index describe ``samples`` samples of
     ``3 x side x side`` in ``shards`` class-mixed ``.pt`` shards (none written)."""
     from ..store.atomic import commit_file, sha256_path
-    from ..store.index import INDEX_NAME, ShardIndex, ShardTable, index_record, write_index_columns
+    from ..store.index import INDEX_NAME, ShardIndex, index_record, write_index_columns
     from ..store.manifest import ArraySpec, Manifest, SampleSpec
     from ..store.manifestio import write_manifest
+    from ..store.shardtable import ShardTable
 
     if not 1 <= shards <= samples:
         raise ValueError(f"need 1 <= shards <= samples, got {shards} shards for {samples} samples")

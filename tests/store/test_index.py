@@ -16,8 +16,9 @@ import torch
 from manifests import listed_manifest
 
 from cachekit import CachedDataset, CacheError, ShardAwareDistributedSampler, read_manifest, verify
-from cachekit.store.index import ShardIndex, ShardTable, write_index
+from cachekit.store.index import ShardIndex, write_index
 from cachekit.store.manifest import ShardInfo
+from cachekit.store.shardtable import ShardTable
 from cachekit.tools.synthindex import write_synthetic_index
 
 
