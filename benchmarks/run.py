@@ -24,6 +24,7 @@ Suites (sizes are flags; defaults fit a 2-core laptop in a few minutes):
   mixing  cachekit.mix: each source's share of the draws, mixed read speed against each alone: mix_suite.py
   listing a raw folder on (loopback) object storage listed for a build: time and peak memory: listing_suite.py
   sources builds from Parquet, tars and a Python dataset of JPEGs against a folder, per core: sources_suite.py
+  scale   a cache of millions of tiny samples (index and manifest synthesised): open, one rank's order: scale_suite.py
 
 Every figure is a median (or best) over repeats inside one run and is printed with the command
 that reproduced it; ratios, not absolute numbers, are what carry over to other machines.
@@ -343,6 +344,7 @@ import feed_suites  # noqa: E402,F401  (registers the read-path suites: feed, jp
 import listing_suite  # noqa: E402,F401  (registers listing)
 import mix_suite  # noqa: E402,F401  (registers mixing)
 import recipe_suites  # noqa: E402,F401  (registers deit, yolo)
+import scale_suite  # noqa: E402,F401  (registers scale)
 import sources_suite  # noqa: E402,F401  (registers sources)
 import stream_suite  # noqa: E402,F401  (registers stream)
 
@@ -389,6 +391,22 @@ def main() -> None:
         type=int,
         default=100_000,
         help="listing suite: largest listing also done by fs.find",
+    )
+    parser.add_argument(
+        "--scale-samples", type=int, nargs="+", default=[200_000, 2_000_000], help="scale suite: samples"
+    )
+    parser.add_argument(
+        "--scale-plan-paths", type=int, nargs="*", default=[1_000_000], help="scale suite: paths to plan"
+    )
+    parser.add_argument(
+        "--scale-whole-max",
+        type=int,
+        default=2_000_000,
+        help="scale suite: largest N whose whole order is timed",
+    )
+    parser.add_argument("--scale-per-shard", type=int, default=66, help="scale suite: samples a shard")
+    parser.add_argument(
+        "--scale-share", type=int, default=3125, help="scale suite: one rank's samples at a fixed share"
     )
     parser.add_argument("--json", default=None, help="write every figure here")
     parser.add_argument("--workdir", default=None, help="keep generated data here between runs")

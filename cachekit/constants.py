@@ -50,9 +50,10 @@ MANIFEST_NAME = "manifest.json"
 #: Bumped whenever the on-disk contract changes incompatibly: the newest version this code writes.
 #: A cache of image + class only is still written as version 3 (what it was before fields came), so
 #: that rebuilding one gives the same bytes and fingerprint; a sample with fields needs version 4.
-MANIFEST_VERSION = 4
+#: Version 5 keeps the shards in a binary index beside the manifest (``store/index.py``).
+MANIFEST_VERSION = 5
 #: Versions this code reads.
-READABLE_MANIFEST_VERSIONS = (3, 4)
+READABLE_MANIFEST_VERSIONS = (3, 4, 5)
 #: Lock file held while a build writes into a cache folder.
 LOCK_NAME = ".cachekit.lock"
 #: Folder inside a cache where a build in progress keeps per-shard records (for resume).

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 from conftest import BAD_FILES, S3_SECRET, holds_secret, storage_option_args
+from manifests import listed_manifest
 
 from cachekit.cli import main
 from cachekit.image.recipes import OPS, builtin_pipelines, load_pipeline
@@ -87,7 +88,7 @@ def test_info_on_a_non_cache_exits_2(tmp_path):
 def _damage(case: str, cache):
     """Turn a copy of a good cache into the case's folder; returns the path to give to verify."""
     manifest = cache / "manifest.json"
-    shards = [s["file"] for s in json.loads(manifest.read_text())["shards"]]
+    shards = [s["file"] for s in listed_manifest(cache)["shards"]]
     if case == "missing":
         return cache.parent / "nope"
     if case == "a-file":

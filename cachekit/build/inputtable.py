@@ -33,6 +33,7 @@ __all__ = [
     "is_image_name",
     "path_key",
     "path_bytes",
+    "paths_bytes",
     "Walk",
     "walk",
     "table",
@@ -123,17 +124,38 @@ class Source:
         return inputs_digest(self, range(len(self)) if rows is None else rows)
 
 
+def paths_bytes(paths: Sequence[str], rows) -> list[bytes]:
+    """The file-name bytes of ``paths[rows]``, in order (a ``PathColumn`` cuts them from its buffer)."""
+    encoded = getattr(paths, "encoded", None)
+    if encoded is not None:
+        return encoded(rows)
+    return [path_bytes(paths[i]) for i in np.asarray(rows, dtype=np.int64).tolist()]
+
+
 def inputs_digest(source: Source, rows) -> str:
-    """sha256 of the rows' paths, sizes, mtimes, labels and (when the source has fields) targets."""
+    """sha256 of the rows' paths, sizes, mtimes, labels and (when the source has fields) targets.
+
+    The same bytes as hashing row by row, gathered a page of rows at a time: the numeric columns
+    as Python ints (``tolist``), the paths as bytes, one update a page (1M inputs: about a second)."""
     h = hashlib.sha256()
     if source.identity:
         h.update(f"source\0{source.identity}\n".encode())
-    for i in rows:
-        h.update(path_bytes(source.paths[i]))
-        h.update(f"\0{source.sizes[i]}\0{source.mtimes[i]}\0{source.labels[i]}\n".encode())
-        if source.targets:
-            h.update(json.dumps(source.targets[i], sort_keys=True, separators=(",", ":")).encode())
-            h.update(b"\n")
+    rows = np.asarray(rows if not isinstance(rows, range) else np.arange(rows.start, rows.stop, rows.step))
+    rows = rows.astype(np.int64, copy=False)
+    for lo in range(0, len(rows), 65536):
+        page = rows[lo : lo + 65536]
+        columns = zip(
+            paths_bytes(source.paths, page),
+            source.sizes[page].tolist(),
+            source.mtimes[page].tolist(),
+            source.labels[page].tolist(),
+        )
+        if not source.targets:
+            h.update(b"".join([b"%s\0%d\0%d\0%d\n" % row for row in columns]))
+            continue
+        for (path, size, mtime, label), i in zip(columns, page.tolist()):
+            target = json.dumps(source.targets[i], sort_keys=True, separators=(",", ":")).encode()
+            h.update(b"%s\0%d\0%d\0%d\n%s\n" % (path, size, mtime, label, target))
     return h.hexdigest()
 
 

@@ -22,9 +22,9 @@ import numpy as np
 
 from ..errors import UsageError
 from ..store.manifest import ORDERS
-from .inputtable import Source, path_bytes
+from .inputtable import Source, path_bytes, paths_bytes
 
-__all__ = ["ORDERS", "input_key", "order_key", "shard_rows", "default_shards"]
+__all__ = ["ORDERS", "input_key", "order_key", "order_keys", "shard_rows", "default_shards"]
 
 
 def _hash64(data: bytes) -> int:
@@ -46,6 +46,22 @@ def default_shards(inputs: int, shard_size: int) -> int:
     return max(1, math.ceil(inputs / max(1, shard_size)))
 
 
+def order_keys(seed: int, paths) -> np.ndarray:
+    """``order_key(seed, p)`` of every path, as uint64: the prefix hashed once and copied per path,
+    the paths' bytes taken straight from a ``PathColumn``'s buffer (1M paths: about a second)."""
+    base = hashlib.sha256(f"cachekit-order\0{seed}\0".encode())
+    keys = np.empty(len(paths), dtype=np.uint64)
+    step = 65536
+    for lo in range(0, len(paths), step):
+        digests = []
+        for data in paths_bytes(paths, np.arange(lo, min(lo + step, len(paths)))):
+            h = base.copy()
+            h.update(data)
+            digests.append(h.digest()[:8])
+        keys[lo : lo + len(digests)] = np.frombuffer(b"".join(digests), dtype="<u8")
+    return keys
+
+
 def shard_rows(source: Source, order: dict, shard_size: int) -> list[np.ndarray]:
     """Each shard's input rows (indices into ``source``), in shard order; empty buckets are dropped."""
     n = len(source)
@@ -54,7 +70,7 @@ def shard_rows(source: Source, order: dict, shard_size: int) -> list[np.ndarray]
     if order["kind"] != "shuffled":
         raise UsageError(f"unknown order {order['kind']!r} (choose from {', '.join(ORDERS)})")
     buckets = order["shards"]
-    keys = np.array([order_key(order["seed"], p) for p in source.paths], dtype=np.uint64)
+    keys = order_keys(order["seed"], source.paths)
     bucket = keys % np.uint64(buckets)
     # within a bucket by the hash; the row breaks the (astronomically unlikely) ties
     rows = np.lexsort((np.arange(n), keys, bucket))

@@ -95,6 +95,6 @@ def existing_cache(out: Location) -> tuple[Manifest | None, str | None]:
     if text is None:
         return None, None
     try:
-        return parse_manifest(text, f"{out.url}/{MANIFEST_NAME}"), text
+        return parse_manifest(text, f"{out.url}/{MANIFEST_NAME}", out.open_index), text
     except CacheError:
         return None, text

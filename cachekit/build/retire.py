@@ -54,12 +54,15 @@ log = logging.getLogger("cachekit")
 
 #: The name of a shard file a build or a conversion writes: a content key of hex digits and the
 #: extension of one of the formats (``plan``, ``convert``).
-_SHARD_FILE = re.compile(r"^shard-[0-9a-f]{6,64}\.(?:pt|h5|zarr)$")
+#: A format 5 cache's shard index (``index-<hex>.bin``) is retired and removed the same way.
+_SHARD_FILE = re.compile(r"^(?:shard-[0-9a-f]{6,64}\.(?:pt|h5|zarr)|index-[0-9a-f]{16}\.bin)$")
 
 #: ``atomic.temp_name``: a hidden sibling ``.NAME.PID.tmp`` of a file being committed.
 #: Exactly those names (a shard's is ``shard-<hex>.<pt|h5|zarr>``): a user's ``.shard-notes.tmp`` is not one.
 _TEMP = re.compile(
-    r"^\.(?:shard-[0-9a-f]{6,64}\.(?:pt|h5|zarr)|manifest\.json|" + re.escape(RETIRED_NAME) + r")\.\d+\.tmp$"
+    r"^\.(?:shard-[0-9a-f]{6,64}\.(?:pt|h5|zarr)|index-[0-9a-f]{16}\.bin|manifest\.json|"
+    + re.escape(RETIRED_NAME)
+    + r")\.\d+\.tmp$"
 )
 
 
@@ -106,7 +109,11 @@ def recorded_shards(text: str | None) -> set[str]:
         return set()
     shards = obj.get("shards") if isinstance(obj, dict) else None
     files = [entry.get("file") if isinstance(entry, dict) else None for entry in shards or ()]
-    return set(recorded_names(files if isinstance(shards, list) else [], f"{MANIFEST_NAME} (damaged)"))
+    files = files if isinstance(shards, list) else []
+    index = obj.get("index") if isinstance(obj, dict) else None
+    if isinstance(index, dict):  # format 5: its shards are in the index, named there alone
+        files.append(index.get("file"))
+    return set(recorded_names(files, f"{MANIFEST_NAME} (damaged)"))
 
 
 def read_retired(out: Location) -> dict[str, float]:

@@ -33,7 +33,7 @@ from ..errors import BuildError, CacheError, UsageError
 from ..image.recipes import Pipeline, load_pipeline
 from ..store.encoding import check_store
 from ..store.formats import get_format
-from ..store.location import Location, open_location, write_failure
+from ..store.location import Location, commit_index, open_location, write_failure
 from ..store.manifest import ArraySpec, Manifest, SampleSpec, ShardInfo, SkippedInput
 from ..store.manifestio import manifest_text
 from ..store.remote import is_object_store, is_url, redact, secrets_hidden
@@ -226,7 +226,7 @@ def _run(t: _Target, config: BuildConfig, started: float) -> BuildResult:
     changes = option_changes(previous, t.content, order, shard_size, seed) if previous is not None else []
     refuse(out, t.raw, len(source), config, previous, text, changes, fingerprint, partial)
     grace = DEFAULT_GRACE_SECONDS if config.grace is None else config.grace
-    referenced = {s.file for s in previous.shards} if previous is not None else recorded_shards(text)
+    referenced = _referenced(previous, text)
     if partial is None and out.names(PARTIAL_DIR):  # records whose plan is lost (killed while removed)
         remove_unrecorded_plan(out, (), referenced)
 
@@ -302,8 +302,8 @@ def _run(t: _Target, config: BuildConfig, started: float) -> BuildResult:
         reasons = "; ".join(f"{s.path}: {s.reason}" for s in skipped[:3])
         raise UsageError(f"{t.raw}: none of the {len(source)} inputs could be decoded ({reasons})")
     check_at_out(out, shards, config.executor)
-    manifest = _manifest(t, order, shard_size, fingerprint, shards, skipped)
-    current = {s.file for s in shards}
+    manifest = commit_index(out, _manifest(t, order, shard_size, fingerprint, shards, skipped))
+    current = {s.file for s in shards} | {manifest.index["file"]}
     retired = retire(out, referenced, current)
     try:
         out.write_text(MANIFEST_NAME, manifest_text(manifest))
@@ -438,6 +438,13 @@ def _manifest(
         limits=t.content.limits,
         created=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
     )
+
+
+def _referenced(previous: Manifest | None, text: str | None) -> set[str]:
+    """The files the cache in ``--out`` references: its shards, and (format 5) its index."""
+    if previous is None:
+        return recorded_shards(text)
+    return {s.file for s in previous.shards} | ({previous.index["file"]} if previous.index else set())
 
 
 def _stats(shards: list[ShardInfo], spec: SampleSpec) -> tuple[tuple[float, ...], tuple[float, ...]]:

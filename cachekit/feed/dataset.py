@@ -1,8 +1,9 @@
 """``CachedDataset``: a map-style torch Dataset over a cache, with batched reads.
 
-The dataset holds only the manifest and a numpy array of shard offsets; shard readers are opened
-lazily in whichever process reads (each DataLoader worker opens its own), so the object pickles
-small and forked workers share no file handles and grow no copy-on-read memory.
+The dataset holds only the manifest, whose shards (format 5) are a memory-mapped index shared by
+the node's processes and pickled by path; shard readers are opened lazily in whichever process
+reads (each DataLoader worker opens its own), and a shard is checked when first opened, not all at
+start-up, so the object pickles small and opening costs the same at any number of shards.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from ..store.location import read_manifest
 from ..store.manifest import Manifest, shard_path
 from ..store.remote import is_url
 from ..stream.pins import bytes_per_batch, shards_per_batch
-from ..stream.remotecache import RemoteShards
+from ..stream.remotecache import RemoteShards, index_folder
 from .assemble import BatchRequest, assemble
 from .batch import SampleBatch, stack_images
 from .buffers import BufferPool
@@ -91,7 +92,9 @@ class CachedDataset(Dataset):
             self.manifest: Manifest = read_manifest(self.root)
             self._remote = None
         else:
-            self.manifest = read_manifest(self.url, storage_options=storage_options)
+            self.manifest = read_manifest(
+                self.url, storage_options=storage_options, index_folder=index_folder(local_cache)
+            )
             self._remote = RemoteShards(
                 self.url,
                 self.manifest,
@@ -107,9 +110,9 @@ class CachedDataset(Dataset):
             raise CacheError(
                 f"manifest.format_options.store: unknown store {self.store!r} (known: {', '.join(STORES)})"
             )
-        counts = np.array([s.samples for s in self.manifest.shards], dtype=np.int64)
-        #: ``shard_offsets[k]`` is the global index of shard k's first sample; the last entry is len.
-        self.shard_offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        #: ``shard_offsets[k]`` is the global index of shard k's first sample; the last entry is len
+        #: (format 5: a view of the mapped index, shared by the node's processes, never pickled).
+        self._offsets = None if self.manifest.index else self.manifest.shard_offsets
         if transforms is not None and (transform is not None or target_transform is not None):
             raise ValueError("give transforms=(image, target) or transform= and target_transform=, not both")
         self.transform = transform
@@ -130,20 +133,31 @@ class CachedDataset(Dataset):
         self._readers = self._reader_pool()
         self._buffers = BufferPool()
         self._pid = os.getpid()
-        self._check_files()
+        if self._remote is not None and not self.manifest.index:
+            self._remote.check_files()  # formats 3 and 4 on object storage: one listing, as before
 
-    def _check_files(self) -> None:
-        if self._remote is not None:
-            return self._remote.check_files()
-        problems = []
-        for info in self.manifest.shards:
-            try:
-                shard_path(self.root, info)
-            except CacheError as exc:
-                problems.append(f"{info.file} {exc}")
-        if problems:
-            more = f" and {len(problems) - 3} more" if len(problems) > 3 else ""
-            raise CacheError(f"{self.root}: bad shard files: {'; '.join(problems[:3])}{more}")
+    @property
+    def shard_offsets(self) -> np.ndarray:
+        return self._offsets if self._offsets is not None else self.manifest.shard_offsets
+
+    def _checked_path(self, info) -> Path:
+        """A local shard's path, checked when a reader first opens it (never all at start-up): a
+        regular file or folder of files inside the cache, of the manifest's size."""
+        try:
+            path = shard_path(self.root, info)
+            size = path.stat().st_size if path.is_file() else None
+        except CacheError as exc:
+            raise CacheError(f"{self.root}: shard {info.file} {exc}") from None
+        except OSError as exc:
+            raise CacheError(
+                f"{self.root}: shard {info.file} cannot be read ({exc.strerror or exc})"
+            ) from None
+        if size is not None and size != info.bytes:
+            raise CacheError(
+                f"{self.root}: shard {info.file} is {size} bytes, the manifest says {info.bytes} "
+                "(changed since the build: rebuild, or restore it)"
+            )
+        return path
 
     # -- metadata -----------------------------------------------------------------------------
 
@@ -228,7 +242,7 @@ class CachedDataset(Dataset):
     def _open_reader(self, shard: int) -> ShardReader:
         info = self.manifest.shards[shard]
         if self._remote is None:
-            return self._format.open(self.root / info.file, self.manifest.sample, info.samples, self.store)
+            return self._format.open(self._checked_path(info), self.manifest.sample, info.samples, self.store)
         path = self._remote.pin(info)  # held until the pool closes this reader
         try:
             return self._format.open(path, self.manifest.sample, info.samples, self.store)

@@ -15,15 +15,20 @@ from __future__ import annotations
 import numpy as np
 
 from ..constants import SHUFFLE_BLOCK_SHARDS, SHUFFLE_WINDOW_SAMPLES
+from .permute import mix64, permute
 
 __all__ = [
     "DEFAULT_GROUP_SPREAD",
     "default_window",
     "epoch_order",
+    "units_at",
     "block_order",
+    "block_bounds",
+    "PieceOrder",
     "partition_pieces",
     "interleave",
     "pad_position",
+    "pad_positions",
     "spread_groups",
     "node_partitions",
     "slot_of_rank",
@@ -56,10 +61,30 @@ def default_window(dataset, samples: int, processes: int = 1, partitions: int = 
     return SHUFFLE_WINDOW_SAMPLES
 
 
+def _cut(starts: np.ndarray, counts: np.ndarray, partitions: int, seed: int):
+    """The shards in the seed's order laid end to end, and the partitions' bounds in units."""
+    perm = np.random.default_rng([seed % 2**64, 0x9A27]).permutation(len(counts))
+    c = counts[perm]
+    ends = np.cumsum(c)
+    m, r = divmod(int(ends[-1]) if len(ends) else 0, partitions)
+    bounds = np.concatenate([[0], np.cumsum([m + 1] * r + [m] * (partitions - r))])
+    return perm, c, ends, bounds
+
+
+def _piece(starts, perm, c, ends, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+    """The pieces of the units ``lo .. hi`` of the shards laid end to end (a contiguous run of them)."""
+    a, b = int(np.searchsorted(ends, lo, side="right")), int(np.searchsorted(ends - c, hi, side="left"))
+    sel = np.arange(a, b)[c[a:b] > 0]
+    begins = ends[sel] - c[sel]
+    first = np.maximum(begins, lo)
+    return starts[perm[sel]] + first - begins, np.minimum(ends[sel], hi) - first
+
+
 def partition_pieces(
-    starts: np.ndarray, counts: np.ndarray, partitions: int, seed: int
+    starts: np.ndarray, counts: np.ndarray, partitions: int, seed: int, only: int | None = None
 ) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Each partition's pieces as ``(first unit, units)`` arrays, the same every epoch.
+    """Each partition's pieces as ``(first unit, units)`` arrays, the same every epoch (``only``:
+    just partition ``only``'s, as a list of one).
 
     The shards, in an order drawn from ``seed`` alone, are laid end to end and cut into
     ``partitions`` runs of equal length (the first ones one unit longer when it does not divide):
@@ -71,56 +96,80 @@ def partition_pieces(
     partitions = max(1, min(int(partitions), total))
     if partitions == 1:
         return [(starts, counts)]
-    perm = np.random.default_rng([seed % 2**64, 0x9A27]).permutation(len(counts))
-    c = counts[perm]
-    ends = np.cumsum(c)
-    begins = ends - c
-    m, r = divmod(total, partitions)
-    bounds = np.concatenate([[0], np.cumsum([m + 1] * r + [m] * (partitions - r))])
-    out = []
-    for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
-        sel = (ends > lo) & (begins < hi) & (c > 0)
-        first = np.maximum(begins[sel], lo)
-        out.append((starts[perm[sel]] + first - begins[sel], np.minimum(ends[sel], hi) - first))
-    return out
+    perm, c, ends, bounds = _cut(starts, counts, partitions, seed)
+    which = range(partitions) if only is None else [int(only)]
+    return [_piece(starts, perm, c, ends, int(bounds[q]), int(bounds[q + 1])) for q in which]
 
 
-def _block_ids(units: np.ndarray, span: int, ramp: bool) -> np.ndarray:
-    """The block of each piece, in order: at most ``span`` units a block (one piece at least), and
-    with ``ramp`` at most 1, 1, 2, 3, ... pieces in the first blocks: each block one shard more than
-    the last, so the next block downloads while this one is read even on a link nearly full."""
-    ids = np.empty(len(units), dtype=np.int64)
-    block = count = size = 0
-    cap = 1 if ramp else len(units)
-    for j, u in enumerate(units.tolist()):
-        if count and (count >= cap or size + u > span):
-            block += 1
-            count = size = 0
-            if ramp:
-                cap = block
-        ids[j] = block
-        count += 1
-        size += u
-    return ids
+def block_bounds(units: np.ndarray, span: int, ramp: bool) -> np.ndarray:
+    """Where each block starts, as piece indices (and ``len(units)`` last): at most ``span`` units a
+    block (one piece at least), and with ``ramp`` at most 1, 1, 2, 3, ... pieces in the first
+    blocks: each block one shard more than the last, so the next block downloads while this one is
+    read even on a link nearly full. Greedy, block by block (one search per block, not per piece)."""
+    units = np.asarray(units, dtype=np.int64)
+    n = len(units)
+    cum = np.concatenate([[0], np.cumsum(units)])
+    bounds = [0]
+    j = block = 0
+    while j < n:
+        fit = int(np.searchsorted(cum, cum[j] + span, side="right")) - 1  # most pieces within span
+        cap = max(1, block) if ramp else n
+        j = min(max(fit, j + 1), j + cap, n)
+        bounds.append(j)
+        block += 1
+    return np.asarray(bounds, dtype=np.int64)
+
+
+class PieceOrder:
+    """One epoch's order of a set of pieces, evaluated at any positions (``at``) without building it.
+
+    The pieces are put in a random order (the first draw of ``rng``), grouped into blocks
+    (``block_bounds``), and the units of each block permuted by a key drawn from ``rng`` and the
+    block's number (``permute``). Memory: a few numbers per piece and per block; ``at(positions)``
+    costs memory in proportion to ``positions``.
+    """
+
+    def __init__(self, first: np.ndarray, units: np.ndarray, rng: np.random.Generator, span: int, ramp: bool):
+        perm = rng.permutation(len(units))
+        self.first = np.asarray(first, dtype=np.int64)[perm]
+        units = np.asarray(units, dtype=np.int64)[perm]
+        self.cum = np.concatenate([[0], np.cumsum(units)])  # where each piece starts in the run
+        self.total = int(self.cum[-1])
+        self.block_start = self.cum[block_bounds(units, span, ramp)]
+        self.key = np.uint64(int(rng.integers(0, 2**63)))
+
+    #: Positions computed at once: the temporaries stay a few tens of MB whatever the share.
+    CHUNK = 1 << 18
+
+    def at(self, positions: np.ndarray) -> np.ndarray:
+        """The units at ``positions`` (each in ``range(total)``) of this order: 8 bytes a position,
+        plus the temporaries of one chunk of them."""
+        pos = np.asarray(positions, dtype=np.int64)
+        if len(pos) <= self.CHUNK:
+            return self._at(pos)
+        out = np.empty(len(pos), dtype=np.int64)
+        for lo in range(0, len(pos), self.CHUNK):
+            out[lo : lo + self.CHUNK] = self._at(pos[lo : lo + self.CHUNK])
+        return out
+
+    def _at(self, pos: np.ndarray) -> np.ndarray:
+        if not pos.size:
+            return np.zeros(0, dtype=np.int64)
+        block = np.searchsorted(self.block_start, pos, side="right") - 1
+        lo = self.block_start[block]
+        keys = mix64(self.key ^ mix64(block.astype(np.uint64)))
+        run = lo + permute(pos - lo, self.block_start[block + 1] - lo, keys)
+        piece = np.searchsorted(self.cum, run, side="right") - 1
+        return self.first[piece] + (run - self.cum[piece])
 
 
 def block_order(
     first: np.ndarray, units: np.ndarray, rng: np.random.Generator, span: int, ramp: bool = False
 ) -> np.ndarray:
     """Every unit of the given pieces once: pieces in a random order, grouped into blocks
-    (``_block_ids``), units shuffled within their block."""
-    perm = rng.permutation(len(units))
-    first, units = np.asarray(first)[perm], np.asarray(units)[perm]
-    total = int(units.sum())
-    if total == 0:
-        return np.zeros(0, dtype=np.int64)
-    shift = np.repeat(first - (np.cumsum(units) - units), units)  # unit k of the run -> its index
-    run = np.arange(total, dtype=np.int64) + shift
-    blocks = _block_ids(units, span, ramp)
-    if blocks[-1] == 0:
-        return rng.permutation(run)
-    keys = np.repeat(blocks, units) + rng.random(total)  # sort by (block, random key)
-    return run[np.argsort(keys, kind="stable")]
+    (``block_bounds``), units shuffled within their block (``PieceOrder``, whole)."""
+    order = PieceOrder(first, units, rng, span, ramp)
+    return order.at(np.arange(order.total, dtype=np.int64))
 
 
 def interleave(orders: list[np.ndarray]) -> np.ndarray:
@@ -136,11 +185,32 @@ def interleave(orders: list[np.ndarray]) -> np.ndarray:
 def pad_position(position: int, total: int, partitions: int) -> int:
     """The position of the order that pads position ``position`` >= ``total`` of a dealt epoch:
     the start of the order again (as torch does), on a position of the same partition."""
-    extra = position - total
+    return int(pad_positions(np.array([position], dtype=np.int64), total, partitions)[0])
+
+
+def pad_positions(positions: np.ndarray, total: int, partitions: int) -> np.ndarray:
+    """``pad_position`` of each of ``positions`` (all >= ``total``)."""
+    positions = np.asarray(positions, dtype=np.int64)
+    extra = positions - total
     if partitions <= 1 or total < partitions:
         return extra % max(1, total)
     core = total - total % partitions  # positions below it run round robin over the partitions
-    return (extra - extra % partitions + position % partitions) % core
+    return (extra - extra % partitions + positions % partitions) % core
+
+
+def _setup(shard_offsets, seed: int, window, group: int, partitions: int):
+    """Units per shard and the span of a block, in units, and the partitions that hold any."""
+    offsets = np.asarray(shard_offsets, dtype=np.int64)
+    starts, counts = offsets[:-1] // group, np.diff(offsets) // group
+    span = max(1, (window or int(offsets[-1])) // group)
+    return starts, counts, span, max(1, min(int(partitions), int(counts.sum())))
+
+
+def _partition_order(starts, counts, span, seed, epoch, partitions, q, ramp) -> PieceOrder:
+    """Partition ``q``'s order of this epoch (its rng: (seed, epoch[, q + 1]))."""
+    (first, units) = partition_pieces(starts, counts, partitions, seed, only=q)[0]
+    key = [seed % 2**64, epoch % 2**64] + ([q + 1] if partitions > 1 else [])
+    return PieceOrder(first, units, np.random.default_rng(key), span, ramp)
 
 
 def epoch_order(
@@ -154,26 +224,51 @@ def epoch_order(
     ramp: bool = False,
 ) -> np.ndarray:
     """The order of one epoch's units (runs of ``group`` samples: one input's augmented variants;
-    samples when ``group`` is 1), before they are dealt out to ranks.
+    samples when ``group`` is 1), before they are dealt out to ranks: the whole of it, for
+    inspection and tests. A rank computes only its own positions of it (``units_at``).
 
-    Each partition's pieces (``partition_pieces``) are ordered on their own (``block_order``:
+    Each partition's pieces (``partition_pieces``) are ordered on their own (``PieceOrder``:
     blocks of at most ``window`` samples, None: all of them; ``ramp``: the first blocks small),
     from (seed, epoch) alone, and the partitions are interleaved (``interleave``): position ``p``
     comes from partition ``p % partitions``, so every unit comes exactly once and the ranks that
     read partition ``q``'s positions read only its samples.
     """
     offsets = np.asarray(shard_offsets, dtype=np.int64)
-    units_total = int(offsets[-1]) // group
-    if not shuffle:
-        return np.arange(units_total, dtype=np.int64)
-    starts, counts = offsets[:-1] // group, np.diff(offsets) // group
-    span = max(1, (window or int(offsets[-1])) // group)
-    pieces = partition_pieces(starts, counts, partitions, seed)
-    orders = []
-    for q, (first, units) in enumerate(pieces):
-        key = [seed % 2**64, epoch % 2**64] + ([q + 1] if len(pieces) > 1 else [])
-        orders.append(block_order(first, units, np.random.default_rng(key), span, ramp))
-    return interleave(orders)
+    total = int(offsets[-1]) // group
+    return units_at(
+        offsets, seed, epoch, np.arange(total, dtype=np.int64), shuffle, window, group, partitions, ramp
+    )
+
+
+def units_at(
+    shard_offsets: np.ndarray,
+    seed: int,
+    epoch: int,
+    positions: np.ndarray,
+    shuffle: bool = True,
+    window: int | None = None,
+    group: int = 1,
+    partitions: int = 1,
+    ramp: bool = False,
+) -> np.ndarray:
+    """The units at ``positions`` of ``epoch_order(...)``, computed from the partitions those
+    positions fall in alone: memory in proportion to the positions plus the pieces of those
+    partitions, never the whole order. Position ``p`` is position ``p // partitions`` of partition
+    ``p % partitions``'s order (the partitions differ by at most one unit, the longer first)."""
+    positions = np.asarray(positions, dtype=np.int64)
+    if not shuffle or not positions.size:
+        return positions.copy()
+    starts, counts, span, parts = _setup(shard_offsets, seed, window, group, partitions)
+    if parts == 1:
+        return _partition_order(starts, counts, span, seed, epoch, 1, 0, ramp).at(positions)
+    out = np.empty(len(positions), dtype=np.int64)
+    q_of = positions % parts
+    for q in np.unique(q_of).tolist():
+        mine = q_of == q
+        out[mine] = _partition_order(starts, counts, span, seed, epoch, parts, q, ramp).at(
+            positions[mine] // parts
+        )
+    return out
 
 
 def spread_groups(units: np.ndarray, group: int, spread: int = DEFAULT_GROUP_SPREAD) -> np.ndarray:

@@ -1,6 +1,7 @@
 """``ShardAwareDistributedSampler``: DistributedSampler semantics, class-mixed batches, a new order every pass.
 
-An epoch's order is one global sequence of sample indices, a function of (seed, epoch) alone:
+An epoch's order is one global sequence of sample indices, a function of (seed, epoch) alone (each
+rank computes only its own positions of it, ``order.units_at``):
 the shards in a shuffled order, their samples shuffled within blocks of ``window`` samples (whole
 shards; the first blocks of an epoch one or two shards), so reads stay within a few shards at a
 time (sequential I/O, a warm page cache, few downloads, a first batch after one shard). That is
@@ -29,14 +30,18 @@ from .order import (
     default_window,
     epoch_order,
     node_partitions,
-    pad_position,
+    pad_positions,
     slot_of_rank,
     spread_groups,
+    units_at,
 )
 
 __all__ = ["ShardAwareDistributedSampler", "epoch_order", "default_window"]
 
-_STATE_VERSION = 3  # 3: blocks of whole shards, node partitions of fixed samples
+#: 3: blocks of whole shards, node partitions of fixed samples; 4: samples permuted within a block by
+#: a keyed permutation (the same blocks, another order inside them: a version 3 state would resume
+#: its interrupted block on other samples, so it is refused)
+_STATE_VERSION = 4
 
 
 class ShardAwareDistributedSampler(Sampler[int]):
@@ -144,8 +149,12 @@ class ShardAwareDistributedSampler(Sampler[int]):
 
     def _sizes(self) -> None:
         """Epoch length and shares (an epoch's order is every unit once, plus nothing)."""
-        own = self._own_len if self._order_of is not None else None  # known without building the order
-        self.epoch_len = (int(own) if own is not None else len(self.order())) * self.group_size
+        if self._order_of is not None:  # a mix's own order: its length known without building it
+            own = self._own_len
+            units = int(own) if own is not None else len(self.order())
+        else:
+            units = self.dataset_len // self.group_size
+        self.epoch_len = units * self.group_size
         self.num_samples = self._per_rank(self.epoch_len)  # a whole epoch's share of one rank
         self.total_size = self.num_samples * self.num_replicas
 
@@ -195,35 +204,62 @@ class ShardAwareDistributedSampler(Sampler[int]):
             self.ramp,
         )
 
-    def _dealt(self, epoch: int | None = None) -> np.ndarray:
-        """Variants of one input per rank: position ``p`` of the result belongs to rank ``p % world``."""
-        units, world, g = self.order(epoch), self.num_replicas, self.group_size
-        per = self.num_samples
-        seqs = []
-        for r in range(world):
-            seq = spread_groups(units[r::world][: per // g], g, self.group_spread)  # drop_last: whole units
-            if len(seq) < per:  # pad by repeating the start of this rank's share (or of all)
-                seq = np.resize(seq if len(seq) else spread_groups(units, g, self.group_spread), per)
-            seqs.append(seq)
-        return np.stack(seqs, axis=1).reshape(-1) if seqs and per else np.zeros(0, dtype=np.int64)
+    def _units(self, epoch: int, positions: np.ndarray) -> np.ndarray:
+        """The units at ``positions`` of epoch ``epoch``'s order, computed in this rank's share alone
+        (a dataset that orders its own epochs gives its whole order)."""
+        if self._order_of is not None:
+            return self.order(epoch)[positions]
+        return units_at(
+            self.shard_offsets,
+            self.seed,
+            epoch,
+            positions,
+            self.shuffle,
+            self.window,
+            self.group_size,
+            self.partitions,
+            self.ramp,
+        )
+
+    def _dealt_to(self, epoch: int, rank: int) -> np.ndarray:
+        """Variants of one input per rank: rank ``rank``'s samples of an epoch, from its positions
+        ``rank, rank + world, ...`` of the unit order (padded from its own start, or of all)."""
+        world, g, per = self.num_replicas, self.group_size, self.num_samples
+        total = self.dataset_len // g if self._order_of is None else len(self.order(epoch))
+        positions = np.arange(rank, total, world, dtype=np.int64)[: per // g]  # drop_last: whole units
+        seq = spread_groups(self._units(epoch, positions), g, self.group_spread)
+        if len(seq) < per:  # pad by repeating the start of this rank's share (or of all: a tiny cache)
+            if not len(seq):
+                seq = spread_groups(
+                    self._units(epoch, np.arange(total, dtype=np.int64)), g, self.group_spread
+                )
+            seq = np.resize(seq, per)
+        return seq
 
     def indices(self, epoch: int | None = None, start: int | None = None) -> np.ndarray:
         """This rank's indices for the next pass, in order (from the resume position, if any), or
-        for ``epoch`` from global position ``start`` (default 0)."""
+        for ``epoch`` from global position ``start`` (default 0).
+
+        Only this rank's positions of the epoch's order are computed (``order.units_at``): memory
+        in proportion to this rank's samples and its partitions' shards, not the dataset's.
+        """
         world = self.num_replicas
         if epoch is None:
             epoch, start = self.epoch, self._start
         start = int(start or 0)
-        if self.group_size > 1:
-            return self._dealt(epoch)[start + self.rank :: world]
-        order = self.order(epoch)
-        start = min(start, len(order))
-        total = self._per_rank(len(order) - start) * world
+        if self.group_size > 1:  # position e of the dealt epoch: row e // world of rank e % world's share
+            if not self.num_samples:
+                return np.zeros(0, dtype=np.int64)
+            first = start + self.rank
+            return self._dealt_to(epoch, first % world)[first // world :]
+        length = self.epoch_len
+        start = min(start, length)
+        total = self._per_rank(length - start) * world
         positions = np.arange(start + self._slot, start + total, world, dtype=np.int64)
-        past = positions >= len(order)  # pad by repeating the start of the order, as torch does,
+        past = positions >= length  # pad by repeating the start of the order, as torch does,
         if past.any():  # with samples of the partition the rank reads
-            positions[past] = [pad_position(p, len(order), self.partitions) for p in positions[past].tolist()]
-        return order[positions]
+            positions[past] = pad_positions(positions[past], length, self.partitions)
+        return self._units(epoch, positions)
 
     def next_indices(self) -> np.ndarray:
         """This rank's indices in the epoch after the current pass (downloads and eviction plan with them)."""
@@ -241,9 +277,10 @@ class ShardAwareDistributedSampler(Sampler[int]):
         self.last_indices = mine  # what this pass hands out, in order (downloads ahead plan with it)
         self._pass_start, self._pass_len, self._yielded = self._start, len(mine), 0
         self._start = 0  # the resume position is used up: running this epoch again starts it over
-        for i in mine.tolist():
-            self._yielded += 1
-            yield i
+        for lo in range(0, len(mine), 65536):  # Python ints a page at a time, never the whole share
+            for i in mine[lo : lo + 65536].tolist():
+                self._yielded += 1
+                yield i
 
     def __len__(self) -> int:
         start = self._start if self._fresh else 0

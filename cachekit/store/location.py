@@ -13,19 +13,31 @@ import contextlib
 import errno
 import hashlib
 import os
+import shutil
 import tempfile
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from ..constants import MANIFEST_NAME
 from ..errors import BuildError, CacheError, NotACacheError, UsageError
 from .atomic import commit_file, path_size, remove_path, sha256_path
+from .index import INDEX_NAME, ShardIndex, index_record, write_index
 from .lock import BuildLock
 from .manifest import Manifest
 from .manifestio import parse_manifest, read_local_manifest
 from .remote import access_error, answered_within, filesystem, is_url, process_filesystem, reach
 
-__all__ = ["Location", "LocalLocation", "RemoteLocation", "open_location", "read_manifest", "write_failure"]
+__all__ = [
+    "Location",
+    "LocalLocation",
+    "RemoteLocation",
+    "open_location",
+    "read_manifest",
+    "write_failure",
+    "commit_index",
+    "fetch_index",
+]
 
 _CHUNK = 4 * 1024 * 1024
 
@@ -54,6 +66,7 @@ class Location:
     def commit(self, name: str, write: Callable[[Path], None]) -> tuple[int, str]: ...
     def remove(self, name: str) -> None: ...
     def lock(self): ...
+    def open_index(self, record: dict) -> ShardIndex: ...
 
 
 class LocalLocation(Location):
@@ -134,6 +147,11 @@ class LocalLocation(Location):
 
     def lock(self):
         return BuildLock(self.path)
+
+    def open_index(self, record: dict) -> ShardIndex:
+        if self._linked(record["file"], itself=True):
+            raise CacheError(f"{self.path / record['file']}: the shard index is a link")
+        return ShardIndex(self.path / record["file"], record)
 
 
 class RemoteLocation(Location):
@@ -243,15 +261,87 @@ class RemoteLocation(Location):
     def lock(self):
         return contextlib.nullcontext()
 
+    def open_index(self, record: dict) -> ShardIndex:
+        return fetch_index(self.fs, self.root, self.url, record)
+
+
+def commit_index(out: Location, manifest: Manifest) -> Manifest:
+    """Write the binary index of ``manifest``'s shards into ``out`` (before the manifest, which names
+    it): named by its content, so a reader that maps it later maps the one its manifest names.
+    Returns the manifest with the index's record, ready to be written."""
+    with tempfile.TemporaryDirectory(prefix="cachekit-index-") as tmpdir:
+        local = Path(tmpdir) / "index.bin"
+        write_index(local, manifest.shards, manifest.sample.shape[0])
+        digest = sha256_path(local)
+        name = INDEX_NAME.format(digest=digest[:16])
+        try:
+            size, _ = out.commit(name, lambda tmp: shutil.copyfile(local, tmp))
+        except OSError as exc:
+            raise BuildError(f"cannot write {out.url}/{name}: {write_failure(exc)}") from None
+    record = index_record(name, size, digest, len(manifest.shards), manifest.num_samples)
+    return replace(manifest, index=record)
+
+
+def fetch_index(fs, root: str, url: str, record: dict, folder: Path | None = None, copies=None) -> ShardIndex:
+    """The index object of the cache at ``url`` (``fs``, ``root``), fetched whole and checked against
+    the manifest's size and sha256, then mapped: kept in ``folder`` (a node's folder of copies,
+    shared by its processes: fetched there once, by rename) or, without one, in a temporary file
+    removed once mapped (the map keeps its pages). ``copies`` (the node cache's records of checked
+    copies: ``verified(path, size, sha256)``, ``record(path, sha256)``) says when a copy already in
+    ``folder`` may be mapped without hashing it again; without it a copy is hashed before reuse."""
+    remote = f"{root}/{record['file']}"
+    if folder is not None:
+        final = Path(folder) / record["file"]
+        if final.is_file() and not final.is_symlink():
+            if copies is not None:
+                ok = copies.verified(final, record["bytes"], record["sha256"])
+            else:
+                ok = path_size(final) == record["bytes"] and sha256_path(final) == record["sha256"]
+            if ok:
+                return ShardIndex(final, record)
+    fd, name = tempfile.mkstemp(prefix=".index-", suffix=".part", dir=folder)
+    os.close(fd)
+    part = Path(name)
+    try:
+        try:
+            fs.get_file(remote, str(part))
+        except FileNotFoundError:
+            raise CacheError(f"{url}/{record['file']}: the cache's shard index is missing") from None
+        except Exception as exc:
+            raise access_error(f"{url}/{record['file']}", exc, CacheError) from None
+        if path_size(part) != record["bytes"] or sha256_path(part) != record["sha256"]:
+            raise CacheError(
+                f"{url}/{record['file']}: fetched bytes do not match the manifest's size and sha256"
+            )
+        if folder is None:
+            return ShardIndex(part, record)  # mapped before the file goes (finally)
+        os.replace(part, final)  # whole, by rename: every process of the node maps the same copy
+        if copies is not None:
+            copies.record(final, record["sha256"])
+        return ShardIndex(final, record)
+    finally:
+        with contextlib.suppress(OSError):
+            part.unlink()
+
 
 def open_location(out: str | os.PathLike, storage_options: dict | None = None) -> Location:
     """The build output at ``out``: a local folder, or an fsspec URL (``storage_options`` for its filesystem)."""
     return RemoteLocation(str(out), storage_options) if is_url(out) else LocalLocation(out)
 
 
-def read_manifest(cache: str | os.PathLike, *, storage_options: dict | None = None) -> Manifest:
+def read_manifest(
+    cache: str | os.PathLike,
+    *,
+    storage_options: dict | None = None,
+    index_folder=None,
+) -> Manifest:
     """Read and validate the manifest of the cache at ``cache``: a folder, or an fsspec URL
     (``storage_options`` for its filesystem). Every problem is a CacheError saying what is wrong.
+
+    A format 5 cache's shard index is mapped, not parsed: from the folder, or for a URL fetched
+    once into ``index_folder.folder(fingerprint)`` (a node's folder of copies, whose records say
+    when a copy there may be reused: ``stream.remotecache.NodeIndexCopies``; default: a temporary
+    file).
     """
     if not is_url(cache):
         return read_local_manifest(cache)
@@ -267,4 +357,24 @@ def read_manifest(cache: str | os.PathLike, *, storage_options: dict | None = No
         raise CacheError(f"{url}/{MANIFEST_NAME}: cannot be read: {exc}") from None
     except Exception as exc:  # the filesystem's own errors: credentials, endpoint, I/O
         raise access_error(f"{url}/{MANIFEST_NAME}", exc, CacheError) from None
-    return parse_manifest(text, f"{url}/{MANIFEST_NAME}")
+    where = f"{url}/{MANIFEST_NAME}"
+
+    def open_index(record: dict) -> ShardIndex:
+        fingerprint = _fingerprint_of(text) if index_folder is not None else None
+        if fingerprint is None:
+            return fetch_index(fs, root, url, record)
+        return fetch_index(fs, root, url, record, index_folder.folder(fingerprint), index_folder)
+
+    return parse_manifest(text, where, open_index)
+
+
+def _fingerprint_of(text: str) -> str | None:
+    """The manifest's fingerprint, read before the manifest is validated (names the node's folder)."""
+    import json
+    import re
+
+    try:
+        value = json.loads(text).get("fingerprint")
+    except (ValueError, AttributeError):
+        return None
+    return value if isinstance(value, str) and re.fullmatch(r"[0-9a-f]{16,128}", value) else None

@@ -7,8 +7,11 @@ manifest's structure and never touches image data; shard contents are checked by
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
+
+import numpy as np
 
 from ..constants import MANIFEST_VERSION, READABLE_MANIFEST_VERSIONS, VERSION
 from ..errors import CacheError
@@ -163,8 +166,9 @@ def _fields(obj: Any, where: str, taken: set[str]) -> dict[str, FieldSpec]:
 
 
 def manifest_version_for(sample: SampleSpec) -> int:
-    """The format version a cache of such samples is written as: 3 without fields, as before them."""
-    return MANIFEST_VERSION if sample.fields else 3
+    """The format version a new cache is written as: 5 (its shards in the binary index) for every
+    sample; 3 and 4 (shards listed in the manifest) are read as before."""
+    return MANIFEST_VERSION
 
 
 @dataclass(frozen=True)
@@ -270,7 +274,7 @@ class Manifest:
 
     format: str
     sample: SampleSpec
-    shards: tuple[ShardInfo, ...]
+    shards: Sequence[ShardInfo]  # a tuple, or (format 5, read back) a ``ShardTable`` over the index
     classes: tuple[str, ...]
     pipeline: dict
     fingerprint: str
@@ -284,6 +288,8 @@ class Manifest:
     created: str = ""
     cachekit_version: str = VERSION
     format_version: int = 0  # 0: the version its samples need (``manifest_version_for``)
+    #: Format 5: the index file's record (``store.index.index_record``); empty until it is written.
+    index: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.format_version:
@@ -291,11 +297,29 @@ class Manifest:
 
     @property
     def num_samples(self) -> int:
-        return sum(s.samples for s in self.shards)
+        offsets = getattr(self.shards, "offsets", None)
+        return int(offsets[-1]) if offsets is not None else sum(s.samples for s in self.shards)
 
     @property
     def total_bytes(self) -> int:
-        return sum(s.bytes for s in self.shards)
+        sizes = getattr(self.shards, "sizes", None)
+        return int(sizes.sum()) if sizes is not None else sum(s.bytes for s in self.shards)
+
+    @property
+    def largest_shard(self) -> int:
+        """Bytes of the largest shard."""
+        sizes = getattr(self.shards, "sizes", None)
+        return int(sizes.max()) if sizes is not None else max(s.bytes for s in self.shards)
+
+    @property
+    def shard_offsets(self):
+        """``offsets[k]``: the global index of shard k's first sample; the last entry, the samples
+        (int64; for format 5 a read-only view of the mapped index, shared between processes)."""
+        offsets = getattr(self.shards, "offsets", None)
+        if offsets is not None:
+            return offsets
+        counts = np.fromiter((s.samples for s in self.shards), dtype=np.int64, count=len(self.shards))
+        return np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
 
     @property
     def shards_mixed(self) -> bool:
@@ -324,12 +348,23 @@ class Manifest:
             "source": self.source,
             "order": self.order,
             "limits": self.limits,
-            "shards": [s.to_json() for s in self.shards],
             "skipped": [s.to_json() for s in self.skipped],
-        }
+        } | self._shards_json()
+
+    def _shards_json(self) -> dict:
+        """Formats 3 and 4 list the shards; format 5 names its index (written first) and its counts."""
+        if self.format_version < 5:
+            return {"shards": [s.to_json() for s in self.shards]}
+        if not self.index:
+            raise ValueError(
+                "a format 5 manifest is written after its index (store.location.commit_manifest)"
+            )
+        return {"num_shards": len(self.shards), "total_bytes": self.total_bytes, "index": self.index}
 
     @classmethod
-    def from_json(cls, obj: Any) -> Manifest:
+    def from_json(cls, obj: Any, shards: Sequence[ShardInfo] | None = None) -> Manifest:
+        """The manifest ``obj`` describes; format 5's ``shards`` are its mapped index (a
+        ``ShardTable``, opened by the caller from ``obj["index"]``), checked against its counts."""
         where = "manifest"
         if not isinstance(obj, dict):
             raise CacheError(f"{where}: expected a JSON object, got {type(obj).__name__}")
@@ -343,37 +378,26 @@ class Manifest:
         if sample.fields and version < 4:
             raise CacheError(f"{where}.sample.fields: a version {version} manifest has no fields")
         channels = sample.shape[0]
-        shards_obj = get(obj, "shards", where)
-        if not isinstance(shards_obj, list) or not shards_obj:
-            raise CacheError(f"{where}.shards: expected a non-empty list, got {shards_obj!r}")
-        shards = tuple(
-            ShardInfo.from_json(s, f"{where}.shards[{i}]", channels) for i, s in enumerate(shards_obj)
-        )
-        pipeline = get(obj, "pipeline", where)
-        problem = check_recorded(pipeline)
-        if problem:
-            raise CacheError(f"{where}.pipeline: {problem}")
-        augment = pipeline.get("augment")
+        augment = obj["pipeline"].get("augment") if isinstance(obj.get("pipeline"), dict) else None
         variants = (
             1
             if augment is None
             else get_int(augment, "variants", f"{where}.pipeline.augment", 1, MAX_VARIANTS)
         )
-        for i, info in enumerate(shards):
-            if info.samples > info.inputs * variants:
-                raise CacheError(
-                    f"{where}.shards[{i}]: {info.samples} samples from only {info.inputs} inputs"
-                    + (f" x {variants} variants" if variants > 1 else "")
-                )
-        names = [s.file for s in shards]
-        if len(set(names)) != len(names):
-            raise CacheError(f"{where}.shards: a shard file is listed twice")
+        if version >= 5:
+            from .shardtable import indexed_shards
+
+            shards, record = indexed_shards(obj, shards, variants, where)
+        else:
+            shards, record = _listed(obj, channels, variants, where), {}
+        pipeline = get(obj, "pipeline", where)
+        problem = check_recorded(pipeline)
+        if problem:
+            raise CacheError(f"{where}.pipeline: {problem}")
         num_samples = get_int(obj, "num_samples", where, maximum=MAX_SAMPLES)
-        if num_samples != sum(s.samples for s in shards):
-            raise CacheError(
-                f"{where}.num_samples: {num_samples} does not match the shards' total "
-                f"{sum(s.samples for s in shards)}"
-            )
+        counted = int(shards.offsets[-1]) if hasattr(shards, "offsets") else sum(s.samples for s in shards)
+        if num_samples != counted:
+            raise CacheError(f"{where}.num_samples: {num_samples} does not match the shards' total {counted}")
         classes = get(obj, "classes", where)
         if not isinstance(classes, list) or not all(isinstance(c, str) for c in classes):
             raise CacheError(f"{where}.classes: expected a list of strings, got {classes!r}")
@@ -401,4 +425,23 @@ class Manifest:
             created=get_str(obj, "created", where),
             cachekit_version=get_str(obj, "cachekit_version", where),
             format_version=version,
+            index=record,
         )
+
+
+def _listed(obj: dict, channels: int, variants: int, where: str) -> tuple[ShardInfo, ...]:
+    """Formats 3 and 4: the ``shards`` list, every entry validated."""
+    shards_obj = get(obj, "shards", where)
+    if not isinstance(shards_obj, list) or not shards_obj:
+        raise CacheError(f"{where}.shards: expected a non-empty list, got {shards_obj!r}")
+    shards = tuple(ShardInfo.from_json(s, f"{where}.shards[{i}]", channels) for i, s in enumerate(shards_obj))
+    for i, info in enumerate(shards):
+        if info.samples > info.inputs * variants:
+            raise CacheError(
+                f"{where}.shards[{i}]: {info.samples} samples from only {info.inputs} inputs"
+                + (f" x {variants} variants" if variants > 1 else "")
+            )
+    names = [s.file for s in shards]
+    if len(set(names)) != len(names):
+        raise CacheError(f"{where}.shards: a shard file is listed twice")
+    return shards

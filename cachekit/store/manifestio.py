@@ -6,20 +6,24 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from ..constants import MANIFEST_NAME
 from ..errors import CacheError, NotACacheError
 from .atomic import commit_file
+from .index import ShardIndex, check_record
 from .limits import MAX_DEPTH, MAX_MANIFEST_BYTES, check_depth
 from .manifest import Manifest
+from .shardtable import ShardTable
 
 __all__ = ["parse_manifest", "read_local_manifest", "write_manifest", "manifest_text", "json_text"]
 
 
-def parse_manifest(text: str, where: str) -> Manifest:
-    """Validate the text of a ``manifest.json`` (``where`` names it in errors)."""
+def parse_manifest(text: str, where: str, open_index: Callable[[dict], ShardIndex] | None = None) -> Manifest:
+    """Validate the text of a ``manifest.json`` (``where`` names it in errors); a format 5
+    manifest's shard index is mapped by ``open_index(record)``."""
     if len(text) > MAX_MANIFEST_BYTES:
         raise CacheError(
             f"{where}: {len(text)} characters, over the {MAX_MANIFEST_BYTES} a manifest may have"
@@ -35,7 +39,10 @@ def parse_manifest(text: str, where: str) -> Manifest:
     if not isinstance(obj, dict) or "format_version" not in obj:
         raise NotACacheError(f"{where}: not a cachekit manifest (no format_version)")
     check_depth(obj, where)
-    return Manifest.from_json(obj)
+    shards = None
+    if obj.get("format_version") == 5 and open_index is not None:
+        shards = ShardTable(open_index(check_record(obj.get("index"), f"{where}: index")))
+    return Manifest.from_json(obj, shards)
 
 
 def read_local_manifest(cache_dir: str | os.PathLike) -> Manifest:
@@ -57,7 +64,7 @@ def read_local_manifest(cache_dir: str | os.PathLike) -> Manifest:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise CacheError(f"{path}: cannot be read: {exc}") from None
-    return parse_manifest(text, str(path))
+    return parse_manifest(text, str(path), lambda record: ShardIndex(root / record["file"], record))
 
 
 #: Lone surrogates U+DC80..U+DCFF: how Python (``os.fsdecode``) carries file-name bytes that are not UTF-8.
@@ -84,6 +91,10 @@ def write_manifest(cache_dir: str | os.PathLike, manifest: Manifest) -> Path:
     """Write the manifest atomically (temp file, fsync, ``os.replace``) so readers never see half of it."""
     root = Path(cache_dir)
     path = root / MANIFEST_NAME
+    if manifest.format_version >= 5 and not manifest.index:
+        from .location import LocalLocation, commit_index  # the index first: the manifest names it
+
+        manifest = commit_index(LocalLocation(root), manifest)
     data = manifest_text(manifest)
     commit_file(path, lambda tmp: tmp.write_text(data, encoding="utf-8"))
     return path

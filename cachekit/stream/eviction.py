@@ -18,6 +18,7 @@ import fcntl
 import itertools
 import os
 import struct
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -52,15 +53,22 @@ class PlanBoard:
 
     def __init__(self, folder: str | os.PathLike, names: list[str]) -> None:
         self.folder = Path(folder)
-        self.names = list(names)
-        self._index = {name: k for k, name in enumerate(self.names)}
+        self.names = names if isinstance(names, Sequence) else list(names)  # a view of the index, or a list
+        self._lookup: dict[str, int] | None = None  # name -> shard, made when eviction first needs it
         self._fd: int | None = None
         self._pid = os.getpid()
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
         state["_fd"] = None  # a plan belongs to the process that made it
+        state["_lookup"] = None
         return state
+
+    @property
+    def _index(self) -> dict[str, int]:
+        if self._lookup is None:
+            self._lookup = {name: k for k, name in enumerate(self.names)}
+        return self._lookup
 
     # -- a planner's side -------------------------------------------------------------------------
 

@@ -22,11 +22,37 @@ from ..store.atomic import path_size
 from ..store.manifest import Manifest, ShardInfo
 from ..store.remote import access_error, filesystem
 from .ahead import ShardFetcher
+from .copies import record_verified, verified_copy
 from .eviction import PlanBoard
 from .linkshare import Background, Demand
 from .shardcache import NodeShardCache
 
-__all__ = ["RemoteShards"]
+__all__ = ["RemoteShards", "NodeIndexCopies", "index_folder"]
+
+
+class NodeIndexCopies:
+    """Where a cache's index is kept on the node: beside its shard copies (the folder the node cache
+    uses for that fingerprint, private and marked), fetched once and mapped by every process; a copy
+    is reused while its record (``copies``: its sha256 and the file's stamp) holds, else hashed."""
+
+    def __init__(self, local_cache: str | os.PathLike | None) -> None:
+        self.local_cache = local_cache
+
+    def folder(self, fingerprint: str) -> Path:
+        cache = NodeShardCache(self.local_cache, None, fingerprint, 1)
+        cache._own_folder()
+        return cache.folder
+
+    def verified(self, path: Path, size: int, sha256: str) -> bool:
+        return verified_copy(path, size, sha256)
+
+    def record(self, path: Path, sha256: str) -> None:
+        record_verified(path, sha256)
+
+
+def index_folder(local_cache: str | os.PathLike | None) -> NodeIndexCopies:
+    """The node's place for the index of a cache on object storage (``read_manifest(index_folder=)``)."""
+    return NodeIndexCopies(local_cache)
 
 
 class RemoteShards:
@@ -44,10 +70,15 @@ class RemoteShards:
         self.url = url.rstrip("/")
         self.storage_options = dict(storage_options or {})
         self.manifest = manifest
-        self.largest = max(s.bytes for s in manifest.shards)
+        self.largest = manifest.largest_shard
         self.cache = NodeShardCache(local_cache, local_cache_bytes, manifest.fingerprint, self.largest)
         self.demand = Demand(self.cache.folder)
-        self.board = PlanBoard(self.cache.folder, [s.file for s in manifest.shards])
+        names = (
+            manifest.shards.names()
+            if hasattr(manifest.shards, "names")
+            else [s.file for s in manifest.shards]
+        )
+        self.board = PlanBoard(self.cache.folder, names)
         self.cache.eviction_order = self.board.order  # the shard needed furthest ahead goes first
         self._fs = self._root = None
         self._fs_pid = None

@@ -34,12 +34,12 @@ from ..build.retire import (
     retire,
 )
 from ..build.shardwrite import commit_shard
-from ..constants import DEFAULT_GRACE_SECONDS, MANIFEST_NAME, PARTIAL_DIR
+from ..constants import DEFAULT_GRACE_SECONDS, MANIFEST_NAME, MANIFEST_VERSION, PARTIAL_DIR
 from ..errors import BuildError, CacheError, UsageError
 from ..store.atomic import path_size, sha256_path
 from ..store.fields import field_columns
 from ..store.formats import SHARD_NAME_COLUMN, get_format, identity_column
-from ..store.location import open_location, read_manifest, write_failure
+from ..store.location import commit_index, open_location, read_manifest, write_failure
 from ..store.manifest import Manifest, ShardInfo, shard_path
 from ..store.manifestio import json_text, manifest_text
 from ..store.remote import access_error, fetch_shard, filesystem, is_url, secrets_hidden
@@ -184,6 +184,8 @@ def _convert(
     partial = read_partial(location)
     resuming = partial is not None and partial.fingerprint == fingerprint
     referenced = {s.file for s in previous.shards} if previous is not None else recorded_shards(text)
+    if previous is not None and previous.index:
+        referenced.add(previous.index["file"])
     grace = DEFAULT_GRACE_SECONDS if grace is None else grace
     if partial is None and location.names(PARTIAL_DIR):  # records whose plan is lost (killed while removed)
         remove_unrecorded_plan(location, (), referenced)
@@ -240,8 +242,10 @@ def _convert(
         shards=tuple(shards),
         fingerprint=fingerprint,
         created=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        format_version=MANIFEST_VERSION,  # written as this version writes (an old cache too: with its index)
     )
-    current = set(planned)
+    result = commit_index(location, result)
+    current = set(planned) | {result.index["file"]}
     retire(location, referenced, current)
     try:
         location.write_text(MANIFEST_NAME, manifest_text(result))

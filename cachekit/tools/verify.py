@@ -1,6 +1,7 @@
 """``cachekit verify``: check a cache's shards against its manifest, naming every bad one.
 
-The manifest is validated first (``read_manifest``). Then each shard: it must be a regular file
+The manifest is validated first (``read_manifest``; format 5: its binary index mapped, its layout,
+counts and offsets checked, then its sha256 and its names). Then each shard: it must be a regular file
 inside the cache folder (no symlink out of it), have the recorded size and, unless ``quick``, the
 recorded sha256; and its reader must open it and find the promised counts, shapes and dtypes.
 
@@ -154,7 +155,7 @@ def verify(
         return _verify_remote(str(cache_dir).rstrip("/"), quick, storage_options)
     root = Path(cache_dir)
     manifest = read_manifest(root)
-    problems = []
+    problems = _index_problems(manifest, None if quick else root / manifest.index.get("file", ""))
     checked = 0
     for info in manifest.shards:
         problem = _check_shard(root, manifest, info, quick)
@@ -163,6 +164,21 @@ def verify(
         else:
             problems.append(ShardProblem(info.file, problem))
     return VerifyReport(manifest, tuple(problems), checked, quick)
+
+
+def _index_problems(manifest: Manifest, path: Path | None) -> list[ShardProblem]:
+    """A format 5 cache's index against its record and its shards: its sha256 (``path``: the local
+    file to hash; its size and layout were checked when it was mapped), each shard named once (a
+    reader checks its shard's rows against the index's offsets, in ``_check_shard``)."""
+    if not manifest.index:
+        return []
+    name, problems = manifest.index["file"], []
+    if path is not None and sha256_path(path) != manifest.index["sha256"]:
+        problems.append(ShardProblem(name, "sha256 mismatch (the index's bytes changed)"))
+    names = manifest.shards.names()
+    if len(set(names)) != len(names):
+        problems.append(ShardProblem(name, "a shard file is listed twice"))
+    return problems
 
 
 def _remote_size(fs, path: str, url: str) -> int | None:
@@ -177,9 +193,9 @@ def _remote_size(fs, path: str, url: str) -> int | None:
 
 
 def _verify_remote(url: str, quick: bool, storage_options: dict | None) -> VerifyReport:
-    manifest = read_manifest(url, storage_options=storage_options)
+    manifest = read_manifest(url, storage_options=storage_options)  # its index fetched and hashed
     fs, root = filesystem(url, storage_options)
-    problems, checked = [], 0
+    problems, checked = _index_problems(manifest, None), 0
     with tempfile.TemporaryDirectory(prefix="cachekit-verify-") as tmp:
         folder = Path(tmp)
         for info in manifest.shards:

@@ -10,6 +10,7 @@ import cv2
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from manifests import listed_manifest
 
 from cachekit import BuildConfig, CachedDataset, UsageError, build, read_manifest
 from cachekit.cli import main
@@ -57,7 +58,7 @@ def test_coco_and_yolo_give_the_same_boxes_and_classes(objects, tmp_path):
     for path in a:
         np.testing.assert_allclose(a[path][0], b[path][0], atol=0.01)  # YOLO's text has 6 decimals
         assert np.array_equal(a[path][1], b[path][1])
-    assert verify(tmp_path / "coco").ok and read_manifest(tmp_path / "coco").format_version == 4
+    assert verify(tmp_path / "coco").ok and read_manifest(tmp_path / "coco").format_version == 5
 
 
 def test_boxes_mapped_back_through_letterbox_equal_the_annotations(objects, tmp_path):
@@ -456,7 +457,7 @@ def _rewrite_pt(cache, change):
 
     from cachekit.store.atomic import sha256_path
 
-    manifest = json.loads((cache / "manifest.json").read_text())
+    manifest = listed_manifest(cache)
     info = manifest["shards"][0]
     path = cache / info["file"]
     columns = torch.load(path, weights_only=True)

@@ -72,8 +72,9 @@ def test_manifest_describes_the_cache(mixed_cache, mixed_tree):
     np.testing.assert_allclose(m.std, stacked.std(axis=(0, 2, 3)) / 255, atol=2e-3)
     for shard in m.shards:
         assert path_size(mixed_cache / shard.file) == shard.bytes
-    raw = json.loads((mixed_cache / "manifest.json").read_text())
-    assert raw["format_version"] == 3 and len(raw["fingerprint"]) == 64
+    raw = json.loads((mixed_cache / "manifest.json").read_text())  # shards in the index it names
+    assert raw["format_version"] == 5 and "shards" not in raw and len(raw["fingerprint"]) == 64
+    assert raw["index"]["shards"] == len(m.shards) and (mixed_cache / raw["index"]["file"]).is_file()
 
 
 def test_letterbox_records_scale_and_padding(mixed_tree, tmp_path):
@@ -147,12 +148,13 @@ def test_overwrite_replaces_a_different_cache(small_tree, tmp_path):
     m = read_manifest(out)
     assert m.format == "hdf5" and m.sample.shape == (3, 40, 40)
     # the old version's shards stay for its readers, recorded as retired, until a later build
-    assert result.retired == len(old.shards)
+    assert result.retired == len(old.shards) + 1  # and its index
     retired = json.loads((out / ".cachekit-retired.json").read_text())["files"]
-    assert sorted(retired) == sorted(s.file for s in old.shards)
-    assert sorted(p.name for p in out.glob("shard-*")) == sorted([*retired, *(s.file for s in m.shards)])
+    assert sorted(retired) == sorted([old.index["file"], *(s.file for s in old.shards)])
+    kept = sorted(p.name for p in [*out.glob("shard-*"), *out.glob("index-*")])
+    assert kept == sorted([*retired, m.index["file"], *(s.file for s in m.shards)])
     again = build(small_tree, out, BuildConfig(size=40, format="hdf5", grace=0, workers=1, progress=False))
-    assert again.status == "up to date" and again.removed == len(old.shards)
+    assert again.status == "up to date" and again.removed == len(old.shards) + 1
     assert sorted(p.name for p in out.glob("shard-*")) == sorted(s.file for s in m.shards)
     assert not (out / ".cachekit-retired.json").exists()
 

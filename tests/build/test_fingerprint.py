@@ -14,6 +14,7 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from manifests import listed_manifest
 
 from cachekit import BuildConfig, UsageError, build, read_manifest
 from cachekit.cli import main
@@ -67,7 +68,7 @@ def test_changed_inputs_ask_for_update(small_tree, tmp_path):
 def test_an_older_format_cache_needs_overwrite(small_tree, tmp_path):
     out = tmp_path / "c"
     build(small_tree, out, BuildConfig(size=16, workers=1, progress=False))
-    m = json.loads((out / "manifest.json").read_text())
+    m = listed_manifest(out)
     m["format_version"] = 2
     (out / "manifest.json").write_text(json.dumps(m))
     with pytest.raises(UsageError, match="older format.*--overwrite"):

@@ -49,6 +49,7 @@ def test_overwrite_removes_only_what_the_cache_recorded(small_tree, tmp_path):
     names = {p.name for p in out.iterdir()}
     assert names == {
         "manifest.json",
+        read_manifest(out).index["file"],
         *(s.file for s in read_manifest(out).shards),
         "shard-000000.tar",
         "shard-userfolder",
@@ -133,7 +134,7 @@ def test_a_rerun_after_a_kill_at_any_point_cleans_every_leftover(
     record = out / ".cachekit-retired.json"
     retired = set(json.loads(record.read_text())["files"]) if record.exists() else set()
     names = {p.name for p in out.iterdir()}
-    assert names == {"manifest.json", *(s.file for s in m.shards), *retired} | (
+    assert names == {"manifest.json", m.index["file"], *(s.file for s in m.shards), *retired} | (
         {record.name} if retired else set()
     )
     assert retired and not retired & {s.file for s in m.shards}  # the replaced shards, kept for old readers
@@ -169,7 +170,11 @@ def test_an_up_to_date_run_cleans_what_an_abandoned_build_of_other_options_left(
     first = _abandon_an_overwrite(small_tree, out, monkeypatch)
     assert (out / ".cachekit-partial").exists()
     assert build(small_tree, out, BuildConfig(**CONFIG)).status == "up to date"  # the cache's own command
-    assert {p.name for p in out.iterdir()} == {"manifest.json", *(s.file for s in first.shards)}
+    assert {p.name for p in out.iterdir()} == {
+        "manifest.json",
+        first.index["file"],
+        *(s.file for s in first.shards),
+    }
 
 
 def test_temp_files_of_a_killed_run_are_removed_by_the_next(small_tree, tmp_path):
@@ -184,7 +189,8 @@ def test_temp_files_of_a_killed_run_are_removed_by_the_next(small_tree, tmp_path
         (out / name).write_bytes(b"half")
     (out / ".shard-0123456789abcdef0124.zarr.4242.tmp").mkdir()
     assert build(small_tree, out, BuildConfig(**CONFIG)).status == "up to date"
-    assert {p.name for p in out.iterdir()} == {"manifest.json", *(s.file for s in read_manifest(out).shards)}
+    m = read_manifest(out)
+    assert {p.name for p in out.iterdir()} == {"manifest.json", m.index["file"], *(s.file for s in m.shards)}
 
 
 #: Entries a hostile or damaged record may hold: none names a shard this cache may remove.
@@ -277,7 +283,7 @@ def test_records_whose_plan_was_lost_are_removed_by_any_later_run(small_tree, tm
     if state == "garbage":
         (partial / "state.json").write_text("{not json")
     assert build(small_tree, out, BuildConfig(**CONFIG)).status == "up to date"
-    assert {p.name for p in out.iterdir()} == {"manifest.json", *(s.file for s in m.shards)}
+    assert {p.name for p in out.iterdir()} == {"manifest.json", m.index["file"], *(s.file for s in m.shards)}
     assert verify(out).ok
 
 

@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 import torch
+from manifests import listed_manifest
 
 from cachekit import BuildConfig, CachedDataset, CacheError, build, make_loader
 from cachekit.augment.plan import compile_plan
@@ -93,7 +94,7 @@ def test_a_damaged_class_anywhere_in_a_shard_refuses_every_batch_that_reads_it(d
 
     cache = tmp_path / "c"
     shutil.copytree(detection, cache)
-    manifest = json.loads((cache / "manifest.json").read_text())
+    manifest = listed_manifest(cache)
     info = manifest["shards"][0]
     path = cache / info["file"]
     columns = torch.load(path, weights_only=True)

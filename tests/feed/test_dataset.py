@@ -8,6 +8,7 @@ import pickle
 import numpy as np
 import pytest
 import torch
+from manifests import listed_manifest
 from torch.utils.data import DataLoader
 
 from cachekit import CachedDataset, CacheError, SampleBatch, collate_batch
@@ -80,7 +81,7 @@ def test_missing_or_broken_manifest_is_a_cache_error(small_cache, tmp_path):
     (tmp_path / "manifest.json").write_text("{not json")
     with pytest.raises(CacheError, match="not valid JSON"):
         CachedDataset(tmp_path)
-    good = json.loads((small_cache / "manifest.json").read_text())
+    good = listed_manifest(small_cache)
     for mutate, message in [
         (lambda m: m.update(format_version=99), "format mismatch"),
         (lambda m: m["shards"][0].update(file="../evil.pt"), "plain file name"),
@@ -101,10 +102,12 @@ def test_missing_shard_file_is_a_cache_error(small_cache, tmp_path):
 
     copy = tmp_path / "c"
     shutil.copytree(small_cache, copy)
-    victim = json.loads((copy / "manifest.json").read_text())["shards"][2]["file"]
+    victim = listed_manifest(copy)["shards"][2]["file"]
     (copy / victim).unlink()
-    with pytest.raises(CacheError, match="missing"):
-        CachedDataset(copy)
+    ds = CachedDataset(copy)  # shards are checked when first read, not all at open
+    ds.read_batch([0])
+    with pytest.raises(CacheError, match=f"{victim} missing"):
+        ds.read_batch(np.arange(len(ds)))
 
 
 def test_batch_buffers_are_reused_only_when_nothing_holds_them(small_cache):

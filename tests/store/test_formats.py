@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
+from manifests import listed_manifest
 
 from cachekit import BuildConfig, CachedDataset, UsageError, build, read_manifest
 from cachekit.cli import main
@@ -187,7 +188,7 @@ def test_a_swapped_shard_is_refused_without_a_full_checksum(fmt, small_tree, tmp
     cache = tmp_path / "c"
     config = BuildConfig(format=fmt, size=32, shard_size=7, order="sorted", workers=1, progress=False)
     build(small_tree, cache, config)
-    manifest = json.loads((cache / "manifest.json").read_text())
+    manifest = listed_manifest(cache)
     first, second = manifest["shards"][0], manifest["shards"][1]
     assert first["samples"] == second["samples"]
     remove_path(cache / first["file"])  # shard 0's file replaced by shard 1's bytes

@@ -10,6 +10,7 @@ import h5py
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from manifests import listed_manifest
 
 from cachekit import BuildConfig, CachedDataset, CacheError, build
 from cachekit.cli import main
@@ -79,7 +80,7 @@ def test_shards_that_read_other_files_are_refused(hdf5_cache, tmp_path, variant)
     make, reason = HOSTILE[variant]
     cache = tmp_path / "c"
     shutil.copytree(hdf5_cache, cache)
-    manifest = json.loads((cache / "manifest.json").read_text())
+    manifest = listed_manifest(cache)
     info = manifest["shards"][0]
     raw, other = _secret(tmp_path, info["samples"])
     with h5py.File(cache / info["file"], "a") as f:
@@ -100,7 +101,7 @@ def test_shards_that_read_other_files_are_refused(hdf5_cache, tmp_path, variant)
 def test_a_group_or_an_extra_soft_link_is_refused(hdf5_cache, tmp_path):
     cache = tmp_path / "c"
     shutil.copytree(hdf5_cache, cache)
-    manifest = json.loads((cache / "manifest.json").read_text())
+    manifest = listed_manifest(cache)
     first, second = (s["file"] for s in manifest["shards"][:2])
     with h5py.File(cache / first, "a") as f:
         f.create_group("more")
@@ -116,11 +117,12 @@ def test_a_shard_that_is_not_a_regular_file_is_refused(hdf5_cache, tmp_path):
 
     cache = tmp_path / "c"
     shutil.copytree(hdf5_cache, cache)
-    name = json.loads((cache / "manifest.json").read_text())["shards"][0]["file"]
+    name = listed_manifest(cache)["shards"][0]["file"]
     (cache / name).unlink()
     os.mkfifo(cache / name)  # opening it would block until a writer came
+    ds = CachedDataset(cache)  # shards are checked when first read, not all at open
     with pytest.raises(CacheError, match="not a regular file"):
-        CachedDataset(cache)
+        ds.read_batch(np.arange(len(ds)))
     problems = {p.file: p.problem for p in verify(cache).problems}
     assert "not a regular file" in problems[name]
 
@@ -131,7 +133,7 @@ def test_images_whose_chunks_run_past_the_end_of_the_file_are_a_cache_error(hdf5
     memory map must never be made past the file's end, and verify must say so."""
     cache = tmp_path / "c"
     shutil.copytree(hdf5_cache, cache)
-    manifest = json.loads((cache / "manifest.json").read_text())
+    manifest = listed_manifest(cache)
     info = manifest["shards"][0]
     path = cache / info["file"]
     with h5py.File(path, "r") as f:

@@ -6,6 +6,7 @@ import json
 import os
 
 import pytest
+from manifests import listed_manifest
 
 from cachekit import CacheError, read_manifest
 from cachekit.store.manifest import Manifest
@@ -13,7 +14,7 @@ from cachekit.store.manifestio import json_text, manifest_text, parse_manifest
 
 
 def _manifest(small_cache) -> dict:
-    return json.loads((small_cache / "manifest.json").read_text())
+    return listed_manifest(small_cache)
 
 
 def test_the_new_fields_round_trip(small_cache):

@@ -82,7 +82,7 @@ def test_build_from_s3_raw_into_an_s3_cache(s3, small_tree, small_cache, tmp_pat
     # the bytes, as each shard records its own name
     assert [(s.samples, s.pixel_sum) for s in m.shards] == [(s.samples, s.pixel_sum) for s in local.shards]
     assert sorted(s3.ls("datasets/built", detail=False)) == sorted(
-        f"datasets/built/{name}" for name in ["manifest.json", *(s.file for s in m.shards)]
+        f"datasets/built/{name}" for name in ["manifest.json", m.index["file"], *(s.file for s in m.shards)]
     )
     remote = CachedDataset("s3://datasets/built", local_cache=tmp_path / "lc")
     assert torch.equal(remote.read_batch(range(40))[0], CachedDataset(small_cache).read_batch(range(40))[0])

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from manifests import listed_manifest
 
 from cachekit import BuildConfig, CachedDataset, CacheError, build
 from cachekit.store.atomic import path_size, sha256_path
@@ -36,7 +37,7 @@ def cache(zarr_cache, tmp_path):
 
 
 def _manifest(cache):
-    return json.loads((cache / "manifest.json").read_text())
+    return listed_manifest(cache)
 
 
 def _agree(cache, manifest, i=0):
@@ -77,8 +78,9 @@ def test_a_fifo_inside_a_shard_folder_never_blocks(cache, where):
     fifo = cache.joinpath(name, *where)
     fifo.unlink()
     os.mkfifo(fifo)
+    ds = _without_hanging(lambda: CachedDataset(cache), fifo)  # shards are checked when first read
     with pytest.raises(CacheError, match="not a regular file"):
-        _without_hanging(lambda: CachedDataset(cache), fifo)
+        _without_hanging(lambda: ds.read_batch(np.arange(len(ds))), fifo)
     problems = _without_hanging(lambda: {p.file: p.problem for p in verify(cache).problems}, fifo)
     assert list(problems) == [name] and "not a regular file" in problems[name]
     spec = SampleSpec.from_json(manifest["sample"])

@@ -65,7 +65,11 @@ def test_a_killed_convert_resumes_to_the_same_cache(small_cache, tmp_path, monke
     assert all((tmp_path / "h" / name).stat().st_mtime_ns == t for name, t in times.items())  # reused
     a, b = read_manifest(tmp_path / "h"), read_manifest(tmp_path / "whole")
     assert a.to_json() | {"created": ""} == b.to_json() | {"created": ""}
-    assert {p.name for p in (tmp_path / "h").iterdir()} == {"manifest.json", *(s.file for s in a.shards)}
+    assert {p.name for p in (tmp_path / "h").iterdir()} == {
+        "manifest.json",
+        a.index["file"],
+        *(s.file for s in a.shards),
+    }
     ds = CachedDataset(tmp_path / "h")
     assert [ds.source(i) for i in range(len(ds))] == [
         CachedDataset(small_cache).source(i) for i in range(len(ds))
@@ -79,7 +83,11 @@ def test_a_killed_convert_of_other_options_is_cleaned_up(small_cache, tmp_path, 
             convert(small_cache, tmp_path / "z", "zarr", compression="zstd")
     convert(small_cache, tmp_path / "z", "zarr", compression="lz4", overwrite=True)
     m = read_manifest(tmp_path / "z")
-    assert {p.name for p in (tmp_path / "z").iterdir()} == {"manifest.json", *(s.file for s in m.shards)}
+    assert {p.name for p in (tmp_path / "z").iterdir()} == {
+        "manifest.json",
+        m.index["file"],
+        *(s.file for s in m.shards),
+    }
     assert verify(tmp_path / "z").ok
 
 
@@ -162,5 +170,5 @@ def test_records_left_by_a_kill_after_a_finished_conversion_are_removed_by_the_n
     for name in (m.shards[0].file, orphan):
         (partial / f"{name}.json").write_text("{}")
     assert convert(small_cache, out, "zarr", progress=False) == m  # already converted: clean up only
-    assert {p.name for p in out.iterdir()} == {"manifest.json", *(s.file for s in m.shards)}
+    assert {p.name for p in out.iterdir()} == {"manifest.json", m.index["file"], *(s.file for s in m.shards)}
     assert verify(out).ok

@@ -7,6 +7,7 @@ import shutil
 
 import pytest
 from click.testing import CliRunner
+from manifests import listed_manifest
 
 from cachekit.cli import main
 from cachekit.tools.verify import verify
@@ -29,7 +30,7 @@ def cache_copy(request, small_cache, mixed_tree, tmp_path):
 
 
 def _shards(cache):
-    return [s["file"] for s in json.loads((cache / "manifest.json").read_text())["shards"]]
+    return [s["file"] for s in listed_manifest(cache)["shards"]]
 
 
 def _cli(*args):
@@ -82,7 +83,7 @@ def test_a_header_that_does_not_match_the_manifest(cache_copy):
     from cachekit.store.atomic import sha256_file
     from cachekit.store.formats import identity_column
 
-    manifest = json.loads((cache_copy / "manifest.json").read_text())
+    manifest = listed_manifest(cache_copy)
     info = manifest["shards"][0]
     torch.save(
         {
