@@ -1,6 +1,16 @@
 """cachekit: decode and preprocess an image dataset once into a sharded cache, then feed training fast."""
 
 from . import transforms
+from .augment.mixing import CutMix, MixUp, MixUpOrCutMix
+from .augment.photometric import (
+    AutoAugment,
+    GaussianBlur,
+    RandAugment,
+    RandomErasing,
+    RandomGrayscale,
+    RandomHSV,
+    TrivialAugmentWide,
+)
 from .augment.transforms import (
     CenterCrop,
     ColorJitter,
@@ -61,6 +71,16 @@ __all__ = [
     "CenterCrop",
     "Resize",
     "Letterbox",
+    "RandAugment",
+    "TrivialAugmentWide",
+    "AutoAugment",
+    "RandomErasing",
+    "RandomGrayscale",
+    "GaussianBlur",
+    "RandomHSV",
+    "MixUp",
+    "CutMix",
+    "MixUpOrCutMix",
     "FieldSpec",
     "available_cpus",
     "autobatch",

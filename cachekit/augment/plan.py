@@ -16,6 +16,9 @@ import numpy as np
 
 from ..image.geometry import DEFAULT_MIN_VISIBILITY, Affine
 from .draws import uniforms
+from .mixing import BATCH_TRANSFORMS, BatchMix, compile_mixing
+from .photometric import PIXEL_TRANSFORMS
+from .stage import Stage, compile_stage
 from .transforms import (
     TRANSFORMS,
     CenterCrop,
@@ -126,10 +129,14 @@ class Plan:
     """A compiled list of transforms: its geometry folds into one box per sample, then colour.
 
     ``min_visibility``: a box keeping less of its area through a sample's crop is dropped.
+    ``stage``: the per-sample pixel transforms run on each output row after the geometry and colour
+    (``cachekit.augment.stage``); ``mix``: MixUp / CutMix on the batch after them.
     """
 
     steps: tuple
     min_visibility: float = DEFAULT_MIN_VISIBILITY
+    stage: Stage | None = None
+    mix: BatchMix | None = None
 
     @property
     def jitter(self) -> ColorJitter | None:
@@ -251,13 +258,17 @@ def compile_plan(transforms, min_visibility: float = DEFAULT_MIN_VISIBILITY) -> 
     if transforms is None:
         return None
     steps = tuple(transforms) if isinstance(transforms, (list, tuple)) else (transforms,)
+    known = TRANSFORMS + PIXEL_TRANSFORMS + BATCH_TRANSFORMS
     for step in steps:
-        if not isinstance(step, TRANSFORMS):
-            names = ", ".join(t.__name__ for t in TRANSFORMS)
+        if not isinstance(step, known):
+            names = ", ".join(t.__name__ for t in known)
             raise TypeError(
                 f"augment takes cachekit.transforms ({names}), not {type(step).__name__}; "
                 "a per-sample function goes in CachedDataset(transform=...)"
             )
     if sum(isinstance(s, ColorJitter) for s in steps) > 1:
         raise ValueError("augment: give at most one ColorJitter")
-    return Plan(steps, float(min_visibility)) if steps else None
+    if not steps:
+        return None
+    geometry = tuple(s for s in steps if isinstance(s, TRANSFORMS))
+    return Plan(geometry, float(min_visibility), stage=compile_stage(steps), mix=compile_mixing(steps))

@@ -27,7 +27,7 @@ from ..errors import CacheError
 from ..image.ops import hwc_into_planes
 from ..store.encoding import decode_sample, read_sample
 from .batch import SampleBatch
-from .targets import move_boxes_of_batch, move_target, sample_target
+from .targets import box_keys, move_boxes_of_batch, move_target, sample_target
 
 __all__ = ["BatchRequest", "run_chunks", "assemble"]
 
@@ -178,6 +178,18 @@ def _aux(draws, heights: np.ndarray, widths: np.ndarray) -> dict:
     return aux
 
 
+def _stage_draws(dataset, request: BatchRequest, draws):
+    """The batch's per-sample stage draws (RandAugment, erasing, ...), or None when its plan has none."""
+    stage = request.plan.stage if draws is not None else None
+    if stage is None:
+        return None
+    stats = None
+    if stage.needs_stats:  # erasing with noise: the statistics normalize=True uses
+        manifest = getattr(dataset, "manifest", None)
+        stats = getattr(dataset, "normalization", None) or (manifest.mean, manifest.std)
+    return stage.draw(request.seed, request.epoch, np.asarray(request, dtype=np.int64), draws.out_size, stats)
+
+
 def _mask_buffers(dataset, n: int, hw: tuple[int, int] | None) -> dict[str, torch.Tensor]:
     """A ``[n, H, W]`` buffer per mask field, when every mask of the batch has one size ``hw``.
 
@@ -221,6 +233,7 @@ def assemble(
     )
     if draws is not None and draws.jitter is not None and channels != 3:
         raise CacheError(f"ColorJitter needs RGB samples; this cache stores {channels} channel(s)")
+    stage = _stage_draws(dataset, request, draws)
     on_threads = draws is not None and not request.on_device
     inside = draws.inside(heights, widths) if draws is not None else None
     if on_threads:
@@ -254,6 +267,8 @@ def assemble(
                 )
                 if draws.jitter is not None:
                     jitter_planes(out[j], draws.jitter[j], draws.order[j])
+                if stage is not None:
+                    stage.apply_row(out[j], j)
             else:
                 dst = out[j, :, : heights[j], : widths[j]]
                 if hwc:
@@ -274,6 +289,9 @@ def assemble(
                         rows,
                         False,
                     )
+                    if stage is not None:  # RandAugment's shears, translations, rotations
+                        for row in rows.values():
+                            stage.move_mask(row, j)
                 elif draws is None:
                     for name, buffer in masks.items():
                         mask = target[name]
@@ -294,9 +312,31 @@ def assemble(
         targets = dataset.batch_targets(request, readers, local, draws, visibility)
     if values is not None and draws is not None:
         move_boxes_of_batch(dataset.fields, targets, draws.maps(), draws.out_size, plan.min_visibility)
+    keys = (
+        [box_keys(name) for name, spec in dataset.fields.items() if spec.kind == "boxes"]
+        if draws is not None
+        else []
+    )
+    if stage is not None and (values is not None or whole) and keys:
+        stage.move_boxes(targets, keys, plan.min_visibility)
+    mix = None
+    if draws is not None and plan.mix is not None:
+        mix = plan.mix.draw(request.seed, request.epoch, request, draws.out_size, detection=bool(keys))
+        if keys:
+            mix.mix_targets(targets, keys, masks)
+        else:
+            labels = mix.soft_labels(labels, plan.mix.num_classes or len(dataset.classes))
+        if on_threads and mix.mixes:  # each row from two: into a second buffer, in the same threads
+            mixed = dataset._buffers.get(out.shape)
+            run_chunks(n, request.threads, lambda lo, hi: [mix.mix_row(out, mixed, j) for j in range(lo, hi)])
+            out = mixed
     aux = None
     if draws is not None and request.on_device:
         aux = _aux(draws, heights, widths)
+        if stage is not None:
+            aux["stage"] = stage
+        if mix is not None and mix.mixes:
+            aux["mix"] = mix
     elif draws is None and dataset.ragged:
         aux = {"sizes": torch.from_numpy(np.stack([heights, widths], axis=1))}
     batch = SampleBatch(torch.from_numpy(out), torch.from_numpy(labels), aux)

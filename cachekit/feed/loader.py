@@ -229,6 +229,8 @@ def make_loader(
     device = check_device(device)
     plan = compile_plan(augment, min_visibility)
     check_batch_bytes(dataset, batch_size, plan)
+    if plan is not None and plan.mix is not None:  # CutMix on boxes, MixUp on masks alone: one line now
+        plan.mix.check_cache(getattr(dataset, "fields", {}))
     collate_fn = Collate(pad=pad, targets=collate)
     if collate == "yolo" and not any(f.kind == "boxes" for f in getattr(dataset, "fields", {}).values()):
         raise ValueError('collate="yolo" needs a cache with boxes (cachekit build --annotations)')
