@@ -172,3 +172,27 @@ def test_cutmix_on_a_detection_cache_is_refused(objects_cache):
     for mixing in ([CutMix()], [MixUpOrCutMix()]):
         with pytest.raises(ValueError, match="classification cache"):
             make_loader(objects_cache, 4, augment=[RandomResizedCrop(64), *mixing])
+
+
+def test_the_deit_example_of_training_md_runs(classes_cache):
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "TRAINING.md").read_text(encoding="utf-8")
+    section = text[text.index("### RandAugment, erasing") :]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    for old, new in {
+        '"cache/"': repr(str(classes_cache)),
+        'device="cuda"': 'device="cpu"',
+        "256,": "8,",
+    }.items():
+        assert old in code
+        code = code.replace(old, new)
+    seen = []
+
+    def model(images):
+        seen.append(images.shape)
+        return torch.zeros(images.shape[0], 4, requires_grad=True)
+
+    exec(compile(code, "TRAINING.md", "exec"), {"make_loader": make_loader, "torch": torch, "model": model})
+    assert seen and all(tuple(s[1:]) == (3, 224, 224) for s in seen)
