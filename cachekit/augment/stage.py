@@ -102,6 +102,8 @@ class StageDraws:
         """Every chain on a float ``[B, C, H, W]`` batch in [0, 255] (rounded to whole values first,
         as the uint8 rows of the CPU path hold them)."""
         x = x.round().clamp_(0, 255)
+        if not len(x):
+            return x
         for part in self.parts:
             x = part.apply_batch(x)
         return x

@@ -142,3 +142,11 @@ def test_hostile_arguments_are_one_line_errors(make):
     with pytest.raises(ValueError) as info:
         make()
     assert "\n" not in str(info.value)
+
+
+def test_an_empty_batch_passes_through():
+    plan = compile_plan([RandomResizedCrop(32), *EVERY, MixUp()])
+    draws = plan.stage.draw(0, 0, np.zeros(0, np.int64), (32, 32), ((0.5,) * 3, (0.2,) * 3))
+    assert draws.apply_batch(torch.zeros(0, 3, 32, 32)).shape == (0, 3, 32, 32)
+    mix = plan.mix.draw(0, 0, [], (32, 32), detection=False)
+    assert not mix.mixes and mix.soft_labels(np.zeros(0, np.int64), 4).shape == (0, 4)
