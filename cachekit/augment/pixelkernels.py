@@ -80,26 +80,23 @@ def sharpness(chw: np.ndarray, factor: float) -> None:
     """Blend with the 3x3 smoothed sample (``[[1, 1, 1], [1, 5, 1], [1, 1, 1]] / 13``), borders kept."""
     if chw.shape[1] <= 2 or chw.shape[2] <= 2:
         return
-    for plane in chw:
-        smooth = cv2.filter2D(plane, -1, _SMOOTH, borderType=cv2.BORDER_REPLICATE)
-        blended = cv2.addWeighted(plane, float(factor), smooth, 1.0 - float(factor), 0.0)
-        plane[1:-1, 1:-1] = blended[1:-1, 1:-1]
-
-
-def _lut(chw: np.ndarray, table: np.ndarray) -> None:
+    # the planes as one image: an interior pixel's neighbours all lie in its own plane (the rows where
+    # planes meet are borders, which are kept), so one filter serves them all
     flat = _flat(chw)
-    cv2.LUT(flat, np.ascontiguousarray(table, dtype=np.uint8), dst=flat)
+    smooth = cv2.filter2D(flat, -1, _SMOOTH, borderType=cv2.BORDER_REPLICATE)
+    blended = cv2.addWeighted(flat, float(factor), smooth, 1.0 - float(factor), 0.0).reshape(chw.shape)
+    chw[:, 1:-1, 1:-1] = blended[:, 1:-1, 1:-1]
 
 
 def posterize(chw: np.ndarray, bits: int) -> None:
     """Keep the ``bits`` high bits of every value."""
     if bits < 8:
-        _lut(chw, _LEVELS & (((1 << int(bits)) - 1) << (8 - int(bits))))
+        np.bitwise_and(chw, np.uint8(((1 << int(bits)) - 1) << (8 - int(bits))), out=chw)
 
 
 def solarize(chw: np.ndarray, threshold: float) -> None:
     """Invert every value at or above ``threshold``."""
-    _lut(chw, np.where(_LEVELS >= threshold, 255 - _LEVELS, _LEVELS))
+    np.subtract(np.uint8(255), chw, out=chw, where=chw >= threshold)
 
 
 def autocontrast(chw: np.ndarray) -> None:
@@ -126,7 +123,7 @@ def equalize_table(hist: np.ndarray) -> np.ndarray | None:
 def equalize(chw: np.ndarray) -> None:
     """Equalise each channel's histogram."""
     for plane in chw:
-        table = equalize_table(np.bincount(plane.reshape(-1), minlength=256))
+        table = equalize_table(cv2.calcHist([plane], [0], None, [256], [0, 256]).reshape(-1).astype(np.int64))
         if table is not None:
             cv2.LUT(plane, table, dst=plane)
 
@@ -186,10 +183,10 @@ def hsv(chw: np.ndarray, gains: np.ndarray) -> None:
     """Ultralytics' ``RandomHSV`` with gains ``r``: LUTs in OpenCV's 8-bit HSV; not RGB: unchanged."""
     if chw.shape[0] != 3:
         return
-    tables = hsv_tables(gains)
-    h, s, v = cv2.split(cv2.cvtColor(cv2.merge([chw[0], chw[1], chw[2]]), cv2.COLOR_RGB2HSV))
-    merged = cv2.merge([cv2.LUT(h, tables[0]), cv2.LUT(s, tables[1]), cv2.LUT(v, tables[2])])
-    cv2.split(cv2.cvtColor(merged, cv2.COLOR_HSV2RGB), [chw[0], chw[1], chw[2]])
+    table = np.ascontiguousarray(np.stack(hsv_tables(gains), axis=-1)[:, None, :])  # one LUT per channel
+    hsv_image = cv2.cvtColor(cv2.merge([chw[0], chw[1], chw[2]]), cv2.COLOR_RGB2HSV)
+    cv2.LUT(hsv_image, table, dst=hsv_image)
+    cv2.split(cv2.cvtColor(hsv_image, cv2.COLOR_HSV2RGB), [chw[0], chw[1], chw[2]])
 
 
 def erase(chw: np.ndarray, box, values: np.ndarray) -> None:
