@@ -196,3 +196,19 @@ def test_the_deit_example_of_training_md_runs(classes_cache):
 
     exec(compile(code, "TRAINING.md", "exec"), {"make_loader": make_loader, "torch": torch, "model": model})
     assert seen and all(tuple(s[1:]) == (3, 224, 224) for s in seen)
+
+
+def test_mid_epoch_resume_gives_exactly_the_remaining_batches(classes_cache):
+    loader = make_loader(classes_cache, 4, seed=8, augment=DEIT)
+    batches = iter(loader)  # epoch 0
+    first = [next(batches) for _ in range(2)]
+    state = loader.state_dict()
+    full = make_loader(classes_cache, 4, seed=8, augment=DEIT)
+    full.set_epoch(0)
+    expected = list(full)
+    resumed = make_loader(classes_cache, 4, seed=8, augment=DEIT)
+    resumed.load_state_dict(state)
+    got = first + list(resumed)
+    assert len(got) == len(expected)
+    for (a, y), (b, z) in zip(got, expected):
+        assert torch.equal(a, b) and torch.equal(y, z)
