@@ -25,8 +25,8 @@ from .photometric import check_p
 
 __all__ = ["MixUp", "CutMix", "MixUpOrCutMix", "BATCH_TRANSFORMS", "BatchMix", "MixDraws", "compile_mixing"]
 
-#: The largest ``num_classes`` soft labels are made for (a [B, K] float32 tensor per batch).
-MAX_CLASSES = 1_000_000
+#: The largest ``num_classes`` soft labels are made for (a [B, K] float32 tensor per batch: 100 MB at B=256).
+MAX_CLASSES = 100_000
 #: Ultralytics' MixUp ratio: ``r ~ Beta(32, 32)``.
 DETECTION_ALPHA = 32.0
 #: Streams of the batch stage start here.
