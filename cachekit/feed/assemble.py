@@ -313,7 +313,7 @@ def assemble(
     if values is not None and draws is not None:
         move_boxes_of_batch(dataset.fields, targets, draws.maps(), draws.out_size, plan.min_visibility)
     keys = (
-        [box_keys(name) for name, spec in dataset.fields.items() if spec.kind == "boxes"]
+        [box_keys(name) for name, spec in getattr(dataset, "fields", {}).items() if spec.kind == "boxes"]
         if draws is not None
         else []
     )

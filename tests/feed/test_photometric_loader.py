@@ -212,3 +212,15 @@ def test_mid_epoch_resume_gives_exactly_the_remaining_batches(classes_cache):
     assert len(got) == len(expected)
     for (a, y), (b, z) in zip(got, expected):
         assert torch.equal(a, b) and torch.equal(y, z)
+
+
+@pytest.mark.parametrize("on_device", [False, True])
+def test_mixed_caches_take_the_stage_and_soft_labels_over_all_their_classes(classes_cache, on_device):
+    from cachekit import mix
+
+    mixed = mix([CachedDataset(classes_cache), CachedDataset(classes_cache)])
+    options = {"device": "cpu", "augment_on": "device"} if on_device else {}
+    images, soft = next(iter(make_loader(mixed, 8, seed=2, augment=DEIT, **options)))
+    assert (
+        images.shape == (8, 3, 32, 32) and soft.shape == (8, 8) and torch.allclose(soft.sum(1), torch.ones(8))
+    )
