@@ -51,12 +51,13 @@ def check_p(p, name: str) -> float:
 
 
 def check_fill(fill, name: str) -> tuple[int, ...]:
-    """A fill: one pixel value 0-255 for every channel, or one per channel (None is 0, as torchvision)."""
+    """A fill: one pixel value 0-255 for every channel, or three, one per RGB channel (None is 0, as
+    torchvision); a one-channel sample takes the first."""
     if fill is None:
         return (0,)
     values = tuple(fill) if isinstance(fill, (tuple, list)) else (fill,)
-    if not values or len(values) > 4 or not all(_is_real(v) and 0 <= v <= 255 for v in values):
-        raise ValueError(f"{name}: fill must be a pixel value 0-255 or one per channel, got {fill!r}")
+    if len(values) not in (1, 3) or not all(_is_real(v) and 0 <= v <= 255 for v in values):
+        raise ValueError(f"{name}: fill must be a pixel value 0-255 or one per RGB channel, got {fill!r}")
     return tuple(int(round(float(v))) for v in values)
 
 

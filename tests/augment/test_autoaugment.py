@@ -129,6 +129,7 @@ def test_draws_depend_on_seed_epoch_and_index_only():
         lambda: RandAugment(num_magnitude_bins=10**9),
         lambda: RandAugment(fill=300),
         lambda: RandAugment(fill=(1, 2, float("nan"))),
+        lambda: RandAugment(fill=(1, 2)),
         lambda: TrivialAugmentWide(num_magnitude_bins=0),
         lambda: TrivialAugmentWide(fill=-1),
         lambda: AutoAugment("imagenet2"),
