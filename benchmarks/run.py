@@ -15,6 +15,7 @@ Suites (sizes are flags; defaults fit a 2-core laptop in a few minutes):
           and distinct classes per shard against a uniform draw
   rss     DataLoader worker memory over 10k- and 100k-sample caches (no copy-on-read growth)
   feed, jpeg, ffcv   the read path (augmentation at read time, encoded stores, FFCV): feed_suites.py
+  deit    the DeiT recipe (RRC + flip + RandAugment + erasing + MixUp/CutMix) against it per sample: deit_suite.py
   detect, ceiling   detection feeds (letterbox + flip with boxes) against per-sample loaders, the cost
           of boxes, and antialiased crops against a bare memory map + threads: detect_suites.py
   stream  a cache on throttled loopback S3: first batch, waiting, downloads, a tight limit: stream_suite.py
@@ -334,6 +335,7 @@ def rss(args, root):
     return out
 
 
+import deit_suite  # noqa: E402,F401  (registers deit: the DeiT recipe against it per sample)
 import detect_suites  # noqa: E402,F401  (registers detect, ceiling)
 import feed_suites  # noqa: E402,F401  (registers the read-path suites: feed, jpeg, ffcv)
 import listing_suite  # noqa: E402,F401  (registers listing)
