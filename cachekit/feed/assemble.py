@@ -190,6 +190,25 @@ def _stage_draws(dataset, request: BatchRequest, draws):
     return stage.draw(request.seed, request.epoch, np.asarray(request, dtype=np.int64), draws.out_size, stats)
 
 
+def _mix_batch(dataset, request: BatchRequest, draws, out, labels, targets, masks, keys, on_threads: bool):
+    """MixUp / CutMix over a batch (``augment.mixing``): soft labels on a classification cache, both
+    samples' boxes on a detection cache (``keys``: its boxes fields' keys); on the threads the mixed
+    rows go into a second buffer, each from two rows of the first. Returns ``(draws, images, labels)``."""
+    plan = request.plan
+    mix = plan.mix.draw(request.seed, request.epoch, request, draws.out_size, detection=bool(keys))
+    if keys:
+        mix.mix_targets(targets, keys, masks)
+    else:
+        labels = mix.soft_labels(labels, plan.mix.num_classes or len(dataset.classes))
+    if on_threads and mix.mixes:
+        mixed = dataset._buffers.get(out.shape)
+        run_chunks(
+            len(out), request.threads, lambda lo, hi: [mix.mix_row(out, mixed, j) for j in range(lo, hi)]
+        )
+        out = mixed
+    return mix, out, labels
+
+
 def _mask_buffers(dataset, n: int, hw: tuple[int, int] | None) -> dict[str, torch.Tensor]:
     """A ``[n, H, W]`` buffer per mask field, when every mask of the batch has one size ``hw``.
 
@@ -321,15 +340,7 @@ def assemble(
         stage.move_boxes(targets, keys, plan.min_visibility)
     mix = None
     if draws is not None and plan.mix is not None:
-        mix = plan.mix.draw(request.seed, request.epoch, request, draws.out_size, detection=bool(keys))
-        if keys:
-            mix.mix_targets(targets, keys, masks)
-        else:
-            labels = mix.soft_labels(labels, plan.mix.num_classes or len(dataset.classes))
-        if on_threads and mix.mixes:  # each row from two: into a second buffer, in the same threads
-            mixed = dataset._buffers.get(out.shape)
-            run_chunks(n, request.threads, lambda lo, hi: [mix.mix_row(out, mixed, j) for j in range(lo, hi)])
-            out = mixed
+        mix, out, labels = _mix_batch(dataset, request, draws, out, labels, targets, masks, keys, on_threads)
     aux = None
     if draws is not None and request.on_device:
         aux = _aux(draws, heights, widths)
