@@ -224,3 +224,11 @@ def test_mixed_caches_take_the_stage_and_soft_labels_over_all_their_classes(clas
     assert (
         images.shape == (8, 3, 32, 32) and soft.shape == (8, 8) and torch.allclose(soft.sum(1), torch.ones(8))
     )
+
+
+def test_soft_labels_reach_a_per_sample_transform_loader_as_one_tensor(classes_cache):
+    ds = CachedDataset(classes_cache, transform=lambda image: image.float() / 255)
+    images, soft = next(iter(make_loader(ds, 8, seed=0, augment=[RandomResizedCrop(32), MixUp()], workers=0)))
+    assert (
+        images.dtype == torch.float32 and soft.shape == (8, 4) and torch.allclose(soft.sum(1), torch.ones(8))
+    )
