@@ -232,3 +232,15 @@ def test_soft_labels_reach_a_per_sample_transform_loader_as_one_tensor(classes_c
     assert (
         images.dtype == torch.float32 and soft.shape == (8, 4) and torch.allclose(soft.sum(1), torch.ones(8))
     )
+
+
+def test_a_batch_of_soft_labels_read_as_pairs_collates_to_rows():
+    from torch.utils.data import default_collate
+
+    from cachekit import SampleBatch
+
+    batch = SampleBatch(
+        torch.zeros(3, 3, 4, 4, dtype=torch.uint8), torch.tensor([[0.2, 0.8], [1.0, 0.0], [0.5, 0.5]])
+    )
+    images, labels = default_collate(list(batch))
+    assert images.shape == (3, 3, 4, 4) and torch.equal(labels, batch.labels)
