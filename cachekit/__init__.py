@@ -9,7 +9,17 @@ from .augment.geometric import (
     RandomVerticalFlip,
     RandomZoomOut,
 )
+from .augment.mixing import CutMix, MixUp, MixUpOrCutMix
 from .augment.mosaic import Mosaic
+from .augment.photometric import (
+    AutoAugment,
+    GaussianBlur,
+    RandAugment,
+    RandomErasing,
+    RandomGrayscale,
+    RandomHSV,
+    TrivialAugmentWide,
+)
 from .augment.transforms import (
     CenterCrop,
     ColorJitter,
@@ -80,6 +90,16 @@ __all__ = [
     "RandomZoomOut",
     "RandomIoUCrop",
     "Mosaic",
+    "RandAugment",
+    "TrivialAugmentWide",
+    "AutoAugment",
+    "RandomErasing",
+    "RandomGrayscale",
+    "GaussianBlur",
+    "RandomHSV",
+    "MixUp",
+    "CutMix",
+    "MixUpOrCutMix",
     "FieldSpec",
     "available_cpus",
     "autobatch",

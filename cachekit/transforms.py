@@ -3,10 +3,14 @@
     from cachekit.transforms import RandomResizedCrop, RandomHorizontalFlip, ColorJitter, CenterCrop, Resize, Letterbox
     from cachekit.transforms import RandomVerticalFlip, RandomRotation, RandomAffine, RandomPerspective
     from cachekit.transforms import RandomZoomOut, RandomIoUCrop, Mosaic
+    from cachekit.transforms import RandAugment, TrivialAugmentWide, AutoAugment, RandomErasing, MixUp, CutMix
 
 Each sample's random draws come from (seed, epoch, sample index): reproducible, resumable,
 independent of thread and worker counts, and new every epoch. Boxes and masks move with the pixels.
-See ``cachekit.augment.transforms``, ``cachekit.augment.geometric`` and ``cachekit.augment.mosaic``.
+The geometry of a list (crops, resizes, flips, affine, perspective, mosaic) is one map per sample;
+per-sample pixel transforms (RandAugment's family, RandomErasing, RandomGrayscale, GaussianBlur,
+RandomHSV) run on each output row after it, in list order; MixUp and CutMix mix the batch last. See
+``cachekit.augment.transforms``, ``geometric``, ``mosaic``, ``photometric`` and ``mixing``.
 """
 
 from .augment.geometric import (
@@ -17,7 +21,17 @@ from .augment.geometric import (
     RandomVerticalFlip,
     RandomZoomOut,
 )
+from .augment.mixing import CutMix, MixUp, MixUpOrCutMix
 from .augment.mosaic import Mosaic
+from .augment.photometric import (
+    AutoAugment,
+    GaussianBlur,
+    RandAugment,
+    RandomErasing,
+    RandomGrayscale,
+    RandomHSV,
+    TrivialAugmentWide,
+)
 from .augment.transforms import (
     CenterCrop,
     ColorJitter,
@@ -41,4 +55,14 @@ __all__ = [
     "RandomZoomOut",
     "RandomIoUCrop",
     "Mosaic",
+    "RandAugment",
+    "TrivialAugmentWide",
+    "AutoAugment",
+    "RandomErasing",
+    "RandomGrayscale",
+    "GaussianBlur",
+    "RandomHSV",
+    "MixUp",
+    "CutMix",
+    "MixUpOrCutMix",
 ]

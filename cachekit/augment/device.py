@@ -113,6 +113,10 @@ class DeviceStage:
             )
         if "jitter" in aux:
             x = jitter_batch(x, aux["jitter"], hue=aux["hue"], order=aux.get("order"))
+        if "stage" in aux:  # per-sample pixel transforms (RandAugment, erasing, ...), then MixUp / CutMix
+            x = aux["stage"].apply_batch(x)
+        if "mix" in aux:
+            x = aux["mix"].apply_batch(x)
         return x, True
 
     def _convert(self, x: torch.Tensor, scaled_255: bool) -> torch.Tensor:

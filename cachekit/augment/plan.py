@@ -17,10 +17,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..image.geometry import DEFAULT_MIN_VISIBILITY, Affine, move_boxes_flat
+from .catalogue import CATALOGUE
 from .draws import uniforms
 from .geometric import RandomIoUCrop, RandomRotation, RandomZoomOut
 from .maps import GEOMETRIC_STEPS, MapDraws, draw_maps
+from .mixing import BatchMix, compile_mixing
 from .mosaic import Mosaic, mosaic_extras
+from .stage import Stage, compile_stage
 from .transforms import (
     TRANSFORMS,
     CenterCrop,
@@ -169,10 +172,14 @@ class Plan:
     """A compiled list of transforms: its geometry folds into one box per sample, then colour.
 
     ``min_visibility``: a box keeping less of its area through a sample's crop is dropped.
+    ``stage``: the per-sample pixel transforms run on each output row after the geometry and colour
+    (``cachekit.augment.stage``); ``mix``: MixUp / CutMix on the batch after them.
     """
 
     steps: tuple
     min_visibility: float = DEFAULT_MIN_VISIBILITY
+    stage: Stage | None = None
+    mix: BatchMix | None = None
 
     @property
     def jitter(self) -> ColorJitter | None:
@@ -336,7 +343,7 @@ def compile_plan(transforms, min_visibility: float = DEFAULT_MIN_VISIBILITY) -> 
     if transforms is None:
         return None
     steps = tuple(transforms) if isinstance(transforms, (list, tuple)) else (transforms,)
-    known = TRANSFORMS + GEOMETRIC_STEPS
+    known = CATALOGUE
     for step in steps:
         if not isinstance(step, known):
             names = ", ".join(t.__name__ for t in known)
@@ -352,4 +359,7 @@ def compile_plan(transforms, min_visibility: float = DEFAULT_MIN_VISIBILITY) -> 
         raise ValueError("augment: give at most one RandomIoUCrop")
     if any(isinstance(s, RandomIoUCrop) for s in steps) and steps and isinstance(steps[0], Mosaic):
         raise ValueError("augment: RandomIoUCrop and Mosaic do not go together (SSD's crop or YOLO's mosaic)")
-    return Plan(steps, float(min_visibility)) if steps else None
+    if not steps:
+        return None
+    geometry = tuple(s for s in steps if isinstance(s, TRANSFORMS + GEOMETRIC_STEPS))
+    return Plan(geometry, float(min_visibility), stage=compile_stage(steps), mix=compile_mixing(steps))

@@ -2,7 +2,7 @@
 
 A spec is a comma-separated list of calls of transforms by name (a bare name is a call with no
 arguments). The text is parsed into a syntax tree, never run: each call's name must be one of the
-transforms ``make_loader`` takes (``TRANSFORMS``, what ``cachekit.transforms`` exports) and each
+transforms ``make_loader`` takes (``CATALOGUE``, what ``cachekit.transforms`` exports) and each
 argument a literal (numbers, strings, tuples, lists, ``True``/``False``/``None``) read with
 ``ast.literal_eval``; anything else (attributes, nested calls, operators, names) is refused in one
 line. ``format_spec`` writes a list of transforms back in the same form (a loader's state keeps
@@ -14,7 +14,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 
-from . import transforms as _transforms
+from . import catalogue as _catalogue
 
 __all__ = ["MAX_SPEC_CHARS", "catalogue", "parse_spec", "format_spec"]
 
@@ -24,7 +24,7 @@ MAX_SPEC_CHARS = 4000
 
 def catalogue() -> dict[str, type]:
     """Transforms by name: every class ``make_loader(augment=...)`` accepts."""
-    return {cls.__name__: cls for cls in _transforms.TRANSFORMS}
+    return {cls.__name__: cls for cls in _catalogue.CATALOGUE}
 
 
 def _literal(node: ast.AST, where: str):

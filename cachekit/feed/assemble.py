@@ -27,7 +27,7 @@ from ..image.ops import hwc_into_planes
 from ..store.encoding import decode_sample, read_sample
 from .batch import SampleBatch
 from .rows import Rows, draw_batch, general_aux, read_indices
-from .targets import move_boxes_of_batch, sample_target
+from .targets import box_keys, move_boxes_of_batch, sample_target
 
 __all__ = ["BatchRequest", "run_chunks", "assemble"]
 
@@ -181,6 +181,37 @@ def _aux(draws, heights: np.ndarray, widths: np.ndarray) -> dict:
     return aux
 
 
+def _stage_draws(dataset, request: BatchRequest, draws):
+    """The batch's per-sample stage draws (RandAugment, erasing, ...), or None when its plan has none."""
+    stage = request.plan.stage if draws is not None else None
+    if stage is None:
+        return None
+    stats = None
+    if stage.needs_stats:  # erasing with noise: the statistics normalize=True uses
+        manifest = getattr(dataset, "manifest", None)
+        stats = getattr(dataset, "normalization", None) or (manifest.mean, manifest.std)
+    return stage.draw(request.seed, request.epoch, np.asarray(request, dtype=np.int64), draws.out_size, stats)
+
+
+def _mix_batch(dataset, request: BatchRequest, draws, out, labels, targets, masks, keys, on_threads: bool):
+    """MixUp / CutMix over a batch (``augment.mixing``): soft labels on a classification cache, both
+    samples' boxes on a detection cache (``keys``: its boxes fields' keys); on the threads the mixed
+    rows go into a second buffer, each from two rows of the first. Returns ``(draws, images, labels)``."""
+    plan = request.plan
+    mix = plan.mix.draw(request.seed, request.epoch, request, draws.out_size, detection=bool(keys))
+    if keys:
+        mix.mix_targets(targets, keys, masks)
+    else:
+        labels = mix.soft_labels(labels, plan.mix.num_classes or len(dataset.classes))
+    if on_threads and mix.mixes:
+        mixed = dataset._buffers.get(out.shape)
+        run_chunks(
+            len(out), request.threads, lambda lo, hi: [mix.mix_row(out, mixed, j) for j in range(lo, hi)]
+        )
+        out = mixed
+    return mix, out, labels
+
+
 def _mask_buffers(dataset, n: int, hw: tuple[int, int] | None) -> dict[str, torch.Tensor]:
     """A ``[n, H, W]`` buffer per mask field, when every mask of the batch has one size ``hw``.
 
@@ -227,6 +258,7 @@ def assemble(
     if draws is not None and draws.jitter is not None and channels != 3:
         raise CacheError(f"ColorJitter needs RGB samples; this cache stores {channels} channel(s)")
     general = draws.general if draws is not None else None
+    stage = _stage_draws(dataset, request, draws)
     on_threads = draws is not None and not request.on_device
     if on_threads:
         out = dataset._buffers.get((n, channels, *draws.out_size))
@@ -262,8 +294,13 @@ def assemble(
             src, hwc = _source(dataset, readers[j], local_list[j])
             if rows is not None:
                 rows.pixels(j, src, hwc)
+                if stage is not None and on_threads:  # the per-sample pixel stage, after the geometry
+                    stage.apply_row(out[j], j)
                 if values is not None:
                     targets[j] = rows.target(j, values)
+                    if stage is not None:  # RandAugment's shears, translations, rotations
+                        for buffer in masks.values():
+                            stage.move_mask(buffer[j].numpy(), j)
                 continue
             dst = out[j, :, : heights[j], : widths[j]]
             if hwc:
@@ -293,12 +330,27 @@ def assemble(
     elif values is not None and draws is not None:
         move_boxes_of_batch(dataset.fields, targets, draws.box_mover(visibility))
     targets = targets[:n]
+    labels = labels[:n]
+    keys = (
+        [box_keys(name) for name, spec in getattr(dataset, "fields", {}).items() if spec.kind == "boxes"]
+        if draws is not None
+        else []
+    )
+    if stage is not None and (values is not None or whole) and keys:
+        stage.move_boxes(targets, keys, visibility)
+    mix = None
+    if draws is not None and plan.mix is not None:
+        mix, out, labels = _mix_batch(dataset, request, draws, out, labels, targets, masks, keys, on_threads)
     aux = None
     if draws is not None and request.on_device:
         aux = _aux(draws, heights[:n], widths[:n])
+        if stage is not None:
+            aux["stage"] = stage
+        if mix is not None and mix.mixes:
+            aux["mix"] = mix
     elif draws is None and dataset.ragged:
         aux = {"sizes": torch.from_numpy(np.stack([heights, widths], axis=1))}
-    batch = SampleBatch(torch.from_numpy(out), torch.from_numpy(labels[:n]), aux)
+    batch = SampleBatch(torch.from_numpy(out), torch.from_numpy(labels), aux)
     if values is not None or whole:
         batch.targets, batch.masks = targets, masks
         batch.fields = dataset.fields

@@ -47,7 +47,8 @@ class SampleBatch(list):
         if not self._filled:
             self._filled = True
             if self.targets is None:
-                super().extend(zip(self.images, self.labels.tolist()))
+                labels = self.labels.tolist() if self.labels.dim() == 1 else list(self.labels)  # soft: rows
+                super().extend(zip(self.images, labels))
             else:
                 super().extend(zip(self.images, (_tensors(t) for t in self.targets)))
 

@@ -473,7 +473,12 @@ class CachedDataset(Dataset):
             if plain:
                 return batch
             images = batch.images
-            targets = batch.labels.tolist() if batch.targets is None else [_tensors(t) for t in batch.targets]
+            labels = batch.labels  # soft labels (MixUp / CutMix) stay one tensor row per sample
+            targets = (
+                (labels.tolist() if labels.dim() == 1 else list(labels))
+                if batch.targets is None
+                else [_tensors(t) for t in batch.targets]
+            )
         else:  # each at its own size: collate pads them or says why it cannot stack
             images, labels, found = self._read_each(indices)
             targets = labels.tolist() if found is None else [_tensors(t) for t in found]

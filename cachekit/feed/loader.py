@@ -298,6 +298,8 @@ def make_loader(
         check_augment_plan(
             dataset, batch_size, plan, pad=pad, per_sample=per_sample, on_device=on_device_for(plan)
         )
+        if plan is not None and plan.mix is not None:  # CutMix on boxes, MixUp on masks alone: one line
+            plan.mix.check_cache(getattr(dataset, "fields", {}))
 
     if not readable and augment is not None:
         raise TypeError("augment needs a cachekit CachedDataset")

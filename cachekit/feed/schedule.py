@@ -14,7 +14,7 @@ import logging
 import threading
 from collections.abc import Callable
 
-from ..augment import transforms as _transforms
+from ..augment import catalogue as _catalogue
 from ..augment.plan import Plan, compile_plan
 from ..augment.spec import format_spec, parse_spec
 
@@ -26,7 +26,7 @@ log = logging.getLogger("cachekit")
 
 def is_schedule_function(augment) -> bool:
     """True for an ``augment`` that is a function of the epoch (not a list, nor one transform)."""
-    return callable(augment) and not isinstance(augment, (list, tuple, *_transforms.TRANSFORMS))
+    return callable(augment) and not isinstance(augment, (list, tuple, *_catalogue.CATALOGUE))
 
 
 class AugmentSchedule:

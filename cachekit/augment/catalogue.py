@@ -1,0 +1,15 @@
+"""Every transform ``make_loader(augment=...)`` takes, in one tuple: the classes ``compile_plan``
+accepts, the names a text spec may call, what a schedule function is told apart from."""
+
+from __future__ import annotations
+
+from .maps import GEOMETRIC_STEPS
+from .mixing import BATCH_TRANSFORMS
+from .photometric import PIXEL_TRANSFORMS
+from .transforms import TRANSFORMS
+
+__all__ = ["CATALOGUE"]
+
+#: Crops, resizes, flips and colour jitter; the geometry of one map per sample (affine, perspective,
+#: zoom-out, IoU crop, mosaic); the per-sample pixel stage; the batch stage (MixUp, CutMix).
+CATALOGUE = TRANSFORMS + GEOMETRIC_STEPS + PIXEL_TRANSFORMS + BATCH_TRANSFORMS

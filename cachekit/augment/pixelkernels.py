@@ -1,0 +1,196 @@
+"""Pixel kernels of the per-sample stage on one uint8 channels-first row, in place, with OpenCV and numpy.
+
+Each is torchvision v2's functional op on a uint8 tensor (Ultralytics' for ``hsv``), one call per
+plane or per row (OpenCV releases the GIL, so the threads over a batch run them side by side):
+lookup-table ops (posterize, solarize, autocontrast, equalize, invert) give torchvision's very
+values; blends (brightness, color, contrast, sharpness) round where torchvision's uint8 kernels
+truncate, as ``ColorJitter`` here does (one level at most); ``affine`` is OpenCV's nearest
+``warpAffine``, torchvision's default interpolation for these ops.
+"""
+
+from __future__ import annotations
+
+import cv2
+import numpy as np
+
+from .colour import GRAY
+
+__all__ = [
+    "brightness",
+    "color",
+    "contrast",
+    "sharpness",
+    "posterize",
+    "solarize",
+    "autocontrast",
+    "equalize",
+    "invert",
+    "affine",
+    "grayscale",
+    "gaussian_blur",
+    "hsv",
+    "erase",
+    "TV_GRAY",
+]
+
+#: torchvision's ``rgb_to_grayscale`` weights (its ``Grayscale``; its colour ops' gray is ITU-R 601's).
+TV_GRAY = (0.2989, 0.587, 0.114)
+_LEVELS = np.arange(256, dtype=np.int64)
+
+
+def _flat(chw: np.ndarray) -> np.ndarray:
+    """The planes as one 2-D image (one OpenCV call for all of them)."""
+    return chw.reshape(-1, chw.shape[-1])
+
+
+def _gray_u8(chw: np.ndarray) -> np.ndarray:
+    gray = cv2.addWeighted(chw[0], GRAY[0], chw[1], GRAY[1], 0.5, dtype=cv2.CV_32F)
+    return cv2.scaleAdd(chw[2].astype(np.float32), GRAY[2], gray).astype(np.uint8)
+
+
+def brightness(chw: np.ndarray, factor: float) -> None:
+    """Blend with black: ``x * factor``."""
+    flat = _flat(chw)
+    cv2.addWeighted(flat, float(factor), flat, 0.0, 0.0, dst=flat)
+
+
+def color(chw: np.ndarray, factor: float) -> None:
+    """Blend with the sample's gray (saturation); a one-channel sample is left as it is."""
+    if chw.shape[0] != 3:
+        return
+    gray = _gray_u8(chw)
+    for c in range(3):
+        cv2.addWeighted(chw[c], float(factor), gray, 1.0 - float(factor), 0.0, dst=chw[c])
+
+
+def contrast(chw: np.ndarray, factor: float) -> None:
+    """Blend with the mean of the sample's gray."""
+    if chw.shape[0] == 3:
+        mean = sum(w * cv2.mean(chw[c])[0] for c, w in enumerate(GRAY))
+    else:
+        mean = float(chw.mean())
+    flat = _flat(chw)
+    cv2.addWeighted(flat, float(factor), flat, 0.0, (1.0 - float(factor)) * mean, dst=flat)
+
+
+_SMOOTH = np.array([[1, 1, 1], [1, 5, 1], [1, 1, 1]], dtype=np.float32) / 13.0
+
+
+def sharpness(chw: np.ndarray, factor: float) -> None:
+    """Blend with the 3x3 smoothed sample (``[[1, 1, 1], [1, 5, 1], [1, 1, 1]] / 13``), borders kept."""
+    if chw.shape[1] <= 2 or chw.shape[2] <= 2:
+        return
+    # the planes as one image: an interior pixel's neighbours all lie in its own plane (the rows where
+    # planes meet are borders, which are kept), so one filter serves them all
+    flat = _flat(chw)
+    smooth = cv2.filter2D(flat, -1, _SMOOTH, borderType=cv2.BORDER_REPLICATE)
+    blended = cv2.addWeighted(flat, float(factor), smooth, 1.0 - float(factor), 0.0).reshape(chw.shape)
+    chw[:, 1:-1, 1:-1] = blended[:, 1:-1, 1:-1]
+
+
+def posterize(chw: np.ndarray, bits: int) -> None:
+    """Keep the ``bits`` high bits of every value."""
+    if bits < 8:
+        np.bitwise_and(chw, np.uint8(((1 << int(bits)) - 1) << (8 - int(bits))), out=chw)
+
+
+def solarize(chw: np.ndarray, threshold: float) -> None:
+    """Invert every value at or above ``threshold``."""
+    np.subtract(np.uint8(255), chw, out=chw, where=chw >= threshold)
+
+
+def autocontrast(chw: np.ndarray) -> None:
+    """Stretch each channel's range to 0-255 (truncated, in float32, as torchvision)."""
+    for plane in chw:
+        low, high, _, _ = cv2.minMaxLoc(plane)
+        if high == low:
+            continue
+        inv_scale = np.float32(high - low) * np.float32(1.0 / 255.0)
+        table = (_LEVELS.astype(np.float32) - np.float32(low)) / inv_scale
+        cv2.LUT(plane, np.clip(table, 0, 255).astype(np.uint8), dst=plane)
+
+
+def equalize_table(hist: np.ndarray) -> np.ndarray | None:
+    """PIL's and torchvision's equalisation table of a 256-bin histogram (None: leave as it is)."""
+    last = int(np.flatnonzero(hist)[-1]) if hist.any() else 0
+    step = (int(hist.sum()) - int(hist[last])) // 255
+    if step == 0:
+        return None
+    cum = np.cumsum(hist)[:-1]
+    return np.concatenate([[0], np.clip((cum + step // 2) // step, 0, 255)]).astype(np.uint8)
+
+
+def equalize(chw: np.ndarray) -> None:
+    """Equalise each channel's histogram."""
+    for plane in chw:
+        table = equalize_table(cv2.calcHist([plane], [0], None, [256], [0, 256]).reshape(-1).astype(np.int64))
+        if table is not None:
+            cv2.LUT(plane, table, dst=plane)
+
+
+def invert(chw: np.ndarray) -> None:
+    flat = _flat(chw)
+    cv2.bitwise_not(flat, dst=flat)
+
+
+def affine(chw: np.ndarray, matrix: np.ndarray, fill: tuple[int, ...]) -> None:
+    """Warp by the forward 2x3 map of pixel indices ``matrix``, nearest; ``fill`` where it uncovers."""
+    h, w = chw.shape[1:]
+    for c, plane in enumerate(chw):
+        plane[...] = cv2.warpAffine(
+            plane,
+            matrix,
+            (w, h),
+            flags=cv2.INTER_NEAREST,
+            borderMode=cv2.BORDER_CONSTANT,
+            borderValue=int(fill[c % len(fill)]),
+        )
+
+
+def grayscale(chw: np.ndarray) -> None:
+    """Every channel becomes torchvision's gray (its weights, truncated); one channel stays."""
+    if chw.shape[0] != 3:
+        return
+    gray = cv2.addWeighted(chw[0], TV_GRAY[0], chw[1], TV_GRAY[1], 0.0, dtype=cv2.CV_32F)
+    gray = cv2.scaleAdd(chw[2].astype(np.float32), TV_GRAY[2], gray).astype(np.uint8)
+    chw[...] = gray
+
+
+def gaussian_blur(chw: np.ndarray, sizes: tuple[int, int], sigma: float) -> None:
+    """Blur each plane with a ``sizes`` (width, height) Gaussian of ``sigma``, borders reflected."""
+    for plane in chw:
+        cv2.GaussianBlur(
+            plane,
+            sizes,
+            sigmaX=float(sigma),
+            sigmaY=float(sigma),
+            dst=plane,
+            borderType=cv2.BORDER_REFLECT_101,
+        )
+
+
+def hsv_tables(gains: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Ultralytics' lookup tables for hue (OpenCV's 0-179), saturation and value, from ``r`` (3 gains)."""
+    x = np.arange(256, dtype=np.float64)
+    hue = ((x + gains[0] * 180) % 180).astype(np.uint8)
+    sat = np.clip(x * (gains[1] + 1), 0, 255).astype(np.uint8)
+    val = np.clip(x * (gains[2] + 1), 0, 255).astype(np.uint8)
+    sat[0] = 0  # pure white keeps its colour
+    return hue, sat, val
+
+
+def hsv(chw: np.ndarray, gains: np.ndarray) -> None:
+    """Ultralytics' ``RandomHSV`` with gains ``r``: LUTs in OpenCV's 8-bit HSV; not RGB: unchanged."""
+    if chw.shape[0] != 3:
+        return
+    table = np.ascontiguousarray(np.stack(hsv_tables(gains), axis=-1)[:, None, :])  # one LUT per channel
+    hsv_image = cv2.cvtColor(cv2.merge([chw[0], chw[1], chw[2]]), cv2.COLOR_RGB2HSV)
+    cv2.LUT(hsv_image, table, dst=hsv_image)
+    cv2.split(cv2.cvtColor(hsv_image, cv2.COLOR_HSV2RGB), [chw[0], chw[1], chw[2]])
+
+
+def erase(chw: np.ndarray, box, values: np.ndarray) -> None:
+    """Set the box ``(top, left, height, width)`` to ``values`` (one per channel, or ``[C, h, w]``)."""
+    top, left, h, w = (int(v) for v in box)
+    region = chw[:, top : top + h, left : left + w]
+    region[...] = values if values.ndim == 3 else values.reshape(-1, 1, 1)

@@ -1,0 +1,181 @@
+"""The per-sample stage after the geometry: each output row through the list's pixel transforms, in order.
+
+``Stage`` is the compiled part of an augment list made of ``cachekit.augment.photometric``
+transforms, each with its own stream of draws. ``Stage.draw`` gives a batch's ``StageDraws``:
+``apply_row`` runs a sample's chain on its uint8 row in place (the loader's threads, right after
+the warp and ColorJitter), ``apply_batch`` runs every chain on a float batch in torch (the device
+path); the ops that move pixels (RandAugment's shears, translations, rotations) move the sample's
+mask (``move_mask``, nearest, 0 where uncovered) and boxes (``move_boxes``, the box round the moved
+corners, clipped, ``min_visibility``) through the very same maps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ..image.geometry import move_boxes_matrix, warp_mask_matrix
+from . import pixelbatch, pixelkernels
+from .autoaugment import draw_ops
+from .draws import uniforms
+from .erasing import draw_erasing
+from .photometric import (
+    PIXEL_TRANSFORMS,
+    AutoAugment,
+    GaussianBlur,
+    RandAugment,
+    RandomErasing,
+    RandomGrayscale,
+    RandomHSV,
+    TrivialAugmentWide,
+)
+
+__all__ = ["Stage", "StageDraws", "compile_stage"]
+
+#: Streams of the per-sample stage start here (the geometry's are the list positions and + 1000).
+STREAM_BASE = 2000
+
+
+@dataclass(frozen=True)
+class _Gray:
+    chosen: np.ndarray
+
+    def matrices(self, j: int) -> list:
+        return []
+
+    def apply_row(self, chw: np.ndarray, j: int) -> None:
+        if self.chosen[j]:
+            pixelkernels.grayscale(chw)
+
+    def apply_batch(self, x: torch.Tensor) -> torch.Tensor:
+        rows = np.flatnonzero(self.chosen)
+        if len(rows):
+            index = torch.from_numpy(rows).to(x.device)
+            x[index] = pixelbatch.grayscale(x[index])
+        return x
+
+
+@dataclass(frozen=True)
+class _Blur:
+    sizes: tuple[int, int]
+    sigma: np.ndarray
+
+    def matrices(self, j: int) -> list:
+        return []
+
+    def apply_row(self, chw: np.ndarray, j: int) -> None:
+        pixelkernels.gaussian_blur(chw, self.sizes, float(self.sigma[j]))
+
+    def apply_batch(self, x: torch.Tensor) -> torch.Tensor:
+        return pixelbatch.gaussian_blur(x, self.sizes, torch.from_numpy(self.sigma).to(x.device))
+
+
+@dataclass(frozen=True)
+class _HSV:
+    gains: np.ndarray
+
+    def matrices(self, j: int) -> list:
+        return []
+
+    def apply_row(self, chw: np.ndarray, j: int) -> None:
+        pixelkernels.hsv(chw, self.gains[j])
+
+    def apply_batch(self, x: torch.Tensor) -> torch.Tensor:
+        return pixelbatch.hsv(x, self.gains)
+
+
+@dataclass(frozen=True)
+class StageDraws:
+    """A batch's per-sample stage: one draws object per transform, run in list order."""
+
+    parts: tuple
+    out_hw: tuple[int, int]
+
+    def apply_row(self, chw: np.ndarray, j: int) -> None:
+        """Sample ``j``'s chain on its uint8 ``[C, H, W]`` row, in place."""
+        for part in self.parts:
+            part.apply_row(chw, j)
+
+    def apply_batch(self, x: torch.Tensor) -> torch.Tensor:
+        """Every chain on a float ``[B, C, H, W]`` batch in [0, 255] (rounded to whole values first,
+        as the uint8 rows of the CPU path hold them)."""
+        x = x.round().clamp_(0, 255)
+        if not len(x):
+            return x
+        for part in self.parts:
+            x = part.apply_batch(x)
+        return x
+
+    def matrices(self, j: int) -> list[np.ndarray]:
+        """Sample ``j``'s maps that move pixels (forward 2x3 of pixel indices), in order."""
+        return [m for part in self.parts for m in part.matrices(j)]
+
+    def move_mask(self, mask: np.ndarray, j: int) -> None:
+        """Sample ``j``'s class map (a row of the batch's mask buffer) through its maps, in place."""
+        for m in self.matrices(j):
+            mask[...] = warp_mask_matrix(mask, m, self.out_hw, fill=0)
+
+    def move_boxes(
+        self, targets: list[dict], keys: list[tuple[str, str, str]], min_visibility: float
+    ) -> None:
+        """Each sample's boxes (``keys``: per boxes field, its (boxes, classes, iscrowd) keys) through its
+        maps, clipped, those keeping less than ``min_visibility`` of their area dropped; in place."""
+        for j, target in enumerate(targets):
+            maps = self.matrices(j)
+            if not maps:
+                continue
+            for b, c, k in keys:
+                part = {
+                    "boxes": np.asarray(target[b]),
+                    "c": np.asarray(target[c]),
+                    "k": np.asarray(target[k]),
+                }
+                for m in maps:
+                    part = move_boxes_matrix(part, m, self.out_hw, min_visibility)
+                kind = type(target[b])
+                for key, name in ((b, "boxes"), (c, "c"), (k, "k")):
+                    value = np.ascontiguousarray(part[name])
+                    target[key] = torch.from_numpy(value) if kind is torch.Tensor else value
+
+
+@dataclass(frozen=True)
+class Stage:
+    """The per-sample pixel transforms of an augment list, each with its stream."""
+
+    steps: tuple
+
+    @property
+    def needs_stats(self) -> bool:
+        """Whether a transform needs the cache's mean and std (``RandomErasing(value="random")``)."""
+        return any(isinstance(s, RandomErasing) and s.values() is None for _, s in self.steps)
+
+    def draw(self, seed: int, epoch: int, indices, out_hw: tuple[int, int], stats=None) -> StageDraws:
+        """A batch's draws for outputs of ``out_hw``; ``stats``: the cache's (mean, std) in [0, 1]."""
+        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
+        parts = []
+        for stream, step in self.steps:
+            if isinstance(step, (RandAugment, TrivialAugmentWide, AutoAugment)):
+                parts.append(draw_ops(step, seed, epoch, idx, stream, out_hw))
+            elif isinstance(step, RandomErasing):
+                parts.append(draw_erasing(step, seed, epoch, idx, stream, out_hw, stats))
+            elif isinstance(step, RandomGrayscale):
+                parts.append(_Gray(uniforms(seed, epoch, idx, stream, 1)[:, 0] < step.p))
+            elif isinstance(step, GaussianBlur):
+                lo, hi = step.sigmas()
+                sigma = lo + uniforms(seed, epoch, idx, stream, 1)[:, 0] * (hi - lo)
+                parts.append(_Blur(step.sizes(), sigma.astype(np.float64)))
+            elif isinstance(step, RandomHSV):
+                u = uniforms(seed, epoch, idx, stream, 3)
+                parts.append(_HSV((2.0 * u - 1.0) * np.array([step.h, step.s, step.v])))
+        return StageDraws(tuple(parts), tuple(int(v) for v in out_hw))
+
+
+def compile_stage(steps) -> Stage | None:
+    """The per-sample pixel transforms of ``steps`` (any others are left to the caller), streams by
+    their place in the list; None when there are none."""
+    found = tuple(
+        (STREAM_BASE + k, step) for k, step in enumerate(steps) if isinstance(step, PIXEL_TRANSFORMS)
+    )
+    return Stage(found) if found else None
