@@ -180,6 +180,9 @@ class Plan:
     min_visibility: float = DEFAULT_MIN_VISIBILITY
     stage: Stage | None = None
     mix: BatchMix | None = None
+    #: The whole list as given (``steps`` holds its geometry and colour only): what a loader's state
+    #: and a preview write back as text.
+    listed: tuple = ()
 
     @property
     def jitter(self) -> ColorJitter | None:
@@ -362,4 +365,6 @@ def compile_plan(transforms, min_visibility: float = DEFAULT_MIN_VISIBILITY) -> 
     if not steps:
         return None
     geometry = tuple(s for s in steps if isinstance(s, TRANSFORMS + GEOMETRIC_STEPS))
-    return Plan(geometry, float(min_visibility), stage=compile_stage(steps), mix=compile_mixing(steps))
+    return Plan(
+        geometry, float(min_visibility), stage=compile_stage(steps), mix=compile_mixing(steps), listed=steps
+    )

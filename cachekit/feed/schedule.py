@@ -128,7 +128,7 @@ class AugmentSchedule:
         """What a loader's state keeps: the spec of the saved epoch's plan (``augment``), and of the
         one ``set`` asked for after it (``augment_next``); None where a plan cannot be written."""
         plan = self.upcoming(epoch) if fresh else self.plan_for(epoch)
-        state = {"augment": format_spec(plan.steps if plan is not None else None)}
+        state = {"augment": format_spec(plan.listed if plan is not None else None)}
         if state["augment"] is None and self._function is None:
             log.warning(
                 "state_dict: epoch %d's transforms cannot be written as text; a loader resumed from "
@@ -139,7 +139,7 @@ class AugmentSchedule:
             pending, later = self._pending, not fresh or self._hold
         if later and pending is not _UNSET and pending[0] == "plan":
             nxt = pending[1]
-            state["augment_next"] = format_spec(nxt.steps if nxt is not None else None)
+            state["augment_next"] = format_spec(nxt.listed if nxt is not None else None)
         return state
 
     def restore(self, state: dict, *, new_epoch: bool) -> None:

@@ -260,7 +260,7 @@ def _plan_of(source) -> tuple[CachedDataset, list | None, int | None, int, float
         epoch = source.sampler.upcoming_epoch()
         plan = source.augment_for(epoch)
         seed = (source._request_options or {}).get("seed")
-        steps = list(plan.steps) if plan is not None else None
+        steps = list(plan.listed) if plan is not None else None
         return source.dataset, steps, seed, epoch, plan.min_visibility if plan is not None else None
     if isinstance(source, (str, os.PathLike)):
         return CachedDataset(source), None, None, 0, None

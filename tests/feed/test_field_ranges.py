@@ -12,6 +12,7 @@ import shutil
 
 import pytest
 import torch
+from manifests import listed_manifest
 
 from cachekit import BuildConfig, CachedDataset, CacheError, build, make_loader, verify
 from cachekit.store.atomic import sha256_path
@@ -39,7 +40,7 @@ def _tampered(cache, tmp_path, change):
     """A copy of ``cache`` whose first shard's columns went through ``change``, checksums recomputed."""
     copy = tmp_path / "c"
     shutil.copytree(cache, copy)
-    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest = listed_manifest(copy)
     info = manifest["shards"][0]
     path = copy / info["file"]
     columns = torch.load(path, weights_only=True)

@@ -64,6 +64,18 @@ def objects_cache(tmp_path_factory):
     return out
 
 
+@pytest.fixture(scope="module")
+def boxes_cache(objects_cache):
+    """The same images with their boxes alone (``collate="yolo"`` refuses a cache with masks)."""
+    out = objects_cache.parent / "boxes-cache"
+    build(
+        objects_cache.parent / "raw",
+        out,
+        BuildConfig(annotations="yolo", workers=1, progress=False, pipeline="none"),
+    )
+    return out
+
+
 def _epoch(loader, epoch: int) -> list:
     loader.set_epoch(epoch)
     return [(images.clone(), labels.clone()) for images, labels, *_ in loader]
@@ -148,7 +160,7 @@ def test_boxes_and_masks_follow_randaugments_geometric_ops(objects_cache, family
 
 
 @pytest.mark.parametrize("on_device", [False, True])
-def test_detection_mixup_keeps_both_samples_boxes(objects_cache, on_device):
+def test_detection_mixup_keeps_both_samples_boxes(objects_cache, boxes_cache, on_device):
     options = {"device": "cpu", "augment_on": "device"} if on_device else {}
     plain = make_loader(objects_cache, 4, seed=3, shuffle=False, augment=[RandomResizedCrop(64)], **options)
     mixed = make_loader(
@@ -163,7 +175,7 @@ def test_detection_mixup_keeps_both_samples_boxes(objects_cache, on_device):
         blend = (a.float() + a.roll(1, 0).float()) / 2
         assert (b.float() - blend).abs().mean() < 16  # r ~ Beta(32, 32): close to an even blend
     rows = next(
-        iter(make_loader(objects_cache, 4, seed=3, augment=[RandomResizedCrop(64), MixUp()], collate="yolo"))
+        iter(make_loader(boxes_cache, 4, seed=3, augment=[RandomResizedCrop(64), MixUp()], collate="yolo"))
     )[1]
     assert rows.shape[1] == 6 and len(rows) > 0
 

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
+from manifests import listed_manifest
 
 from cachekit import BuildConfig, CacheError, build, verify
 from cachekit.cli import main
@@ -85,7 +86,7 @@ DAMAGES = {
 def _damaged(caches, tmp_path, which, change):
     copy = tmp_path / "src"
     shutil.copytree(caches / which, copy)
-    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest = listed_manifest(copy)
     info = manifest["shards"][0]
     path = copy / info["file"]
     columns = torch.load(path, weights_only=True)
