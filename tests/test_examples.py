@@ -94,16 +94,7 @@ def test_train_detection_learns_in_one_process_and_under_torchrun(detection_cach
         assert last < first * 0.7, out
 
 
-def _has_mosaic() -> bool:
-    import cachekit.transforms
-
-    return hasattr(cachekit.transforms, "Mosaic")
-
-
 @pytest.mark.slow
-@pytest.mark.skipif(
-    not _has_mosaic(), reason="cachekit.transforms has no Mosaic yet: the YOLO recipe needs it"
-)
 def test_train_yolo_closes_mosaic_for_its_last_epochs_and_learns(tmp_path):
     grid = tmp_path / "batch0.png"
     out = _run([str(EXAMPLES / "train_yolo.py"), "--synthetic", "24", "--epochs", "4", "--close-mosaic", "1",

@@ -121,18 +121,7 @@ def test_the_detection_example_reads_boxes_moved_with_their_letterbox(tmp_path):
     assert images.shape[-2:] == (640, 640) and all(t["boxes"].shape[1] == 4 for t in targets)
 
 
-def _lacks(*names: str) -> list[str]:
-    import cachekit.transforms
-
-    return [n for n in names if not hasattr(cachekit.transforms, n)]
-
-
-_DEIT = ("RandAugment", "RandomErasing", "MixUp", "CutMix")
-_YOLO = ("Mosaic", "RandomAffine", "RandomHSV")
-
-
 @pytest.mark.slow
-@pytest.mark.skipif(bool(_lacks(*_DEIT)), reason=f"cachekit.transforms lacks {_lacks(*_DEIT)}")
 @pytest.mark.parametrize("page", [README, TRAINING], ids=["README", "TRAINING"])
 def test_the_deit_recipe_runs_and_gives_soft_labels(page, mixed_tree, tmp_path):
     cache = tmp_path / "train"
@@ -158,7 +147,6 @@ def test_the_deit_recipe_runs_and_gives_soft_labels(page, mixed_tree, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(bool(_lacks(*_YOLO)), reason=f"cachekit.transforms lacks {_lacks(*_YOLO)}")
 @pytest.mark.parametrize("page", [README, TRAINING], ids=["README", "TRAINING"])
 def test_the_yolo_recipe_runs_and_closes_mosaic(page, tmp_path):
     from cachekit.tools.synthetic_objects import make_object_dataset
