@@ -90,11 +90,9 @@ def _fields_batch(batch: SampleBatch, mode: str):
     """``(images, targets[, aux | sizes])`` of a batch whose samples have fields. YOLO rows are
     normalised to the batch tensor's own size (padded samples: the padded size, as a loss sees it)."""
     if mode == "yolo":
-        hw = (
-            [tuple(batch.images.shape[-2:])] * len(batch.targets)
-            if batch.aux and "sizes" in batch.aux
-            else None
-        )
+        padded = batch.aux is not None and set(batch.aux) == {"sizes"}  # read as stored, zero-padded
+        # (a device stage's parameters also carry "sizes": the stored ones, not the output's)
+        hw = [tuple(batch.images.shape[-2:])] * len(batch.targets) if padded else None
         targets = yolo_rows(batch.fields, batch.targets, hw or batch.image_hw)
     else:
         targets = collate_targets(batch.fields, batch.targets, batch.masks)
