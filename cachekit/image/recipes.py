@@ -182,8 +182,8 @@ def _builtin_folder():
     """The built-in recipes: the TOML files of the top-level ``pipelines/`` folder of a checkout, which
     an installed wheel carries as ``cachekit/pipelines/`` (setup.py maps the one to the other)."""
     installed = resources.files("cachekit").joinpath("pipelines")
-    if installed.is_dir():
-        return installed
+    if installed.is_dir() and any(p.name.endswith(".toml") for p in installed.iterdir()):
+        return installed  # (a folder left behind without its recipes, a stale checkout's, is not them)
     return Path(__file__).resolve().parents[2] / "pipelines"
 
 
