@@ -271,6 +271,7 @@ def test_storage_options_for_local_paths_only_are_refused(small_cache, tmp_path)
     assert code == 2 and "applies to URLs" in out and not (tmp_path / "h").exists()
 
 
+@pytest.mark.slow  # retries against a failing S3 server: ~16 s
 def test_a_failing_build_to_s3_never_shows_the_secret(s3_options, mixed_tree, monkeypatch):
     """A --strict failure, and an upload error whose text carries the secret (as a filesystem's
     message might): the line says what failed, never the secret; nothing is left referenced."""

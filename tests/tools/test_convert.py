@@ -114,6 +114,7 @@ def _samples(ds) -> list[tuple[int, bytes]]:
     return [(int(labels[i]), images[i].numpy().tobytes()) for i in range(len(ds))]
 
 
+@pytest.mark.slow  # an S3 server round trip both ways: ~18 s
 def test_convert_from_and_to_s3_with_storage_options(s3_options, small_cache, tmp_path):
     """URL to URL on the command line, URL to a folder in Python: the same samples, checked source shards."""
     s3fs = pytest.importorskip("s3fs")
