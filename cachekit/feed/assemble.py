@@ -105,16 +105,19 @@ CHUNK = 8
 def run_chunks(n: int, threads: int, fn: Callable[[int, int], None]) -> None:
     """``fn(lo, hi)`` over pieces of ``range(n)``, taken in turn by ``threads`` threads (the caller is one).
 
-    Pieces of ``CHUNK`` samples are handed out as threads come free, so a thread that drew cheap
-    samples takes more of them instead of waiting for one that drew expensive ones.
+    Pieces of ``CHUNK`` samples (fewer when the batch is small for its threads, so that every
+    thread has some: a batch of 16 mosaics on 16 threads goes out a sample at a time) are handed
+    out as threads come free, so a thread that drew cheap samples takes more of them instead of
+    waiting for one that drew expensive ones.
     """
-    threads = max(1, min(int(threads), -(-n // CHUNK)))
+    size = max(1, min(CHUNK, n // max(1, int(threads))))
+    threads = max(1, min(int(threads), -(-n // size)))
     if threading.current_thread().name.startswith("cachekit-"):  # our prefetch thread, not the user's
         single_threaded_torch()
     if threads == 1:
         fn(0, n)
         return
-    pieces = iter(range(0, n, CHUNK))  # next() on a range iterator is atomic under the GIL
+    pieces = iter(range(0, n, size))  # next() on a range iterator is atomic under the GIL
     failed = threading.Event()
 
     def drain() -> None:
@@ -122,7 +125,7 @@ def run_chunks(n: int, threads: int, fn: Callable[[int, int], None]) -> None:
             if failed.is_set():
                 return
             try:
-                fn(lo, min(lo + CHUNK, n))
+                fn(lo, min(lo + size, n))
             except BaseException:
                 failed.set()
                 raise

@@ -1,0 +1,41 @@
+"""The threads over a batch: every sample exactly once, in pieces small enough that each thread has work."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from cachekit.feed.assemble import CHUNK, run_chunks
+
+
+def _pieces(n: int, threads: int) -> list[tuple[int, int]]:
+    seen, lock = [], threading.Lock()
+
+    def fn(lo: int, hi: int) -> None:
+        with lock:
+            seen.append((lo, hi))
+
+    run_chunks(n, threads, fn)
+    return sorted(seen)
+
+
+@pytest.mark.parametrize("n, threads", [(0, 4), (1, 4), (16, 16), (16, 2), (64, 2), (100, 3), (7, 1)])
+def test_every_sample_once(n, threads):
+    covered = [i for lo, hi in _pieces(n, threads) for i in range(lo, hi)]
+    assert covered == list(range(n))
+
+
+def test_a_small_batch_is_cut_so_every_thread_has_a_piece():
+    assert _pieces(16, 16) == [(i, i + 1) for i in range(16)]  # 16 mosaics, 16 threads: one each
+    assert _pieces(16, 4) == [(i, i + 4) for i in range(0, 16, 4)]
+    assert _pieces(256, 2) == [(i, i + CHUNK) for i in range(0, 256, CHUNK)]  # large batches: CHUNK
+
+
+def test_an_error_in_any_piece_reaches_the_caller():
+    def fn(lo: int, hi: int) -> None:
+        if lo <= 9 < hi:
+            raise ValueError("sample 9")
+
+    with pytest.raises(ValueError, match="sample 9"):
+        run_chunks(32, 4, fn)
