@@ -1,33 +1,6 @@
 """cachekit: decode and preprocess an image dataset once into a sharded cache, then feed training fast."""
 
 from . import transforms
-from .augment.geometric import (
-    RandomAffine,
-    RandomIoUCrop,
-    RandomPerspective,
-    RandomRotation,
-    RandomVerticalFlip,
-    RandomZoomOut,
-)
-from .augment.mixing import CutMix, MixUp, MixUpOrCutMix
-from .augment.mosaic import Mosaic
-from .augment.photometric import (
-    AutoAugment,
-    GaussianBlur,
-    RandAugment,
-    RandomErasing,
-    RandomGrayscale,
-    RandomHSV,
-    TrivialAugmentWide,
-)
-from .augment.transforms import (
-    CenterCrop,
-    ColorJitter,
-    Letterbox,
-    RandomHorizontalFlip,
-    RandomResizedCrop,
-    Resize,
-)
 from .build.run import BuildConfig, BuildResult, build
 from .build.sourceoptions import SourceOptions
 from .build.sources import Source, discover
@@ -47,6 +20,7 @@ from .tools.convert import convert
 from .tools.doctor import DoctorReport, diagnose
 from .tools.preview import preview
 from .tools.verify import VerifyReport, verify
+from .transforms import *  # noqa: F403  (every transform, as cachekit.transforms lists them)
 
 __all__ = [
     "__version__",
@@ -77,29 +51,7 @@ __all__ = [
     "make_loader",
     "suggest_num_workers",
     "transforms",
-    "RandomResizedCrop",
-    "RandomHorizontalFlip",
-    "ColorJitter",
-    "CenterCrop",
-    "Resize",
-    "Letterbox",
-    "RandomVerticalFlip",
-    "RandomRotation",
-    "RandomAffine",
-    "RandomPerspective",
-    "RandomZoomOut",
-    "RandomIoUCrop",
-    "Mosaic",
-    "RandAugment",
-    "TrivialAugmentWide",
-    "AutoAugment",
-    "RandomErasing",
-    "RandomGrayscale",
-    "GaussianBlur",
-    "RandomHSV",
-    "MixUp",
-    "CutMix",
-    "MixUpOrCutMix",
+    *transforms.__all__,
     "FieldSpec",
     "available_cpus",
     "autobatch",
