@@ -5,7 +5,9 @@ deit  RandomResizedCrop(224) + flip + RandAugment(2, 9) + RandomErasing(0.25) + 
       OpenCV and numpy (MixUp/CutMix on the collated batch) in a 2-worker DataLoader over the cache
 yolo  Mosaic(640) + RandomAffine + RandomHSV + flip, boxes moved: make_loader on 2 threads against the
       same recipe per sample (Ultralytics' way with OpenCV and numpy: four samples on a 2x canvas,
-      one warpAffine, HSV look-up tables, a flip, the box arithmetic) in a 2-worker DataLoader
+      one warpAffine, HSV look-up tables, a flip, the box arithmetic) in a 2-worker DataLoader; with
+      --ultralytics-python, also against real Ultralytics' YOLODataset with its default training
+      augmentation on the same JPEGs (ultralytics_yolo.py, run by that interpreter)
 
 Both need transforms other parts of cachekit provide; while one is missing the suite says which and
 is skipped. Each prints samples/s, CPU seconds per wall second and the ratios, per wall second and
@@ -14,13 +16,18 @@ per CPU-second (median of per-round ratios, rounds interleaved).
 
 from __future__ import annotations
 
+import json
 import math
+import os
+import statistics
+import subprocess
+import time
 from pathlib import Path
 
 import cv2
 import numpy as np
 import torch
-from feed_suites import _interleaved, _train256
+from feed_suites import _cpu_now, _interleaved, _train256
 from registry import suite
 from torch.utils.data import DataLoader, Dataset
 
@@ -296,14 +303,90 @@ def _collate(batch):
     return torch.stack([b[0] for b in batch]), [b[1] for b in batch]
 
 
-def _detection_cache(args, root: Path) -> Path:
-    raw = root / f"objects-{args.images}"
+def _detection_raw(args, root: Path) -> Path:
+    """Synthetic 640x480 JPEGs (each side 0.8-1.2x) with YOLO labels and a data.yaml."""
+    raw = root / f"objects640-{args.images}"
     if not raw.is_dir():
-        make_object_dataset(raw, args.images, size=(375, 500), most=14, ext=".jpg")
+        make_object_dataset(raw, args.images, size=(480, 640), most=14, ext=".jpg")
+    return raw
+
+
+def _detection_cache(args, root: Path) -> Path:
+    raw = _detection_raw(args, root)
     cache = root / f"detect-{raw.name}"
-    if not cache.is_dir():  # the longer side at 640, as Ultralytics' image cache keeps them
+    if not cache.is_dir():  # the longer side at 640, as Ultralytics' load_image and image cache keep them
         build(raw, cache, BuildConfig(annotations="yolo", pipeline="max-side-512", size=640, progress=False))
     return cache
+
+
+def _images_pass(loader) -> tuple[float, float]:
+    """One timed pass counting images (batch[1] of collate="yolo" is the rows of boxes): (samples/s,
+    CPU seconds per wall second)."""
+    t0, c0, n = time.perf_counter(), _cpu_now(), 0
+    for batch in loader:
+        n += len(batch[0])
+    wall = time.perf_counter() - t0
+    return n / wall, (_cpu_now() - c0) / wall
+
+
+def _ultralytics(args, root: Path, recipe: list) -> dict:
+    """make_loader (collate="yolo") against Ultralytics' YOLODataset in 2 workers, per CPU-second.
+
+    Each round times one pass of make_loader, then runs the Ultralytics runner once with its image
+    cache off (it decodes the JPEGs every time, its default) and once with ``cache="ram"`` (decoded
+    and resized once, like the cache); each runner does a warm-up epoch and one timed epoch. Ratios
+    are medians of the per-round ratios.
+    """
+    raw, cache = _detection_raw(args, root), _detection_cache(args, root)
+    script = Path(__file__).with_name("ultralytics_yolo.py")
+    env = {**os.environ, "YOLO_CONFIG_DIR": str(root / "ultralytics-settings"), "YOLO_OFFLINE": "1"}
+    ours = make_loader(cache, args.batch_size, augment=recipe, threads=2, collate="yolo")
+    for _ in ours:  # warm-up
+        pass
+    ours_runs: list[tuple[float, float]] = []
+    theirs_runs: dict[str, list[tuple[float, float]]] = {"none": [], "ram": []}
+    info: dict = {}
+    for _ in range(args.repeats):
+        ours_runs.append(_images_pass(ours))
+        for mode, runs in theirs_runs.items():
+            cmd = [args.ultralytics_python, str(script), str(raw), "--batch-size", str(args.batch_size)]
+            cmd += ["--epochs", "1", "--workers", "2", "--cache", mode]
+            done = subprocess.run(cmd, capture_output=True, text=True, env=env)
+            if done.returncode:  # e.g. that interpreter has no ultralytics: say so and go on
+                tail = " / ".join((done.stderr or done.stdout).strip().splitlines()[-2:])
+                print(
+                    f"ultralytics: skipped: {args.ultralytics_python} {script.name} --cache {mode} failed: {tail}"
+                )
+                return {"skipped": True, "error": tail}
+            info = json.loads(done.stdout.strip().splitlines()[-1])
+            runs.append((info["samples_per_s"][0], info["cpu_per_wall"][0]))
+
+    def row(name: str, passes: list[tuple[float, float]]) -> dict:
+        out = {
+            "loader": name,
+            "samples_per_s": statistics.median(r for r, _ in passes),
+            "cpu_per_wall": statistics.median(c for _, c in passes),
+            "samples_per_cpu_s": statistics.median(r / c for r, c in passes),
+        }
+        print(
+            f"{name}: {out['samples_per_s']:,.1f} samples/s, {out['cpu_per_wall']:.2f} CPU s per wall s, "
+            f"{out['samples_per_cpu_s']:,.1f} samples per CPU-second"
+        )
+        return out
+
+    rows = [row("make_loader(augment=YOLO recipe, collate='yolo'), 2 threads, cache max-side 640", ours_runs)]
+    result: dict = {"rows": rows, "raw": str(raw), "cache": str(cache)}
+    for mode, runs in theirs_runs.items():
+        rows.append(row(f"Ultralytics YOLODataset (default augmentation, cache={mode}), 2 workers", runs))
+        wall = statistics.median(o[0] / t[0] for o, t in zip(ours_runs, runs))
+        cpu = statistics.median((o[0] / o[1]) / (t[0] / t[1]) for o, t in zip(ours_runs, runs))
+        print(
+            f"make_loader / Ultralytics (cache={mode}): {wall:.2f}x per wall second, {cpu:.2f}x per CPU-second"
+        )
+        result[f"ratio_{mode}"], result[f"ratio_per_cpu_{mode}"] = wall, cpu
+    result["ultralytics"] = {k: info.get(k) for k in ("ultralytics", "torch", "python", "transforms", "hyp")}
+    print(f"Ultralytics {info.get('ultralytics')}, torch {info.get('torch')}: {info.get('transforms')}")
+    return result
 
 
 @suite
@@ -332,4 +415,7 @@ def yolo(args, root):
     print(
         f"make_loader / per-sample recipe in 2 workers: {wall:.2f}x per wall second, {cpu:.2f}x per CPU-second"
     )
-    return {"rows": rows, "ratio": wall, "ratio_per_cpu": cpu, "cache": str(cache)}
+    out = {"rows": rows, "ratio": wall, "ratio_per_cpu": cpu, "cache": str(cache)}
+    if args.ultralytics_python:
+        out["ultralytics"] = _ultralytics(args, root, recipe)
+    return out

@@ -18,8 +18,8 @@ Suites (sizes are flags; defaults fit a 2-core laptop in a few minutes):
   detect, ceiling   detection feeds (letterbox + flip with boxes) against per-sample loaders, the cost
           of boxes, and antialiased crops against a bare memory map + threads: detect_suites.py
   deit, yolo   whole recipes (DeiT: crop, flip, RandAugment, erasing, MixUp/CutMix; YOLO: mosaic,
-          affine, HSV, flip with boxes) through make_loader against the same per sample in 2 workers:
-          recipe_suites.py
+          affine, HSV, flip with boxes) through make_loader against the same per sample in 2 workers,
+          and yolo against real Ultralytics with --ultralytics-python: recipe_suites.py
   stream  a cache on throttled loopback S3: first batch, waiting, downloads, a tight limit: stream_suite.py
   mixing  cachekit.mix: each source's share of the draws, mixed read speed against each alone: mix_suite.py
   listing a raw folder on (loopback) object storage listed for a build: time and peak memory: listing_suite.py
@@ -357,6 +357,11 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--rss-samples", type=int, nargs="+", default=[10_000, 100_000])
     parser.add_argument("--ffcv-python", default=None, help="ffcv suite: an interpreter that can import ffcv")
+    parser.add_argument(
+        "--ultralytics-python",
+        default=None,
+        help="yolo suite: an interpreter that can import ultralytics (also times its YOLODataset)",
+    )
     parser.add_argument("--latency-ms", type=float, default=20.0, help="stream suite: per-request latency")
     parser.add_argument("--link-mb-s", type=float, default=200.0, help="stream suite: the link's MB/s")
     parser.add_argument("--step-ms", type=float, default=100.0, help="stream suite: simulated step per batch")

@@ -183,10 +183,11 @@ def hsv(chw: np.ndarray, gains: np.ndarray) -> None:
     """Ultralytics' ``RandomHSV`` with gains ``r``: LUTs in OpenCV's 8-bit HSV; not RGB: unchanged."""
     if chw.shape[0] != 3:
         return
-    table = np.ascontiguousarray(np.stack(hsv_tables(gains), axis=-1)[:, None, :])  # one LUT per channel
-    hsv_image = cv2.cvtColor(cv2.merge([chw[0], chw[1], chw[2]]), cv2.COLOR_RGB2HSV)
-    cv2.LUT(hsv_image, table, dst=hsv_image)
-    cv2.split(cv2.cvtColor(hsv_image, cv2.COLOR_HSV2RGB), [chw[0], chw[1], chw[2]])
+    # A one-channel table per plane: OpenCV's LUT with a three-channel table is twice as slow.
+    planes = cv2.split(cv2.cvtColor(cv2.merge([chw[0], chw[1], chw[2]]), cv2.COLOR_RGB2HSV))
+    for plane, table in zip(planes, hsv_tables(gains)):
+        cv2.LUT(plane, table, dst=plane)
+    cv2.split(cv2.cvtColor(cv2.merge(planes), cv2.COLOR_HSV2RGB), [chw[0], chw[1], chw[2]])
 
 
 def erase(chw: np.ndarray, box, values: np.ndarray) -> None:
