@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..constants import MAX_SIDE
 from ..image.geometry import _clip
 from .geometric import (
     RandomAffine,
@@ -202,6 +203,11 @@ def draw_maps(
             "RandomResizedCrop, CenterCrop or Resize((height, width))"
         )
     out = (int(vh[0]), int(vw[0])) if n else (0, 0)
+    if max(out) > MAX_SIDE:
+        raise ValueError(
+            f"augment gives outputs of {out[0]} x {out[1]} pixels, past the largest side an image may have, "
+            f"{MAX_SIDE}: end it with RandomResizedCrop, CenterCrop or Resize((height, width))"
+        )
     on = mosaic is not None and bool(mosaic.on.any())
     fast = as_boxes(m, out) if n and not on else None
     shrink = None if fast is not None or not n else shrink_sizes(m, source_hw, out)

@@ -481,3 +481,15 @@ def test_maps_equal_torchvisions_own_where_it_is_installed():
     out = np.zeros_like(img)
     warp_sample(img, False, m, out)
     assert np.abs(out[inner].astype(float) - ref[inner]).mean() < 0.5
+
+
+def test_an_output_past_the_largest_side_is_refused_before_it_is_allocated():
+    # a 16x zoom-out of a 1000-pixel image would be 16000 x 16000 (768 MB a sample); of a stored 8192
+    # image, 51 GB: refused in one line when drawn, not attempted
+    plan = compile_plan([RandomZoomOut(side_range=(16.0, 16.0), p=1.0)])
+    with pytest.raises(ValueError, match="past the largest side"):
+        plan.draw(0, 0, np.arange(2), [1000, 1000], [1000, 1000])
+    draws = compile_plan([RandomZoomOut(side_range=(16.0, 16.0), p=1.0), Resize((32, 32))]).draw(
+        0, 0, np.arange(2), [1000, 1000], [1000, 1000]
+    )
+    assert draws.out_size == (32, 32)
