@@ -155,6 +155,12 @@ def check_augment_plan(
             "size (RandomResizedCrop, CenterCrop or Resize((height, width))): pad=True pads "
             "samples read as stored, not augmented ones"
         )
+    if not ragged and plan is not None and plan.fixed_size() is None and plan.size_varies():
+        raise ValueError(
+            "augment gives outputs of a different size for each sample (a RandomZoomOut, RandomIoUCrop "
+            "or RandomRotation(expand=True) with no fixed size after it): end it with "
+            "RandomResizedCrop, CenterCrop or Resize((height, width))"
+        )
     if ragged and not pad and not per_sample and plan is None:
         raise ValueError(
             "this cache keeps every sample at its own size: pass pad=True (batches come zero-padded "
