@@ -207,7 +207,7 @@ def draw_grid(
     """A grid (RGB) of ``images [B, C, H, W]`` with their ``targets`` drawn, each image's longer side
     at ``cell`` pixels; padded samples cut to their ``sizes``."""
     n = len(images)
-    columns = columns or max(1, int(np.ceil(np.sqrt(n))))
+    columns = min(columns or max(1, int(np.ceil(np.sqrt(n)))), max(1, n))  # no empty columns
     rows = -(-n // columns)
     hws = [tuple(int(v) for v in (sizes[j] if sizes is not None else images.shape[-2:])) for j in range(n)]
     scales = [cell / max(1, h, w) for h, w in hws]
@@ -271,6 +271,22 @@ def _plan_of(source) -> tuple[CachedDataset, list | None, int | None, int, float
     )
 
 
+def _write_image(out: Path, grid: np.ndarray) -> None:
+    """``grid`` (RGB) as ``out``'s format, whole or not at all: encoded first, written beside it, renamed
+    over it, so a reader (an image viewer refreshing, a run killed half-way) never sees half a PNG."""
+    ok, encoded = cv2.imencode(out.suffix.lower(), cv2.cvtColor(grid, cv2.COLOR_RGB2BGR))
+    if not ok:
+        raise UsageError(f"could not encode {out.name} as {out.suffix}")
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.part")
+    try:
+        tmp.write_bytes(encoded.tobytes())
+        os.replace(tmp, out)
+    except OSError as exc:
+        raise UsageError(f"could not write {out} ({exc.strerror or exc}; is the folder writable?)") from None
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def preview(
     source,
     augment=None,
@@ -299,8 +315,10 @@ def preview(
     for name, value, low, high in (("n", n, 1, MAX_PREVIEW), ("cell", cell, 16, 2048)):
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
             raise UsageError(f"{name} must be an integer from {low} to {high}, got {value!r}")
-    if columns is not None and (isinstance(columns, bool) or not isinstance(columns, int) or columns < 1):
-        raise UsageError(f"columns must be a positive integer, got {columns!r}")
+    if columns is not None and (
+        isinstance(columns, bool) or not isinstance(columns, int) or not 1 <= columns <= MAX_PREVIEW
+    ):
+        raise UsageError(f"columns must be an integer from 1 to {MAX_PREVIEW}, got {columns!r}")
     seed = loader_seed if seed is None else seed
     seed = 0 if seed is None else seed
     epoch = loader_epoch if epoch is None else epoch
@@ -342,7 +360,5 @@ def preview(
         columns=columns,
     )
     if out is not None:
-        ok = cv2.imwrite(str(out), cv2.cvtColor(grid, cv2.COLOR_RGB2BGR))
-        if not ok:
-            raise UsageError(f"could not write {out} (is the folder writable?)")
+        _write_image(out, grid)
     return Preview(out, grid, cells, title)
