@@ -215,6 +215,8 @@ class BatchMix:
         if detection:
             chosen = rng.random(n) < self.mixup_p
             r = rng.beta(mixup_alpha, mixup_alpha, size=n)
+            if n == 1:  # its only neighbour is itself: a blend with itself would keep every box twice
+                return MixDraws("detection", weights=np.ones(1))
             return MixDraws("detection", weights=np.where(chosen, r, 1.0))
         cut = self.cutmix_alpha is not None and (mixup_alpha is None or rng.random() < self.switch_prob)
         applied = rng.random() < (self.cutmix_p if cut else self.mixup_p)

@@ -71,3 +71,15 @@ def test_yolo_rows_are_normalised_to_the_augmented_size_on_threads_and_device(ca
             assert torch.allclose(mine[:, 2:], _xywhn(target["boxes"], images.shape[-2:]), atol=1e-4)
             rows_seen += len(mine)
     assert rows_seen > 0
+
+
+@pytest.mark.parametrize("on_device", [False, True])
+def test_detection_mixup_of_a_one_sample_batch_keeps_its_boxes_once(caches, on_device):
+    options = {"device": "cpu", "augment_on": "device"} if on_device else {}
+    plain = make_loader(caches / "boxes", 1, seed=4, augment=[Resize((32, 32))], **options)
+    mixed = make_loader(caches / "boxes", 1, seed=4, augment=[Resize((32, 32)), MixUp(p=1.0)], **options)
+    boxes = 0
+    for (a, ta), (b, tb) in zip(plain, mixed):
+        assert torch.equal(a, b) and torch.equal(ta[0]["boxes"], tb[0]["boxes"])
+        boxes += len(tb[0]["boxes"])
+    assert boxes > 0
