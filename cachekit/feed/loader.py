@@ -35,6 +35,7 @@ from .loaderchecks import (
 )
 from .order import default_window, node_partitions
 from .prefetch import Prefetcher
+from .rows import boxes_field
 from .sampler import ShardAwareDistributedSampler
 from .schedule import AugmentSchedule
 from .targets import check_yolo_collate
@@ -300,6 +301,8 @@ def make_loader(
         )
         if plan is not None and plan.mix is not None:  # CutMix on boxes, MixUp on masks alone: one line
             plan.mix.check_cache(getattr(dataset, "fields", {}))
+        if plan is not None and plan.needs_boxes:  # an IoU crop: here, not at the first batch (in a worker)
+            boxes_field(dataset)
 
     if not readable and augment is not None:
         raise TypeError("augment needs a cachekit CachedDataset")
