@@ -109,7 +109,10 @@ class MapDraws:
         moved = box_corners(b, self.matrices[j]) if len(b) else np.zeros((0, 4))
         before = (moved[:, 2] - moved[:, 0]) * (moved[:, 3] - moved[:, 1])
         moved, visible = _clip(moved, before, self.out_size, min_visibility)
-        return moved.astype(np.float32), keep & visible, j
+        moved = moved.astype(np.float32)
+        # a box just past the edge clips to a sliver of rounding error (1e-14 px): none once float32
+        visible &= (moved[:, 2] > moved[:, 0]) & (moved[:, 3] > moved[:, 1])
+        return moved, keep & visible, j
 
 
 def _resize_step(step: Resize, vh: np.ndarray, vw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
