@@ -90,3 +90,17 @@ def test_numpy_arguments_write_back_as_literals():
     text = format_spec(steps)
     assert text is not None and "np." not in text
     assert parse_spec(text) == steps
+
+
+def test_an_autoaugment_policy_given_as_an_enum_writes_back():
+    """torchvision's ``AutoAugmentPolicy.IMAGENET`` is taken; a loader's state must be able to write it."""
+    import enum
+
+    from cachekit.transforms import AutoAugment
+
+    class Policy(enum.Enum):  # what torchvision's AutoAugmentPolicy is
+        SVHN = "svhn"
+
+    step = AutoAugment(Policy.SVHN)
+    assert step == AutoAugment("svhn") == AutoAugment("SVHN")
+    assert parse_spec(format_spec([step])) == [step]
