@@ -40,6 +40,8 @@ PALETTE = (
 )
 #: The most samples one grid shows.
 MAX_PREVIEW = 256
+#: The longest side a grid may have, in pixels (a larger PNG is more than a person can look at).
+MAX_GRID_SIDE = 16384
 _FONT = cv2.FONT_HERSHEY_SIMPLEX
 _LINE = 16  # pixels per line of text under an image
 _PAD = 6
@@ -331,6 +333,13 @@ def preview(
     n = min(n, len(dataset))
     if n == 0:
         raise UsageError("the cache holds no samples to preview")
+    across = min(columns or max(1, int(np.ceil(np.sqrt(n)))), n)
+    side = max(across, -(-n // across)) * (cell + _PAD)
+    if side > MAX_GRID_SIDE:  # 256 cells of 2048 px: a 3 GB canvas before any caption
+        raise UsageError(
+            f"a grid of {n} samples of {cell} px, {across} a row, is {side} px on a side, past the "
+            f"{MAX_GRID_SIDE} a viewer opens: use a smaller --cell, fewer --samples or other --columns"
+        )
     options = {"min_visibility": visibility} if visibility is not None else {}
     ragged = bool(getattr(dataset, "ragged", False))
     loader = make_loader(

@@ -180,3 +180,10 @@ def test_the_png_replaces_the_old_one_whole_and_leaves_nothing_beside_it(detecti
         preview(detection, SPEC, n=4, out=out, cell=32)
     assert out.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["grid.png"]
+
+
+def test_a_grid_too_large_to_look_at_is_refused_before_it_is_drawn(detection):
+    # 12 samples of 2048 px in one row: a 24,000-pixel-wide canvas (256 samples of 2048 px: 3 GB)
+    with pytest.raises(UsageError, match="px on a side"):
+        preview(detection, SPEC, n=12, cell=2048, columns=12, out=None)
+    assert preview(detection, SPEC, n=4, cell=2048, out=None).image.shape[1] <= 16384
