@@ -44,6 +44,10 @@ def check_counts(**values: Any) -> None:
             raise ValueError(f"{name} must be an integer, got {value!r}")
         if lowest[name] is not None and value < lowest[name]:
             raise ValueError(f"{name} must be at least {lowest[name]}, got {value}")
+        if (
+            name == "seed" and not -(2**63) <= value < 2**64
+        ):  # torch.manual_seed's range (past it, seeds wrap onto others' draws)
+            raise ValueError(f"seed must be from -2**63 to 2**64 - 1, as torch.manual_seed's, got {value}")
 
 
 def open_dataset(dataset, storage_options: dict | None):

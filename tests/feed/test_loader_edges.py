@@ -33,6 +33,8 @@ def ragged_cache(mixed_tree, tmp_path_factory):
         ({"batch_size": "8"}, "batch_size must be an integer"),
         ({"batch_size": 0}, "batch_size must be at least 1"),
         ({"batch_size": 4, "seed": 1.5}, "seed must be an integer"),
+        ({"batch_size": 4, "seed": 2**64}, "seed must be from"),  # it drew what seed=0 draws
+        ({"batch_size": 4, "seed": -(2**63) - 1}, "seed must be from"),
         ({"batch_size": 4, "threads": -2}, "threads must be at least 1"),
         ({"batch_size": 4, "workers": 1, "prefetch_factor": 0}, "prefetch_factor must be at least 1"),
         ({"batch_size": 4, "dtype": "float16"}, "torch floating point type"),
