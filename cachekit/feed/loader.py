@@ -188,6 +188,8 @@ class CacheLoader(DataLoader):
     def load_state_dict(self, state: dict) -> None:
         """Resume the saved epoch with the plan it read with; a seed chosen for this loader becomes
         the saved job's (its order and crops continue)."""
+        if self.schedule is not None:
+            self.schedule.check_state(state)  # before the sampler takes any of it
         self.sampler.load_state_dict(state)
         if self._request_options is not None:
             self._request_options["seed"] = self.sampler.seed
