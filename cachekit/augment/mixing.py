@@ -235,9 +235,15 @@ class BatchMix:
         kept = 1.0 - (x2 - x1) * (y2 - y1) / (w * h)
         return MixDraws("cutmix", lam=float(kept), box=(y1, y2, x1, x2))
 
-    def check_cache(self, fields: dict) -> None:
-        """One line when this stage cannot run on a cache with these ``fields`` (``FieldSpec`` by name)."""
+    def check_cache(self, fields: dict, classes: int | None = None) -> None:
+        """One line when this stage cannot run on a cache with these ``fields`` (``FieldSpec`` by name)
+        and ``classes`` class names: soft labels narrower than its classes fail at the first label past them."""
         kinds = {spec.kind for spec in fields.values()}
+        if not kinds and classes and self.num_classes is not None and self.num_classes < classes:
+            raise ValueError(
+                f"MixUp/CutMix: num_classes={self.num_classes} is fewer than this cache's {classes} classes: "
+                "leave it None (the cache's) or give the model's"
+            )
         if "boxes" in kinds:
             if self.cutmix_alpha is not None:
                 raise ValueError(

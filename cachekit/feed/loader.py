@@ -302,7 +302,7 @@ def make_loader(
             dataset, batch_size, plan, pad=pad, per_sample=per_sample, on_device=on_device_for(plan)
         )
         if plan is not None and plan.mix is not None:  # CutMix on boxes, MixUp on masks alone: one line
-            plan.mix.check_cache(getattr(dataset, "fields", {}))
+            plan.mix.check_cache(getattr(dataset, "fields", {}), len(getattr(dataset, "classes", None) or ()))
         if plan is not None and plan.needs_boxes:  # an IoU crop: here, not at the first batch (in a worker)
             boxes_field(dataset)
 
