@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..constants import MAX_SIDE
 from ..image.geometry import _clip
 from .geometric import (
     RandomAffine,
@@ -108,7 +109,10 @@ class MapDraws:
         moved = box_corners(b, self.matrices[j]) if len(b) else np.zeros((0, 4))
         before = (moved[:, 2] - moved[:, 0]) * (moved[:, 3] - moved[:, 1])
         moved, visible = _clip(moved, before, self.out_size, min_visibility)
-        return moved.astype(np.float32), keep & visible, j
+        moved = moved.astype(np.float32)
+        # a box just past the edge clips to a sliver of rounding error (1e-14 px): none once float32
+        visible &= (moved[:, 2] > moved[:, 0]) & (moved[:, 3] > moved[:, 1])
+        return moved, keep & visible, j
 
 
 def _resize_step(step: Resize, vh: np.ndarray, vw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -202,6 +206,11 @@ def draw_maps(
             "RandomResizedCrop, CenterCrop or Resize((height, width))"
         )
     out = (int(vh[0]), int(vw[0])) if n else (0, 0)
+    if max(out) > MAX_SIDE:
+        raise ValueError(
+            f"augment gives outputs of {out[0]} x {out[1]} pixels, past the largest side an image may have, "
+            f"{MAX_SIDE}: end it with RandomResizedCrop, CenterCrop or Resize((height, width))"
+        )
     on = mosaic is not None and bool(mosaic.on.any())
     fast = as_boxes(m, out) if n and not on else None
     shrink = None if fast is not None or not n else shrink_sizes(m, source_hw, out)

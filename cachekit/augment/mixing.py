@@ -215,6 +215,8 @@ class BatchMix:
         if detection:
             chosen = rng.random(n) < self.mixup_p
             r = rng.beta(mixup_alpha, mixup_alpha, size=n)
+            if n == 1:  # its only neighbour is itself: a blend with itself would keep every box twice
+                return MixDraws("detection", weights=np.ones(1))
             return MixDraws("detection", weights=np.where(chosen, r, 1.0))
         cut = self.cutmix_alpha is not None and (mixup_alpha is None or rng.random() < self.switch_prob)
         applied = rng.random() < (self.cutmix_p if cut else self.mixup_p)
@@ -233,9 +235,15 @@ class BatchMix:
         kept = 1.0 - (x2 - x1) * (y2 - y1) / (w * h)
         return MixDraws("cutmix", lam=float(kept), box=(y1, y2, x1, x2))
 
-    def check_cache(self, fields: dict) -> None:
-        """One line when this stage cannot run on a cache with these ``fields`` (``FieldSpec`` by name)."""
+    def check_cache(self, fields: dict, classes: int | None = None) -> None:
+        """One line when this stage cannot run on a cache with these ``fields`` (``FieldSpec`` by name)
+        and ``classes`` class names: soft labels narrower than its classes fail at the first label past them."""
         kinds = {spec.kind for spec in fields.values()}
+        if not kinds and classes and self.num_classes is not None and self.num_classes < classes:
+            raise ValueError(
+                f"MixUp/CutMix: num_classes={self.num_classes} is fewer than this cache's {classes} classes: "
+                "leave it None (the cache's) or give the model's"
+            )
         if "boxes" in kinds:
             if self.cutmix_alpha is not None:
                 raise ValueError(

@@ -107,7 +107,9 @@ class AutoAugment:
     fill: int | tuple[int, ...] = 0
 
     def __post_init__(self) -> None:
-        self.policy_name()
+        # kept as its lower-case name: an enum member (torchvision's) writes back as text, so a
+        # loader's state keeps it for a resumed epoch
+        object.__setattr__(self, "policy", self.policy_name())
         check_fill(self.fill, "AutoAugment")
 
     def policy_name(self) -> str:

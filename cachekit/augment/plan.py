@@ -19,7 +19,7 @@ import numpy as np
 from ..image.geometry import DEFAULT_MIN_VISIBILITY, Affine, move_boxes_flat
 from .catalogue import CATALOGUE
 from .draws import uniforms
-from .geometric import RandomIoUCrop, RandomRotation, RandomZoomOut
+from .geometric import RandomIoUCrop, RandomRotation, RandomZoomOut, degrees_range
 from .maps import GEOMETRIC_STEPS, MapDraws, draw_maps
 from .mixing import BatchMix, compile_mixing
 from .mosaic import Mosaic, mosaic_extras
@@ -234,6 +234,26 @@ class Plan:
             ):
                 size = None
         return size
+
+    def size_varies(self) -> bool:
+        """Whether the output's size may differ from sample to sample even when every input has the
+        same size: a ``RandomZoomOut``, ``RandomIoUCrop`` or ``RandomRotation(expand=True)`` that draws
+        sizes, with no fixed size after it."""
+        varies = False
+        for step in self.steps:
+            if isinstance(step, (RandomResizedCrop, CenterCrop, Letterbox, Mosaic)) or (
+                isinstance(step, Resize) and not isinstance(step.size, int)
+            ):
+                varies = False
+            elif isinstance(step, RandomZoomOut):
+                lo, hi = step.side_range
+                varies = varies or not (hi == 1.0 or step.p == 0.0 or (step.p == 1.0 and lo == hi))
+            elif isinstance(step, RandomIoUCrop):
+                varies = varies or any(v < 1.0 for v in step.options)
+            elif isinstance(step, RandomRotation) and step.expand:
+                lo, hi = degrees_range(step.degrees, "RandomRotation")
+                varies = varies or lo != hi
+        return varies
 
     def draw(
         self, seed: int, epoch: int, indices, heights, widths, *, extra=None, extra_hw=None, boxes=None

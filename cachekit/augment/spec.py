@@ -20,6 +20,8 @@ __all__ = ["MAX_SPEC_CHARS", "catalogue", "parse_spec", "format_spec"]
 
 #: The longest spec read (a recipe is a few hundred characters; a longer one is not a recipe).
 MAX_SPEC_CHARS = 4000
+#: The longest refusal written back (a transform's own message may quote a long argument whole).
+MAX_MESSAGE_CHARS = 300
 
 
 def catalogue() -> dict[str, type]:
@@ -82,15 +84,27 @@ def parse_spec(text: str, known: dict[str, type] | None = None) -> list:
             for kw in call.keywords:
                 if kw.arg is None:
                     raise ValueError(f"augment spec: {name}: **arguments are not taken")
+                if kw.arg in kwargs:
+                    raise ValueError(f"augment spec: {name}: {kw.arg}= is given twice")
                 kwargs[kw.arg] = _literal(kw.value, f"{name} {kw.arg}")
         try:
             steps.append(cls(*args, **kwargs))
         except (TypeError, ValueError) as exc:
             message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            raise ValueError(
-                f"augment spec: {message if name in message else f'{name}: {message}'}"
-            ) from None
+            message = f"augment spec: {message if name in message else f'{name}: {message}'}"
+            if len(message) > MAX_MESSAGE_CHARS:  # a value echoed back whole would bury the reason
+                message = message[: MAX_MESSAGE_CHARS - 3] + "..."
+            raise ValueError(message) from None
     return steps
+
+
+def _plain(value):
+    """``value`` with numpy scalars as Python numbers (``np.int64(224)`` is written ``224``), so a
+    transform given numpy arguments still writes back as literals."""
+    if isinstance(value, (tuple, list)):
+        return type(value)(_plain(v) for v in value)
+    item = getattr(value, "item", None)
+    return item() if type(value).__module__ == "numpy" and callable(item) and not value.shape else value
 
 
 def format_spec(steps) -> str | None:
@@ -102,7 +116,9 @@ def format_spec(steps) -> str | None:
     for step in steps:
         if not dataclasses.is_dataclass(step) or isinstance(step, type):
             return None
-        values = ", ".join(f"{f.name}={getattr(step, f.name)!r}" for f in dataclasses.fields(step) if f.init)
+        values = ", ".join(
+            f"{f.name}={_plain(getattr(step, f.name))!r}" for f in dataclasses.fields(step) if f.init
+        )
         parts.append(f"{type(step).__name__}({values})")
     text = ", ".join(parts)
     try:

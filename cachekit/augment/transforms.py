@@ -67,7 +67,13 @@ def _range(value, name: str, low: float = 0.0) -> tuple[float, float]:
     return a, b
 
 
-def _jitter_range(value, name: str, centre: float, low: float, high: float = math.inf) -> tuple[float, float]:
+#: The largest brightness, contrast or saturation factor taken (past a few, every pixel is already at 0 or 255).
+MAX_JITTER = 1000.0
+
+
+def _jitter_range(
+    value, name: str, centre: float, low: float, high: float = MAX_JITTER
+) -> tuple[float, float]:
     """torchvision's forms: a number ``x`` is ``[centre - x, centre + x]`` (clipped at ``low``), a
     pair is ``(min, max)`` itself; both within ``[low, high]``."""
     if isinstance(value, numbers.Real) and not isinstance(value, bool):

@@ -88,10 +88,11 @@ def stack_images(images: Sequence[torch.Tensor]) -> torch.Tensor:
 
 def _fields_batch(batch: SampleBatch, mode: str):
     """``(images, targets[, aux | sizes])`` of a batch whose samples have fields. YOLO rows are
-    normalised to the batch tensor's own size (padded samples: the padded size, as a loss sees it)."""
+    normalised to the batch tensor's own size (padded samples: the padded size, as a loss sees it);
+    a batch the device will augment is normalised to the size it will have (``image_hw``), not to
+    the stored images it carries there."""
     if mode == "yolo":
-        padded = batch.aux is not None and set(batch.aux) == {"sizes"}  # read as stored, zero-padded
-        # (a device stage's parameters also carry "sizes": the stored ones, not the output's)
+        padded = batch.aux is not None and set(batch.aux) == {"sizes"}
         hw = [tuple(batch.images.shape[-2:])] * len(batch.targets) if padded else None
         targets = yolo_rows(batch.fields, batch.targets, hw or batch.image_hw)
     else:

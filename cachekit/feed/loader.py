@@ -35,6 +35,7 @@ from .loaderchecks import (
 )
 from .order import default_window, node_partitions
 from .prefetch import Prefetcher
+from .rows import boxes_field
 from .sampler import ShardAwareDistributedSampler
 from .schedule import AugmentSchedule
 from .targets import check_yolo_collate
@@ -187,6 +188,8 @@ class CacheLoader(DataLoader):
     def load_state_dict(self, state: dict) -> None:
         """Resume the saved epoch with the plan it read with; a seed chosen for this loader becomes
         the saved job's (its order and crops continue)."""
+        if self.schedule is not None:
+            self.schedule.check_state(state)  # before the sampler takes any of it
         self.sampler.load_state_dict(state)
         if self._request_options is not None:
             self._request_options["seed"] = self.sampler.seed
@@ -299,7 +302,9 @@ def make_loader(
             dataset, batch_size, plan, pad=pad, per_sample=per_sample, on_device=on_device_for(plan)
         )
         if plan is not None and plan.mix is not None:  # CutMix on boxes, MixUp on masks alone: one line
-            plan.mix.check_cache(getattr(dataset, "fields", {}))
+            plan.mix.check_cache(getattr(dataset, "fields", {}), len(getattr(dataset, "classes", None) or ()))
+        if plan is not None and plan.needs_boxes:  # an IoU crop: here, not at the first batch (in a worker)
+            boxes_field(dataset)
 
     if not readable and augment is not None:
         raise TypeError("augment needs a cachekit CachedDataset")

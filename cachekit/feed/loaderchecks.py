@@ -44,6 +44,10 @@ def check_counts(**values: Any) -> None:
             raise ValueError(f"{name} must be an integer, got {value!r}")
         if lowest[name] is not None and value < lowest[name]:
             raise ValueError(f"{name} must be at least {lowest[name]}, got {value}")
+        if (
+            name == "seed" and not -(2**63) <= value < 2**64
+        ):  # torch.manual_seed's range (past it, seeds wrap onto others' draws)
+            raise ValueError(f"seed must be from -2**63 to 2**64 - 1, as torch.manual_seed's, got {value}")
 
 
 def open_dataset(dataset, storage_options: dict | None):
@@ -154,6 +158,12 @@ def check_augment_plan(
             "this cache keeps every sample at its own size, and augment must then end in a fixed "
             "size (RandomResizedCrop, CenterCrop or Resize((height, width))): pad=True pads "
             "samples read as stored, not augmented ones"
+        )
+    if not ragged and plan is not None and plan.fixed_size() is None and plan.size_varies():
+        raise ValueError(
+            "augment gives outputs of a different size for each sample (a RandomZoomOut, RandomIoUCrop "
+            "or RandomRotation(expand=True) with no fixed size after it): end it with "
+            "RandomResizedCrop, CenterCrop or Resize((height, width))"
         )
     if ragged and not pad and not per_sample and plan is None:
         raise ValueError(

@@ -23,7 +23,7 @@ from ..augment.warpmatrix import resize_chw, warp_sample
 from ..image.ops import hwc_into_planes
 from .targets import move_target, sample_target
 
-__all__ = ["read_indices", "draw_batch", "general_aux", "Rows"]
+__all__ = ["read_indices", "draw_batch", "general_aux", "boxes_field", "Rows"]
 
 
 def _extras(request, length: int) -> np.ndarray | None:
@@ -43,8 +43,9 @@ def read_indices(request, length: int) -> list[int]:
     return list(request) + extra[extra[:, 0] >= 0].reshape(-1).tolist()
 
 
-def _boxes_field(dataset) -> str:
-    names = [name for name, spec in dataset.fields.items() if spec.kind == "boxes"]
+def boxes_field(dataset) -> str:
+    """The name of ``dataset``'s boxes field, which ``RandomIoUCrop`` draws from (one line without)."""
+    names = [name for name, spec in getattr(dataset, "fields", {}).items() if spec.kind == "boxes"]
     if not names:
         raise ValueError("RandomIoUCrop needs a cache with boxes (cachekit build --annotations ...)")
     return names[0]
@@ -58,7 +59,7 @@ def draw_batch(dataset, request, readers, local, heights, widths, values, whole:
         return None, None
     early, boxes = None, None
     if plan.needs_boxes:
-        name = _boxes_field(dataset)
+        name = boxes_field(dataset)
         if values is not None:
             boxes = [np.asarray(v[name]["boxes"]).reshape(-1, 4) for v in values[:n]]
         elif whole:

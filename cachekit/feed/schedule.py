@@ -142,12 +142,23 @@ class AugmentSchedule:
             state["augment_next"] = format_spec(nxt.listed if nxt is not None else None)
         return state
 
+    @staticmethod
+    def check_state(state: dict) -> None:
+        """One line for a state whose plans are not text (``restore`` would pass them over)."""
+        for key in ("augment", "augment_next"):  # None: not written (a warning said so when saved)
+            if state.get(key) is not None and not isinstance(state[key], str):
+                raise ValueError(
+                    f"this state's {key} is a {type(state[key]).__name__}, not a list of transforms as "
+                    "text: it was not written by state_dict"
+                )
+
     def restore(self, state: dict, *, new_epoch: bool) -> None:
         """Resume with a saved state's plans (a function of the epoch needs none: it is asked again).
 
         ``new_epoch``: the saved epoch was over, so the resumed pass is the next one, which reads
         with the plan ``set`` had asked for, if any.
         """
+        self.check_state(state)
         if self._function is not None or not isinstance(state.get("augment"), str):
             return
         saved = self.compile(parse_spec(state["augment"]))

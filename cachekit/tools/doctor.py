@@ -293,8 +293,8 @@ def diagnose(
         step = simulated_step(step_ms, step_kind)
         described = f"simulated {step_ms:g} ms, {step_kind} ({STEP_KINDS[step_kind]})"
     others = set(child_pids())  # processes that are not this loader's workers
-    loader = (
-        make_loader(  # samples of their own sizes come padded, as a training loop without crops reads them
+    try:
+        loader = make_loader(  # samples of their own sizes come padded, as a training loop without crops reads them
             dataset,
             batch_size,
             workers=workers,
@@ -303,7 +303,8 @@ def diagnose(
             pad=bool(getattr(dataset, "ragged", False)) and not augment,
             augment=augment,
         )
-    )
+    except (ValueError, TypeError) as exc:  # an augment this cache cannot take: one line, as the CLI prints
+        raise UsageError(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
     if model is not None:
         step = _model_step(model, target)
         name = f"{getattr(model, '__module__', '?')}:{getattr(model, '__qualname__', repr(model))}"

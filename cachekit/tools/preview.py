@@ -40,6 +40,8 @@ PALETTE = (
 )
 #: The most samples one grid shows.
 MAX_PREVIEW = 256
+#: The longest side a grid may have, in pixels (a larger PNG is more than a person can look at).
+MAX_GRID_SIDE = 16384
 _FONT = cv2.FONT_HERSHEY_SIMPLEX
 _LINE = 16  # pixels per line of text under an image
 _PAD = 6
@@ -207,7 +209,7 @@ def draw_grid(
     """A grid (RGB) of ``images [B, C, H, W]`` with their ``targets`` drawn, each image's longer side
     at ``cell`` pixels; padded samples cut to their ``sizes``."""
     n = len(images)
-    columns = columns or max(1, int(np.ceil(np.sqrt(n))))
+    columns = min(columns or max(1, int(np.ceil(np.sqrt(n)))), max(1, n))  # no empty columns
     rows = -(-n // columns)
     hws = [tuple(int(v) for v in (sizes[j] if sizes is not None else images.shape[-2:])) for j in range(n)]
     scales = [cell / max(1, h, w) for h, w in hws]
@@ -271,6 +273,22 @@ def _plan_of(source) -> tuple[CachedDataset, list | None, int | None, int, float
     )
 
 
+def _write_image(out: Path, grid: np.ndarray) -> None:
+    """``grid`` (RGB) as ``out``'s format, whole or not at all: encoded first, written beside it, renamed
+    over it, so a reader (an image viewer refreshing, a run killed half-way) never sees half a PNG."""
+    ok, encoded = cv2.imencode(out.suffix.lower(), cv2.cvtColor(grid, cv2.COLOR_RGB2BGR))
+    if not ok:
+        raise UsageError(f"could not encode {out.name} as {out.suffix}")
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.part")
+    try:
+        tmp.write_bytes(encoded.tobytes())
+        os.replace(tmp, out)
+    except OSError as exc:
+        raise UsageError(f"could not write {out} ({exc.strerror or exc}; is the folder writable?)") from None
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def preview(
     source,
     augment=None,
@@ -299,8 +317,10 @@ def preview(
     for name, value, low, high in (("n", n, 1, MAX_PREVIEW), ("cell", cell, 16, 2048)):
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
             raise UsageError(f"{name} must be an integer from {low} to {high}, got {value!r}")
-    if columns is not None and (isinstance(columns, bool) or not isinstance(columns, int) or columns < 1):
-        raise UsageError(f"columns must be a positive integer, got {columns!r}")
+    if columns is not None and (
+        isinstance(columns, bool) or not isinstance(columns, int) or not 1 <= columns <= MAX_PREVIEW
+    ):
+        raise UsageError(f"columns must be an integer from 1 to {MAX_PREVIEW}, got {columns!r}")
     seed = loader_seed if seed is None else seed
     seed = 0 if seed is None else seed
     epoch = loader_epoch if epoch is None else epoch
@@ -313,6 +333,13 @@ def preview(
     n = min(n, len(dataset))
     if n == 0:
         raise UsageError("the cache holds no samples to preview")
+    across = min(columns or max(1, int(np.ceil(np.sqrt(n)))), n)
+    side = max(across, -(-n // across)) * (cell + _PAD)
+    if side > MAX_GRID_SIDE:  # 256 cells of 2048 px: a 3 GB canvas before any caption
+        raise UsageError(
+            f"a grid of {n} samples of {cell} px, {across} a row, is {side} px on a side, past the "
+            f"{MAX_GRID_SIDE} a viewer opens: use a smaller --cell, fewer --samples or other --columns"
+        )
     options = {"min_visibility": visibility} if visibility is not None else {}
     ragged = bool(getattr(dataset, "ragged", False))
     loader = make_loader(
@@ -342,7 +369,5 @@ def preview(
         columns=columns,
     )
     if out is not None:
-        ok = cv2.imwrite(str(out), cv2.cvtColor(grid, cv2.COLOR_RGB2BGR))
-        if not ok:
-            raise UsageError(f"could not write {out} (is the folder writable?)")
+        _write_image(out, grid)
     return Preview(out, grid, cells, title)

@@ -481,3 +481,26 @@ def test_maps_equal_torchvisions_own_where_it_is_installed():
     out = np.zeros_like(img)
     warp_sample(img, False, m, out)
     assert np.abs(out[inner].astype(float) - ref[inner]).mean() < 0.5
+
+
+def test_an_output_past_the_largest_side_is_refused_before_it_is_allocated():
+    # a 16x zoom-out of a 1000-pixel image would be 16000 x 16000 (768 MB a sample); of a stored 8192
+    # image, 51 GB: refused in one line when drawn, not attempted
+    plan = compile_plan([RandomZoomOut(side_range=(16.0, 16.0), p=1.0)])
+    with pytest.raises(ValueError, match="past the largest side"):
+        plan.draw(0, 0, np.arange(2), [1000, 1000], [1000, 1000])
+    draws = compile_plan([RandomZoomOut(side_range=(16.0, 16.0), p=1.0), Resize((32, 32))]).draw(
+        0, 0, np.arange(2), [1000, 1000], [1000, 1000]
+    )
+    assert draws.out_size == (32, 32)
+
+
+def test_a_box_just_past_the_edge_is_dropped_not_kept_as_a_zero_width_sliver():
+    # box_corners puts the left edge at 49.99999999999999 of a 50-pixel output: clipped, 1e-14 px wide,
+    # kept even by min_visibility=0, and 0 px wide once float32
+    plan = compile_plan([RandomZoomOut(p=1.0), RandomResizedCrop(50, scale=(0.05, 0.3))], min_visibility=0.0)
+    n = 400
+    draws = plan.draw(0, 0, np.arange(n), [100] * n, [100] * n)
+    moved, keep, _ = draws.box_mover(0.0)(np.array([[20.0, 20.0, 60.0, 50.0]] * n), np.arange(n))
+    assert keep.sum() > 50
+    assert (moved[keep, 2] > moved[keep, 0]).all() and (moved[keep, 3] > moved[keep, 1]).all()

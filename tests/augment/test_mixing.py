@@ -200,3 +200,16 @@ def test_hostile_arguments_are_one_line_errors(make):
     with pytest.raises(ValueError) as info:
         make()
     assert "\n" not in str(info.value)
+
+
+def test_detection_mixup_leaves_a_batch_of_one_alone():
+    """A batch of one (batch_size=1, or an epoch's last) rolls onto itself: a blend with itself kept
+    every box twice (duplicate ground truth for the loss's assignment)."""
+    mix = compile_mixing([MixUp(p=1.0)])
+    for i in range(50):
+        d = mix.draw(0, 0, [i], (8, 8), True)
+        assert not d.mixes and (d.weights == 1).all()
+        targets = [{"boxes": torch.tensor([[1.0, 1, 4, 4]]), "classes": torch.tensor([2])}]
+        d.mix_targets(targets, [("boxes", "classes")], {})
+        assert targets[0]["classes"].tolist() == [2] and len(targets[0]["boxes"]) == 1
+    assert (mix.draw(0, 0, [0, 1], (8, 8), True).weights < 1).all()  # two samples still mix

@@ -285,3 +285,14 @@ def test_colour_jitter_order_is_drawn_per_sample_and_followed():
 def test_transform_sizes_past_the_limit_are_refused_when_made(make):
     with pytest.raises(ValueError, match="largest side an image may have, 8192 pixels"):
         make()
+
+
+def test_colour_jitter_refuses_factors_that_overflow_the_draws():
+    # 1e300 became inf in the float32 draws (a RuntimeWarning and NaN-prone products); 1000 is all white already
+    for bad in (1e300, (0.5, 1e12), 2**63):
+        with pytest.raises(ValueError, match="within"):
+            ColorJitter(brightness=bad)
+        with pytest.raises(ValueError, match="within"):
+            ColorJitter(contrast=bad)
+    jitter = compile_plan([ColorJitter(brightness=999.0)]).draw(0, 0, np.arange(8), [8] * 8, [8] * 8).jitter
+    assert np.isfinite(jitter).all()

@@ -195,10 +195,13 @@ def test_a_mosaic_reads_the_same_in_a_worker_process(caches):
 
 
 def test_an_iou_crop_of_a_cache_without_boxes_is_refused_in_one_line(small_cache):
-    loader = make_loader(small_cache, 4, augment=[RandomIoUCrop(), Resize((16, 16))])
+    # refused when the loader is made or the list set, not at the first batch (in a worker process)
     with pytest.raises(ValueError, match="RandomIoUCrop needs a cache with boxes") as info:
-        next(iter(loader))
+        make_loader(small_cache, 4, augment=[RandomIoUCrop(), Resize((16, 16))])
     assert "\n" not in str(info.value)
+    loader = make_loader(small_cache, 4, augment=[Resize((16, 16))])
+    with pytest.raises(ValueError, match="RandomIoUCrop needs a cache with boxes"):
+        loader.set_augment([RandomIoUCrop(), Resize((16, 16))])
 
 
 @pytest.mark.parametrize("on_device", [False, True])

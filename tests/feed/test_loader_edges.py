@@ -10,7 +10,14 @@ import torch
 
 from cachekit import BuildConfig, CachedDataset, build, make_loader
 from cachekit.augment.device import DeviceStage
-from cachekit.transforms import ColorJitter, RandomHorizontalFlip, RandomResizedCrop
+from cachekit.transforms import (
+    ColorJitter,
+    RandomHorizontalFlip,
+    RandomResizedCrop,
+    RandomRotation,
+    RandomZoomOut,
+    Resize,
+)
 
 
 @pytest.fixture(scope="module")
@@ -26,6 +33,8 @@ def ragged_cache(mixed_tree, tmp_path_factory):
         ({"batch_size": "8"}, "batch_size must be an integer"),
         ({"batch_size": 0}, "batch_size must be at least 1"),
         ({"batch_size": 4, "seed": 1.5}, "seed must be an integer"),
+        ({"batch_size": 4, "seed": 2**64}, "seed must be from"),  # it drew what seed=0 draws
+        ({"batch_size": 4, "seed": -(2**63) - 1}, "seed must be from"),
         ({"batch_size": 4, "threads": -2}, "threads must be at least 1"),
         ({"batch_size": 4, "workers": 1, "prefetch_factor": 0}, "prefetch_factor must be at least 1"),
         ({"batch_size": 4, "dtype": "float16"}, "torch floating point type"),
@@ -113,3 +122,26 @@ def test_a_batch_too_large_to_assemble_is_refused_before_any_read(small_cache):
         make_loader(ds, 8, augment=[RandomResizedCrop(10**6)])
     with pytest.raises(ValueError, match="over the limit"):
         make_loader(ds, 10**8)  # 10^8 samples of 3 x 32 x 32
+
+
+@pytest.mark.parametrize(
+    "augment",
+    [
+        [RandomZoomOut(p=0.5)],
+        [RandomRotation(30, expand=True)],
+        [RandomResizedCrop(24), RandomZoomOut(side_range=(1.0, 2.0), p=1.0)],
+    ],
+)
+def test_a_list_whose_size_varies_is_refused_when_made_on_a_fixed_size_cache(small_cache, augment):
+    """Every stored image is 32 x 32, but these draw a size per sample: refused by make_loader and
+    set_augment in one line, not at the first batch (in a worker, under a DataLoader's traceback)."""
+    with pytest.raises(ValueError, match="different size for each sample"):
+        make_loader(CachedDataset(small_cache), 4, augment=augment)
+    loader = make_loader(CachedDataset(small_cache), 4, augment=[RandomHorizontalFlip()])
+    with pytest.raises(ValueError, match="different size for each sample"):
+        loader.set_augment(augment)
+    # the same ended in a fixed size reads; a size drawn once for all (p=1, one ratio) reads as is
+    fixed = make_loader(CachedDataset(small_cache), 4, augment=[*augment, Resize((16, 16))], workers=0)
+    assert next(iter(fixed))[0].shape[-2:] == (16, 16)
+    same = make_loader(CachedDataset(small_cache), 4, augment=[RandomZoomOut(side_range=(2, 2), p=1.0)])
+    assert next(iter(same))[0].shape[-2:] == (64, 64)

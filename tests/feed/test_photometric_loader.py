@@ -256,3 +256,13 @@ def test_a_batch_of_soft_labels_read_as_pairs_collates_to_rows():
     )
     images, labels = default_collate(list(batch))
     assert images.shape == (3, 3, 4, 4) and torch.equal(labels, batch.labels)
+
+
+def test_num_classes_fewer_than_the_caches_is_refused_when_made(classes_cache):
+    # 4 classes, soft labels of 3: refused by make_loader, not at the first batch holding label 3
+    for steps in ([MixUp(num_classes=3)], [CutMix(num_classes=2)], [MixUpOrCutMix(num_classes=1)]):
+        with pytest.raises(ValueError, match="fewer than this cache's 4 classes") as info:
+            make_loader(classes_cache, 8, seed=1, augment=steps)
+        assert "\n" not in str(info.value)
+    _, labels = next(iter(make_loader(classes_cache, 8, seed=1, augment=[MixUp(num_classes=10)])))
+    assert labels.shape == (8, 10)  # more than the cache's: the model's head

@@ -183,3 +183,20 @@ def test_bad_schedules_fail_in_one_line_before_reading(small_cache, tmp_path):
         make_loader(ds, 8, augment=lambda epoch: ["RandomResizedCrop(16)"])  # epoch 0's is checked at once
     with pytest.raises(TypeError, match="augment takes cachekit.transforms"):
         make_loader(ds, 8, augment=[lambda x: x])
+
+
+def test_a_state_whose_augment_is_not_text_is_refused_not_ignored(small_cache):
+    # a number or list there was silently passed over: the rest of the epoch read with other transforms
+    loader = make_loader(CachedDataset(small_cache), 8, seed=SEED, augment=A)
+    it = iter(loader)
+    next(it)
+    state = loader.state_dict()
+    del it
+    for bad in (5, ["CenterCrop(24)"], {"a": 1}):
+        resumed = make_loader(CachedDataset(small_cache), 8, seed=SEED, augment=A)
+        with pytest.raises(ValueError, match="not a list of transforms as text") as info:
+            resumed.load_state_dict({**state, "augment": bad})
+        assert "\n" not in str(info.value)
+        assert resumed.state_dict()["position"] == 0  # nothing of the refused state taken
+    resumed = make_loader(CachedDataset(small_cache), 8, seed=SEED, augment=A)
+    resumed.load_state_dict({**state, "augment": None})  # not written: the loader's own list

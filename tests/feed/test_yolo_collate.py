@@ -8,7 +8,7 @@ import torch
 
 from cachekit import BuildConfig, build, make_loader
 from cachekit.tools.synthetic_objects import make_object_dataset
-from cachekit.transforms import Letterbox
+from cachekit.transforms import Letterbox, MixUp, RandomAffine, RandomResizedCrop, Resize
 
 
 @pytest.fixture(scope="module")
@@ -34,25 +34,52 @@ def test_yolo_rows_of_a_boxes_cache_still_come(caches):
     assert rows.shape[1] == 6 and len(rows) and set(rows[:, 0].tolist()) <= {0.0, 1.0}
 
 
-def test_yolo_rows_are_normalised_to_the_output_on_the_device_path_too(caches):
-    """The device stage's parameters carry the stored sizes: YOLO rows must still be normalised to
-    the augmented output's size, the same rows as the threads give (a resize from 48 to 32 moves
-    nothing in normalised terms, so the rows equal the boxes over 32)."""
-    rows = {}
-    for where in ("threads", "device"):
-        loader = make_loader(
-            caches / "boxes",
-            3,
-            shuffle=False,
-            collate="yolo",
-            augment=[Letterbox(32)],
-            device="cpu",
-            augment_on=where,
-        )
-        rows[where] = next(iter(loader))[1]
-    assert len(rows["threads"]) and rows["threads"].shape == rows["device"].shape
-    assert float((rows["threads"] - rows["device"]).abs().max()) < 1e-4
-    boxes = next(iter(make_loader(caches / "boxes", 3, shuffle=False, augment=[Letterbox(32)])))[1]
-    first = boxes[0]["boxes"]
-    cx = (first[:, 0] + first[:, 2]) / 2 / 32
-    assert torch.allclose(rows["device"][rows["device"][:, 0] == 0][:, 2], cx, atol=1e-4)
+def _xywhn(boxes: torch.Tensor, hw) -> torch.Tensor:
+    b, (h, w) = boxes.float(), hw
+    return torch.stack(
+        [
+            (b[:, 0] + b[:, 2]) / 2 / w,
+            (b[:, 1] + b[:, 3]) / 2 / h,
+            (b[:, 2] - b[:, 0]) / w,
+            (b[:, 3] - b[:, 1]) / h,
+        ],
+        1,
+    )
+
+
+@pytest.mark.parametrize(
+    "augment",
+    [
+        [Resize((40, 40)), MixUp(p=1.0)],
+        [RandomAffine(20, scale=(0.5, 1.5)), Resize((40, 40))],
+        [RandomResizedCrop(24)],
+    ],
+)
+@pytest.mark.parametrize("on_device", [False, True])
+def test_yolo_rows_are_normalised_to_the_augmented_size_on_threads_and_device(caches, augment, on_device):
+    """Each row is its sample's box (image index, class, cx, cy, w, h) over the output's size; on the
+    device path they were divided by the stored images' size (48 here), not the augmented one."""
+    options = {"device": "cpu", "augment_on": "device"} if on_device else {}
+    auto = make_loader(caches / "boxes", 3, seed=2, augment=augment, **options)
+    yolo = make_loader(caches / "boxes", 3, seed=2, augment=augment, collate="yolo", **options)
+    rows_seen = 0
+    for (images, targets), (same, rows) in zip(auto, yolo):
+        assert torch.equal(images, same)
+        for j, target in enumerate(targets):
+            mine = rows[rows[:, 0] == j]
+            assert torch.equal(mine[:, 1].long(), target["classes"].long())
+            assert torch.allclose(mine[:, 2:], _xywhn(target["boxes"], images.shape[-2:]), atol=1e-4)
+            rows_seen += len(mine)
+    assert rows_seen > 0
+
+
+@pytest.mark.parametrize("on_device", [False, True])
+def test_detection_mixup_of_a_one_sample_batch_keeps_its_boxes_once(caches, on_device):
+    options = {"device": "cpu", "augment_on": "device"} if on_device else {}
+    plain = make_loader(caches / "boxes", 1, seed=4, augment=[Resize((32, 32))], **options)
+    mixed = make_loader(caches / "boxes", 1, seed=4, augment=[Resize((32, 32)), MixUp(p=1.0)], **options)
+    boxes = 0
+    for (a, ta), (b, tb) in zip(plain, mixed):
+        assert torch.equal(a, b) and torch.equal(ta[0]["boxes"], tb[0]["boxes"])
+        boxes += len(tb[0]["boxes"])
+    assert boxes > 0

@@ -153,3 +153,12 @@ def test_the_loader_timed_runs_the_training_runs_augmentation(small_cache):
     assert "augment on CPU threads" in result.output
     result = CliRunner().invoke(main, ["doctor", str(small_cache), "--augment", "os.system('true')"])
     assert result.exit_code == 2 and "Traceback" not in result.output
+
+
+def test_an_augment_the_cache_cannot_take_is_one_line_not_a_traceback(small_cache):
+    # a list whose size varies per sample (refused by make_loader) went up as a ValueError traceback
+    with pytest.raises(UsageError, match="different size for each sample"):
+        diagnose(small_cache, batch_size=4, steps=2, step_ms=1.0, augment="RandomZoomOut()")
+    result = CliRunner().invoke(main, ["doctor", str(small_cache), "--augment", "RandomZoomOut()"])
+    assert result.exit_code != 0 and "Traceback" not in result.output
+    assert result.output.strip().count("\n") == 0 and "different size for each sample" in result.output

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import cv2
 import numpy as np
 import pytest
@@ -143,3 +145,45 @@ def test_the_command_writes_a_png_and_refuses_a_hostile_spec_in_one_line(detecti
         main, ["preview", str(detection), "--augment", "Resize(64)", "--out", str(out)]
     )
     assert result.exit_code == 2 and result.output.count("\n") == 1 and "fixed size" in result.output
+
+
+def test_a_huge_column_count_is_refused_not_allocated(detection, tmp_path):
+    # --columns 100000 drew a canvas 100000 cells wide (the process was killed for memory)
+    with pytest.raises(UsageError, match="columns must be an integer from 1 to 256"):
+        preview(detection, SPEC, n=4, out=None, columns=100_000)
+    result = CliRunner().invoke(
+        main, ["preview", str(detection), "--columns", "100000", "--out", str(tmp_path / "g.png")]
+    )
+    assert result.exit_code != 0 and "columns must be" in result.output and not (tmp_path / "g.png").exists()
+    # more columns than samples: one row of just the samples, no empty cells
+    wide = preview(detection, SPEC, n=3, out=None, columns=200, cell=32)
+    narrow = preview(detection, SPEC, n=3, out=None, columns=3, cell=32)
+    assert wide.image.shape == narrow.image.shape
+
+
+def test_the_png_replaces_the_old_one_whole_and_leaves_nothing_beside_it(detection, tmp_path, monkeypatch):
+    out = tmp_path / "grid.png"
+    out.write_bytes(b"an older grid")
+    preview(detection, SPEC, n=4, out=out, cell=32)
+    assert _read_png(out).shape[2] == 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["grid.png"]
+    # a write that fails half-way leaves the old file as it was, and no temp file
+    before = out.read_bytes()
+
+    def broken(self, data):  # half the bytes, then the disk fills
+        with open(self, "wb") as fh:
+            fh.write(bytes(data)[: len(data) // 2])
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Path, "write_bytes", broken)
+    with pytest.raises(UsageError, match="No space left"):
+        preview(detection, SPEC, n=4, out=out, cell=32)
+    assert out.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["grid.png"]
+
+
+def test_a_grid_too_large_to_look_at_is_refused_before_it_is_drawn(detection):
+    # 12 samples of 2048 px in one row: a 24,000-pixel-wide canvas (256 samples of 2048 px: 3 GB)
+    with pytest.raises(UsageError, match="px on a side"):
+        preview(detection, SPEC, n=12, cell=2048, columns=12, out=None)
+    assert preview(detection, SPEC, n=4, cell=2048, out=None).image.shape[1] <= 16384
