@@ -29,7 +29,9 @@ __all__ = [
 MAX_ZOOM_OUT = 16.0
 MAX_SHEAR = 80.0
 MAX_SCALE = 16.0
-MAX_PERSPECTIVE = 0.01
+MAX_PERSPECTIVE = (
+    0.001  # Ultralytics' documented range (0-0.001); past it a map folds an image through its horizon
+)
 
 
 def _number(value) -> bool:

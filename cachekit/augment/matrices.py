@@ -190,10 +190,13 @@ def box_corners(boxes: np.ndarray, matrices: np.ndarray) -> np.ndarray:
     xs, ys = b[:, [0, 2, 2, 0]], b[:, [1, 1, 3, 3]]
     m = matrices
     w = m[:, 2, 0, None] * xs + m[:, 2, 1, None] * ys + m[:, 2, 2, None]
-    w = np.where(np.abs(w) < 1e-9, 1e-9, w)
+    behind = (w <= 1e-9).any(axis=1)  # a corner past the map's horizon: no box round it is true
+    w = np.where(w <= 1e-9, 1e-9, w)
     mx = (m[:, 0, 0, None] * xs + m[:, 0, 1, None] * ys + m[:, 0, 2, None]) / w
     my = (m[:, 1, 0, None] * xs + m[:, 1, 1, None] * ys + m[:, 1, 2, None]) / w
-    return np.stack([mx.min(1), my.min(1), mx.max(1), my.max(1)], axis=1)
+    out = np.stack([mx.min(1), my.min(1), mx.max(1), my.max(1)], axis=1)
+    out[behind] = 0.0  # an empty box: dropped as one that keeps nothing
+    return out
 
 
 def _iou_with(boxes: np.ndarray, crops: np.ndarray) -> np.ndarray:

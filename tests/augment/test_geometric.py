@@ -504,3 +504,19 @@ def test_a_box_just_past_the_edge_is_dropped_not_kept_as_a_zero_width_sliver():
     moved, keep, _ = draws.box_mover(0.0)(np.array([[20.0, 20.0, 60.0, 50.0]] * n), np.arange(n))
     assert keep.sum() > 50
     assert (moved[keep, 2] > moved[keep, 0]).all() and (moved[keep, 3] > moved[keep, 1]).all()
+
+
+def test_a_box_with_a_corner_past_the_horizon_is_dropped_and_strong_perspective_refused():
+    """A perspective map folds the plane where ``w <= 0``: the box round corners on both sides of the
+    horizon would frame nothing, so such a box is emptied (and then dropped); perspective terms past
+    Ultralytics' range (0.001), where a 640 px image already folds, are refused in one line."""
+    from cachekit.augment.matrices import box_corners
+
+    m = np.eye(3)[None].repeat(2, axis=0)
+    m[:, 2, 0] = -0.01  # w = 1 - 0.01 x: the horizon at x = 100
+    boxes = np.array([[10.0, 10.0, 50.0, 40.0], [80.0, 10.0, 120.0, 40.0]])
+    moved = box_corners(boxes, m)
+    assert np.all(moved[1] == 0.0)  # straddles the horizon: empty
+    assert moved[0, 2] > moved[0, 0] and moved[0, 3] > moved[0, 1]  # in front of it: a real box
+    with pytest.raises(ValueError, match="perspective"):
+        RandomAffine(perspective=0.002)
