@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import pickle
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -154,7 +154,7 @@ def dataset_source(dataset, options: SampleOptions, *, classes=None, source_id=N
         ) from None
     except Exception:
         pass  # that sample's own problem: skipped with its reason when the build reads it
-    reader = DatasetReader(pickled(dataset), options)
+    blob = pickled(dataset)
     records, problems = [], []
     for i in range(min(n, PROBE)):
         try:
@@ -169,6 +169,7 @@ def dataset_source(dataset, options: SampleOptions, *, classes=None, source_id=N
         raise UsageError(f"the dataset's samples cannot be stored: {exc}") from None
     has_classes = any(r.label >= 0 for r in records) or bool({"boxes", "labels"} & set(fields))
     names = class_names(classes, getattr(dataset, "classes", None), has_classes, "dataset")
+    reader = DatasetReader(blob, replace(options, classes=len(names)))
     identity, targets = _identity(dataset, n, source_id)
     identity += (
         f"|boxes:{options.box_format}{'/normalized' if options.normalized else ''}"  # shapes its targets

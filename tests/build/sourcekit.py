@@ -279,3 +279,18 @@ def write_voc(items: list[Item], folder: Path, difficult: int = 0) -> Path:
             f"<depth>3</depth></size>{objects}</annotation>"
         )
     return folder
+
+
+class ClassesPast:
+    """Two named classes; sample 3's class is past them, sample 4's past any integer a cache stores."""
+
+    classes = ["a", "b"]
+
+    def __init__(self, good: bytes) -> None:
+        self.good = good
+
+    def __len__(self) -> int:
+        return 6
+
+    def __getitem__(self, i: int):
+        return self.good, {3: 5, 4: 10**30}.get(i, i % 2)

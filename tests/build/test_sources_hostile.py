@@ -11,6 +11,7 @@ import pytest
 from click.testing import CliRunner
 from sourcekit import (
     BrokenAfter,
+    ClassesPast,
     LyingDataset,
     MixedDataset,
     add_member,
@@ -74,6 +75,33 @@ def test_a_source_that_raises_for_every_sample_stops_in_one_line(objects, tmp_pa
     assert "\n" not in str(exc.value) and "the disk with sample" in str(exc.value)
     with pytest.raises(UsageError, match="first samples cannot be used"):
         build(BrokenAfter([], 10), tmp_path / "d", BuildConfig(**QUIET))
+
+
+def test_a_class_past_the_named_classes_is_a_skip_not_a_cache_that_reads_refuse(objects, tmp_path):
+    _, items = objects
+    good = Path(items[0].path).read_bytes()
+    result = build(ClassesPast(good), tmp_path / "c", BuildConfig(**QUIET))
+    reasons = _skipped(tmp_path / "c")
+    assert sorted(reasons) == ["000000000003", "000000000004"] and result.manifest.num_samples == 4
+    assert "class 5 is past the 2 classes" in reasons["000000000003"]
+    assert "not a class index" in reasons["000000000004"]
+    ds = CachedDataset(tmp_path / "c")
+    assert [int(ds[i][1]) for i in range(len(ds))] == [0, 1, 0, 1]  # every stored sample reads
+    stream = ((good, {2: 7}.get(i, i % 2)) for i in range(4))  # the same for an iterable
+    build(stream, tmp_path / "s", BuildConfig(**QUIET), classes=["a", "b"])
+    assert "class 7 is past the 2 classes" in _skipped(tmp_path / "s")["000000000002"]
+
+
+def test_a_generator_that_raises_among_its_first_samples_is_one_line(objects, tmp_path):
+    _, items = objects
+    good = Path(items[0].path).read_bytes()
+
+    def breaking():
+        yield good, 0
+        raise ConnectionError("the server went away")
+
+    with pytest.raises(UsageError, match=r"raised at sample 1 \(ConnectionError: the server went away\)"):
+        build(breaking(), tmp_path / "c", BuildConfig(**QUIET), classes=["a"])
 
 
 def test_a_dataset_that_cannot_be_pickled_is_one_line(objects, tmp_path):
