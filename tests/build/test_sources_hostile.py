@@ -229,3 +229,26 @@ def test_a_stream_into_a_folder_of_other_files_is_refused_before_it_is_read(obje
     with pytest.raises(UsageError, match="is not empty.*--overwrite"):
         build(stream(), tmp_path / "c", BuildConfig(**QUIET), classes=["a"])
     assert len(read) <= 4 and _files(tmp_path / "c") == {"notes.txt"}  # only the first samples peeked
+
+
+@pytest.mark.parametrize(
+    "classes, words",
+    [
+        ("ab", "give a list of names"),  # not two classes 'a' and 'b'
+        (["a", "b", "a"], "name 'a' twice"),
+        ({0: "a", 5: "b"}, "the indices 0 to 1"),  # index 5 would silently become class 1
+        ({"a": 0, "b": 0}, "the same index"),
+    ],
+)
+def test_class_names_that_cannot_name_classes_are_one_line(objects, tmp_path, classes, words):
+    _, items = objects
+    with pytest.raises(UsageError, match=words):
+        build(LyingDataset([items[0].path], 1), tmp_path / "c", BuildConfig(**QUIET), classes=classes)
+    assert not (tmp_path / "c").exists()
+
+
+def test_class_names_as_torchvision_s_class_to_idx_are_taken_in_index_order(objects, tmp_path):
+    _, items = objects
+    files = [it.path for it in items[:2]]
+    result = build(LyingDataset(files, 2), tmp_path / "c", BuildConfig(**QUIET), classes={"b": 1, "a": 0})
+    assert result.manifest.classes == ("a", "b")
