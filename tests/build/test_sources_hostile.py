@@ -252,3 +252,22 @@ def test_class_names_as_torchvision_s_class_to_idx_are_taken_in_index_order(obje
     files = [it.path for it in items[:2]]
     result = build(LyingDataset(files, 2), tmp_path / "c", BuildConfig(**QUIET), classes={"b": 1, "a": 0})
     assert result.manifest.classes == ("a", "b")
+
+
+_LAUGHS = (
+    '<?xml version="1.0" encoding="{enc}"?>\n'
+    '<!DOCTYPE annotation [<!ENTITY a "aaaaaaaaaa"><!ENTITY b "&a;&a;&a;&a;&a;&a;&a;&a;&a;&a;">]>\n'
+    "<annotation><filename>&b;</filename><size><width>10</width><height>10</height></size></annotation>"
+)
+
+
+@pytest.mark.parametrize("enc", ["UTF-8", "UTF-16"])  # UTF-16 hides the declarations from a byte search
+def test_voc_xml_declaring_entities_is_refused_in_any_encoding(enc):
+    from cachekit.build.voc import parse_voc
+
+    with pytest.raises(ValueError, match="declares a DOCTYPE or ENTITY"):
+        parse_voc(_LAUGHS.format(enc=enc).encode(enc.lower()), "Annotations/a.xml")
+    plain = '<?xml version="1.0" encoding="UTF-16"?><annotation><filename>a.jpg</filename>'
+    plain += "<size><width>10</width><height>8</height></size></annotation>"
+    entry, _ = parse_voc(plain.encode("utf-16"), "Annotations/a.xml")  # an encoding alone is fine
+    assert entry == {"file": "a.jpg", "size": [8, 10], "objects": []}
