@@ -58,9 +58,9 @@ def hf_class_names(metadata: dict | None, column: str) -> list[str] | None:
         return None
     try:
         features = json.loads(raw).get("info", {}).get("features", {})
-    except (ValueError, AttributeError):
+        return _names_in(features.get(column)) if isinstance(features, dict) else None
+    except (ValueError, AttributeError, RecursionError):  # metadata nested past Python's stack: no names
         return None
-    return _names_in(features.get(column)) if isinstance(features, dict) else None
 
 
 @dataclass(frozen=True)

@@ -85,7 +85,7 @@ def _target(parts: dict[str, bytes]) -> dict:
     if "json" in parts:
         try:
             found = json.loads(parts["json"].decode("utf-8"))
-        except (UnicodeDecodeError, ValueError) as exc:
+        except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # nested past Python's stack
             raise DecodeError(f"its .json is not JSON ({' '.join(str(exc).split())[:100]})") from None
         if isinstance(found, dict):
             target.update(found)
@@ -126,7 +126,12 @@ def _member(tar: tarfile.TarFile, m: tarfile.TarInfo, file: RecordFile, keys: di
         ignored.append((where, "runs past the end of the tar (cut short)"))
         entry["bad"] = True
     elif ext in IMAGE_KEYS:
-        entry.setdefault("image", (m.name, m.offset_data, m.size))
+        if "image" in entry:  # a key seen again (a second image, or the same name twice): not a sample
+            ignored.append((where, f"a second image for the key {key!r}, left out"))
+        else:
+            entry["image"] = (m.name, m.offset_data, m.size)
+    elif ext in entry.get("parts", {}):
+        ignored.append((where, f"a second .{ext} for the key {key!r}, left out"))
     else:
         entry.setdefault("parts", {})[ext] = tar.extractfile(m).read(MAX_TARGET_BYTES)
 

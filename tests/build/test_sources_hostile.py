@@ -271,3 +271,25 @@ def test_voc_xml_declaring_entities_is_refused_in_any_encoding(enc):
     plain += "<size><width>10</width><height>8</height></size></annotation>"
     entry, _ = parse_voc(plain.encode("utf-16"), "Annotations/a.xml")  # an encoding alone is fine
     assert entry == {"file": "a.jpg", "size": [8, 10], "objects": []}
+
+
+def test_a_tar_key_seen_twice_or_json_nested_past_the_stack_is_a_reported_skip(objects, tmp_path):
+    _, items = objects
+    write_tars(items, tmp_path / "tars", files=1)
+    tar_path = tmp_path / "tars" / "train-000000.tar"
+    first = Path(items[0].file).stem
+    with tarfile.open(tar_path, "a") as tar:
+        add_member(tar, f"{first}.png", Path(items[1].path).read_bytes())  # the key again, later
+        add_member(tar, "deep.png", Path(items[2].path).read_bytes())
+        add_member(tar, "deep.json", b"[" * 200_000)  # json.loads: RecursionError
+    result = build(str(tar_path), tmp_path / "c", BuildConfig(**QUIET), box_format="xywh")
+    reasons = _skipped(tmp_path / "c")
+    assert result.manifest.num_samples == len(items)
+    assert "a second image for the key" in reasons[f"train-000000.tar/{first}.png"]
+    assert "its .json is not JSON" in reasons["train-000000.tar/deep.png"]
+
+
+def test_hugging_face_metadata_nested_past_the_stack_names_no_classes():
+    from cachekit.build.parquetsource import hf_class_names
+
+    assert hf_class_names({b"huggingface": b"[" * 200_000}, "label") is None
