@@ -280,3 +280,28 @@ def test_an_index_that_is_not_a_regular_file_is_refused_without_blocking(small_c
     assert "\n" not in str(err.value)
     with pytest.raises(CacheError, match="not a regular file"):
         verify(cache)
+
+
+def test_a_remote_index_of_another_size_is_refused_before_it_is_fetched(small_cache, tmp_path):
+    import fsspec
+
+    from cachekit.store.location import fetch_index
+
+    cache, index = _index_copy(small_cache, tmp_path)
+    record = read_manifest(small_cache).index
+    with open(index, "ab") as fh:
+        fh.truncate(index.stat().st_size + (64 << 20))  # an object far past what the manifest says
+    fs = fsspec.filesystem("file")
+    fetched = []
+    real_get = fs.get_file
+    fs.get_file = lambda *a, **k: fetched.append(a) or real_get(*a, **k)
+    with pytest.raises(CacheError, match=f"is {index.stat().st_size} bytes, the manifest says") as err:
+        fetch_index(fs, str(cache), "s3://bucket/c", record, folder=tmp_path / "node")
+    assert fetched == [] and "\n" not in str(err.value)
+    index.write_bytes(index.read_bytes()[: record["bytes"]])  # the right object is fetched and mapped
+    (tmp_path / "node").mkdir()
+    assert (
+        len(fetch_index(fs, str(cache), "s3://bucket/c", record, folder=tmp_path / "node"))
+        == record["shards"]
+    )
+    assert len(fetched) == 1
