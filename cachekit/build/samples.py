@@ -20,7 +20,7 @@ import numpy as np
 
 from ..image.ops import DecodeError
 from ..store.fields import ARRAY_DTYPES, FieldSpec
-from ..store.limits import MAX_CLASSES
+from ..store.limits import MAX_CLASSES, MAX_SAMPLE_BYTES
 from .records import Record
 
 __all__ = [
@@ -76,6 +76,12 @@ def _pixels(array: np.ndarray, what: str) -> np.ndarray:
         array = array[:, :, None]
     if array.ndim != 3 or array.shape[2] not in (1, 3, 4) or 0 in array.shape:
         raise DecodeError(f"{what} of shape {list(array.shape)}: expected HxW, HxWx1, HxWx3 or HxWx4")
+    if (
+        array.shape[0] * array.shape[1] * 3 > MAX_SAMPLE_BYTES
+    ):  # before a copy (a broadcast view costs nothing)
+        raise DecodeError(
+            f"{what} of shape {list(array.shape)}: over the {MAX_SAMPLE_BYTES} bytes of RGB a sample may have"
+        )
     if array.shape[2] == 1:
         array = np.repeat(array, 3, axis=2)
     return np.ascontiguousarray(array[:, :, :3])

@@ -12,6 +12,7 @@ from click.testing import CliRunner
 from sourcekit import (
     BrokenAfter,
     ClassesPast,
+    HugeView,
     LyingDataset,
     MixedDataset,
     add_member,
@@ -293,3 +294,10 @@ def test_hugging_face_metadata_nested_past_the_stack_names_no_classes():
     from cachekit.build.parquetsource import hf_class_names
 
     assert hf_class_names({b"huggingface": b"[" * 200_000}, "label") is None
+
+
+def test_an_array_too_large_for_any_sample_is_a_skip_before_it_is_copied(objects, tmp_path):
+    _, items = objects
+    result = build(HugeView(Path(items[0].path).read_bytes()), tmp_path / "c", BuildConfig(**QUIET))
+    assert result.manifest.num_samples == 2
+    assert "bytes of RGB a sample may have" in _skipped(tmp_path / "c")["000000000001"]
