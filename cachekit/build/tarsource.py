@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import posixpath
+import re
 import tarfile
 from dataclasses import dataclass
 
@@ -80,6 +81,10 @@ def _split(name: str) -> tuple[str, str]:
     return (f"{folder}/{stem}" if folder else stem), ext.lower()
 
 
+#: A ``.cls`` member's text: an integer of ASCII digits, short enough for ``int()`` (a class is < 2**20).
+_CLS = re.compile(r"^-?[0-9]{1,18}$")
+
+
 def _target(parts: dict[str, bytes]) -> dict:
     target: dict = {}
     if "json" in parts:
@@ -95,7 +100,7 @@ def _target(parts: dict[str, bytes]) -> dict:
             raise DecodeError("its .json is not an object of the schema's names")
     if "cls" in parts:
         text = parts["cls"].decode("utf-8", "replace").strip()
-        if not text.lstrip("-").isdigit():
+        if not _CLS.match(text):  # ASCII digits, bounded: "²" is a digit to isdigit() but not to int()
             raise DecodeError(f"its .cls {text[:40]!r} is not an integer class")
         target["label"] = int(text)
     if "txt" in parts:

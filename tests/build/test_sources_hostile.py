@@ -301,3 +301,18 @@ def test_an_array_too_large_for_any_sample_is_a_skip_before_it_is_copied(objects
     result = build(HugeView(Path(items[0].path).read_bytes()), tmp_path / "c", BuildConfig(**QUIET))
     assert result.manifest.num_samples == 2
     assert "bytes of RGB a sample may have" in _skipped(tmp_path / "c")["000000000001"]
+
+
+def test_a_tar_cls_that_is_not_an_ascii_integer_is_a_skip(objects, tmp_path):
+    _, items = objects
+    write_tars(items, tmp_path / "tars", files=1)
+    tar_path = tmp_path / "tars" / "train-000000.tar"
+    with tarfile.open(tar_path, "a") as tar:
+        for key, cls in (("sup", "²".encode()), ("long", b"1" * 5000), ("ok", b"2")):
+            add_member(tar, f"{key}.png", Path(items[0].path).read_bytes())
+            add_member(tar, f"{key}.cls", cls)  # isdigit() is true of "²"; int() refuses 5000 digits
+    result = build(str(tar_path), tmp_path / "c", BuildConfig(**QUIET), box_format="xywh")
+    reasons = _skipped(tmp_path / "c")
+    assert result.manifest.num_samples == len(items), reasons
+    for key in ("sup", "long"):
+        assert "is not an integer class" in reasons[f"train-000000.tar/{key}.png"]
