@@ -152,8 +152,17 @@ def _identity(dataset, n: int, source_id) -> tuple[str, tuple]:
     if isinstance(source_id, (str, int)):
         return f"id:{source_id}", ()
     if isinstance(source_id, Sequence) and len(source_id) == n:
-        return "ids", tuple({"id": str(v)} for v in source_id)
-    raise UsageError("source_id= takes a string, or a sequence of one id per sample (as long as the dataset)")
+        ids = tuple(
+            {"id": str(v)}
+            for v in source_id
+            if isinstance(v, (str, int, np.integer)) and not isinstance(v, bool)
+        )
+        if len(ids) == n:  # anything else prints differently each run (an address): never the same id
+            return "ids", ids
+    raise UsageError(
+        "source_id= takes a string, or a sequence of one id per sample (strings or integers, as long as "
+        "the dataset)"
+    )
 
 
 def dataset_source(dataset, options: SampleOptions, *, classes=None, source_id=None) -> Source:

@@ -316,3 +316,18 @@ def test_a_tar_cls_that_is_not_an_ascii_integer_is_a_skip(objects, tmp_path):
     assert result.manifest.num_samples == len(items), reasons
     for key in ("sup", "long"):
         assert "is not an integer class" in reasons[f"train-000000.tar/{key}.png"]
+
+
+def test_source_options_that_would_be_misread_are_one_line(objects, tmp_path):
+    _, items = objects
+    ds = LyingDataset([items[0].path, items[1].path], 2)
+    with pytest.raises(UsageError, match="normalized='no': give True or False"):  # bool("no") is True
+        build(ds, tmp_path / "c", BuildConfig(**QUIET), box_format="xyxy", normalized="no")
+    with pytest.raises(UsageError, match="strings or integers"):  # str(object()) differs each run
+        build(ds, tmp_path / "c", BuildConfig(**QUIET), source_id=[object(), object()])
+    import numpy as np
+
+    assert (
+        build(ds, tmp_path / "c", BuildConfig(**QUIET), source_id=[np.int64(4), "b"]).manifest.num_samples
+        == 2
+    )
