@@ -123,12 +123,10 @@ def _file_rows(pq, file: RecordFile, url: bool, f: int, options: SourceOptions, 
         with open_file(file.where, url, storage_options) as fh:
             pf = pq.ParquetFile(fh)
             schema = pf.schema_arrow
-            if options.image_column not in schema.names:
-                return (
-                    [],
-                    None,
-                    f"no column {options.image_column!r} (it has {', '.join(schema.names)[:200]})",
-                )
+            named = (options.image_column, options.text_column)  # the label and boxes are optional
+            missing = next((c for c in named if c is not None and c not in schema.names), None)
+            if missing is not None:  # a --text-column the file lacks: not a cache without captions
+                return ([], None, f"no column {missing!r} (it has {', '.join(schema.names)[:200]})")
             wanted = [
                 c
                 for c in (options.label_column, options.boxes_column, options.text_column)

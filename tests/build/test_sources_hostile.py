@@ -331,3 +331,12 @@ def test_source_options_that_would_be_misread_are_one_line(objects, tmp_path):
         build(ds, tmp_path / "c", BuildConfig(**QUIET), source_id=[np.int64(4), "b"]).manifest.num_samples
         == 2
     )
+
+
+def test_a_text_column_the_parquet_files_lack_is_one_line_not_a_cache_without_captions(objects, tmp_path):
+    _, items = objects
+    pattern = write_parquet(items, tmp_path / "pq")
+    with pytest.raises(UsageError, match="no column 'captions'"):
+        build(pattern, tmp_path / "c", BuildConfig(**QUIET), box_format="xywh", text_column="captions")
+    result = build(pattern, tmp_path / "c", BuildConfig(**QUIET), box_format="xywh", text_column="caption")
+    assert "text" in result.manifest.sample.fields
