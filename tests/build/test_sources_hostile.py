@@ -340,3 +340,22 @@ def test_a_text_column_the_parquet_files_lack_is_one_line_not_a_cache_without_ca
         build(pattern, tmp_path / "c", BuildConfig(**QUIET), box_format="xywh", text_column="captions")
     result = build(pattern, tmp_path / "c", BuildConfig(**QUIET), box_format="xywh", text_column="caption")
     assert "text" in result.manifest.sample.fields
+
+
+def test_a_names_file_names_the_numbered_classes_of_tars(objects, tmp_path):
+    """Tars without class names number their classes; --classes names them in that order (as for a
+    YOLO folder without data.yaml), and one name short is one line."""
+    _, items = objects
+    pattern = write_tars(items, tmp_path / "tars")
+    (tmp_path / "names.txt").write_text("circle\nsquare\ntriangle\n")
+    config = BuildConfig(**QUIET, classes=str(tmp_path / "names.txt"))
+    result = build(pattern, tmp_path / "c", config, box_format="xywh")
+    assert result.manifest.classes == ("circle", "square", "triangle")
+    (tmp_path / "short.txt").write_text("circle\nsquare\n")
+    with pytest.raises(UsageError, match="names 2 classes; the webdataset source uses class 2"):
+        build(
+            pattern,
+            tmp_path / "d",
+            BuildConfig(**QUIET, classes=str(tmp_path / "short.txt")),
+            box_format="xywh",
+        )
