@@ -43,9 +43,14 @@ def read_names_file(path, what: str, most: int = MAX_CLASSES) -> tuple[str, ...]
     return tuple(names)
 
 
+#: Layouts whose classes, when nothing names them, are the numbers their targets use.
+_NUMBERED = ("yolo", "webdataset", "parquet")
+
+
 def _yolo_numbers(source) -> bool:
-    """A YOLO dataset without a data.yaml: its classes are the numbers seen, named by their index."""
-    return source.layout == "yolo" and list(source.classes) == [str(i) for i in range(len(source.classes))]
+    """A YOLO dataset without a data.yaml, or tars and Parquet files without class names: its classes
+    are the numbers seen, named by their index (the names file names them in that order)."""
+    return source.layout in _NUMBERED and list(source.classes) == [str(i) for i in range(len(source.classes))]
 
 
 def with_class_order(source, names: tuple[str, ...], path) -> object:
@@ -56,7 +61,7 @@ def with_class_order(source, names: tuple[str, ...], path) -> object:
     if _yolo_numbers(source):
         if len(source.classes) > len(names):
             raise UsageError(
-                f"--classes {path} names {len(names)} classes; the label files use class "
+                f"--classes {path} names {len(names)} classes; the {source.layout} source uses class "
                 f"{len(source.classes) - 1}"
             )
         return replace(source, classes=tuple(names))

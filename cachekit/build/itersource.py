@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -92,7 +92,11 @@ def iterable_source(iterable, options: SampleOptions, *, classes=None, source_id
         samples = iter(iterable)
     except Exception as exc:
         raise UsageError(f"iter() of the source raised {_one_line(exc)}") from None
-    peeked = list(itertools.islice(samples, PROBE))
+    peeked: list = []
+    try:
+        peeked.extend(itertools.islice(samples, PROBE))
+    except Exception as exc:  # the user's code: a generator that raised is over
+        raise UsageError(f"the iterable raised at sample {len(peeked)} ({_one_line(exc)})") from None
     if not peeked:
         raise UsageError("the iterable yields no samples: nothing to build")
     records, problems = [], []
@@ -119,7 +123,7 @@ def iterable_source(iterable, options: SampleOptions, *, classes=None, source_id
         classes=names,
         fields=fields,
         extra={"dataset": f"{type(iterable).__module__}.{type(iterable).__qualname__}"},
-        reader=StreamReader(itertools.chain(peeked, samples), options),
+        reader=StreamReader(itertools.chain(peeked, samples), replace(options, classes=len(names))),
         identity=f"{_identity(iterable, source_id)}|boxes:{options.box_format}"
         + ("/normalized" if options.normalized else ""),
     )

@@ -58,9 +58,9 @@ def hf_class_names(metadata: dict | None, column: str) -> list[str] | None:
         return None
     try:
         features = json.loads(raw).get("info", {}).get("features", {})
-    except (ValueError, AttributeError):
+        return _names_in(features.get(column)) if isinstance(features, dict) else None
+    except (ValueError, AttributeError, RecursionError):  # metadata nested past Python's stack: no names
         return None
-    return _names_in(features.get(column)) if isinstance(features, dict) else None
 
 
 @dataclass(frozen=True)
@@ -123,12 +123,10 @@ def _file_rows(pq, file: RecordFile, url: bool, f: int, options: SourceOptions, 
         with open_file(file.where, url, storage_options) as fh:
             pf = pq.ParquetFile(fh)
             schema = pf.schema_arrow
-            if options.image_column not in schema.names:
-                return (
-                    [],
-                    None,
-                    f"no column {options.image_column!r} (it has {', '.join(schema.names)[:200]})",
-                )
+            named = (options.image_column, options.text_column)  # the label and boxes are optional
+            missing = next((c for c in named if c is not None and c not in schema.names), None)
+            if missing is not None:  # a --text-column the file lacks: not a cache without captions
+                return ([], None, f"no column {missing!r} (it has {', '.join(schema.names)[:200]})")
             wanted = [
                 c
                 for c in (options.label_column, options.boxes_column, options.text_column)

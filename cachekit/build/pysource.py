@@ -13,14 +13,15 @@ from __future__ import annotations
 
 import hashlib
 import pickle
+from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from ..errors import UsageError
 from ..image.ops import DecodeError
-from ..store.limits import MAX_CLASSES, MAX_SAMPLES
+from ..store.limits import MAX_CLASSES, MAX_SAMPLES, short
 from .inputtable import Source
 from .records import Record, SourceRaised
 from .samples import SampleOptions, fields_of, to_record
@@ -109,19 +110,39 @@ def class_names(given, found, samples_have_classes: bool, what: str) -> tuple[st
         if not 0 < names <= MAX_CLASSES:
             raise UsageError(f"classes={names}: give 1 to {MAX_CLASSES} classes")
         return tuple(str(i) for i in range(int(names)))
-    if isinstance(names, dict):  # {index: name}
-        names = [names[k] for k in sorted(names)]
+    if isinstance(names, (str, bytes)):  # a string would be taken as one class a character
+        raise UsageError(f"classes={short(names)}: give a list of names (in index order) or a number")
+    if isinstance(names, dict):  # {index: name}, or torchvision's class_to_idx {name: index}
+        names = _indexed_names(names)
     if names is not None:
         names = list(names)
         if not all(isinstance(n, (str, int)) for n in names) or len(names) > MAX_CLASSES:
             raise UsageError(f"class names must be a list of up to {MAX_CLASSES} strings")
-        return tuple(str(n) for n in names)
+        names = tuple(str(n) for n in names)
+        twice = next((n for n, c in Counter(names).items() if c > 1), None)
+        if twice is not None:
+            raise UsageError(f"class names name {twice!r} twice: each class needs its own name")
+        return names
     if samples_have_classes:
         raise UsageError(
             f"the {what}'s samples carry classes but nothing names them: pass classes=[...] (names in "
             "index order) or classes=N"
         )
     return ()
+
+
+def _indexed_names(names: dict) -> list:
+    """``{index: name}`` or ``{name: index}`` as names in index order; the indices must be 0 to n-1."""
+    if names and all(isinstance(k, str) for k in names) and all(isinstance(v, int) for v in names.values()):
+        if len(set(names.values())) != len(names):
+            raise UsageError("classes as {name: index} give two names the same index")
+        names = {v: k for k, v in names.items()}
+    if set(names) != set(range(len(names))):
+        raise UsageError(
+            f"classes as a dict must map the indices 0 to {len(names) - 1} to names (or names to them), "
+            f"got keys {short(sorted(map(str, names)))}"
+        )
+    return [names[k] for k in range(len(names))]
 
 
 def _identity(dataset, n: int, source_id) -> tuple[str, tuple]:
@@ -131,8 +152,17 @@ def _identity(dataset, n: int, source_id) -> tuple[str, tuple]:
     if isinstance(source_id, (str, int)):
         return f"id:{source_id}", ()
     if isinstance(source_id, Sequence) and len(source_id) == n:
-        return "ids", tuple({"id": str(v)} for v in source_id)
-    raise UsageError("source_id= takes a string, or a sequence of one id per sample (as long as the dataset)")
+        ids = tuple(
+            {"id": str(v)}
+            for v in source_id
+            if isinstance(v, (str, int, np.integer)) and not isinstance(v, bool)
+        )
+        if len(ids) == n:  # anything else prints differently each run (an address): never the same id
+            return "ids", ids
+    raise UsageError(
+        "source_id= takes a string, or a sequence of one id per sample (strings or integers, as long as "
+        "the dataset)"
+    )
 
 
 def dataset_source(dataset, options: SampleOptions, *, classes=None, source_id=None) -> Source:
@@ -154,7 +184,7 @@ def dataset_source(dataset, options: SampleOptions, *, classes=None, source_id=N
         ) from None
     except Exception:
         pass  # that sample's own problem: skipped with its reason when the build reads it
-    reader = DatasetReader(pickled(dataset), options)
+    blob = pickled(dataset)
     records, problems = [], []
     for i in range(min(n, PROBE)):
         try:
@@ -169,6 +199,7 @@ def dataset_source(dataset, options: SampleOptions, *, classes=None, source_id=N
         raise UsageError(f"the dataset's samples cannot be stored: {exc}") from None
     has_classes = any(r.label >= 0 for r in records) or bool({"boxes", "labels"} & set(fields))
     names = class_names(classes, getattr(dataset, "classes", None), has_classes, "dataset")
+    reader = DatasetReader(blob, replace(options, classes=len(names)))
     identity, targets = _identity(dataset, n, source_id)
     identity += (
         f"|boxes:{options.box_format}{'/normalized' if options.normalized else ''}"  # shapes its targets

@@ -20,6 +20,7 @@ import numpy as np
 
 from ..image.ops import DecodeError
 from ..store.fields import ARRAY_DTYPES, FieldSpec
+from ..store.limits import MAX_CLASSES, MAX_SAMPLE_BYTES
 from .records import Record
 
 __all__ = [
@@ -47,6 +48,20 @@ class SampleOptions:
     #: ``"xyxy"``, ``"xywh"`` (COCO) or ``"cxcywh"`` (YOLO), in pixels or, with ``normalized``, in [0, 1].
     box_format: str = "xyxy"
     normalized: bool = False
+    #: How many classes the source names, once known (a class at or past it is a skip, not a shard
+    #: that every read refuses); None: not known yet (discovery's first samples).
+    classes: int | None = None
+
+
+def _check_classes(values: np.ndarray, options: SampleOptions, what: str) -> None:
+    """Refuse class indices past the source's names (or past any cache's limit) as a skip."""
+    if not len(values):
+        return
+    top = int(values.max())
+    if options.classes is None and top >= MAX_CLASSES:
+        raise DecodeError(f"{what} {top} is past the {MAX_CLASSES} classes a cache may name")
+    if options.classes is not None and top >= options.classes:
+        raise DecodeError(f"{what} {top} is past the {options.classes} classes the source names")
 
 
 def _is_tensor(x) -> bool:
@@ -61,6 +76,12 @@ def _pixels(array: np.ndarray, what: str) -> np.ndarray:
         array = array[:, :, None]
     if array.ndim != 3 or array.shape[2] not in (1, 3, 4) or 0 in array.shape:
         raise DecodeError(f"{what} of shape {list(array.shape)}: expected HxW, HxWx1, HxWx3 or HxWx4")
+    if (
+        array.shape[0] * array.shape[1] * 3 > MAX_SAMPLE_BYTES
+    ):  # before a copy (a broadcast view costs nothing)
+        raise DecodeError(
+            f"{what} of shape {list(array.shape)}: over the {MAX_SAMPLE_BYTES} bytes of RGB a sample may have"
+        )
     if array.shape[2] == 1:
         array = np.repeat(array, 3, axis=2)
     return np.ascontiguousarray(array[:, :, :3])
@@ -127,6 +148,8 @@ def _int(value, what: str) -> int:
         value = value.reshape(()).item()
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise DecodeError(f"{what} {value!r} is not an integer class")
+    if not -1 <= int(value) < MAX_CLASSES:
+        raise DecodeError(f"{what} {int(value)} is not a class index (-1 to {MAX_CLASSES - 1})")
     return int(value)
 
 
@@ -155,6 +178,7 @@ def _boxes(target: dict, options: SampleOptions) -> dict:
         raise DecodeError(f"{len(boxes)} boxes with {len(classes)} classes and {len(crowd)} iscrowd flags")
     if len(classes) and (classes.dtype.kind not in "iub" or classes.min() < 0):
         raise DecodeError("box classes must be integers >= 0")
+    _check_classes(classes, options, "box class")
     if len(crowd) and (crowd.dtype.kind not in "iub" or not np.isin(crowd, (0, 1)).all()):
         raise DecodeError("iscrowd flags must be 0 or 1")
     corners = xyxy(boxes, options.box_format)
@@ -182,11 +206,13 @@ def _target(target, options: SampleOptions) -> tuple[dict, int]:
         label = _int(target, "target")
         if label < -1:
             raise DecodeError(f"class {label}: a class is >= 0 (-1: none)")
+        _check_classes(np.array([label]), options, "class")
         return {}, label
     out: dict = {}
     label = _int(target["label"], "label") if target.get("label") is not None else -1
     if label < -1:
         raise DecodeError(f"label {label}: a class is >= 0 (-1: none)")
+    _check_classes(np.array([label]), options, "label")
     if "boxes" in target and "classes" not in target and "labels" in target:
         target = {**target, "classes": target["labels"]}  # torchvision's name for the boxes' classes
         del target["labels"]
@@ -198,6 +224,7 @@ def _target(target, options: SampleOptions) -> tuple[dict, int]:
         labels = _array(target["labels"], "labels").reshape(-1)
         if len(labels) and (labels.dtype.kind not in "iub" or labels.min() < 0):
             raise DecodeError("labels must be class indices >= 0")
+        _check_classes(labels, options, "a label")
         out["labels"] = labels.astype(np.int64).tolist()
     if "mask" in target:
         mask = _array(target["mask"], "mask")

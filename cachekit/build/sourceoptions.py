@@ -34,6 +34,8 @@ class SourceOptions:
     def samples(self) -> SampleOptions:
         if self.box_format not in BOX_FORMATS:
             raise UsageError(f"box_format {self.box_format!r}: choose from {', '.join(BOX_FORMATS)}")
+        if self.normalized not in (True, False):  # bool("no") is True: a string would flip every box
+            raise UsageError(f"normalized={self.normalized!r}: give True or False")
         return SampleOptions(self.box_format, bool(self.normalized))
 
 

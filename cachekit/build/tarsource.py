@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import posixpath
+import re
 import tarfile
 from dataclasses import dataclass
 
@@ -80,12 +81,16 @@ def _split(name: str) -> tuple[str, str]:
     return (f"{folder}/{stem}" if folder else stem), ext.lower()
 
 
+#: A ``.cls`` member's text: an integer of ASCII digits, short enough for ``int()`` (a class is < 2**20).
+_CLS = re.compile(r"^-?[0-9]{1,18}$")
+
+
 def _target(parts: dict[str, bytes]) -> dict:
     target: dict = {}
     if "json" in parts:
         try:
             found = json.loads(parts["json"].decode("utf-8"))
-        except (UnicodeDecodeError, ValueError) as exc:
+        except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # nested past Python's stack
             raise DecodeError(f"its .json is not JSON ({' '.join(str(exc).split())[:100]})") from None
         if isinstance(found, dict):
             target.update(found)
@@ -95,7 +100,7 @@ def _target(parts: dict[str, bytes]) -> dict:
             raise DecodeError("its .json is not an object of the schema's names")
     if "cls" in parts:
         text = parts["cls"].decode("utf-8", "replace").strip()
-        if not text.lstrip("-").isdigit():
+        if not _CLS.match(text):  # ASCII digits, bounded: "²" is a digit to isdigit() but not to int()
             raise DecodeError(f"its .cls {text[:40]!r} is not an integer class")
         target["label"] = int(text)
     if "txt" in parts:
@@ -126,7 +131,12 @@ def _member(tar: tarfile.TarFile, m: tarfile.TarInfo, file: RecordFile, keys: di
         ignored.append((where, "runs past the end of the tar (cut short)"))
         entry["bad"] = True
     elif ext in IMAGE_KEYS:
-        entry.setdefault("image", (m.name, m.offset_data, m.size))
+        if "image" in entry:  # a key seen again (a second image, or the same name twice): not a sample
+            ignored.append((where, f"a second image for the key {key!r}, left out"))
+        else:
+            entry["image"] = (m.name, m.offset_data, m.size)
+    elif ext in entry.get("parts", {}):
+        ignored.append((where, f"a second .{ext} for the key {key!r}, left out"))
     else:
         entry.setdefault("parts", {})[ext] = tar.extractfile(m).read(MAX_TARGET_BYTES)
 

@@ -13,6 +13,7 @@ import math
 import os
 import posixpath
 import xml.etree.ElementTree as ET
+from xml.parsers import expat
 
 from ..errors import UsageError
 from ..store.fields import FieldSpec
@@ -38,15 +39,38 @@ def _number(node, tag: str) -> float:
     return value
 
 
+_DECLARES = "declares a DOCTYPE or ENTITY (not read: entities are never expanded)"
+
+
+def _refuse(*_args) -> None:
+    raise ValueError(_DECLARES)
+
+
+def _parse(data: bytes) -> ET.Element:
+    """The XML's root, refusing any DOCTYPE or entity the parser meets (whatever the encoding: a
+    UTF-16 file hides its declarations from a search of the bytes). The file is bounded, so a first
+    pass of expat alone, which sees the declarations, costs little."""
+    scan = expat.ParserCreate()
+    scan.StartDoctypeDeclHandler = _refuse
+    scan.EntityDeclHandler = _refuse
+    scan.UnparsedEntityDeclHandler = _refuse
+    scan.ExternalEntityRefHandler = _refuse
+    try:
+        scan.Parse(data, True)
+    except expat.ExpatError as exc:
+        raise ValueError(f"not XML ({exc})") from None
+    return ET.fromstring(data)
+
+
 def parse_voc(data: bytes, where: str) -> tuple[dict, list[tuple[str, str]]]:
     """One annotation file as ``{"file", "size", "objects": [(name, box, difficult)]}``, and the
     objects left out; ValueError (the reason) for a file that cannot be used."""
     if len(data) > MAX_XML_BYTES:
         raise ValueError(f"{len(data)} bytes, over the {MAX_XML_BYTES} an annotation file may have")
     if b"<!DOCTYPE" in data or b"<!ENTITY" in data:
-        raise ValueError("declares a DOCTYPE or ENTITY (not read: entities are never expanded)")
+        raise ValueError(_DECLARES)
     try:
-        root = ET.fromstring(data)
+        root = _parse(data)
     except ET.ParseError as exc:
         raise ValueError(f"not XML ({exc})") from None
     if root.tag != "annotation":

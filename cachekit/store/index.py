@@ -20,6 +20,7 @@ import json
 import mmap
 import os
 import re
+import stat
 import struct
 from collections.abc import Sequence
 from pathlib import Path
@@ -193,7 +194,8 @@ class ShardIndex:
         if self._cols is not None:
             return self._cols
         try:
-            fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+            flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+            fd = os.open(self.path, flags | getattr(os, "O_NONBLOCK", 0))  # a FIFO must not block the open
         except FileNotFoundError:
             raise CacheError(f"{self.path}: the cache's shard index is missing") from None
         except OSError as exc:
@@ -201,12 +203,18 @@ class ShardIndex:
                 f"{self.path}: the shard index cannot be opened ({exc.strerror or exc})"
             ) from None
         try:
-            size = os.fstat(fd).st_size
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise self._bad("not a regular file")
+            size = st.st_size
             if size != self.record["bytes"]:
                 raise self._bad(f"{size} bytes, the manifest says {self.record['bytes']}")
             if size < _HEAD.size:
                 raise self._bad("too short")
-            data = mmap.mmap(fd, size, prot=mmap.PROT_READ)
+            try:
+                data = mmap.mmap(fd, size, prot=mmap.PROT_READ)
+            except (OSError, ValueError) as exc:
+                raise self._bad(f"cannot be mapped ({getattr(exc, 'strerror', None) or exc})") from None
         finally:
             os.close(fd)
         magic, version, length = _HEAD.unpack_from(data)
@@ -215,7 +223,7 @@ class ShardIndex:
         try:
             header = json.loads(bytes(data[_HEAD.size : _HEAD.size + length]))
             self._cols = self._columns(data, header, size)
-        except (ValueError, TypeError, KeyError) as exc:
+        except (ValueError, TypeError, KeyError, OverflowError, RecursionError, AttributeError) as exc:
             raise self._bad(f"bad header: {short(str(exc))}") from None
         return self._cols
 

@@ -299,6 +299,16 @@ def fetch_index(fs, root: str, url: str, record: dict, folder: Path | None = Non
                 ok = path_size(final) == record["bytes"] and sha256_path(final) == record["sha256"]
             if ok:
                 return ShardIndex(final, record)
+    try:  # one request before the fetch: an object of another size is never downloaded (a disk filled)
+        size = fs.size(remote)
+    except FileNotFoundError:
+        raise CacheError(f"{url}/{record['file']}: the cache's shard index is missing") from None
+    except Exception as exc:
+        raise access_error(f"{url}/{record['file']}", exc, CacheError) from None
+    if size != record["bytes"]:
+        raise CacheError(
+            f"{url}/{record['file']}: the shard index is {size} bytes, the manifest says {record['bytes']}"
+        )
     fd, name = tempfile.mkstemp(prefix=".index-", suffix=".part", dir=folder)
     os.close(fd)
     part = Path(name)

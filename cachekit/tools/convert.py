@@ -90,6 +90,20 @@ class _SourceShards:
         self.fs = self.root = None
         if isinstance(cache, str):
             self.fs, self.root = filesystem(cache, storage_options)
+        elif manifest.index:  # a URL's index was hashed when fetched; a folder's is mapped unhashed
+            self._check_index(Path(cache) / manifest.index["file"], manifest.index)
+
+    def _check_index(self, path: Path, record: dict) -> None:
+        """The source's index hashed before its columns (sample counts, pixel sums) are carried over."""
+        try:
+            same = sha256_path(path) == record["sha256"]
+        except OSError:
+            same = False
+        if not same:
+            raise CacheError(
+                f"{path}: the shard index's bytes do not match the manifest's sha256 (changed since the "
+                "cache was built; rebuild the cache or restore the file)"
+            )
 
     @contextlib.contextmanager
     def local(self, index: int) -> Iterator[Path]:

@@ -279,3 +279,36 @@ def write_voc(items: list[Item], folder: Path, difficult: int = 0) -> Path:
             f"<depth>3</depth></size>{objects}</annotation>"
         )
     return folder
+
+
+class ClassesPast:
+    """Two named classes; sample 3's class is past them, sample 4's past any integer a cache stores."""
+
+    classes = ["a", "b"]
+
+    def __init__(self, good: bytes) -> None:
+        self.good = good
+
+    def __len__(self) -> int:
+        return 6
+
+    def __getitem__(self, i: int):
+        return self.good, {3: 5, 4: 10**30}.get(i, i % 2)
+
+
+class HugeView:
+    """Sample 1 is a broadcast view claiming 50000x50000 pixels (no memory behind it): copied to
+    contiguous RGB, it would take 7.5 GB."""
+
+    classes = ["a"]
+
+    def __init__(self, good: bytes) -> None:
+        self.good = good
+
+    def __len__(self) -> int:
+        return 3
+
+    def __getitem__(self, i: int):
+        if i == 1:
+            return np.broadcast_to(np.zeros((1, 1, 1), dtype=np.uint8), (50_000, 50_000, 1)), 0
+        return self.good, 0

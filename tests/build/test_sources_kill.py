@@ -1,4 +1,4 @@
-"""Builds from a Python dataset, Parquet files and tars killed mid-way (SIGKILL, SIGTERM) resume to
+"""Builds from a Python dataset, an iterable, Parquet files and tars killed mid-way (SIGKILL, SIGTERM) resume to
 a cache byte-identical to a clean build."""
 
 from __future__ import annotations
@@ -31,6 +31,17 @@ files = sorted(str(p) for p in __import__("pathlib").Path({raw!r}).rglob("*.jpg"
 print(build(FileDataset(files, ["a", "b", "c"]), sys.argv[1],
             BuildConfig(shard_size=2, workers=2, size=64, progress=False)).summary())
 """
+_STREAM_SCRIPT = """
+import sys
+sys.path.insert(0, {here!r})
+from sourcekit import FileDataset
+from cachekit import BuildConfig, build
+files = sorted(str(p) for p in __import__("pathlib").Path({raw!r}).rglob("*.jpg"))
+ds = FileDataset(files, ["a", "b", "c"])
+stream = (ds[i] for i in range(len(ds)))  # no __len__: read once in order, resumed by position
+print(build(stream, sys.argv[1], BuildConfig(shard_size=2, workers=2, size=64, progress=False),
+            classes=["a", "b", "c"], source_id="big-jpegs").summary())
+"""
 
 
 @pytest.fixture(scope="module")
@@ -53,16 +64,18 @@ def sources(big_tree, tmp_path_factory) -> dict[str, str]:
                 add_member(tar, f"{p.stem}-{i}.jpg", p.read_bytes())
                 add_member(tar, f"{p.stem}-{i}.json", json.dumps({"label": i % 3}).encode())
     (top / "build_dataset.py").write_text(_SCRIPT.format(here=str(HERE), raw=str(big_tree)))
+    (top / "build_stream.py").write_text(_STREAM_SCRIPT.format(here=str(HERE), raw=str(big_tree)))
     return {
         "dataset": str(top / "build_dataset.py"),
+        "stream": str(top / "build_stream.py"),
         "parquet": str(top / "pq" / "train-*.parquet"),
         "tar": str(top / "tars" / "train-{000000..000001}.tar"),
     }
 
 
 def _cmd(kind: str, sources: dict, out: Path) -> list[str]:
-    if kind == "dataset":
-        return [sys.executable, sources["dataset"], str(out)]
+    if kind in ("dataset", "stream"):
+        return [sys.executable, sources[kind], str(out)]
     return [sys.executable, "-m", "cachekit.cli", "build", sources[kind], "--out", str(out), *ARGS]
 
 
@@ -79,7 +92,7 @@ def _manifest(out: Path) -> dict:
 
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
-@pytest.mark.parametrize("kind", ["dataset", "parquet", "tar"])
+@pytest.mark.parametrize("kind", ["dataset", "stream", "parquet", "tar"])
 def test_a_killed_build_resumes_byte_identical(sources, tmp_path, kind, sig):
     env = {
         **os.environ,

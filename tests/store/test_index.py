@@ -233,3 +233,75 @@ def test_a_synthetic_index_needs_a_shard_per_sample_at_most(tmp_path):
         and len(m.shards) == 7
         and np.diff(m.shard_offsets).tolist() == [143] * 6 + [142]
     )
+
+
+def _rehead(index, edit) -> None:
+    """Rewrite the index's JSON header through ``edit`` (a header dict to bytes), its length updated."""
+    data = bytearray(index.read_bytes())
+    length = int.from_bytes(data[12:16], "little")
+    header = edit(json.loads(bytes(data[16 : 16 + length])))
+    assert len(header) <= 4096
+    data[12:16] = len(header).to_bytes(4, "little")
+    data[16 : 16 + len(header)] = header
+    index.write_bytes(bytes(data))
+
+
+def _column_at_infinity(h):
+    h["columns"][0]["offset"] = float("inf")
+    return json.dumps(h).encode()
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [_column_at_infinity, lambda h: b"[" * 2000 + b"]" * 2000],
+    ids=["offset-infinity", "nested-2000-deep"],
+)
+def test_a_hostile_index_header_is_refused_in_one_line(small_cache, tmp_path, edit):
+    cache, index = _index_copy(small_cache, tmp_path)
+    _rehead(index, edit)
+    with pytest.raises(CacheError, match="not a valid shard index") as err:
+        CachedDataset(cache)
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "folder"])
+def test_an_index_that_is_not_a_regular_file_is_refused_without_blocking(small_cache, tmp_path, kind):
+    cache, index = _index_copy(small_cache, tmp_path)
+    index.unlink()
+    if kind == "fifo":
+        os.mkfifo(index)  # opened for reading, it would wait for a writer forever
+    else:
+        index.mkdir()
+        obj = json.loads((cache / "manifest.json").read_text())
+        obj["index"]["bytes"] = index.stat().st_size  # the size agrees: only the type is wrong
+        (cache / "manifest.json").write_text(json.dumps(obj))
+    with pytest.raises(CacheError, match="not a regular file") as err:
+        CachedDataset(cache)
+    assert "\n" not in str(err.value)
+    with pytest.raises(CacheError, match="not a regular file"):
+        verify(cache)
+
+
+def test_a_remote_index_of_another_size_is_refused_before_it_is_fetched(small_cache, tmp_path):
+    import fsspec
+
+    from cachekit.store.location import fetch_index
+
+    cache, index = _index_copy(small_cache, tmp_path)
+    record = read_manifest(small_cache).index
+    with open(index, "ab") as fh:
+        fh.truncate(index.stat().st_size + (64 << 20))  # an object far past what the manifest says
+    fs = fsspec.filesystem("file")
+    fetched = []
+    real_get = fs.get_file
+    fs.get_file = lambda *a, **k: fetched.append(a) or real_get(*a, **k)
+    with pytest.raises(CacheError, match=f"is {index.stat().st_size} bytes, the manifest says") as err:
+        fetch_index(fs, str(cache), "s3://bucket/c", record, folder=tmp_path / "node")
+    assert fetched == [] and "\n" not in str(err.value)
+    index.write_bytes(index.read_bytes()[: record["bytes"]])  # the right object is fetched and mapped
+    (tmp_path / "node").mkdir()
+    assert (
+        len(fetch_index(fs, str(cache), "s3://bucket/c", record, folder=tmp_path / "node"))
+        == record["shards"]
+    )
+    assert len(fetched) == 1

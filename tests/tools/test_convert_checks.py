@@ -117,3 +117,20 @@ def test_convert_refuses_a_damaged_field_as_verify_names_it(caches, tmp_path, da
 def test_an_intact_cache_converts_and_verifies(caches, tmp_path, which):
     convert(caches / which, tmp_path / "out", "hdf5")
     assert verify(tmp_path / "out").ok
+
+
+def test_convert_refuses_an_index_whose_bytes_changed(small_cache, tmp_path):
+    """A NaN pixel sum in the index passes the index's structural checks; converting it would carry
+    NaN statistics into a new index with a fresh, matching sha256."""
+    src = tmp_path / "src"
+    shutil.copytree(small_cache, src)
+    path = src / json.loads((src / "manifest.json").read_text())["index"]["file"]
+    data = bytearray(path.read_bytes())
+    header = json.loads(bytes(data[16 : 16 + int.from_bytes(data[12:16], "little")]))
+    at = next(c["offset"] for c in header["columns"] if c["name"] == "pixel_sum")
+    data[at : at + 8] = np.array([np.nan], dtype="<f8").tobytes()
+    path.write_bytes(bytes(data))
+    assert not verify(src).ok
+    with pytest.raises(CacheError, match="shard index's bytes do not match"):
+        convert(src, tmp_path / "out", "pt", progress=False)
+    assert not (tmp_path / "out" / "manifest.json").exists()
