@@ -13,14 +13,11 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-import numpy as np
-
 from ..errors import UsageError
 from ..image.ops import DecodeError
 from .inputtable import Source
-from .pysource import class_names
-from .recordfiles import RecordFile, find_files, open_file
-from .samples import classes_seen, fields_of_targets, json_target
+from .recordfiles import RecordFile, RecordRows, find_files, open_file
+from .samples import json_target
 from .sourceoptions import SourceOptions, recorded_options
 
 __all__ = ["parquet_source", "ParquetReader", "hf_class_names"]
@@ -175,46 +172,27 @@ def parquet_source(pattern: str, options: SourceOptions, storage_options: dict |
     pq = _pyarrow()
     url = "://" in pattern
     files = find_files(pattern, storage_options, "Parquet")
-    paths, labels, sizes, mtimes, targets, ignored, names = [], [], [], [], [], [], None
+    found, names = RecordRows(), None
     for f, file in enumerate(files):
         rows, file_names, problem = _file_rows(pq, file, url, f, options, storage_options)
         if problem is not None:
-            ignored.append((file.name, problem))
+            found.ignored.append((file.name, problem))
             continue
         names = names or file_names
-        for (group, row), found in rows:
+        for (group, row), sample in rows:
             rel = f"{file.name}/{group}/{row}"
-            if isinstance(found, str):
-                ignored.append((rel, found))
+            if isinstance(sample, str):
+                found.ignored.append((rel, sample))
                 continue
-            paths.append(rel)
-            targets.append(found[0])
-            labels.append(found[1])
-            sizes.append(file.size)
-            mtimes.append(file.mtime)
-    if not paths:
-        why = "; ".join(f"{p}: {r}" for p, r in ignored[:3])
-        raise UsageError(f"{pattern} holds no rows a build can use" + (f" ({why})" if why else ""))
-    labels_array = np.array(labels, dtype=np.int64)
-    fields = fields_of_targets(targets, labels_array)
-    seen = classes_seen(targets, labels_array)
-    classes = class_names(options.classes, names, False, "Parquet files") or tuple(
-        str(i) for i in range(seen)
-    )
-    if len(classes) < seen:
-        raise UsageError(f"{pattern}: class {seen - 1} is past the {len(classes)} class names")
-    return Source(
-        root=pattern,
-        layout="parquet",
-        paths=tuple(paths),
-        labels=labels_array,
-        sizes=np.array(sizes, dtype=np.int64),
-        mtimes=np.array(mtimes, dtype=np.int64),
-        classes=tuple(classes),
-        ignored=tuple(ignored),
-        fields=fields,
-        targets=tuple(targets),
-        extra={"files": len(files), **recorded_options(options, fields)},
+            found.add(rel, sample[0], sample[1], file)
+    return found.source(
+        pattern,
+        "parquet",
+        kind="Parquet files",
+        classes=options.classes,
+        names=names,
+        extra=lambda fields: {"files": len(files), **recorded_options(options, fields)},
         reader=ParquetReader(tuple(f.where for f in files), url, options.image_column),
         identity=f"image_column:{options.image_column}",  # the other columns are in the targets
+        unit="rows",
     )

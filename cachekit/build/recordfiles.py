@@ -8,13 +8,17 @@ import glob
 import os
 import re
 import stat
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+import numpy as np
 
 from ..errors import UsageError
 from ..store.remote import access_error, filesystem, is_url, process_filesystem
-from .inputtable import file_problem
+from .inputtable import Source, file_problem
+from .pysource import class_names
+from .samples import classes_seen, fields_of_targets
 
-__all__ = ["RecordFile", "expand_braces", "find_files", "open_file", "read_range"]
+__all__ = ["RecordFile", "RecordRows", "expand_braces", "find_files", "open_file", "read_range"]
 
 #: The most files a brace pattern may name (a typo of ``{0..9999999999}`` must not list forever).
 MAX_FILES = 1_000_000
@@ -31,6 +35,68 @@ class RecordFile:
     where: str  # a local path, or a path inside the URL's filesystem
     size: int
     mtime: int
+
+
+@dataclass
+class RecordRows:
+    """The samples found in a source's files, a column each, as its discovery reads them."""
+
+    paths: list = field(default_factory=list)
+    targets: list = field(default_factory=list)
+    labels: list = field(default_factory=list)
+    sizes: list = field(default_factory=list)
+    mtimes: list = field(default_factory=list)
+    ignored: list = field(default_factory=list)  # (where, reason) left out
+
+    def add(self, rel: str, target: dict, label: int, file: RecordFile) -> None:
+        """One sample of ``file``: its size and stamp are the file's (a changed file rebuilds its shards)."""
+        self.paths.append(rel)
+        self.targets.append(target)
+        self.labels.append(label)
+        self.sizes.append(file.size)
+        self.mtimes.append(file.mtime)
+
+    def source(
+        self,
+        pattern: str,
+        layout: str,
+        *,
+        kind: str,
+        classes,
+        names,
+        extra,
+        reader,
+        identity: str = "",
+        unit: str = "samples",
+    ) -> Source:
+        """The ``Source`` of these rows (one line when there are none): class names from ``classes``
+        (the user's), else ``names`` (the files' own), else numbers, never fewer than the rows use;
+        ``kind`` names the files and ``unit`` their samples in messages, ``extra(fields)`` is what the
+        manifest records of them."""
+        if not self.paths:
+            why = "; ".join(f"{p}: {r}" for p, r in self.ignored[:3])
+            raise UsageError(f"{pattern} holds no {unit} a build can use" + (f" ({why})" if why else ""))
+        labels = np.array(self.labels, dtype=np.int64)
+        fields = fields_of_targets(self.targets, labels)
+        seen = classes_seen(self.targets, labels)
+        found = class_names(classes, names, False, kind) or tuple(str(i) for i in range(seen))
+        if len(found) < seen:
+            raise UsageError(f"{pattern}: class {seen - 1} is past the {len(found)} class names")
+        return Source(
+            root=pattern,
+            layout=layout,
+            paths=tuple(self.paths),
+            labels=labels,
+            sizes=np.array(self.sizes, dtype=np.int64),
+            mtimes=np.array(self.mtimes, dtype=np.int64),
+            classes=tuple(found),
+            ignored=tuple(self.ignored),
+            fields=fields,
+            targets=tuple(self.targets),
+            extra=extra(fields),
+            reader=reader,
+            identity=identity,
+        )
 
 
 def expand_braces(pattern: str) -> list[str]:

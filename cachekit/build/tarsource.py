@@ -17,14 +17,10 @@ import re
 import tarfile
 from dataclasses import dataclass
 
-import numpy as np
-
-from ..errors import UsageError
 from ..image.ops import DecodeError
 from .inputtable import Source
-from .pysource import class_names
-from .recordfiles import RecordFile, find_files, open_file, read_range
-from .samples import classes_seen, fields_of_targets, json_target
+from .recordfiles import RecordFile, RecordRows, find_files, open_file, read_range
+from .samples import json_target
 from .sourceoptions import SourceOptions, recorded_options
 
 __all__ = ["tar_source", "TarReader", "IMAGE_KEYS", "MAX_TARGET_BYTES"]
@@ -183,39 +179,21 @@ def tar_source(pattern: str, options: SourceOptions, storage_options: dict | Non
     """The samples of the tars ``pattern`` names, in tar and member order, with their targets."""
     url = "://" in pattern
     files = find_files(pattern, storage_options, "tar")
-    paths, labels, sizes, mtimes, targets, ignored = [], [], [], [], [], []
+    found = RecordRows()
     for f, file in enumerate(files):
         rows, left_out, problem = _tar_rows(file, f, url, options, storage_options)
         if problem is not None:
-            ignored.append((file.name, problem))
+            found.ignored.append((file.name, problem))
             continue
-        ignored += left_out
+        found.ignored += left_out
         for rel, target, label in rows:
-            paths.append(rel)
-            targets.append(target)
-            labels.append(label)
-            sizes.append(file.size)
-            mtimes.append(file.mtime)
-    if not paths:
-        why = "; ".join(f"{p}: {r}" for p, r in ignored[:3])
-        raise UsageError(f"{pattern} holds no samples a build can use" + (f" ({why})" if why else ""))
-    labels_array = np.array(labels, dtype=np.int64)
-    fields = fields_of_targets(targets, labels_array)
-    seen = classes_seen(targets, labels_array)
-    classes = class_names(options.classes, None, False, "tars") or tuple(str(i) for i in range(seen))
-    if len(classes) < seen:
-        raise UsageError(f"{pattern}: class {seen - 1} is past the {len(classes)} class names")
-    return Source(
-        root=pattern,
-        layout="webdataset",
-        paths=tuple(paths),
-        labels=labels_array,
-        sizes=np.array(sizes, dtype=np.int64),
-        mtimes=np.array(mtimes, dtype=np.int64),
-        classes=tuple(classes),
-        ignored=tuple(ignored),
-        fields=fields,
-        targets=tuple(targets),
-        extra={"files": len(files), **recorded_options(options, fields, columns=False)},
+            found.add(rel, target, label, file)
+    return found.source(
+        pattern,
+        "webdataset",
+        kind="tars",
+        classes=options.classes,
+        names=None,
+        extra=lambda fields: {"files": len(files), **recorded_options(options, fields, columns=False)},
         reader=TarReader(tuple(f.where for f in files), url),
     )
