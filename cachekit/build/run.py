@@ -51,7 +51,7 @@ from .shardjob import ShardJob, ShardResult, run_shard_job
 from .shardwrite import check_at_out, disk_full, remove_written
 from .sourceoptions import SourceOptions
 from .sources import Source
-from .streamrun import stream_shards
+from .streamrun import job_options, stream_shards
 
 __all__ = ["BuildConfig", "BuildResult", "build", "default_shard_size", "probe_shape"]
 
@@ -334,28 +334,17 @@ def _job(t: _Target, config: BuildConfig, index: int, shard: PlannedShard, paths
     return ShardJob(
         index=index,
         file=shard.name,
-        root=str(t.raw),
-        out=t.out.url,
         paths=tuple(paths),
         labels=tuple(int(t.source.labels[i]) for i in shard.rows),
         inputs_digest=shard.digest,
-        pipeline=t.pipeline,
-        spec=t.spec,
-        format=t.content.format,
-        format_options=t.content.options,
-        fast_decode=config.fast_decode,
-        augment=t.augment,
-        max_pixels=config.max_pixels,
-        unreadable_fails=config.executor == "dask",
         sizes=tuple(int(t.source.sizes[i]) for i in shard.rows)
         if config.executor == "dask" and t.source.reader is None
         else (),
-        storage_options=config.storage_options,
         targets=tuple(t.source.targets[i] for i in shard.rows) if t.source.targets else (),
         masks_root=t.source.extra.get("masks"),
         array_roots=dict(t.source.extra.get("arrays", {})),
-        min_visibility=config.min_visibility,
         reader=t.source.reader,
+        **job_options(t, config),
     )
 
 

@@ -32,7 +32,7 @@ from .resume import existing_cache, read_partial, reusable, start_partial, write
 from .shardjob import ShardJob, run_shard_job
 from .shardwrite import remove_written
 
-__all__ = ["stream_shards", "Streamed"]
+__all__ = ["stream_shards", "Streamed", "job_options"]
 
 
 @dataclass(frozen=True)
@@ -66,26 +66,34 @@ def _shard_size(t, config: BuildConfig, previous, partial_) -> int:
     return max(MIN_SHARD_SAMPLES, min(target // max(1, per_input), MAX_SHARD_SAMPLES))
 
 
+def job_options(t, config: BuildConfig) -> dict:
+    """What every shard job of a build shares, whatever its inputs: where it reads and writes, the
+    recipe, the stored form, the checks (``t``: the build's resolved target, ``run._Target``)."""
+    return {
+        "root": str(t.raw),
+        "out": t.out.url,
+        "pipeline": t.pipeline,
+        "spec": t.spec,
+        "format": t.content.format,
+        "format_options": t.content.options,
+        "fast_decode": config.fast_decode,
+        "augment": t.augment,
+        "max_pixels": config.max_pixels,
+        "unreadable_fails": config.executor == "dask",
+        "storage_options": config.storage_options,
+        "min_visibility": config.min_visibility,
+    }
+
+
 def _job(t, config: BuildConfig, index: int, name: str, digest: str, start: int, records: tuple) -> ShardJob:
     return ShardJob(
         index=index,
         file=name,
-        root=str(t.raw),
-        out=t.out.url,
         paths=positions(start, len(records)),
         labels=tuple(-1 for _ in records),
         inputs_digest=digest,
-        pipeline=t.pipeline,
-        spec=t.spec,
-        format=t.content.format,
-        format_options=t.content.options,
-        fast_decode=config.fast_decode,
-        augment=t.augment,
-        max_pixels=config.max_pixels,
-        unreadable_fails=config.executor == "dask",
-        storage_options=config.storage_options,
-        min_visibility=config.min_visibility,
         reader=ChunkReader(start, records),
+        **job_options(t, config),
     )
 
 
