@@ -18,9 +18,9 @@ import numpy as np
 from ..errors import UsageError
 from ..image.ops import DecodeError
 from .inputtable import Source
-from .pysource import PROBE, class_names, index_path
+from .pysource import PROBE, index_path, probe_schema
 from .records import Record, SourceRaised
-from .samples import SampleOptions, fields_of, to_record
+from .samples import SampleOptions, to_record
 
 __all__ = ["iterable_source", "StreamReader", "ChunkReader", "positions"]
 
@@ -99,20 +99,8 @@ def iterable_source(iterable, options: SampleOptions, *, classes=None, source_id
         raise UsageError(f"the iterable raised at sample {len(peeked)} ({_one_line(exc)})") from None
     if not peeked:
         raise UsageError("the iterable yields no samples: nothing to build")
-    records, problems = [], []
-    for i, sample in enumerate(peeked):
-        try:
-            records.append(to_record(sample, options))
-        except DecodeError as exc:
-            problems.append(f"sample {i}: {exc}")
-    if not records:
-        raise UsageError(f"the iterable's first samples cannot be used ({'; '.join(problems)})")
-    try:
-        fields = fields_of(records)
-    except DecodeError as exc:
-        raise UsageError(f"the iterable's samples cannot be stored: {exc}") from None
-    has_classes = any(r.label >= 0 for r in records) or bool({"boxes", "labels"} & set(fields))
-    names = class_names(classes, getattr(iterable, "classes", None), has_classes, "iterable")
+    reads = ((i, lambda s=s: to_record(s, options)) for i, s in enumerate(peeked))
+    fields, names = probe_schema(reads, "iterable", classes, getattr(iterable, "classes", None))
     return Source(
         root=f"<{type(iterable).__qualname__}>",
         layout="stream",

@@ -26,7 +26,16 @@ from .inputtable import Source
 from .records import Record, SourceRaised
 from .samples import SampleOptions, fields_of, to_record
 
-__all__ = ["IndexPaths", "DatasetReader", "dataset_source", "class_names", "index_path", "pickled", "PROBE"]
+__all__ = [
+    "IndexPaths",
+    "DatasetReader",
+    "dataset_source",
+    "class_names",
+    "index_path",
+    "pickled",
+    "PROBE",
+    "probe_schema",
+]
 
 #: Samples read at discovery to learn the fields.
 PROBE = 4
@@ -165,6 +174,26 @@ def _identity(dataset, n: int, source_id) -> tuple[str, tuple]:
     )
 
 
+def probe_schema(reads, what: str, classes, own_classes) -> tuple[dict, tuple[str, ...]]:
+    """The fields and class names of a source from its first samples: ``reads`` yields ``(index,
+    read)`` with ``read()`` giving a sample's record (a DecodeError: that sample is unusable);
+    class names from ``classes`` (the user's), else ``own_classes`` (the source's ``.classes``)."""
+    records, problems = [], []
+    for i, read in reads:
+        try:
+            records.append(read())
+        except DecodeError as exc:
+            problems.append(f"sample {i}: {exc}")
+    if not records:
+        raise UsageError(f"the {what}'s first samples cannot be used ({'; '.join(problems)})")
+    try:
+        fields = fields_of(records)
+    except DecodeError as exc:
+        raise UsageError(f"the {what}'s samples cannot be stored: {exc}") from None
+    has_classes = any(r.label >= 0 for r in records) or bool({"boxes", "labels"} & set(fields))
+    return fields, class_names(classes, own_classes, has_classes, what)
+
+
 def dataset_source(dataset, options: SampleOptions, *, classes=None, source_id=None) -> Source:
     """The ``Source`` of a map-style dataset: its indices, with what its first samples' targets carry."""
     try:
@@ -185,20 +214,8 @@ def dataset_source(dataset, options: SampleOptions, *, classes=None, source_id=N
     except Exception:
         pass  # that sample's own problem: skipped with its reason when the build reads it
     blob = pickled(dataset)
-    records, problems = [], []
-    for i in range(min(n, PROBE)):
-        try:
-            records.append(read_sample(dataset, i, options))  # the dataset itself, not a copy
-        except DecodeError as exc:
-            problems.append(f"sample {i}: {exc}")
-    if not records:
-        raise UsageError(f"the dataset's first samples cannot be used ({'; '.join(problems)})")
-    try:
-        fields = fields_of(records)
-    except DecodeError as exc:
-        raise UsageError(f"the dataset's samples cannot be stored: {exc}") from None
-    has_classes = any(r.label >= 0 for r in records) or bool({"boxes", "labels"} & set(fields))
-    names = class_names(classes, getattr(dataset, "classes", None), has_classes, "dataset")
+    reads = ((i, lambda i=i: read_sample(dataset, i, options)) for i in range(min(n, PROBE)))  # not a copy
+    fields, names = probe_schema(reads, "dataset", classes, getattr(dataset, "classes", None))
     reader = DatasetReader(blob, replace(options, classes=len(names)))
     identity, targets = _identity(dataset, n, source_id)
     identity += (
