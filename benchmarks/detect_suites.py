@@ -227,30 +227,44 @@ class _Ceiling:
 def ceiling(args, root):
     cache = _train256(args, root)
     bare = {"planes": _Ceiling(cache, threads=2), "hwc": _Ceiling(cache, threads=2, layout="hwc")}
-    loader = make_loader(
-        cache, args.batch_size, augment=[RandomResizedCrop(224), RandomHorizontalFlip()], threads=2
-    )
+    steps = [RandomResizedCrop(224), RandomHorizontalFlip()]
+    hwc_cache = _train256(args, root, "pixels-hwc")
+    loaders = {  # the cache of planes (the default); the same pixels stored channels-last, batches NHWC
+        "planes": make_loader(cache, args.batch_size, augment=steps, threads=2),
+        "pixels-hwc": make_loader(hwc_cache, args.batch_size, augment=steps, threads=2, channels_last=True),
+    }
     rng = np.random.default_rng(0)
     for b in bare.values():
         b.epoch(args.batch_size, rng)
-    for _ in loader:
-        pass
-    ours, theirs = [], {k: [] for k in bare}
-    cpu_ours, cpu_theirs = [], {k: [] for k in bare}  # CPU seconds per sample, every thread of this process
+    for loader in loaders.values():
+        for _ in loader:
+            pass
+    mine = {k: [] for k in loaders}
+    cpu_mine = {k: [] for k in loaders}
+    theirs = {k: [] for k in bare}
+    cpu_theirs = {k: [] for k in bare}  # CPU seconds per sample, every thread of this process
     for _ in range(args.repeats):  # in turn, so that a slow spell of the machine hits every row
         for name, b in bare.items():
             t0, c0 = time.perf_counter(), time.process_time()
             n = b.epoch(args.batch_size, rng)
             theirs[name].append(n / (time.perf_counter() - t0))
             cpu_theirs[name].append((time.process_time() - c0) / n)
-        t0, c0, m = time.perf_counter(), time.process_time(), 0
-        for _, labels in loader:
-            m += len(labels)
-        ours.append(m / (time.perf_counter() - t0))
-        cpu_ours.append((time.process_time() - c0) / m)
+        for name, loader in loaders.items():
+            t0, c0, m = time.perf_counter(), time.process_time(), 0
+            for _, labels in loader:
+                m += len(labels)
+            mine[name].append(m / (time.perf_counter() - t0))
+            cpu_mine[name].append((time.process_time() - c0) / m)
+    ours, cpu_ours = mine["planes"], cpu_mine["planes"]
+    hwc, cpu_hwc = mine["pixels-hwc"], cpu_mine["pixels-hwc"]
     cpu = {k: statistics.median(b / a for a, b in zip(cpu_ours, runs)) for k, runs in cpu_theirs.items()}
     ratios = {k: statistics.median(a / b for a, b in zip(ours, runs)) for k, runs in theirs.items()}
+    hwc_ratio = statistics.median(a / b for a, b in zip(hwc, theirs["hwc"]))
+    hwc_cpu = statistics.median(b / a for a, b in zip(cpu_hwc, cpu_theirs["hwc"]))
     print(f"make_loader RandomResizedCrop(224) + flip, antialiased: {statistics.median(ours):,.0f} samples/s")
+    print(
+        f"the same, cache built with --store pixels-hwc, channels_last=True: {statistics.median(hwc):,.0f} samples/s"
+    )
     print(
         f"bare memory map of planes + 2 threads, torch's resize: {statistics.median(theirs['planes']):,.0f} samples/s"
     )
@@ -258,6 +272,9 @@ def ceiling(args, root):
           f"{statistics.median(theirs['hwc']):,.0f} samples/s")  # fmt: skip
     print(f"make_loader / torch ceiling: {ratios['planes']:.2f}x (median of per-round ratios)")
     print(f"make_loader / OpenCV ceiling: {ratios['hwc']:.2f}x (median of per-round ratios)")
+    print(f"make_loader over --store pixels-hwc, channels_last=True / OpenCV ceiling: {hwc_ratio:.2f}x per wall-second "
+          f"(rounds: {', '.join(f'{a / b:.2f}' for a, b in zip(hwc, theirs['hwc']))}), {hwc_cpu:.2f}x "
+          f"per CPU-second ({1e6 * statistics.median(cpu_hwc):.0f} us a sample)")  # fmt: skip
     print(f"CPU per sample: make_loader {1e6 * statistics.median(cpu_ours):.0f} us, torch ceiling "
           f"{1e6 * statistics.median(cpu_theirs['planes']):.0f} us, OpenCV ceiling "
           f"{1e6 * statistics.median(cpu_theirs['hwc']):.0f} us: samples per CPU-second "
@@ -270,5 +287,8 @@ def ceiling(args, root):
         "ratio_opencv": ratios["hwc"],
         "cpu_ratio": cpu["planes"],
         "cpu_ratio_opencv": cpu["hwc"],
-        "rounds": {"ours": ours, **theirs},
+        "ours_hwc": statistics.median(hwc),
+        "ratio_opencv_hwc": hwc_ratio,
+        "cpu_ratio_opencv_hwc": hwc_cpu,
+        "rounds": {"ours": ours, "ours_hwc": hwc, **theirs},
     }

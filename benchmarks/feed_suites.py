@@ -68,11 +68,12 @@ def _interleaved(loaders: dict, epochs: int) -> list[dict]:
     return rows
 
 
-def _train256(args, root: Path) -> Path:
+def _train256(args, root: Path, store: str = "pixels") -> Path:
+    """The benchmark images stored with their shorter side at 256 (``store``: planes or channels-last)."""
     raw = synthetic_raw(args, root)
-    cache = root / f"train256-{raw.name}"
+    cache = root / (f"train256-{raw.name}" if store == "pixels" else f"train256-{store}-{raw.name}")
     if not cache.is_dir():
-        build(raw, cache, BuildConfig(pipeline="train-256", progress=False))
+        build(raw, cache, BuildConfig(pipeline="train-256", store=store, progress=False))
     return cache
 
 

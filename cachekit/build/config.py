@@ -43,7 +43,7 @@ class BuildConfig:
     seed: int = 0  # of the shuffled order and of --augment's draws
     augment_rotate: float = 0.0
     compression: str = "none"
-    store: str = "pixels"  # or "jpeg" / "png": samples kept encoded, decoded on read
+    store: str = "pixels"  # "pixels-hwc": channels-last; "jpeg" / "png": kept encoded, decoded on read
     quality: int = 90  # --store jpeg
     order: str = "shuffled"  # or "sorted": path order, contiguous shards
     shards: int | None = None  # --order shuffled: how many shards (default: inputs / shard size)

@@ -19,7 +19,7 @@ from ..errors import BuildError
 from ..image.geometry import DEFAULT_MIN_VISIBILITY, Affine
 from ..image.ops import DecodeError
 from ..image.recipes import Pipeline
-from ..store.encoding import encode_images
+from ..store.encoding import encode_images, shaped_store
 from ..store.formats import SHARD_NAME_COLUMN, identity_column
 from ..store.manifest import SampleSpec, ShardInfo, SkippedInput
 from ..store.remote import redact
@@ -280,7 +280,7 @@ def run_shard_job(job: ShardJob, progress: Callable[[int], None] | None = None) 
         rows = ragged if images is None else images[:kept]
         data, offsets = encode_images(rows, store_kind, job.format_options.get("quality", 90))
         arrays = {"image_bytes": data, "image_offsets": offsets, "labels": labels[:kept]}
-        if images is None:
+        if images is None or shaped_store(store_kind):
             arrays["image_shape"] = np.array([r.shape for r in rows], dtype=np.int32).reshape(-1, 3)
     arrays.update({name: value[:kept] for name, value in extras.items()})
     for name, field_spec in spec.fields.items():

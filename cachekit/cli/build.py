@@ -118,10 +118,12 @@ from .app import EXIT_CODES, duration, friendly, main, options_of, with_storage_
 )
 @click.option(
     "--store",
-    type=click.Choice(["pixels", "jpeg", "png"]),
+    type=click.Choice(["pixels", "pixels-hwc", "jpeg", "png"]),
+    metavar="STORE",
     default="pixels",
     show_default=True,
-    help="Keep samples as decoded pixels, or re-encoded (small caches; decoded on every read).",
+    help="pixels: decoded pixels, as planes; pixels-hwc: decoded pixels, channels-last (fastest for "
+    "crops, warps and mosaics at read time); jpeg or png: re-encoded (small caches; decoded on every read).",
 )
 @click.option("--quality", type=int, default=90, show_default=True, help="--store jpeg: JPEG quality.")
 @click.option(

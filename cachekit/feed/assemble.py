@@ -24,7 +24,7 @@ from ..augment.plan import Plan
 from ..augment.warp import single_threaded_torch
 from ..errors import CacheError
 from ..image.ops import hwc_into_planes
-from ..store.encoding import decode_sample, read_sample
+from ..store.encoding import decode_sample, read_raw
 from .batch import SampleBatch
 from .rows import Rows, draw_batch, general_aux, read_indices
 from .targets import box_keys, move_boxes_of_batch, sample_target
@@ -44,18 +44,30 @@ class BatchRequest(list):
         plan: Plan | None = None,
         threads: int = 1,
         on_device: bool = False,
+        channels_last: bool = False,
     ) -> None:
         super().__init__(indices)
         self.epoch, self.seed, self.plan = epoch, seed, plan
         self.threads, self.on_device = threads, on_device
+        self.channels_last = (
+            channels_last  # augmented on threads: rows written channels-last where they can be
+        )
 
     def __reduce__(self):
-        options = (self.epoch, self.seed, self.plan, self.threads, self.on_device)
+        options = (self.epoch, self.seed, self.plan, self.threads, self.on_device, self.channels_last)
         return (_restore, (list(self), *options))
 
 
-def _restore(indices, epoch, seed, plan, threads, on_device) -> BatchRequest:
-    return BatchRequest(indices, epoch=epoch, seed=seed, plan=plan, threads=threads, on_device=on_device)
+def _restore(indices, epoch, seed, plan, threads, on_device, channels_last=False) -> BatchRequest:
+    return BatchRequest(
+        indices,
+        epoch=epoch,
+        seed=seed,
+        plan=plan,
+        threads=threads,
+        on_device=on_device,
+        channels_last=channels_last,
+    )
 
 
 _pools: dict[int, ThreadPoolExecutor] = {}
@@ -158,10 +170,18 @@ def _sizes(dataset, readers: list, local: np.ndarray) -> tuple[np.ndarray, np.nd
 def _source(dataset, reader, i: int) -> tuple[np.ndarray, bool]:
     """Sample ``i`` of a shard as stored: (array, channels_last). Pixel rows are zero-copy views."""
     channels = dataset.sample_shape[0]
+    if dataset.store == "pixels-hwc":
+        pixels = read_raw(reader.column, i, "pixels-hwc")
+        if not dataset.ragged and (pixels.shape[2], *pixels.shape[:2]) != tuple(dataset.sample_shape):
+            raise CacheError(
+                f"a stored sample is {[pixels.shape[2], *pixels.shape[:2]]}, the manifest says "
+                f"{list(dataset.sample_shape)}: the shard is damaged"
+            )
+        return pixels, True
     if dataset.store != "pixels":
         return decode_sample(reader.column, i, channels), True
     if dataset.ragged:
-        return read_sample(reader.column, i, "pixels", channels), False
+        return read_raw(reader.column, i, "pixels"), False
     array = reader.image_array
     return (array[i] if array is not None else reader.images(np.array([i]))[0]), False
 
@@ -182,6 +202,21 @@ def _aux(draws, heights: np.ndarray, widths: np.ndarray) -> dict:
         aux["jitter"] = torch.from_numpy(draws.jitter)
         aux["order"] = torch.from_numpy(draws.order)
     return aux
+
+
+def _channels_last_rows(request: BatchRequest, draws, stage, channels: int) -> bool:
+    """Whether the batch is written channels-last as it is augmented (``make_loader(channels_last=
+    True)``): crops, resizes and flips write any layout; the warps, colour jitter, the pixel stage
+    and mixing work on planes, and such a batch is converted once at the end instead."""
+    general = draws.general
+    return (
+        request.channels_last
+        and channels in (3, 4)
+        and stage is None
+        and request.plan.mix is None
+        and draws.jitter is None
+        and (general is None or general.fast is not None)
+    )
 
 
 def _stage_draws(dataset, request: BatchRequest, draws):
@@ -263,7 +298,13 @@ def assemble(
     general = draws.general if draws is not None else None
     stage = _stage_draws(dataset, request, draws)
     on_threads = draws is not None and not request.on_device
-    if on_threads:
+    if on_threads and _channels_last_rows(request, draws, stage, channels):
+        # [n, C, H, W] seen over an [n, H, W, C] block: a crop is resized straight into its row
+        # (the tensor keeps the pooled block's handle alive; a numpy view of it alone would not)
+        out = (
+            torch.from_numpy(dataset._buffers.get((n, *draws.out_size, channels))).permute(0, 3, 1, 2).numpy()
+        )
+    elif on_threads:
         out = dataset._buffers.get((n, channels, *draws.out_size))
     elif general is not None and (dataset.ragged or general.mosaic is not None):  # each pixel source
         src_h, src_w = general.source_hw[:, 0], general.source_hw[:, 1]

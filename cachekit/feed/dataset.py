@@ -20,7 +20,7 @@ import torch
 from torch.utils.data import Dataset
 
 from ..errors import CacheError
-from ..store.encoding import STORES, read_sample
+from ..store.encoding import RAW_STORES, STORES, read_sample
 from ..store.formats import ShardReader, get_format
 from ..store.location import read_manifest
 from ..store.manifest import Manifest, shard_path
@@ -198,7 +198,7 @@ class CachedDataset(Dataset):
         pixels, raw or lz4-compressed (~20 us), are not: workers would only add copies.
         """
         codec = self.manifest.format_options.get("compression", "none")
-        return self.store != "pixels" or codec in ("gzip", "zstd", "lzf")
+        return self.store not in RAW_STORES or codec in ("gzip", "zstd", "lzf")
 
     def __len__(self) -> int:
         return int(self.shard_offsets[-1])

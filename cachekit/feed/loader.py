@@ -374,6 +374,7 @@ def make_loader(
             "threads": threads,
             "on_device": on_device,
             "on_device_for": on_device_for,
+            "channels_last": channels_last,
         }
     extra = {"persistent_workers": True, "prefetch_factor": prefetch_factor} if workers > 0 else {}
     if workers > 0 and multiprocessing_context is not None:  # "fork", "spawn", "forkserver"

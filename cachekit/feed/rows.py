@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import threading
 
-import cv2
 import numpy as np
 import torch
 
 from ..augment.colour import jitter_planes
 from ..augment.mosaic import render_canvas, render_mask_canvas
-from ..augment.warp import warp_hwc, warp_planes
+from ..augment.warp import flip_sample, warp_hwc, warp_planes
 from ..augment.warpmatrix import resize_chw, warp_sample
 from ..image.ops import hwc_into_planes
 from .targets import move_target, sample_target
@@ -184,8 +183,7 @@ class Rows:
             warp = warp_hwc if hwc else warp_planes
             warp(src, self.boxes[j], self.flips[j], self.inside[j], out[j], draws.fill, pre)
             if self.vflips is not None and self.vflips[j]:
-                for c in range(out.shape[1]):
-                    cv2.flip(out[j, c], 0, dst=out[j, c])
+                flip_sample(out[j], vertical=True)
         else:
             warp_sample(src, hwc, self.general.warps[j], out[j], draws.fill, shrink)
         if draws.jitter is not None:

@@ -1,10 +1,14 @@
-"""Variable-length sample storage: encoded images (``--store jpeg|png``) and ragged pixels.
+"""Variable-length sample storage: encoded images (``--store jpeg|png``), ragged pixels and
+channels-last pixels (``--store pixels-hwc``).
 
 Format-independent: a shard stores two columns instead of ``images``: ``image_bytes`` (every
 sample's bytes, back to back) and ``image_offsets`` (``N + 1`` int64 boundaries); ragged samples
-(each at its own size) add ``image_shape`` (``[N, 3]`` int32, channels first). Any backend stores
-those like any other column. Bytes are JPEG or PNG files (decoded with OpenCV), or for ragged
-``pixels`` the raw ``[C, H, W]`` uint8 array.
+(each at its own size) and ``pixels-hwc`` samples add ``image_shape`` (``[N, 3]`` int32, channels
+first). Any backend stores those like any other column. Bytes are JPEG or PNG files (decoded with
+OpenCV), for ragged ``pixels`` the raw ``[C, H, W]`` uint8 array, for ``pixels-hwc`` the raw
+``[H, W, C]`` array: the layout OpenCV and torch's channels-last kernels work in, so a crop is
+resized straight from the stored rows, with no interleaving of planes first (read back as a
+``[C, H, W]`` view of it, as a decoded JPEG is).
 """
 
 from __future__ import annotations
@@ -17,9 +21,21 @@ import numpy as np
 from ..errors import CacheError, UsageError
 from ..image.ops import hwc_into_planes
 
-__all__ = ["STORES", "encode_images", "decode_rows", "decode_sample", "read_sample", "check_store"]
+__all__ = [
+    "STORES",
+    "RAW_STORES",
+    "shaped_store",
+    "encode_images",
+    "decode_rows",
+    "decode_sample",
+    "read_sample",
+    "read_raw",
+    "check_store",
+]
 
-STORES = ("pixels", "jpeg", "png")
+STORES = ("pixels", "pixels-hwc", "jpeg", "png")
+#: Stores of raw pixels (read by a memory copy); the others are encoded (decoded on every read).
+RAW_STORES = ("pixels", "pixels-hwc")
 
 
 def check_store(store: str, quality: int) -> None:
@@ -27,6 +43,12 @@ def check_store(store: str, quality: int) -> None:
         raise UsageError(f"--store must be one of {', '.join(STORES)}, got {store!r}")
     if store == "jpeg" and not 1 <= quality <= 100:
         raise UsageError(f"--quality must be between 1 and 100, got {quality}")
+
+
+def shaped_store(store: str) -> bool:
+    """True when a shard of ``store`` records every sample's ``image_shape``, fixed-size or not
+    (``pixels-hwc`` always: its bytes are read back with it)."""
+    return store == "pixels-hwc"
 
 
 def _params(store: str, quality: int) -> tuple[str, list[int]]:
@@ -48,6 +70,9 @@ def encode_images(images, store: str, quality: int = 90) -> tuple[np.ndarray, np
     for chw in images:
         if store == "pixels":  # ragged pixels: the raw array
             blobs.append(np.ascontiguousarray(chw).reshape(-1))
+            continue
+        if store == "pixels-hwc":  # the raw array, channels last
+            blobs.append(np.ascontiguousarray(chw.transpose(1, 2, 0)).reshape(-1))
             continue
         ext, params = _params(store, quality)
         hwc = chw.transpose(1, 2, 0)
@@ -79,15 +104,26 @@ def decode_sample(column: Callable[[str, object], np.ndarray], i: int, channels:
 def read_sample(
     column: Callable[[str, object], np.ndarray], i: int, store: str, channels: int = 3
 ) -> np.ndarray:
-    """Sample ``i`` of a variable-length shard as ``[C, H, W]`` uint8, at its own size."""
-    if store != "pixels":
-        return decode_sample(column, i, channels).transpose(2, 0, 1)
+    """Sample ``i`` of a variable-length shard as ``[C, H, W]`` uint8, at its own size (a view of
+    channels-last pixels for ``jpeg``, ``png`` and ``pixels-hwc``: ``read_hwc`` has them as such)."""
+    if store in RAW_STORES:
+        pixels = read_raw(column, i, store)
+        return pixels.transpose(2, 0, 1) if store == "pixels-hwc" else pixels
+    return decode_sample(column, i, channels).transpose(2, 0, 1)
+
+
+def read_raw(column: Callable[[str, object], np.ndarray], i: int, store: str) -> np.ndarray:
+    """Sample ``i`` of a raw pixel store, as stored: ``[C, H, W]`` for ``pixels``, ``[H, W, C]``
+    for ``pixels-hwc`` (a view of the shard's bytes: a memory map where the format maps them)."""
     offsets = column("image_offsets", slice(i, i + 2))
-    buf = np.asarray(column("image_bytes", slice(int(offsets[0]), int(offsets[1]))))
+    lo, hi = int(offsets[0]), int(offsets[1])
     c, h, w = (int(v) for v in column("image_shape", slice(i, i + 1))[0])
-    if c * h * w != buf.size:
-        raise CacheError(f"sample {i} holds {buf.size} bytes, its shape {[c, h, w]} needs {c * h * w}")
-    return buf.reshape(c, h, w)
+    if c * h * w != hi - lo or lo < 0:
+        raise CacheError(f"sample {i} holds {hi - lo} bytes, its shape {[c, h, w]} needs {c * h * w}")
+    buf = np.asarray(column("image_bytes", slice(lo, hi)))
+    if buf.size != hi - lo:
+        raise CacheError(f"sample {i}: its offsets {lo}..{hi} reach past the shard's pixel bytes")
+    return buf.reshape(h, w, c) if store == "pixels-hwc" else buf.reshape(c, h, w)
 
 
 def decode_rows(

@@ -37,6 +37,7 @@ from ..build.shardwrite import commit_shard
 from ..constants import DEFAULT_GRACE_SECONDS, MANIFEST_NAME, MANIFEST_VERSION, PARTIAL_DIR
 from ..errors import BuildError, CacheError, UsageError
 from ..store.atomic import path_size, sha256_path
+from ..store.encoding import shaped_store
 from ..store.fields import field_columns
 from ..store.formats import SHARD_NAME_COLUMN, get_format, identity_column
 from ..store.location import commit_index, open_location, read_manifest, write_failure
@@ -64,7 +65,8 @@ def _read_shard(root: Path, manifest: Manifest, index: int) -> dict[str, np.ndar
             image_array = reader.image_array
             arrays = {"images": np.array(image_array) if image_array is not None else reader.images(rows)}
         else:
-            names = ["image_bytes", "image_offsets"] + (["image_shape"] if manifest.sample.ragged else [])
+            shaped = manifest.sample.ragged or shaped_store(store)
+            names = ["image_bytes", "image_offsets"] + (["image_shape"] if shaped else [])
             arrays = {name: np.array(reader.column(name, slice(None))) for name in names}
         for name in ("labels", *manifest.sample.extras):
             arrays[name] = np.array(reader.column(name, rows))

@@ -21,6 +21,7 @@ import numpy as np
 
 from ..errors import CacheError
 from ..store.atomic import path_size, remove_path, sha256_path
+from ..store.encoding import RAW_STORES, shaped_store
 from ..store.fields import decode_mask
 from ..store.formats import get_format
 from ..store.location import read_manifest
@@ -125,12 +126,37 @@ def stored_values_problem(manifest: Manifest, info: ShardInfo, reader) -> str | 
         return str(exc).removeprefix(f"{info.file}: ")
 
 
+def _pixel_bytes_problem(manifest: Manifest, info: ShardInfo, reader) -> str | None:
+    """A raw pixel store's rows against their recorded shapes: each row's byte count is its shape's,
+    the offsets rise within the bytes, and a fixed-size cache's rows all have the manifest's shape."""
+    store = manifest.format_options.get("store", "pixels")
+    if store not in RAW_STORES or not (manifest.sample.ragged or shaped_store(store)) or not info.samples:
+        return None
+    shapes = np.asarray(reader.column("image_shape", slice(None))).astype(np.int64)
+    offsets = np.asarray(reader.column("image_offsets", slice(None))).astype(np.int64)
+    total = int(np.asarray(reader.column("image_bytes", slice(None))).size)
+    spans = np.diff(offsets)
+    bad = np.flatnonzero((spans != shapes.prod(axis=1)) | (shapes[:, 0] != manifest.sample.shape[0]))
+    if len(bad):
+        return f"row {int(bad[0])}: its {int(spans[bad[0]])} pixel bytes do not hold its shape {shapes[bad[0]].tolist()}"
+    if offsets[0] != 0 or offsets[-1] != total:
+        return f"the pixel offsets span {int(offsets[0])}..{int(offsets[-1])} of {total} bytes"
+    if not manifest.sample.ragged:
+        wrong = np.flatnonzero((shapes[:, 1:] != np.array(manifest.sample.shape[1:])).any(axis=1))
+        if len(wrong):
+            return f"row {int(wrong[0])} is {shapes[wrong[0]].tolist()}, the manifest says {list(manifest.sample.shape)}"
+    return None
+
+
 def _check_fields(manifest: Manifest, info: ShardInfo, reader) -> str | None:
     rows = list(range(info.samples))
     if manifest.sample.ragged:
         shapes = np.asarray(reader.column("image_shape", slice(None)))[:, 1:]
     else:
         shapes = np.tile(np.array(manifest.sample.shape[1:]), (info.samples, 1))
+    problem = _pixel_bytes_problem(manifest, info, reader)
+    if problem:
+        return problem
     if info.samples:
         labels = np.asarray(reader.column("labels", slice(None)))
         if labels.min() < -1 or labels.max() >= len(manifest.classes):

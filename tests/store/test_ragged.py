@@ -14,7 +14,7 @@ from cachekit.tools.verify import verify
 
 
 @pytest.mark.parametrize("fmt", ["pt", "hdf5", "zarr"])
-@pytest.mark.parametrize("store", ["pixels", "png"])
+@pytest.mark.parametrize("store", ["pixels", "pixels-hwc", "png"])
 def test_pipeline_none_keeps_every_image_at_its_own_size(mixed_tree, tmp_path, fmt, store):
     out = tmp_path / "c"
     build(

@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from ...errors import CacheError
+from ..encoding import shaped_store
 from ..fields import field_columns
 from ..manifest import SHARD_NAME_COLUMN, SampleSpec
 from ..shardfiles import OpenFilesExhausted, out_of_files
@@ -70,7 +71,8 @@ class ShardFormat(Protocol):
     def open(self, path: Path, spec: SampleSpec, samples: int, store: str = "pixels") -> ShardReader:
         """A reader for a shard the manifest says holds ``samples`` rows shaped like ``spec``.
 
-        ``store`` is how images are kept: ``"pixels"``, or encoded (``image_bytes`` + offsets).
+        ``store`` is how images are kept: ``"pixels"`` (an ``images`` array when fixed-size), or
+        ``image_bytes`` + offsets: ragged pixels, ``"pixels-hwc"``, or encoded.
         """
 
 
@@ -183,7 +185,7 @@ def check_arrays(
     """
     check_identity(path, arrays.get(SHARD_NAME_COLUMN))
     expected = {"labels": ((samples,), np.dtype(spec.label_dtype))}
-    if spec.ragged:
+    if spec.ragged or shaped_store(store):
         expected["image_shape"] = ((samples, 3), np.dtype("<i4"))
     if store == "pixels" and not spec.ragged:
         expected["images"] = ((samples, *spec.shape), np.dtype(spec.dtype))
