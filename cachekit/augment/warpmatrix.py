@@ -83,11 +83,16 @@ def warp_sample(
         return cv2.warpPerspective(image, inverse, (ow, oh), dst=dst, flags=flags,
                                    borderMode=cv2.BORDER_CONSTANT, borderValue=(fill,) * 4)  # fmt: skip
 
-    if hwc:  # a freshly decoded image: one warp of its pixels, then planes
+    planes = t.numpy()
+    if not hwc and planes.shape[0] in (3, 4) and not (affine and inverse[0, 1] == 0 and inverse[1, 0] == 0):
+        # A map that rotates, shears or bends: OpenCV warps pixels 1.3-4x faster than three planes
+        # (a 640 x 640 rotation of a mosaic canvas: 1.2 against 4.5 ms), merging included; the
+        # same values for affine maps. Scales and shifts alone stay plane by plane (0.5 against 0.6 ms).
+        src, hwc = cv2.merge(list(planes)), True
+    if hwc:  # pixels: one warp of them, then planes
         warped = warp(np.ascontiguousarray(src))
         hwc_into_planes(warped.reshape(oh, ow, -1), out)
         return
-    planes = t.numpy()
     for c in range(planes.shape[0]):
         found = warp(np.ascontiguousarray(planes[c]), out[c])
         if found.ctypes.data != out[c].ctypes.data:  # OpenCV wrote elsewhere (a row it could not take)

@@ -275,7 +275,8 @@ def make_loader(
     - ``pin_memory`` (default: CUDA is available and batches go to it).
     - ``device``: batches are moved there (side stream on CUDA); ``dtype`` (a float type) scales
       uint8 to [0, 1] there, ``normalize`` applies the cache's mean/std in fp32 (default dtype
-      float32), ``channels_last`` sets that memory format.
+      float32), ``channels_last`` sets that memory format (crops, resizes and flips on the CPU
+      threads write it as they read: fastest from a ``--store pixels-hwc`` cache).
     - ``pad``: variable-sized samples zero-padded to the batch's largest, as ``(images, labels,
       sizes)``; an ``augment`` ending in a fixed size needs no padding.
     """

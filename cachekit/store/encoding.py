@@ -115,9 +115,8 @@ def read_sample(
 def read_raw(column: Callable[[str, object], np.ndarray], i: int, store: str) -> np.ndarray:
     """Sample ``i`` of a raw pixel store, as stored: ``[C, H, W]`` for ``pixels``, ``[H, W, C]``
     for ``pixels-hwc`` (a view of the shard's bytes: a memory map where the format maps them)."""
-    offsets = column("image_offsets", slice(i, i + 2))
-    lo, hi = int(offsets[0]), int(offsets[1])
-    c, h, w = (int(v) for v in column("image_shape", slice(i, i + 1))[0])
+    lo, hi = np.asarray(column("image_offsets", slice(i, i + 2))).tolist()
+    c, h, w = np.asarray(column("image_shape", slice(i, i + 1))).reshape(3).tolist()
     if c * h * w != hi - lo or lo < 0:
         raise CacheError(f"sample {i} holds {hi - lo} bytes, its shape {[c, h, w]} needs {c * h * w}")
     buf = np.asarray(column("image_bytes", slice(lo, hi)))
