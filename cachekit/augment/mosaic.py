@@ -76,12 +76,19 @@ class MosaicDraws:
     fill: int
 
 
-def mosaic_extras(step: Mosaic, seed: int, epoch: int, idx: np.ndarray, length: int) -> np.ndarray:
-    """``[n, 3]`` the dataset indices each sample's mosaic takes besides its own (-1: left single)."""
+def mosaic_extras(
+    step: Mosaic, seed: int, epoch: int, idx: np.ndarray, length: int, pool: np.ndarray | None = None
+) -> np.ndarray:
+    """``[n, 3]`` the dataset indices each sample's mosaic takes besides its own (-1: left single):
+    uniform over the dataset's ``length`` samples, or over ``pool`` (the indices it may take from:
+    a cache on object storage offers the samples of the shards its batch reads anyway)."""
     u = uniforms(seed, epoch, idx, EXTRA_STREAM, 4)
     on = u[:, 0] < step.p
-    extra = np.minimum(np.floor(u[:, 1:] * length), max(length - 1, 0)).astype(np.int64)
-    return np.where(on[:, None] & (length > 0), extra, -1)
+    count = length if pool is None else len(pool)
+    extra = np.minimum(np.floor(u[:, 1:] * count), max(count - 1, 0)).astype(np.int64)
+    if pool is not None and count:
+        extra = np.asarray(pool, dtype=np.int64)[extra]
+    return np.where(on[:, None] & (count > 0), extra, -1)
 
 
 def _resized(h: np.ndarray, w: np.ndarray, s: int) -> tuple[np.ndarray, np.ndarray]:

@@ -212,13 +212,14 @@ class Plan:
     def mosaic(self) -> Mosaic | None:
         return self.steps[0] if self.steps and isinstance(self.steps[0], Mosaic) else None
 
-    def extra_indices(self, seed: int, epoch: int, indices, length: int) -> np.ndarray | None:
+    def extra_indices(self, seed: int, epoch: int, indices, length: int, pool=None) -> np.ndarray | None:
         """``[n, 3]`` the dataset indices each sample's mosaic reads besides its own (-1: none), or
-        None without a mosaic; the batch reads them after its own, in this order, row by row."""
+        None without a mosaic; the batch reads them after its own, in this order, row by row.
+        ``pool``: the indices they are drawn from (default: all ``length``)."""
         if self.mosaic is None:
             return None
         return mosaic_extras(
-            self.mosaic, seed, epoch, np.asarray(indices, dtype=np.int64).reshape(-1), length
+            self.mosaic, seed, epoch, np.asarray(indices, dtype=np.int64).reshape(-1), length, pool
         )
 
     def fixed_size(self) -> tuple[int, int] | None:

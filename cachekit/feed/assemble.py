@@ -291,7 +291,7 @@ def assemble(
     plan = request.plan
     whole = values is not None and not any(f.kind == "mask" for f in dataset.fields.values())
     values = None if whole or values is None else values()  # without masks: all at once, after the pixels
-    indices = read_indices(request, len(dataset)) if plan is not None and plan.mosaic else list(request)
+    indices = read_indices(request, dataset) if plan is not None and plan.mosaic else list(request)
     draws, early = draw_batch(dataset, request, readers, local, heights, widths, values, whole)
     if draws is not None and draws.jitter is not None and channels != 3:
         raise CacheError(f"ColorJitter needs RGB samples; this cache stores {channels} channel(s)")

@@ -270,6 +270,24 @@ class CachedDataset(Dataset):
         )
         self._remote.check_pins(touched, processes, most)
 
+    def shard_pool(self, indices) -> np.ndarray:
+        """Every index of the shards ``indices`` lie in, in order."""
+        _, shards = self._locate(indices)
+        ranges = [
+            np.arange(self.shard_offsets[k], self.shard_offsets[k + 1]) for k in np.unique(shards).tolist()
+        ]
+        return np.concatenate(ranges).astype(np.int64) if ranges else np.zeros(0, np.int64)
+
+    def mosaic_pool(self, indices) -> np.ndarray | None:
+        """Where a mosaic's extra samples come from for a batch of ``indices``: a cache on object
+        storage offers the samples of the shards the batch pins anyway (None: anywhere)."""
+        return self.shard_pool(indices) if self.remote else None
+
+    @property
+    def remote(self) -> bool:
+        """True when the shards are fetched into a node cache (a cache named by a URL)."""
+        return self._remote is not None
+
     def block_shards(self, processes: int = 1) -> int | None:
         """Shards the sampler shuffles together by default on object storage, ``processes`` reading
         processes on the node pinning theirs (None: a local cache)."""
@@ -354,7 +372,7 @@ class CachedDataset(Dataset):
     def read_request(self, request: BatchRequest) -> SampleBatch:
         """A batch as ``make_loader`` asks for it: read, and augmented if its plan says so (a mosaic's
         extra samples read with it, ``read_indices``)."""
-        indices = read_indices(request, len(self))
+        indices = read_indices(request, self)
         with self.borrowed_rows(indices) as (readers, local, labels):
             values = (lambda: self._values(indices, readers, local)) if self.fields else None
             return assemble(self, request, readers, local, labels, values)

@@ -227,7 +227,7 @@ class MixedDataset(Dataset):
         read (and augmented, each sample's draws from its mixed index) together."""
         if self._pid != os.getpid():
             self._buffers, self._pid = BufferPool(), os.getpid()
-        idx, which = self._split(read_indices(request, len(self)))  # a mosaic's extra samples too
+        idx, which = self._split(read_indices(request, self))  # a mosaic's extra samples too
         readers: list = [None] * len(idx)
         local = np.empty(len(idx), dtype=np.int64)
         labels = np.empty(len(idx), dtype=np.int64)
@@ -268,6 +268,16 @@ class MixedDataset(Dataset):
     def reading(self, indices) -> None:
         for i, rows in self._per_source(indices).items():
             self.sources[i].reading(rows)
+
+    def mosaic_pool(self, indices) -> np.ndarray | None:
+        """Where a mosaic's extra samples come from (``CachedDataset.mosaic_pool``): when any source
+        is on object storage, the samples of the shards the batch reads, in every source it reads."""
+        if not any(getattr(ds, "remote", False) for ds in self.sources):
+            return None
+        idx, which = self._split(indices)
+        pools = [self.sources[i].shard_pool(idx[which == i] - self.starts[i]) + self.starts[i]
+                 for i in np.unique(which).tolist()]  # fmt: skip
+        return np.concatenate(pools) if pools else np.zeros(0, np.int64)
 
     def check_batch_shards(
         self, batch_size: int, window, processes: int, *, world: int = 1, partitions: int = 1

@@ -25,18 +25,24 @@ from .targets import move_target, sample_target
 __all__ = ["read_indices", "draw_batch", "general_aux", "boxes_field", "Rows"]
 
 
-def _extras(request, length: int) -> np.ndarray | None:
-    """``[n, 3]`` the dataset indices of each sample's mosaic besides its own (-1: none), or None."""
+def _extras(request, dataset) -> np.ndarray | None:
+    """``[n, 3]`` the dataset indices of each sample's mosaic besides its own (-1: none), or None.
+
+    Drawn over the whole dataset; from a cache on object storage, over the samples of the shards
+    the batch reads anyway (``dataset.mosaic_pool``), as Ultralytics draws them from the images it
+    loaded last: uniform extras would pin and download three more shards a sample."""
     plan = getattr(request, "plan", None)
     if plan is None or plan.mosaic is None:
         return None
-    return plan.extra_indices(request.seed, request.epoch, np.asarray(request, dtype=np.int64), length)
+    idx = np.asarray(request, dtype=np.int64)
+    pool = dataset.mosaic_pool(idx) if hasattr(dataset, "mosaic_pool") else None
+    return plan.extra_indices(request.seed, request.epoch, idx, len(dataset), pool)
 
 
-def read_indices(request, length: int) -> list[int]:
-    """The indices a request reads, of a dataset of ``length`` samples: its own, then (a mosaic)
-    the extra samples each sample takes, sample by sample (``assemble`` knows them by position)."""
-    extra = _extras(request, length)
+def read_indices(request, dataset) -> list[int]:
+    """The indices a request reads of ``dataset``: its own, then (a mosaic) the extra samples each
+    sample takes, sample by sample (``assemble`` knows them by position)."""
+    extra = _extras(request, dataset)
     if extra is None:
         return list(request)
     return list(request) + extra[extra[:, 0] >= 0].reshape(-1).tolist()
@@ -62,9 +68,9 @@ def draw_batch(dataset, request, readers, local, heights, widths, values, whole:
         if values is not None:
             boxes = [np.asarray(v[name]["boxes"]).reshape(-1, 4) for v in values[:n]]
         elif whole:
-            early = dataset.batch_targets(read_indices(request, len(dataset)), readers, local, None, 0.0)
+            early = dataset.batch_targets(read_indices(request, dataset), readers, local, None, 0.0)
             boxes = [t[name].numpy() for t in early]
-    extra = _extras(request, len(dataset))
+    extra = _extras(request, dataset)
     extra_hw = None
     if extra is not None:
         extra_hw = np.zeros((n, 3, 2), np.int64)
