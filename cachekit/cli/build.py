@@ -123,7 +123,7 @@ from .app import EXIT_CODES, duration, friendly, main, options_of, with_storage_
     default="pixels",
     show_default=True,
     help="pixels: decoded pixels, as planes; pixels-hwc: decoded pixels, channels-last (fastest for "
-    "crops, warps and mosaics at read time); jpeg or png: re-encoded (small caches; decoded on every read).",
+    "RandomResizedCrop-style crops at read time); jpeg or png: re-encoded (small caches; decoded on every read).",
 )
 @click.option("--quality", type=int, default=90, show_default=True, help="--store jpeg: JPEG quality.")
 @click.option(
