@@ -139,16 +139,21 @@ def ffcv(args, root):
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1]), os.environ.get("PYTHONPATH", "")]),
     }
-    loader = make_loader(
-        ds, args.batch_size, augment=[RandomResizedCrop(224), RandomHorizontalFlip()], threads=2
-    )
+    steps = [RandomResizedCrop(224), RandomHorizontalFlip()]
+    loader = make_loader(ds, args.batch_size, augment=steps, threads=2)
+    # FFCV hands out NHWC batches: the same layout from a channels-last cache
+    nhwc = make_loader(_train256(args, root, "pixels-hwc"), args.batch_size, augment=steps, threads=2,
+                       channels_last=True)  # fmt: skip
     for _ in loader:  # warm-up
         pass
-    theirs_runs, ours_runs = [], []
+    for _ in nhwc:
+        pass
+    theirs_runs, ours_runs, nhwc_runs = [], [], []
     for _ in range(args.repeats):  # in turn, so that a slow spell of the machine hits both
         out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True).stdout
         theirs_runs.append(float(out.strip().splitlines()[-1].split()[0]))
         ours_runs.append(_pass(loader))
+        nhwc_runs.append(_pass(nhwc))
     theirs = statistics.median(theirs_runs)
     ours = {
         "loader": "make_loader(augment=[RandomResizedCrop(224), RandomHorizontalFlip()]), 2 threads",
@@ -161,4 +166,15 @@ def ffcv(args, root):
     )
     print(f"FFCV RandomResizedCropRGBImageDecoder + RandomHorizontalFlip, 2 threads: {theirs:,.0f} samples/s")
     print(f"cachekit / FFCV: {ratio:.2f}x (median of per-round ratios)")
-    return {"ffcv_samples_per_s": theirs, "ours": ours, "ratio": ratio, "python": sys.version}
+    nhwc_rate = statistics.median(r for r, _ in nhwc_runs)
+    nhwc_ratio = statistics.median(o[0] / t for o, t in zip(nhwc_runs, theirs_runs))
+    print(f"the same over --store pixels-hwc, channels_last=True (NHWC, as FFCV's): {nhwc_rate:,.0f} samples/s, "
+          f"{nhwc_ratio:.2f}x FFCV (rounds: {', '.join(f'{o[0] / t:.2f}' for o, t in zip(nhwc_runs, theirs_runs))})")  # fmt: skip
+    return {
+        "ffcv_samples_per_s": theirs,
+        "ours": ours,
+        "ratio": ratio,
+        "ours_nhwc": nhwc_rate,
+        "ratio_nhwc": nhwc_ratio,
+        "python": sys.version,
+    }
