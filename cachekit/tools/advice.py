@@ -65,8 +65,22 @@ def _in_process(r: DoctorReport, share: float | None) -> str:
     )
 
 
-def advise(r: DoctorReport, dataset: CachedDataset, cuda: bool) -> list[str]:
-    """The recommendations for report ``r`` of a run over ``dataset``, most important first."""
+def _crop_layout(dataset: CachedDataset, augment) -> str | None:
+    """A cache of planes read through a crop: the channels-last store reads such crops faster."""
+    steps = list(augment or [])
+    crops = any(type(step).__name__ in ("RandomResizedCrop", "RandomIoUCrop") for step in steps)
+    if not crops or getattr(dataset, "store", None) != "pixels":
+        return None
+    return (
+        "crops from a cache of planes interleave each crop's planes before resizing it: rebuild with "
+        "--store pixels-hwc and read with make_loader(channels_last=True) (the same values; crops "
+        "written straight into NHWC batches)"
+    )
+
+
+def advise(r: DoctorReport, dataset: CachedDataset, cuda: bool, augment=None) -> list[str]:
+    """The recommendations for report ``r`` of a run over ``dataset`` (read through ``augment``'s
+    transforms, when given), most important first."""
     cpus = available_cpus()
     heavy = dataset.decode_heavy or dataset.transform is not None
     share = r.disk_share
@@ -95,6 +109,9 @@ def advise(r: DoctorReport, dataset: CachedDataset, cuda: bool) -> list[str]:
             )
         elif r.workers == 0:
             advice.append(_in_process(r, share))
+            layout = _crop_layout(dataset, augment)
+            if layout:
+                advice.append(layout)
         elif busy and min(busy) > BUSY_PERCENT and r.workers < cpus:
             advice.append(f"every worker is busy: raise workers from {r.workers} to {cpus} (usable CPUs)")
         elif busy and min(busy) > BUSY_PERCENT:

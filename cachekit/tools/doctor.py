@@ -364,5 +364,5 @@ def diagnose(
         batch_bytes=int(len(waits) * batch_size * manifest.total_bytes / max(1, manifest.num_samples)),
         gpu=gpu.result() if gpu else None,
     )
-    report.recommendations = advise(report, dataset, cuda)
+    report.recommendations = advise(report, dataset, cuda, augment=augment)
     return report

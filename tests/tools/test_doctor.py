@@ -162,3 +162,23 @@ def test_an_augment_the_cache_cannot_take_is_one_line_not_a_traceback(small_cach
     result = CliRunner().invoke(main, ["doctor", str(small_cache), "--augment", "RandomZoomOut()"])
     assert result.exit_code != 0 and "Traceback" not in result.output
     assert result.output.strip().count("\n") == 0 and "different size for each sample" in result.output
+
+
+def test_crops_from_a_cache_of_planes_are_pointed_to_the_channels_last_store(small_cache, tmp_path):
+    from cachekit import BuildConfig, build
+    from cachekit.tools.advice import advise
+    from cachekit.tools.doctor import DoctorReport
+    from cachekit.transforms import RandomHorizontalFlip, RandomResizedCrop
+
+    starved = DoctorReport(cache=str(small_cache), batch_size=8, steps=4, mode="in-process", workers=0,
+                           prefetch_factor=2, pin_memory=False, first_batch_s=0.1, wait_s=[0.05] * 4,
+                           step_s=[0.001] * 4, cpu_percent={"main process": 190.0})  # fmt: skip
+    crops = [RandomResizedCrop(24), RandomHorizontalFlip()]
+    advice = " ".join(advise(starved, CachedDataset(small_cache), False, augment=crops))
+    assert "--store pixels-hwc" in advice and "channels_last=True" in advice
+    assert "pixels-hwc" not in " ".join(advise(starved, CachedDataset(small_cache), False))  # no crops
+    raw = Path(CachedDataset(small_cache).manifest.source["root"])
+    build(raw, tmp_path / "hwc", BuildConfig(size=32, store="pixels-hwc", workers=1, progress=False))
+    assert "pixels-hwc" not in " ".join(
+        advise(starved, CachedDataset(tmp_path / "hwc"), False, augment=crops)
+    )
