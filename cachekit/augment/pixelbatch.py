@@ -9,6 +9,9 @@ choice of pixel (to rounding errors at halves), ``hsv`` OpenCV's 8-bit HSV.
 
 from __future__ import annotations
 
+import functools
+
+import cv2
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -197,7 +200,12 @@ def _rgb_to_hsv8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Ten
 
 
 def _hsv8_to_rgb(h: torch.Tensor, s: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """OpenCV's 8-bit HSV -> RGB: float32 arithmetic, rounded to whole values."""
+    """OpenCV's 8-bit HSV -> RGB: float32 arithmetic, to whole values as the installed OpenCV does."""
+    return _hsv_levels(_hsv_values(h, s, v), opencv_hsv_run())
+
+
+def _hsv_values(h: torch.Tensor, s: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """OpenCV's 8-bit HSV -> RGB before its last step: RGB times 255 in float32."""
     hf = h.to(torch.float32) * np.float32(6.0 / 180.0)
     sf = s.to(torch.float32) * np.float32(1.0 / 255.0)
     vf = v.to(torch.float32) * np.float32(1.0 / 255.0)
@@ -209,7 +217,32 @@ def _hsv8_to_rgb(h: torch.Tensor, s: torch.Tensor, v: torch.Tensor) -> torch.Ten
     picks = _SECTORS.to(h.device)[sector]  # [n, H, W, 3]: b, g, r
     bgr = tab.gather(1, picks.permute(0, 3, 1, 2))
     rgb = torch.where((s == 0)[:, None], vf[:, None].expand_as(bgr), bgr).flip(1)
-    return (rgb * 255.0).round_().clamp_(0, 255)
+    return rgb * 255.0
+
+
+def _hsv_levels(values: torch.Tensor, run: int) -> torch.Tensor:
+    """``values [..., W]`` to whole levels as OpenCV's 8-bit HSV -> RGB does: rounded (``run`` 0), or
+    truncated in its vector loop of ``run`` pixels and rounded in each row's last ``W % run``."""
+    if not run:
+        return values.round_().clamp_(0, 255)
+    w = values.shape[-1]
+    tail = torch.arange(w, device=values.device) >= w - w % run
+    return torch.where(tail, values.round(), values.floor()).clamp_(0, 255)
+
+
+@functools.cache
+def opencv_hsv_run() -> int:
+    """How the installed OpenCV rounds 8-bit HSV -> RGB, found once by converting a probe row: 0 when
+    it rounds every value (OpenCV 4); else the pixels of its vector loop, which truncates (OpenCV 5:
+    16, 32 or 64 with the CPU's vector width), a row's last ``width % run`` pixels being rounded."""
+    rng = np.random.default_rng(0)
+    hsv = np.stack(
+        [rng.integers(0, 180, (1, 127)), rng.integers(1, 256, (1, 127)), rng.integers(1, 256, (1, 127))], -1
+    ).astype(np.uint8)
+    got = torch.from_numpy(cv2.cvtColor(hsv, cv2.COLOR_HSV2RGB).transpose(2, 0, 1)).to(torch.float32)
+    values = _hsv_values(*(torch.from_numpy(hsv[None, ..., k].astype(np.int64)) for k in range(3)))[0]
+    misses = {run: int((_hsv_levels(values.clone(), run) != got).sum()) for run in (0, 16, 32, 64, 128)}
+    return min(misses, key=lambda run: (misses[run], run))
 
 
 def hsv(x: torch.Tensor, gains: torch.Tensor) -> torch.Tensor:

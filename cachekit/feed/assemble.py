@@ -171,7 +171,7 @@ def _source(dataset, reader, i: int) -> tuple[np.ndarray, bool]:
     """Sample ``i`` of a shard as stored: (array, channels_last). Pixel rows are zero-copy views."""
     channels = dataset.sample_shape[0]
     if dataset.store == "pixels-hwc":
-        pixels = read_raw(reader.column, i, "pixels-hwc")
+        pixels = read_raw(reader.column, i, "pixels-hwc", channels)
         if not dataset.ragged and (pixels.shape[2], *pixels.shape[:2]) != tuple(dataset.sample_shape):
             raise CacheError(
                 f"a stored sample is {[pixels.shape[2], *pixels.shape[:2]]}, the manifest says "
@@ -181,7 +181,7 @@ def _source(dataset, reader, i: int) -> tuple[np.ndarray, bool]:
     if dataset.store != "pixels":
         return decode_sample(reader.column, i, channels), True
     if dataset.ragged:
-        return read_raw(reader.column, i, "pixels"), False
+        return read_raw(reader.column, i, "pixels", channels), False
     array = reader.image_array
     return (array[i] if array is not None else reader.images(np.array([i]))[0]), False
 

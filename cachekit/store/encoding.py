@@ -104,19 +104,26 @@ def decode_sample(column: Callable[[str, object], np.ndarray], i: int, channels:
 def read_sample(
     column: Callable[[str, object], np.ndarray], i: int, store: str, channels: int = 3
 ) -> np.ndarray:
-    """Sample ``i`` of a variable-length shard as ``[C, H, W]`` uint8, at its own size (a view of
-    channels-last pixels for ``jpeg``, ``png`` and ``pixels-hwc``: ``read_hwc`` has them as such)."""
+    """Sample ``i`` of a variable-length shard as a contiguous ``[C, H, W]`` uint8 array of its own:
+    the caller may change it in place, the shard's (memory-mapped) bytes never."""
     if store in RAW_STORES:
-        pixels = read_raw(column, i, store)
-        return pixels.transpose(2, 0, 1) if store == "pixels-hwc" else pixels
-    return decode_sample(column, i, channels).transpose(2, 0, 1)
+        pixels = read_raw(column, i, store, channels)
+        return np.ascontiguousarray(pixels.transpose(2, 0, 1)) if store == "pixels-hwc" else pixels.copy()
+    return np.ascontiguousarray(decode_sample(column, i, channels).transpose(2, 0, 1))
 
 
-def read_raw(column: Callable[[str, object], np.ndarray], i: int, store: str) -> np.ndarray:
+def read_raw(
+    column: Callable[[str, object], np.ndarray], i: int, store: str, channels: int | None = None
+) -> np.ndarray:
     """Sample ``i`` of a raw pixel store, as stored: ``[C, H, W]`` for ``pixels``, ``[H, W, C]``
-    for ``pixels-hwc`` (a view of the shard's bytes: a memory map where the format maps them)."""
+    for ``pixels-hwc`` (a view of the shard's bytes: a memory map where the format maps them).
+    A recorded shape or offsets that cannot describe the sample (``channels`` other than the
+    manifest's, a side below 1, bytes past the shard's) are one ``CacheError``."""
     lo, hi = np.asarray(column("image_offsets", slice(i, i + 2))).tolist()
-    c, h, w = np.asarray(column("image_shape", slice(i, i + 1))).reshape(3).tolist()
+    shape = np.asarray(column("image_shape", slice(i, i + 1))).reshape(-1).tolist()
+    if len(shape) != 3 or min(shape) < 1 or (channels is not None and shape[0] != channels):
+        raise CacheError(f"sample {i} records the shape {shape}: the shard is damaged")
+    c, h, w = shape
     if c * h * w != hi - lo or lo < 0:
         raise CacheError(f"sample {i} holds {hi - lo} bytes, its shape {[c, h, w]} needs {c * h * w}")
     buf = np.asarray(column("image_bytes", slice(lo, hi)))

@@ -34,12 +34,18 @@ def describe(m: Manifest) -> str:
         if isinstance(s, dict)
     )
     classes = ", ".join(m.classes[:8]) + (f", ... ({len(m.classes)} in all)" if len(m.classes) > 8 else "")
+    # what a read gives; a pixels-hwc cache keeps the same pixels channels-last on disk
+    layout = (
+        "read channels first, stored channels last"
+        if m.format_options.get("store") == "pixels-hwc"
+        else "channels first"
+    )
     lines = [
         f"samples:   {m.num_samples} ({len(m.skipped)} inputs skipped)",
         (
-            f"sample:    uint8 [{c}, H, W] RGB, channels first, each at its own size"
+            f"sample:    uint8 [{c}, H, W] RGB, {layout}, each at its own size"
             if m.sample.ragged
-            else f"sample:    uint8 [{c}, {h}, {w}] RGB, channels first ({human_bytes(m.sample.nbytes)} each)"
+            else f"sample:    uint8 [{c}, {h}, {w}] RGB, {layout} ({human_bytes(m.sample.nbytes)} each)"
         ),
         f"format:    {m.format} ({', '.join(f'{k}={v}' for k, v in sorted(m.format_options.items()))})",
         f"shards:    {len(m.shards)}, {human_bytes(m.total_bytes)} in all; "

@@ -135,7 +135,12 @@ def _pixel_bytes_problem(manifest: Manifest, info: ShardInfo, reader) -> str | N
     shapes = np.asarray(reader.column("image_shape", slice(None))).astype(np.int64)
     offsets = np.asarray(reader.column("image_offsets", slice(None))).astype(np.int64)
     total = int(np.asarray(reader.column("image_bytes", slice(None))).size)
+    if shapes.ndim != 2 or shapes.shape != (info.samples, 3) or offsets.shape != (info.samples + 1,):
+        return f"{shapes.shape} shapes and {offsets.shape} offsets recorded for {info.samples} rows"
     spans = np.diff(offsets)
+    small = np.flatnonzero((shapes[:, 1:] < 1).any(axis=1))
+    if len(small):
+        return f"row {int(small[0])} records a side below 1: {shapes[small[0]].tolist()}"
     bad = np.flatnonzero((spans != shapes.prod(axis=1)) | (shapes[:, 0] != manifest.sample.shape[0]))
     if len(bad):
         return f"row {int(bad[0])}: its {int(spans[bad[0]])} pixel bytes do not hold its shape {shapes[bad[0]].tolist()}"

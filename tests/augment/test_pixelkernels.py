@@ -291,3 +291,19 @@ def test_torch_kernels_match_the_row_kernels():
     for j, m in enumerate(matrices):
         pixelkernels.affine(rowwise[j], m, (7,))
     assert (batched.numpy() != rowwise).mean() < 0.005
+
+
+@pytest.mark.parametrize("shape", [(1, 127), (3, 40), (2, 64), (5, 33), (7, 200)])
+def test_the_torch_hsv_round_trip_ends_as_the_installed_opencvs(shape):
+    # OpenCV 4 rounds 8-bit HSV -> RGB; OpenCV 5 truncates in its vector loop and rounds each row's
+    # tail: the device path must end each value as the OpenCV of the CPU path does
+    rng = np.random.default_rng(sum(shape))
+    hsv = np.stack(
+        [rng.integers(0, 180, shape), rng.integers(0, 256, shape), rng.integers(0, 256, shape)], -1
+    )
+    hsv = hsv.astype(np.uint8)
+    want = cv2.cvtColor(hsv, cv2.COLOR_HSV2RGB).transpose(2, 0, 1)
+    planes = [torch.from_numpy(hsv[None, ..., k].astype(np.int64)) for k in range(3)]
+    got = pixelbatch._hsv8_to_rgb(*planes)[0].numpy()
+    # float32 products may differ in their last bit (fused multiply-adds): a value in 1,000 at most
+    assert np.abs(got - want).max() <= 1 and (got != want).mean() < 1e-3

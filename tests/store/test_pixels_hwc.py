@@ -20,6 +20,7 @@ from cachekit.store.atomic import sha256_path
 from cachekit.store.formats import get_format
 from cachekit.store.manifest import shard_path
 from cachekit.tools.convert import convert
+from cachekit.tools.report import describe
 from cachekit.tools.synthetic_objects import make_object_dataset
 from cachekit.tools.verify import verify
 from cachekit.transforms import (
@@ -95,6 +96,9 @@ def test_samples_are_the_planes_caches_and_the_bytes_are_channels_last(pairs, ki
     # the first sample of the shard, as the cache's order has it
     assert np.array_equal(first, b[0][0].numpy().transpose(1, 2, 0).reshape(-1))
     assert verify(hwc).ok
+    # `cachekit info` says what a read gives and how the bytes lie
+    assert "read channels first, stored channels last" in describe(m)
+    assert "stored channels last" not in describe(read_manifest(planes))
 
 
 @pytest.mark.parametrize("kind", ["ragged", "fixed"])
@@ -193,3 +197,54 @@ def test_a_row_whose_bytes_do_not_hold_its_shape_is_named(small_tree, tmp_path):
     ds = CachedDataset(cache)
     with pytest.raises(CacheError, match="its shape \\[3, 24, 25\\] needs 1800"):
         ds[2]
+
+
+def _negated_sides(row):
+    def change(columns):
+        columns["image_shape"][row, 1:] *= -1  # the same byte count, sides below 1
+
+    return change
+
+
+def _other_channels(row):
+    def change(columns):
+        c, h, w = columns["image_shape"][row].tolist()
+        columns["image_shape"][row] = torch.tensor([1, h, w * c], dtype=columns["image_shape"].dtype)
+
+    return change
+
+
+@pytest.mark.parametrize(
+    ("change", "verified", "read"),
+    [
+        (_negated_sides, "row 2 records a side below 1", r"sample 2 records the shape \[3, -"),
+        (_other_channels, "row 2: its", r"sample 2 records the shape \[1, "),
+    ],
+    ids=["negative-sides", "other-channels"],
+)
+def test_a_shape_that_fits_the_bytes_but_not_the_cache_is_named(small_tree, tmp_path, change, verified, read):
+    _, hwc = _pair(small_tree, tmp_path, "shape", pipeline="train-256", size=24, format="pt")
+    cache = _tampered(hwc, tmp_path, change(2))
+    report = verify(cache)
+    assert not report.ok and verified in str(report.problems[0])
+    ds = CachedDataset(cache)
+    ds[0]  # another row of the shard reads
+    with pytest.raises(CacheError, match=read):
+        ds[2]
+    with pytest.raises(CacheError, match=read):
+        list(make_loader(cache, 12, shuffle=False, augment=[RandomResizedCrop(16)]))
+
+
+@pytest.mark.parametrize("store", ["pixels", "pixels-hwc", "png"])
+@pytest.mark.parametrize("fmt", ["pt", "hdf5", "zarr"])
+def test_a_sample_handed_out_is_the_callers_to_change(small_tree, tmp_path, store, fmt):
+    cache = tmp_path / "c"
+    config = BuildConfig(workers=1, progress=False, pipeline="train-256", size=24, store=store, format=fmt)
+    build(small_tree, cache, config)
+    ds = CachedDataset(cache)
+    first = ds[0][0]
+    kept = first.clone()
+    assert first.is_contiguous()
+    first.zero_()  # a training script's in-place normalisation, say
+    again = ds[0][0]
+    assert torch.equal(again, kept) and again.sum() > 0
