@@ -9,6 +9,8 @@ from conftest import GOOD_FILES
 from reference import chw, load_rgb
 
 from cachekit import BuildConfig, CachedDataset, UsageError, build, make_loader, pad_collate, read_manifest
+from cachekit.store.formats import get_format
+from cachekit.store.manifest import shard_path
 from cachekit.tools.convert import convert
 from cachekit.tools.verify import verify
 
@@ -37,6 +39,16 @@ def test_pipeline_none_keeps_every_image_at_its_own_size(mixed_tree, tmp_path, f
     pixels = sum(int(np.prod(ds[i][0].shape[1:])) for i in range(len(ds)))
     assert sum(s.pixel_count for s in m.shards) == pixels
     assert verify(out).ok
+    # the shard's image bytes (most of it) are mapped, not copied into each reader process
+    info = m.shards[0]
+    reader = get_format(fmt, reading=True).open(shard_path(out, info), m.sample, info.samples, store)
+    try:
+        root = reader.column("image_bytes", slice(None))
+        while isinstance(root.base, np.ndarray):  # down to the array that holds the bytes
+            root = root.base
+        assert not root.flags.owndata and root.base is not None  # a view of a map, not numpy's memory
+    finally:
+        reader.close()
 
 
 def test_batches_of_ragged_samples_pad_or_say_why_not(mixed_tree, tmp_path):

@@ -70,6 +70,25 @@ def _mapped_images(path: Path, dataset) -> np.ndarray | None:
     return np.ndarray(dataset.shape, dtype=dataset.dtype, buffer=mapped, offset=int(offsets[0]))
 
 
+def _column(path: Path, name: str, dataset) -> np.ndarray:
+    """A column in memory, but a variable-size shard's ``image_bytes`` (its pixels or encoded
+    images, most of the file) as a read-only memory map when stored contiguous and raw, as
+    ``Hdf5Format.write`` stores it: every reader process then shares the page cache instead of
+    holding its own copy of the shard."""
+    offset = dataset.id.get_offset() if name == "image_bytes" and dataset.chunks is None else None
+    if offset is None or dataset.dtype != np.uint8 or dataset.ndim != 1 or dataset.compression is not None:
+        return dataset[()]  # empty (no storage allocated), compressed or laid out otherwise
+    size = path.stat().st_size
+    if offset < 0 or offset + dataset.shape[0] > size:
+        raise CacheError(
+            f"{path.name}: its image bytes run past the end of the file ({offset} + {dataset.shape[0]} "
+            f"bytes, the file has {size}): truncated or crafted"
+        )
+    mapped = map_file(path, path.name)
+    prefetch_file(path)
+    return np.ndarray(dataset.shape, dtype=np.uint8, buffer=mapped, offset=offset)
+
+
 def _datasets(path: Path, file) -> dict:
     """The root's datasets by name, after refusing anything that could read outside the file."""
     h5py = _h5py()
@@ -114,7 +133,7 @@ class Hdf5Reader:
             try:
                 arrays = _datasets(path, self._file)
                 check_arrays(path, arrays, spec, samples, store)
-                self._columns = {k: v[()] for k, v in arrays.items() if k != "images"}
+                self._columns = {k: _column(path, k, v) for k, v in arrays.items() if k != "images"}
             except (OSError, KeyError, ValueError, TypeError) as exc:  # damaged object headers
                 raise CacheError(f"{path.name}: not a readable HDF5 shard ({exc})") from None
             self._images = arrays.get("images")

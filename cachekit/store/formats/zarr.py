@@ -113,6 +113,29 @@ def _gunzip(raw: np.ndarray, out: np.ndarray) -> None:
     out[:] = np.frombuffer(data, dtype=np.uint8)
 
 
+def _column(path: Path, name: str, array) -> np.ndarray:
+    """A column in memory, but a variable-size shard's ``image_bytes`` (its pixels or encoded
+    images, most of the shard) as a read-only memory map of its one raw chunk, as ``ZarrFormat.write``
+    stores it without compression: every reader process then shares the page cache instead of
+    holding its own copy. Anything else (compressed, chunked, older shards) is read through zarr."""
+    if name != "image_bytes" or array.ndim != 1 or array.dtype != np.uint8 or not array.shape[0]:
+        return np.asarray(array[...])
+    try:
+        meta = json.loads((path / name / "zarr.json").read_text())
+        raw = (
+            [c.get("name") for c in meta["codecs"]] == ["bytes"]
+            and meta["chunk_grid"]["configuration"]["chunk_shape"] == [array.shape[0]]
+            and meta["chunk_key_encoding"] == {"name": "default", "configuration": {"separator": "/"}}
+        )
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        raw = False
+    chunk = path / name / "c" / "0"
+    if not raw or not chunk.is_file() or chunk.stat().st_size != array.shape[0]:
+        return np.asarray(array[...])
+    prefetch_file(chunk)
+    return map_file(chunk, f"{path.name}: its image bytes")
+
+
 class ZarrReader:
     def __init__(self, path: Path, spec: SampleSpec, samples: int, store: str = "pixels") -> None:
         zarr = _zarr()
@@ -137,7 +160,7 @@ class ZarrReader:
             group = zarr.open_group(store=local, mode="r", zarr_format=3)
             arrays = {name: group[name] for name in group.array_keys()}
             check_arrays(path, arrays, spec, samples, store)
-            self._columns = {k: np.asarray(v[...]) for k, v in arrays.items() if k != "images"}
+            self._columns = {k: _column(path, k, v) for k, v in arrays.items() if k != "images"}
         except CacheError:
             raise
         except Exception as exc:  # zarr raises many kinds for a damaged store
@@ -302,6 +325,18 @@ class ZarrFormat:
                 )
                 if len(arr):
                     images[...] = arr
+            elif name == "image_bytes":  # one chunk: raw, a reader maps it (``_column``)
+                column = group.create_array(
+                    name,
+                    shape=arr.shape,
+                    dtype=arr.dtype,
+                    chunks=(max(1, len(arr)),),
+                    compressors=[compressor] if compressor is not None else None,
+                    fill_value=0,
+                    config={"write_empty_chunks": True},
+                )
+                if len(arr):
+                    column[...] = arr
             else:
                 group.create_array(name, data=np.ascontiguousarray(arr), fill_value=0)
 
