@@ -26,6 +26,9 @@ DASK_RETRIES = 2
 DASK_CONNECT_TIMEOUT = "30s"
 #: How long a failed build waits for its cancelled jobs to stop before it cleans up after them (s).
 DASK_UNDO_WAIT_S = 30
+#: How long a build waits while the dask cluster has no worker at all before it gives up (s): its
+#: jobs would otherwise wait for ever (a cluster whose workers all died, or never joined).
+DASK_NO_WORKERS_S = 120
 
 
 @contextlib.contextmanager
@@ -157,7 +160,7 @@ def _run_dask(fn, jobs, workers, on_progress, scheduler: str | None = None, undo
             for job in jobs
         }
         try:
-            for future in as_completed(futures, loop=client.loop):
+            for future in _completed(client, futures, as_completed, scheduler or "of the build"):
                 job = futures[future]
                 try:
                     result = future.result()  # raises the job's own error once its retries are spent
@@ -186,6 +189,37 @@ def _run_dask(fn, jobs, workers, on_progress, scheduler: str | None = None, undo
         client.close()
         if cluster is not None:
             cluster.close()
+
+
+def _completed(client, futures: dict, as_completed, where: str) -> Iterator:
+    """``futures`` as they finish (on ``client``'s own loop); a ``BuildError`` once the cluster has
+    had no worker for ``DASK_NO_WORKERS_S`` seconds while some still wait."""
+    pending = as_completed(futures, loop=client.loop)
+    left, idle_since, checked = len(futures), None, 0.0
+    while left:
+        batch = pending.next_batch(block=False)
+        if batch:
+            left -= len(batch)
+            idle_since = None
+            yield from batch
+            continue
+        now = time.monotonic()
+        if now - checked >= 1.0:
+            checked = now
+            try:
+                workers = len(client.nthreads())
+            except Exception:  # the scheduler is busy or gone: its own errors reach the futures
+                workers = None
+            if workers != 0:
+                idle_since = None
+            elif idle_since is None:
+                idle_since = now
+            elif now - idle_since >= DASK_NO_WORKERS_S:
+                raise BuildError(
+                    f"dask: the scheduler {where} has had no worker for {DASK_NO_WORKERS_S} s while "
+                    f"{left} shard job(s) wait: start workers on the cluster, or build with --executor local"
+                )
+        time.sleep(0.02)
 
 
 def _running(prefix: str, dask_worker=None) -> int:

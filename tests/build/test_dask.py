@@ -327,3 +327,25 @@ def test_unreachable_scheduler_is_one_clear_error(small_tree, tmp_path, monkeypa
     bad = _on("tcp://127.0.0.1:9", size=32)
     with pytest.raises(UsageError, match="cannot reach the dask scheduler"):
         build(small_tree, tmp_path / "c", bad)
+
+
+def test_a_cluster_without_workers_is_one_error_not_a_wait_for_ever(small_tree, tmp_path, monkeypatch):
+    executors = importlib.import_module("cachekit.build.executors")
+    monkeypatch.setattr(executors, "DASK_NO_WORKERS_S", 2)
+    outcome = {}
+    with distributed.LocalCluster(n_workers=0, processes=True, dashboard_address=None) as empty:
+
+        def run():
+            try:
+                outcome["result"] = build(small_tree, tmp_path / "c", _on(empty.scheduler_address, size=16))
+            except BaseException as exc:
+                outcome["result"] = exc
+
+        thread = threading.Thread(target=run, daemon=True)  # a build that never ends fails this test
+        thread.start()
+        thread.join(timeout=300)
+        assert not thread.is_alive(), "the build waited for ever on a cluster without workers"
+    error = outcome["result"]
+    assert isinstance(error, BuildError), error
+    assert "has had no worker for 2 s while" in str(error) and "--executor local" in str(error)
+    assert not list(tmp_path.glob("c/shard-*"))
