@@ -157,10 +157,9 @@ def render_canvas(
         resized = np.asarray(resize(src, (nh, nw)))
         part = resized[:, b0 - padh : b1 - padh, a0 - padw : a1 - padw]
         dst = out[:, b0 - oy : b1 - oy, a0 - ox : a1 - ox]
-        if (
-            part.shape[0] > 1 and part.strides[0] < part.strides[2]
-        ):  # channels-last pixels (--store pixels-hwc)
-            hwc_into_planes(part.transpose(1, 2, 0), dst)  # cv2.split: numpy's transposing copy is ~6x slower
+        if part.shape[0] > 1 and part.strides[0] < part.strides[2]:  # channels-last (pixels-hwc)
+            # cv2.split: numpy's transposing copy is ~6x slower
+            hwc_into_planes(part.transpose(1, 2, 0), dst)
         else:
             dst[...] = part
 

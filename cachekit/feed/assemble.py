@@ -49,9 +49,8 @@ class BatchRequest(list):
         super().__init__(indices)
         self.epoch, self.seed, self.plan = epoch, seed, plan
         self.threads, self.on_device = threads, on_device
-        self.channels_last = (
-            channels_last  # augmented on threads: rows written channels-last where they can be
-        )
+        # augmented on threads: rows written channels-last where they can be
+        self.channels_last = channels_last
 
     def __reduce__(self):
         options = (self.epoch, self.seed, self.plan, self.threads, self.on_device, self.channels_last)

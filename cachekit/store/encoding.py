@@ -7,8 +7,8 @@ sample's bytes, back to back) and ``image_offsets`` (``N + 1`` int64 boundaries)
 first). Any backend stores those like any other column. Bytes are JPEG or PNG files (decoded with
 OpenCV), for ragged ``pixels`` the raw ``[C, H, W]`` uint8 array, for ``pixels-hwc`` the raw
 ``[H, W, C]`` array: the layout OpenCV and torch's channels-last kernels work in, so a crop is
-resized straight from the stored rows, with no interleaving of planes first (read back as a
-``[C, H, W]`` view of it, as a decoded JPEG is).
+resized straight from the stored rows, with no interleaving of planes first (``ds[i]`` gives it
+as a ``[C, H, W]`` array, as it gives a decoded JPEG).
 """
 
 from __future__ import annotations
