@@ -251,3 +251,28 @@ def test_an_index_entry_running_past_the_data_is_refused_by_reads_and_verify(cac
         CachedDataset(cache)[2]
     (problem,) = verify(cache).problems
     assert problem.file == info["file"] and "points outside the file" in problem.problem
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("codec", ["zstd", "lz4"])
+def test_a_compressed_shard_of_more_than_2_gib_of_pixels_is_written_and_read(tmp_path, codec):
+    # a codec such as Blosc takes at most 2 GiB in one call: a compressed column is never one chunk
+    side = 26_755  # 3 x side x side bytes: just past 2 GiB
+    pixels = np.zeros(3 * side * side, dtype=np.uint8)
+    pixels[::4099] = 7
+    pixels[-3:] = (1, 2, 3)
+    name = "s.zarr"
+    arrays = {
+        "image_bytes": pixels,
+        "image_offsets": np.array([0, pixels.size], dtype=np.int64),
+        "image_shape": np.array([[side, side, 3]], dtype=np.int32),
+        "labels": np.zeros(1, dtype=np.int64),
+        "shard_name": identity_column(name),
+    }
+    fmt = get_format("zarr")
+    fmt.write(tmp_path / name, arrays, {"compression": codec})
+    reader = fmt.open(tmp_path / name, SampleSpec(shape=(3, None, None)), 1, "pixels-hwc")
+    try:
+        assert np.array_equal(reader.column("image_bytes", slice(-5000, None)), pixels[-5000:])
+    finally:
+        reader.close()

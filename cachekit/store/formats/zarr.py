@@ -325,12 +325,13 @@ class ZarrFormat:
                 )
                 if len(arr):
                     images[...] = arr
-            elif name == "image_bytes":  # one chunk: raw, a reader maps it (``_column``)
+            elif name == "image_bytes":  # raw: one chunk, a reader maps it (``_column``)
                 column = group.create_array(
                     name,
                     shape=arr.shape,
                     dtype=arr.dtype,
-                    chunks=(max(1, len(arr)),),
+                    # compressed: zarr's own chunks, as a codec takes at most 2 GiB in one call (Blosc)
+                    chunks=(max(1, len(arr)),) if compressor is None else "auto",
                     compressors=[compressor] if compressor is not None else None,
                     fill_value=0,
                     config={"write_empty_chunks": True},
