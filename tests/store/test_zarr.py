@@ -276,3 +276,20 @@ def test_a_compressed_shard_of_more_than_2_gib_of_pixels_is_written_and_read(tmp
         assert np.array_equal(reader.column("image_bytes", slice(-5000, None)), pixels[-5000:])
     finally:
         reader.close()
+
+
+def test_a_missing_chunk_of_image_bytes_is_refused_not_read_as_black(small_tree, tmp_path):
+    # zarr reads a missing chunk as its fill value: a variable-size shard would read all black
+    out = tmp_path / "c"
+    options = dict(
+        format="zarr", pipeline="none", store="pixels-hwc", shard_size=7, workers=1, progress=False
+    )
+    build(small_tree, out, BuildConfig(**options))
+    manifest = _manifest(out)
+    info = manifest["shards"][0]
+    (out / info["file"] / "image_bytes" / "c" / "0").unlink()
+    _agree(out, manifest)
+    with pytest.raises(CacheError, match=r"its image bytes \(\d+ of them\) are missing"):
+        CachedDataset(out)[0]
+    (problem,) = verify(out).problems
+    assert problem.file == info["file"] and "are missing" in problem.problem

@@ -130,7 +130,9 @@ def _column(path: Path, name: str, array) -> np.ndarray:
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         raw = False
     chunk = path / name / "c" / "0"
-    if not raw or not chunk.is_file() or chunk.stat().st_size != array.shape[0]:
+    if raw and not chunk.is_file():  # zarr would read the missing chunk as zeros: black pixels
+        raise CacheError(f"{path.name}: its image bytes ({array.shape[0]} of them) are missing")
+    if not raw or chunk.stat().st_size != array.shape[0]:
         return np.asarray(array[...])
     prefetch_file(chunk)
     return map_file(chunk, f"{path.name}: its image bytes")
