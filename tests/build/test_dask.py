@@ -333,7 +333,7 @@ def test_a_cluster_without_workers_is_one_error_not_a_wait_for_ever(small_tree, 
     executors = importlib.import_module("cachekit.build.executors")
     monkeypatch.setattr(executors, "DASK_NO_WORKERS_S", 2)
     outcome = {}
-    with distributed.LocalCluster(n_workers=0, processes=True, dashboard_address=None) as empty:
+    with distributed.LocalCluster(n_workers=0, processes=True, dashboard_address=":0") as empty:
 
         def run():
             try:
