@@ -39,6 +39,24 @@ def cluster():
         yield cluster, client
 
 
+def _build_or_error(raw, out, config: BuildConfig, limit: float, hang: str):
+    """``build``'s result or the exception it raised; in a daemon thread joined for at most ``limit``
+    seconds, so a build that never ends fails the test (saying ``hang``) instead of hanging pytest."""
+    outcome = {}
+
+    def run():
+        try:
+            outcome["result"] = build(raw, out, config)
+        except BaseException as exc:  # handed to the test
+            outcome["result"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(timeout=limit)
+    assert not thread.is_alive(), f"the build {hang}"
+    return outcome["result"]
+
+
 def _on(scheduler: str, **config) -> BuildConfig:
     """A build on the dask cluster at ``scheduler``, without a progress bar unless asked."""
     return BuildConfig(
@@ -143,19 +161,14 @@ def test_a_build_waits_on_its_own_client_not_on_the_default_one(small_tree, tmp_
             other.close()
 
     monkeypatch.setattr(distributed, "as_completed", as_completed_while_another_client_comes_and_goes)
-    outcome = {}
-
-    def run():
-        try:
-            outcome["result"] = build(small_tree, tmp_path / "c", _on(scheduler, size=16, shard_size=5))
-        except BaseException as exc:
-            outcome["result"] = exc
-
-    thread = threading.Thread(target=run, daemon=True)  # a build that never ends fails this test
-    thread.start()
-    thread.join(timeout=120)
-    assert not thread.is_alive(), "the build waited on a closed client's loop"
-    assert not isinstance(outcome["result"], BaseException), outcome["result"]
+    result = _build_or_error(
+        small_tree,
+        tmp_path / "c",
+        _on(scheduler, size=16, shard_size=5),
+        120,
+        "waited on a closed client's loop",
+    )
+    assert not isinstance(result, BaseException), result
     assert verify(tmp_path / "c").ok
     assert distributed.default_client() is cluster[1]
 
@@ -332,20 +345,9 @@ def test_unreachable_scheduler_is_one_clear_error(small_tree, tmp_path, monkeypa
 def test_a_cluster_without_workers_is_one_error_not_a_wait_for_ever(small_tree, tmp_path, monkeypatch):
     executors = importlib.import_module("cachekit.build.executors")
     monkeypatch.setattr(executors, "DASK_NO_WORKERS_S", 2)
-    outcome = {}
     with distributed.LocalCluster(n_workers=0, processes=True, dashboard_address=":0") as empty:
-
-        def run():
-            try:
-                outcome["result"] = build(small_tree, tmp_path / "c", _on(empty.scheduler_address, size=16))
-            except BaseException as exc:
-                outcome["result"] = exc
-
-        thread = threading.Thread(target=run, daemon=True)  # a build that never ends fails this test
-        thread.start()
-        thread.join(timeout=300)
-        assert not thread.is_alive(), "the build waited for ever on a cluster without workers"
-    error = outcome["result"]
+        config = _on(empty.scheduler_address, size=16)
+        error = _build_or_error(small_tree, tmp_path / "c", config, 300, "waited for ever without workers")
     assert isinstance(error, BuildError), error
     assert "has had no worker for 2 s while" in str(error) and "--executor local" in str(error)
     assert not list(tmp_path.glob("c/shard-*"))
