@@ -28,13 +28,23 @@ def _samples(fmt: str, normalized: bool) -> list:
     rng = np.random.default_rng(0)
     image = rng.integers(0, 256, (HEIGHT, WIDTH, 3), dtype=np.uint8)
     target = {"boxes": _as(fmt, normalized).astype(np.float32), "classes": np.array([0, 1, 2])}
-    return [(image, target), (image[:, ::-1].copy(), {"boxes": target["boxes"][:0], "classes": np.zeros(0, int)})]
+    return [
+        (image, target),
+        (image[:, ::-1].copy(), {"boxes": target["boxes"][:0], "classes": np.zeros(0, int)}),
+    ]
 
 
 @pytest.mark.parametrize("normalized", [False, True], ids=["pixels", "normalized"])
 @pytest.mark.parametrize("fmt", ["xyxy", "xywh", "cxcywh"])
 def test_every_box_format_stores_the_same_pixel_corners(tmp_path, fmt, normalized):
-    build(_samples(fmt, normalized), tmp_path / "c", BuildConfig(**QUIET), box_format=fmt, normalized=normalized, classes=3)
+    build(
+        _samples(fmt, normalized),
+        tmp_path / "c",
+        BuildConfig(**QUIET),
+        box_format=fmt,
+        normalized=normalized,
+        classes=3,
+    )
     ds = CachedDataset(tmp_path / "c")
     assert len(ds) == 2
     stored = {tuple(ds[i][0].shape): ds[i][1] for i in range(2)}
