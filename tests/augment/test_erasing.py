@@ -85,3 +85,21 @@ def test_hostile_arguments_are_one_line_errors(kwargs):
     with pytest.raises(ValueError) as info:
         RandomErasing(**kwargs)
     assert "\n" not in str(info.value)
+
+
+def test_every_place_a_box_fits_is_drawn_evenly_up_to_the_last_row_and_column():
+    """torchvision places the box at ``randint(0, H - h + 1)``, ``randint(0, W - w + 1)``: the last
+    row and column are reached as often as any other (a 2x2 box on an 8x10 image: 7 x 9 places)."""
+    h, w = 8, 10
+    step = RandomErasing(p=1.0, scale=(0.05, 0.05), ratio=(1.0, 1.0), value=255)  # area 4: a 2x2 box
+    d = draw_erasing(step, 3, 1, np.arange(N), 2000, (h, w))
+    assert d.erased.all() and (d.boxes[:, 2:] == 2).all()
+    top, left = d.boxes[:, 0], d.boxes[:, 1]
+    tops, lefts = np.bincount(top, minlength=h - 1), np.bincount(left, minlength=w - 1)
+    assert len(tops) == h - 1 and len(lefts) == w - 1  # nothing past the room left
+    assert np.abs(tops / N - 1 / (h - 1)).max() < 0.02 and np.abs(lefts / N - 1 / (w - 1)).max() < 0.02
+    rows = np.zeros((N, 1, h, w), np.uint8)
+    for j in range(200):
+        d.apply_row(rows[j], j)
+    assert rows[:200, 0, -1, :].any() and rows[:200, 0, :, -1].any()  # the image's last row and column
+    assert (rows[:200].reshape(200, -1).sum(1) == 4 * 255).all()

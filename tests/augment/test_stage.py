@@ -150,3 +150,32 @@ def test_an_empty_batch_passes_through():
     assert draws.apply_batch(torch.zeros(0, 3, 32, 32)).shape == (0, 3, 32, 32)
     mix = plan.mix.draw(0, 0, [], (32, 32), detection=False)
     assert not mix.mixes and mix.soft_labels(np.zeros(0, np.int64), 4).shape == (0, 4)
+
+
+def test_hsv_gains_are_drawn_on_both_sides_of_one_each_within_its_own_bound():
+    """Ultralytics draws ``r = uniform(-1, 1, 3) * (h, s, v)`` and scales by ``1 + r``: each gain
+    uniform in [1 - g, 1 + g], as often darker as brighter, the three independent of each other."""
+    h, s, v = 0.05, 0.6, 0.3
+    n = 20_000
+    plan = compile_plan([RandomHSV(h=h, s=s, v=v)])
+    (part,) = plan.stage.draw(5, 1, np.arange(n), (8, 8)).parts
+    r = part.gains
+    assert r.shape == (n, 3)
+    for k, g in enumerate((h, s, v)):
+        assert -g <= r[:, k].min() < -0.98 * g and 0.98 * g < r[:, k].max() <= g, k
+        assert abs(r[:, k].mean()) < 0.02 * g and abs((r[:, k] < 0).mean() - 0.5) < 0.02, k
+        assert abs((np.abs(r[:, k]) < g / 2).mean() - 0.5) < 0.02, k  # uniform, not bunched
+    assert abs(np.corrcoef(r.T)[np.triu_indices(3, 1)]).max() < 0.05  # independent draws
+    # the pixels take those gains: a value-only draw makes a colour darker or brighter by 1 + r
+    plan = compile_plan([RandomHSV(h=0.0, s=0.0, v=0.5)])
+    draws = plan.stage.draw(5, 1, np.arange(64), (4, 4))
+    (gains,) = (p.gains[:, 2] for p in draws.parts)
+    seen = []
+    for j in range(64):
+        row = np.empty((3, 4, 4), np.uint8)
+        row[:] = np.array([160, 80, 40], np.uint8)[:, None, None]
+        draws.apply_row(row, j)
+        seen.append(row[0, 0, 0])
+    want = np.clip(np.floor(160 * (1 + gains)), 0, 255)
+    assert np.abs(np.array(seen, np.float64) - want).max() <= 1
+    assert (gains < -0.1).any() and (gains > 0.1).any()
