@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from ..constants import DIST_NAME
 from ..errors import UsageError
 from ..image.ops import DecodeError
 from .inputtable import Source
@@ -27,7 +28,7 @@ def _pyarrow():
     try:
         import pyarrow.parquet as pq
     except ImportError:
-        raise UsageError("reading Parquet needs pyarrow: pip install 'cachekit[parquet]'") from None
+        raise UsageError(f"reading Parquet needs pyarrow: pip install '{DIST_NAME}[parquet]'") from None
     return pq
 
 
