@@ -9,6 +9,7 @@ of every shard's name: pass a new ``source_id`` when what it yields changes.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
@@ -22,7 +23,7 @@ from .pysource import PROBE, index_path, probe_schema
 from .records import Record, SourceRaised
 from .samples import SampleOptions, to_record
 
-__all__ = ["iterable_source", "StreamReader", "ChunkReader", "positions"]
+__all__ = ["iterable_source", "StreamReader", "ChunkReader", "positions", "samples_digest"]
 
 
 def _one_line(exc: BaseException) -> str:
@@ -120,3 +121,38 @@ def iterable_source(iterable, options: SampleOptions, *, classes=None, source_id
 def positions(start: int, count: int) -> tuple[str, ...]:
     """The input names of a stream's positions ``start`` .. ``start + count``."""
     return tuple(index_path(i) for i in range(start, start + count))
+
+
+def _feed(h, value) -> None:
+    """Hash ``value`` (a record's image, target or label) with its type and shape, so that no two
+    different values feed the same bytes."""
+    if isinstance(value, np.ndarray):
+        h.update(f"a{value.dtype.str}{value.shape}".encode())
+        h.update(np.ascontiguousarray(value).tobytes())
+    elif isinstance(value, (bytes, bytearray, memoryview)):
+        h.update(f"b{len(value)}:".encode())
+        h.update(bytes(value))
+    elif isinstance(value, dict):
+        h.update(f"d{len(value)}:".encode())
+        for key in sorted(value, key=str):
+            _feed(h, str(key))
+            _feed(h, value[key])
+    elif isinstance(value, (list, tuple)):
+        h.update(f"l{len(value)}:".encode())
+        for item in value:
+            _feed(h, item)
+    else:
+        text = f"{type(value).__name__}:{value!r}".encode()
+        h.update(f"s{len(text)}:".encode() + text)
+
+
+def samples_digest(records) -> str:
+    """sha256 of a run of a stream's records (their images, targets and classes; or why each could
+    not be one): what a resumed build compares to tell that the stream repeated its samples."""
+    h = hashlib.sha256()
+    for record in records:
+        if isinstance(record, Record):
+            _feed(h, (record.image, record.target, record.label))
+        else:
+            _feed(h, ("skip", str(record)))
+    return h.hexdigest()

@@ -11,7 +11,7 @@ is ignored with a warning.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..constants import MANIFEST_NAME, PARTIAL_DIR
 from ..errors import BuildError, CacheError
@@ -32,6 +32,8 @@ class Partial:
     planned: tuple[str, ...]
     finished: dict[str, tuple[ShardInfo, tuple[SkippedInput, ...]]]
     layout: dict | None = None  # {"order": ..., "shard_size": ...} it planned with
+    #: A stream's finished shards: the digest of the samples each was built from (``samples_digest``).
+    samples: dict[str, str] = field(default_factory=dict)
 
 
 def reusable(out: Location, info: ShardInfo | None, verify: bool) -> bool:
@@ -53,7 +55,7 @@ def read_partial(out: Location) -> Partial | None:
     planned = recorded_names(
         listed if isinstance(listed, list) else [], f"{out.url}/{PARTIAL_DIR}/state.json"
     )
-    finished = {}
+    finished, samples = {}, {}
     for name in out.names(PARTIAL_DIR):
         if name == "state.json" or not name.endswith(".json"):
             continue
@@ -65,8 +67,10 @@ def read_partial(out: Location) -> Partial | None:
             continue
         if info.file in planned and name == f"{info.file}.json":
             finished[info.file] = (info, skipped)
+            if isinstance(obj.get("samples"), str):
+                samples[info.file] = obj["samples"]
     layout = state.get("layout") if isinstance(state.get("layout"), dict) else None
-    return Partial(state["fingerprint"], tuple(planned), finished, layout)
+    return Partial(state["fingerprint"], tuple(planned), finished, layout, samples)
 
 
 def start_partial(out: Location, fingerprint: str, planned: list[str], layout: dict | None = None) -> None:
@@ -81,12 +85,27 @@ def start_partial(out: Location, fingerprint: str, planned: list[str], layout: d
         raise BuildError(f"cannot write to {out.url}: {write_failure(exc)}") from None
 
 
-def write_sidecar(out: Location, result: ShardResult) -> None:
+def write_sidecar(out: Location, result: ShardResult, samples: str | None = None) -> None:
+    """Record a finished shard; ``samples``: the digest of a stream's samples it holds (kept when the
+    shard is recorded again without one)."""
     obj = {"info": result.info.to_json(), "skipped": [s.to_json() for s in result.skipped]}
+    if samples is None:
+        samples = _recorded_samples(out, result.info.file)
+    if samples is not None:
+        obj["samples"] = samples
     try:
         out.write_text(f"{PARTIAL_DIR}/{result.info.file}.json", json_text(obj))
     except OSError as exc:
         raise BuildError(f"cannot write to {out.url}: {write_failure(exc)}") from None
+
+
+def _recorded_samples(out: Location, file: str) -> str | None:
+    try:
+        obj = json.loads(out.read_text(f"{PARTIAL_DIR}/{file}.json") or "")
+    except ValueError:
+        return None
+    found = obj.get("samples") if isinstance(obj, dict) else None
+    return found if isinstance(found, str) else None
 
 
 def existing_cache(out: Location) -> tuple[Manifest | None, str | None]:

@@ -26,7 +26,7 @@ from .config import BuildConfig, BuildResult
 from .executors import run_jobs
 from .guards import check_job_bytes, refuse
 from .inputtable import Source
-from .itersource import ChunkReader, positions
+from .itersource import ChunkReader, positions, samples_digest
 from .plan import option_changes, plan
 from .resume import existing_cache, read_partial, reusable, start_partial, write_sidecar
 from .shardjob import ShardJob, run_shard_job
@@ -146,6 +146,8 @@ def stream_shards(t, config: BuildConfig):
     records = source.reader.records()
     built = reused = count = 0
     wave: list[ShardJob] = []
+    digests: dict[str, str] = {}  # each shard's samples, recorded with it
+    recorded = found.samples if found is not None else {}
 
     def run_wave() -> None:
         nonlocal built
@@ -156,7 +158,7 @@ def stream_shards(t, config: BuildConfig):
         if config.executor == "dask":
             options["undo"] = partial(remove_written, out.url, [j.file for j in wave], config.storage_options)
         for _, result in run_jobs(run_shard_job, wave, workers=workers, executor=config.executor, **options):
-            write_sidecar(out, result)
+            write_sidecar(out, result, digests.get(result.info.file))
             built += 1
         wave.clear()
 
@@ -168,7 +170,15 @@ def stream_shards(t, config: BuildConfig):
         shard = plan(_chunk(source, start, len(chunk)), order, size, t.content_fp, t.extension)[0]
         if shard.name not in planned:
             planned.append(shard.name)
-        done = finished.get(shard.name) or ((old[shard.name], ()) if shard.name in old else None)
+        digests[shard.name] = digest = samples_digest(chunk)
+        mine = recorded.get(shard.name)  # what the shard finished before holds (None: not known)
+        if shard.name in finished and mine not in (None, digest) and not config.overwrite:
+            raise UsageError(
+                f"the iterable gave other samples than the build it resumes in {out.url} (samples {start} "
+                f"to {count - 1}): an iterable must repeat its order to resume; rebuild with --overwrite"
+            )
+        done = finished.get(shard.name) if mine == digest else None
+        done = done or ((old[shard.name], ()) if shard.name in old else None)
         if done and done[0].inputs_digest == shard.digest and reusable(out, done[0], verify=False):
             reused += 1
             continue
