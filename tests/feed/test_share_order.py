@@ -182,3 +182,21 @@ def test_a_rank_of_a_billion_samples_is_computed_in_its_share():
     assert peak < 40 * 2**20  # the rank's share and a few numbers per shard, never 10**9 of anything
     window = sampler.window
     assert (np.ptp(mine // 10_000) + 1) * 10_000 >= window  # drawn across blocks, not one shard
+
+
+def test_every_block_of_an_epoch_is_shuffled_by_its_own_key():
+    # one shard of 64 samples a block (no ramp): a block's pattern is where each of its shard's
+    # samples lands in it; blocks sharing a key would share their pattern, epochs sharing keys theirs
+    offsets = np.arange(0, 64 * 9, 64, dtype=np.int64)
+    patterns = {}
+    for epoch in (0, 1):
+        order = epoch_order(offsets, seed=5, epoch=epoch, window=64, ramp=False)
+        for b in range(8):
+            block = order[b * 64 : (b + 1) * 64]
+            assert len(set((block // 64).tolist())) == 1  # one whole shard
+            patterns[epoch, b] = tuple((block - block.min()).tolist())
+    assert len(set(patterns.values())) == 16  # every block of both epochs its own permutation
+    # and independent: sample k's place in one block says nothing of its place in the next
+    places = np.array([np.argsort(patterns[0, b]) for b in range(8)])
+    same = (places[:-1] == places[1:]).mean()
+    assert same < 0.1  # 1/64 expected; a reused key gives 1
