@@ -213,3 +213,40 @@ def test_detection_mixup_leaves_a_batch_of_one_alone():
         d.mix_targets(targets, [("boxes", "classes")], {})
         assert targets[0]["classes"].tolist() == [2] and len(targets[0]["boxes"]) == 1
     assert (mix.draw(0, 0, [0, 1], (8, 8), True).weights < 1).all()  # two samples still mix
+
+
+def test_detection_mixup_masks_keep_their_own_classes_over_the_neighbour_s_as_it_was():
+    """Four samples whose class maps hold different non-zero classes in overlapping squares: a mixed
+    sample keeps its own classes where it has any and takes its neighbour's (as stored, before the
+    neighbour was itself mixed) where it has background; an unmixed one keeps its map."""
+    mix = compile_mixing([MixUp(p=0.5)])
+
+    def chained(d) -> bool:  # some mixed sample whose neighbour is mixed too, and one left as it is
+        w = d.weights
+        return (w == 1).any() and any(w[j] < 1 and w[j - 1] < 1 for j in range(4))
+
+    d = next(
+        d
+        for d in (mix.draw(1, 0, [i, i + 1, i + 2, i + 3], (12, 12), True) for i in range(200))
+        if chained(d)
+    )
+    stored = np.zeros((4, 12, 12), np.uint8)
+    for j in range(4):
+        stored[j, j : j + 6, j : j + 5] = 10 + j  # sample j's object, class 10 + j
+    masks = {"mask": torch.from_numpy(stored.copy())}
+    targets = [
+        {"boxes": torch.tensor([[1.0 * j, 1.0 * j, j + 5.0, j + 6.0]]), "classes": torch.tensor([10 + j]),
+         "iscrowd": torch.tensor([0])}
+        for j in range(4)
+    ]  # fmt: skip
+    d.mix_targets(targets, [("boxes", "classes", "iscrowd")], masks)
+    for j in range(4):
+        own, other = stored[j], stored[j - 1]
+        want = np.where(own != 0, own, other) if d.weights[j] < 1 else own
+        assert np.array_equal(masks["mask"][j].numpy(), want), j
+        overlap = (own != 0) & (other != 0)
+        if d.weights[j] < 1:
+            assert overlap.any() and (masks["mask"][j].numpy()[overlap] == 10 + j).all()
+            assert targets[j]["classes"].tolist() == [10 + j, 10 + (j - 1) % 4]
+        else:
+            assert targets[j]["classes"].tolist() == [10 + j]
