@@ -245,3 +245,33 @@ def test_ranks_of_a_gloo_group_augment_their_own_share_in_step(small_cache, tmp_
                     BatchRequest(indices[4 * k : 4 * k + 4], epoch=epoch, seed=5, plan=plan)
                 )
                 assert torch.equal(x, expected.images) and torch.equal(y, expected.labels)
+
+
+@pytest.mark.parametrize("prefetch_factor, set_epoch", [(None, False), (4, False), (None, True)])
+def test_a_state_saved_between_epochs_after_set_augment_resumes_with_the_new_plan(
+    small_cache, prefetch_factor, set_epoch
+):
+    # the usual checkpoint: an epoch ends (set_epoch(1) or not), close_mosaic-style set_augment, state_dict
+    from cachekit.transforms import CenterCrop, RandomHorizontalFlip, RandomResizedCrop
+
+    a, b = [RandomResizedCrop(16), RandomHorizontalFlip()], [CenterCrop(24), RandomHorizontalFlip()]
+    ds = CachedDataset(small_cache)
+    kwargs = {} if prefetch_factor is None else {"prefetch_factor": prefetch_factor}
+    loader = make_loader(ds, 8, seed=9, augment=a, **kwargs)
+    first = [x.clone() for x, _ in loader]  # epoch 0 with a
+    if set_epoch:
+        loader.set_epoch(1)
+    loader.set_augment(b)
+    state = loader.state_dict()
+    assert (state["epoch"], state["position"]) == ((1, 0) if set_epoch else (0, len(ds)))
+    nxt = [(x.clone(), y.clone()) for x, y in loader]  # epoch 1, with b
+    assert {tuple(x.shape[-2:]) for x in first} == {(16, 16)} and {tuple(x.shape[-2:]) for x, _ in nxt} == {(24, 24)}
+
+    resumed = make_loader(ds, 8, seed=9, augment=a, **kwargs)  # made as at the start of the job
+    resumed.load_state_dict(state)
+    got = [(x.clone(), y.clone()) for x, y in resumed]
+    assert resumed.sampler.epoch == 1 and len(got) == len(nxt)
+    for (gx, gy), (wx, wy) in zip(got, nxt):
+        assert torch.equal(gx, wx) and torch.equal(gy, wy)  # the same samples, the same crops and flips
+    again = [x for x, _ in resumed]  # and b goes on after it
+    assert {tuple(x.shape[-2:]) for x in again} == {(24, 24)}
