@@ -222,3 +222,13 @@ def test_the_missing_pyarrow_message_names_this_distribution_and_its_extra(monke
     assert str(err.value) == f"reading Parquet needs pyarrow: pip install '{DIST_NAME}[parquet]'"
     assert any(r.startswith("pyarrow") for r in PYPROJECT["project"]["optional-dependencies"]["parquet"])
     assert PYPROJECT["project"]["name"] == DIST_NAME
+
+
+def test_the_missing_hdf5plugin_message_names_the_extra_that_brings_it(monkeypatch):
+    from cachekit.store.formats import hdf5
+
+    monkeypatch.setitem(sys.modules, "hdf5plugin", None)
+    with pytest.raises(UsageError) as err:
+        hdf5.Hdf5Format().check_options({"compression": "zstd"})
+    assert str(err.value) == f"HDF5 zstd/lz4 compression needs hdf5plugin: pip install '{DIST_NAME}[hdf5]'"
+    assert any(r.startswith("hdf5plugin") for r in PYPROJECT["project"]["optional-dependencies"]["hdf5"])

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ...constants import DIST_NAME
 from ...errors import CacheError, UsageError
 from ..manifest import SampleSpec
 from .base import OpenFilesExhausted, check_arrays, check_regular_file, map_file, out_of_files, prefetch_file
@@ -26,7 +27,9 @@ def _hdf5plugin():
     try:
         import hdf5plugin
     except ImportError:
-        raise UsageError("HDF5 zstd/lz4 compression needs hdf5plugin: pip install hdf5plugin") from None
+        raise UsageError(
+            f"HDF5 zstd/lz4 compression needs hdf5plugin: pip install '{DIST_NAME}[hdf5]'"
+        ) from None
     return hdf5plugin
 
 

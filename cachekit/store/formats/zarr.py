@@ -253,13 +253,9 @@ class ZarrReader:
 
 
 def _crc32c(data: bytes) -> int:
-    """CRC-32C, as zarr's ``crc32c`` codec computes it (with the library zarr itself uses)."""
-    try:
-        import google_crc32c
-    except ImportError:  # zarr 3.0 used the crc32c package
-        from crc32c import crc32c
+    """CRC-32C, as zarr's ``crc32c`` codec computes it (google-crc32c, a declared dependency)."""
+    import google_crc32c
 
-        return crc32c(data)
     return google_crc32c.value(data)
 
 
