@@ -18,7 +18,15 @@ from .inputtable import Source, file_problem
 from .pysource import class_names
 from .samples import classes_seen, fields_of_targets
 
-__all__ = ["RecordFile", "RecordRows", "expand_braces", "find_files", "open_file", "read_range"]
+__all__ = [
+    "RecordFile",
+    "RecordRows",
+    "bytes_read",
+    "expand_braces",
+    "find_files",
+    "open_file",
+    "read_range",
+]
 
 #: The most files a brace pattern may name (a typo of ``{0..9999999999}`` must not list forever).
 MAX_FILES = 1_000_000
@@ -49,7 +57,8 @@ class RecordRows:
     ignored: list = field(default_factory=list)  # (where, reason) left out
 
     def add(self, rel: str, target: dict, label: int, file: RecordFile) -> None:
-        """One sample of ``file``: its size and stamp are the file's (a changed file rebuilds its shards)."""
+        """One sample of ``file``: its size and stamp are the file's (a changed file rebuilds its
+        shards), so the sizes of a file's samples are not summed: ``bytes_read`` counts each file once."""
         self.paths.append(rel)
         self.targets.append(target)
         self.labels.append(label)
@@ -97,6 +106,23 @@ class RecordRows:
             reader=reader,
             identity=identity,
         )
+
+
+def bytes_read(sizes, targets, rows) -> int:
+    """The bytes of storage that reading inputs ``rows`` touches: a file of records (Parquet, a tar:
+    its inputs' targets say ``"at": [file, ...]`` and their size is the whole file's) counted once,
+    however many of its records are read; any other input (a file of its own) at its size."""
+    seen: set = set()
+    total = 0
+    for i in rows:
+        target = targets[i] if len(targets) else None
+        at = target.get("at") if isinstance(target, dict) else None
+        if at is not None:
+            if at[0] in seen:
+                continue
+            seen.add(at[0])
+        total += max(0, int(sizes[i]))
+    return total
 
 
 def expand_braces(pattern: str) -> list[str]:

@@ -31,6 +31,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from ..build.recordfiles import bytes_read
 from ..build.shardjob import INPUT_ERRORS, decode_input, read_input, skip_reason
 from ..errors import CachekitError, UsageError
 from ..image.recipes import Pipeline
@@ -183,7 +184,7 @@ class RawInputs:
     skipped: tuple[tuple[str, str], ...]  # (path, reason) as a build records them, discovery's included
     refused: tuple[tuple[str, str], ...]  # (path, reason): kept by a build, unreadable for PIL
     found: int  # image files discovery found: kept + skipped
-    bytes: int  # size of the kept inputs' files
+    bytes: int  # size of the files the kept inputs are read from, each file once
     #: How each kept input is read (a file, or a record of Parquet, a tar or a dataset).
     reads: RawReads | None = None
 
@@ -270,7 +271,7 @@ def check_raw_inputs(
         skipped=tuple(skipped),
         refused=tuple((source.paths[i], verdicts[i][1]) for i in keep if verdicts[i][1] is not None),
         found=len(source) + len(source.ignored),
-        bytes=int(np.asarray(source.sizes, dtype=np.int64)[keep].clip(min=0).sum()),
+        bytes=bytes_read(source.sizes, source.targets if source.reader is not None else (), keep),
         reads=reads.subset(keep),
     )
 

@@ -12,7 +12,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "build"))
 from sourcekit import FileDataset, make_objects, write_parquet, write_tars  # noqa: E402
 
 from cachekit import BuildConfig, build  # noqa: E402
+from cachekit.image.recipes import load_pipeline  # noqa: E402
+from cachekit.tools.baselines import check_raw_inputs  # noqa: E402
 from cachekit.tools.bench import BenchConfig, run_bench  # noqa: E402
+from cachekit.tools.benchview import format_table  # noqa: E402
+from cachekit.tools.report import human_bytes  # noqa: E402
 
 CONFIG = BenchConfig(batch_size=2, workers=(1,), epochs=1, cold=False)  # a worker process: the reads pickled
 
@@ -39,3 +43,24 @@ def test_bench_reads_a_record_source_as_its_raw_baseline(objects, tmp_path, kind
     rows = {(r["loader"], r["workers"]) for r in result["rows"]}
     assert {("raw-pil", 1), ("raw-opencv", 1)} <= rows
     assert all(r["samples_per_s"] > 0 for r in result["rows"])
+    if kind != "dataset":  # the bytes read are the files' own, each counted once
+        folder = tmp_path / ("pq" if kind == "parquet" else "tars")
+        total = sum(p.stat().st_size for p in folder.iterdir())
+        assert result["raw"]["bytes"] == total
+        assert f"({human_bytes(total)})" in format_table(result)
+
+
+@pytest.mark.parametrize("kind", ["parquet", "tar", "folder"])
+def test_the_raw_bytes_are_the_size_of_the_files_read(objects, tmp_path, kind):
+    """A file of records counts once, not once per record (6 rows of a 3 kB Parquet file were 18 kB)."""
+    root, items = objects
+    if kind == "parquet":
+        raw, folder = write_parquet(items, tmp_path / "pq", files=2), tmp_path / "pq"
+    elif kind == "tar":
+        raw, folder = write_tars(items, tmp_path / "tars", files=2), tmp_path / "tars"
+    else:
+        raw, folder = root / "images", root / "images"
+    files = [p for p in folder.rglob("*") if p.is_file()]
+    inputs = check_raw_inputs(raw, load_pipeline("none"), discover_options={"source": {"box_format": "xywh"}})
+    assert len(inputs) == len(items) and len(files) == (2 if kind != "folder" else len(items))
+    assert inputs.bytes == sum(p.stat().st_size for p in files)
