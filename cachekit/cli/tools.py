@@ -282,9 +282,15 @@ def doctor_cmd(
 @click.option("--epoch", type=int, default=0, show_default=True, help="Epoch whose draws are shown.")
 @click.option("--cell", type=int, default=256, show_default=True, help="Pixels of each image's longer side.")
 @click.option("--columns", type=int, default=None, help="Images per row [default: a square grid].")
+@click.option(
+    "--min-visibility",
+    type=float,
+    default=None,
+    help="Drop a box keeping less of its area, as make_loader(min_visibility=) does [default: make_loader's].",
+)
 @with_storage_options
 @friendly
-def preview_cmd(cache, augment, out, n, seed, epoch, cell, columns, storage_option) -> None:
+def preview_cmd(cache, augment, out, n, seed, epoch, cell, columns, min_visibility, storage_option) -> None:
     """Draw augmented samples of CACHE as training sees them: boxes with class names, masks, labels, captions.
 
     The samples are the first batch of --epoch in the order of --seed, read by make_loader with
@@ -297,7 +303,17 @@ def preview_cmd(cache, augment, out, n, seed, epoch, cell, columns, storage_opti
     options = options_of(storage_option, cache)
     dataset = CachedDataset(cache, storage_options=options)
     try:
-        result = preview(dataset, augment, n=n, out=out, seed=seed, epoch=epoch, cell=cell, columns=columns)
+        result = preview(
+            dataset,
+            augment,
+            n=n,
+            out=out,
+            seed=seed,
+            epoch=epoch,
+            cell=cell,
+            columns=columns,
+            min_visibility=min_visibility,
+        )
     except (ValueError, TypeError) as exc:
         raise UsageError(str(exc).splitlines()[0]) from None
     finally:

@@ -256,18 +256,20 @@ def short_spec(steps) -> str:
     return ", ".join(parts)
 
 
-def _plan_of(source) -> tuple[CachedDataset, list | None, int | None, int, float | None]:
-    """(dataset, the loader's transforms for its next epoch, its seed, that epoch, min_visibility)."""
+def _plan_of(source, epoch: int | None) -> tuple[CachedDataset, list | None, int | None, int, float | None]:
+    """(dataset, the loader's transforms for ``epoch`` (default: its next epoch), its seed, that
+    epoch, the loader's min_visibility)."""
     if isinstance(source, CacheLoader):
-        epoch = source.sampler.upcoming_epoch()
+        epoch = source.sampler.upcoming_epoch() if epoch is None else epoch
         plan = source.augment_for(epoch)
         seed = (source._request_options or {}).get("seed")
         steps = list(plan.listed) if plan is not None else None
-        return source.dataset, steps, seed, epoch, plan.min_visibility if plan is not None else None
+        visibility = source.schedule.min_visibility if source.schedule is not None else None
+        return source.dataset, steps, seed, epoch, visibility
     if isinstance(source, (str, os.PathLike)):
-        return CachedDataset(source), None, None, 0, None
+        return CachedDataset(source), None, None, 0 if epoch is None else epoch, None
     if hasattr(source, "read_request"):
-        return source, None, None, 0, None
+        return source, None, None, 0 if epoch is None else epoch, None
     raise UsageError(
         f"preview takes a loader, a CachedDataset or a cache's path, not {type(source).__name__}"
     )
@@ -299,6 +301,7 @@ def preview(
     epoch: int | None = None,
     cell: int = 256,
     columns: int | None = None,
+    min_visibility: float | None = None,
 ) -> Preview:
     """Draw ``n`` samples of ``source`` (a ``make_loader`` loader, a ``CachedDataset``, or a cache's
     path) as augmented by ``augment`` into a PNG at ``out`` (None: only returned).
@@ -306,14 +309,19 @@ def preview(
     ``augment``: a list of ``cachekit.transforms`` or a spec (``"RandomResizedCrop(224),
     RandomHorizontalFlip()"``); default: a loader's own plan for its next epoch, else none. The
     samples are the first batch of epoch ``epoch`` (default: a loader's next, else 0) in the order
-    of ``seed`` (default: a loader's, else 0), read by ``make_loader`` as a training run reads them.
+    of ``seed`` (default: a loader's, else 0), read by ``make_loader`` as a training run reads them;
+    a loader's plan is the one of that epoch. A box keeping less than ``min_visibility`` of its area
+    is dropped, as in training (default: a loader's own, else ``make_loader``'s default), whether the
+    transforms are the loader's or ``augment``.
     """
-    dataset, steps, loader_seed, loader_epoch, visibility = _plan_of(source)
+    if epoch is not None and (isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0):
+        raise UsageError(f"epoch must be an integer from 0, got {epoch!r}")
+    dataset, steps, loader_seed, epoch, visibility = _plan_of(source, epoch)
     if isinstance(augment, str):
         augment = parse_spec(augment)
     if augment is not None:
         steps = list(augment) if isinstance(augment, (list, tuple)) else [augment]
-        visibility = None
+    visibility = min_visibility if min_visibility is not None else visibility
     for name, value, low, high in (("n", n, 1, MAX_PREVIEW), ("cell", cell, 16, 2048)):
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
             raise UsageError(f"{name} must be an integer from {low} to {high}, got {value!r}")
@@ -323,7 +331,6 @@ def preview(
         raise UsageError(f"columns must be an integer from 1 to {MAX_PREVIEW}, got {columns!r}")
     seed = loader_seed if seed is None else seed
     seed = 0 if seed is None else seed
-    epoch = loader_epoch if epoch is None else epoch
     if out is not None:
         out = Path(out)
         if out.suffix.lower() not in (".png", ".jpg", ".jpeg"):

@@ -187,3 +187,53 @@ def test_a_grid_too_large_to_look_at_is_refused_before_it_is_drawn(detection):
     with pytest.raises(UsageError, match="px on a side"):
         preview(detection, SPEC, n=12, cell=2048, columns=12, out=None)
     assert preview(detection, SPEC, n=4, cell=2048, out=None).image.shape[1] <= 16384
+
+
+SMALL_CROPS = [RandomResizedCrop(96, scale=(0.1, 0.3))]  # most boxes keep little of their area
+
+
+def _box_counts(result) -> list[int]:
+    return [len(c.target["boxes"]) for c in result.cells]
+
+
+def test_the_loaders_min_visibility_drops_boxes_in_the_preview_as_in_training(detection, tmp_path):
+    loader = make_loader(detection, 8, seed=5, augment=SMALL_CROPS, min_visibility=0.9, workers=0, threads=1)
+    _, trained = next(iter(make_loader(detection, 8, seed=5, augment=SMALL_CROPS, min_visibility=0.9,
+                                       workers=0, threads=1)))  # fmt: skip
+    loose = preview(detection, SMALL_CROPS, n=8, out=None, seed=5, min_visibility=0.0)
+    for shown in (preview(loader, n=8, out=None), preview(loader, SMALL_CROPS, n=8, out=None)):
+        # the loader's own plan, or transforms given to preview: its min_visibility either way
+        assert _box_counts(shown) == [len(t["boxes"]) for t in trained]
+        for cell, target in zip(shown.cells, trained):
+            assert torch.equal(cell.target["boxes"], target["boxes"])
+        assert sum(_box_counts(shown)) < sum(_box_counts(loose))  # boxes a crop hides are not drawn
+        assert not np.array_equal(shown.image, loose.image)
+    # the command line takes it too
+    out = tmp_path / "g.png"
+    spec = "RandomResizedCrop(96, scale=(0.1, 0.3))"
+    args = ["preview", str(detection), "--augment", spec, "-n", "8", "--seed", "5", "--out", str(out)]
+    result = CliRunner().invoke(main, [*args, "--min-visibility", "0.9"])
+    assert result.exit_code == 0, result.output
+    assert np.array_equal(_read_png(out), preview(loader, n=8, out=None).image)
+    result = CliRunner().invoke(main, [*args, "--min-visibility", "1.5"])
+    assert result.exit_code == 2 and "min_visibility" in result.output and "Traceback" not in result.output
+
+
+def test_a_loader_is_previewed_with_the_plan_of_the_epoch_shown(detection):
+    def schedule(epoch):  # the plan changes at epoch 2
+        return [RandomResizedCrop(96)] if epoch < 2 else [RandomResizedCrop(48)]
+
+    loader = make_loader(detection, 4, seed=1, augment=schedule, workers=0, threads=1)
+    for _ in loader:  # epoch 0
+        pass
+    asked = preview(loader, n=2, out=None, epoch=2)
+    assert "epoch 2" in asked.title and "RandomResizedCrop(48)" in asked.title
+    assert all((c.height, c.width) == (48, 48) for c in asked.cells)
+    assert "RandomResizedCrop(96)" in preview(loader, n=2, out=None).title  # its next: epoch 1
+    for _ in loader:  # epoch 1 ends: the next one is 2
+        pass
+    upcoming = preview(loader, n=2, out=None)
+    assert "epoch 2" in upcoming.title and all((c.height, c.width) == (48, 48) for c in upcoming.cells)
+    assert np.array_equal(upcoming.image, asked.image)
+    again = preview(loader, n=2, out=None, epoch=1)
+    assert "RandomResizedCrop(96)" in again.title and again.cells[0].height == 96
