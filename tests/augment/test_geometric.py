@@ -246,6 +246,60 @@ def test_iou_crops_keep_a_box_centre_with_enough_overlap_and_drop_the_others():
         assert np.allclose(moved[keep][:, :2] * scale, np.maximum(b[keep][:, :2] - [x0, y0], 0), atol=1e-3)
 
 
+def _box_iou(boxes: np.ndarray, rect: np.ndarray) -> np.ndarray:
+    """torchvision's ``box_iou`` of xyxy ``boxes [K, 4]`` with one xyxy ``rect``."""
+    ix = np.clip(np.minimum(boxes[:, 2], rect[2]) - np.maximum(boxes[:, 0], rect[0]), 0, None)
+    iy = np.clip(np.minimum(boxes[:, 3], rect[3]) - np.maximum(boxes[:, 1], rect[1]), 0, None)
+    inter = ix * iy
+    area = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])
+    return inter / (area + (rect[2] - rect[0]) * (rect[3] - rect[1]) - inter)
+
+
+@pytest.mark.parametrize("option", [0.0, 0.5, 0.7, 0.9])
+def test_each_iou_crop_overlaps_a_box_whose_centre_it_holds_by_at_least_the_drawn_option(option):
+    """torchvision's rule: a crop is taken only when some box whose centre it holds has IoU >= the
+    drawn minimum with it. One option at a time (it is then the drawn one), over many samples:
+    every crop meets it, and crops are still found (boxes large enough to meet even 0.9 now and then)."""
+    rng = np.random.default_rng(1)
+    n, boxes = 300, []
+    for _ in range(n):
+        w, h = rng.uniform(60, 160, 3), rng.uniform(30, 80, 3)
+        x, y = rng.uniform(0, 200 - w), rng.uniform(0, 100 - h)
+        boxes.append(np.stack([x, y, x + w, y + h], 1))
+    step = RandomIoUCrop(sampler_options=(option,), min_scale=0.3)
+    draws = compile_plan([step, Resize((50, 50))]).draw(3, 0, np.arange(n), [100] * n, [200] * n, boxes=boxes)
+    rects = draws.general.keep_rects
+    cropped = np.flatnonzero(~np.isnan(rects[:, 0]))
+    assert len(cropped) > (n // 10 if option == 0.9 else n // 2)
+    best = []
+    for j in cropped:
+        b, (x0, y0, x1, y1) = boxes[j], rects[j]
+        cx, cy = (b[:, 0] + b[:, 2]) / 2, (b[:, 1] + b[:, 3]) / 2
+        inside = (x0 < cx) & (cx < x1) & (y0 < cy) & (cy < y1)
+        best.append(_box_iou(b[inside], rects[j]).max(initial=-1.0))
+        assert best[-1] >= option, (j, best[-1], option)
+    if option == 0.0:  # with no minimum, many crops overlap their boxes less than the others ask
+        assert np.mean(np.array(best) < 0.5) > 0.3
+
+
+def test_an_iou_crop_counts_only_the_boxes_whose_centres_it_holds():
+    """A small box (its IoU with any crop under 0.06) and the image's left half: a crop overlapping the
+    half by IoU >= 0.2 while leaving its centre out holds only the small box's centre, which does
+    not overlap enough, so it is not taken (torchvision keeps the boxes inside before the IoU)."""
+    n = 300
+    pair = np.array([[0.0, 0.0, 100.0, 100.0], [180.0, 40.0, 190.0, 50.0]])
+    step = RandomIoUCrop(sampler_options=(0.2,))
+    draws = compile_plan([step, Resize((50, 50))]).draw(
+        4, 0, np.arange(n), [100] * n, [200] * n, boxes=[pair] * n
+    )
+    rects = draws.general.keep_rects
+    cropped = rects[~np.isnan(rects[:, 0])]
+    assert len(cropped) > n // 2
+    # every crop holds the half's centre (50, 50) and overlaps the half by 0.2 or more
+    assert ((cropped[:, 0] < 50) & (50 < cropped[:, 2]) & (cropped[:, 1] < 50) & (50 < cropped[:, 3])).all()
+    assert all(_box_iou(pair[:1], r)[0] >= 0.2 for r in cropped)
+
+
 # -- mosaic ----------------------------------------------------------------------------------------
 
 
