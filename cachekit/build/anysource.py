@@ -55,6 +55,11 @@ def find_source(
         kind = record_files_kind(text)
         if kind is not None and not (not is_url(text) and Path(text).is_dir()):
             _only_images(config, f"a {kind.title()} source")
+            if config.source.fields is not None:
+                raise UsageError(
+                    f"fields= declares the fields of samples from code; a {kind.title()} source's come "
+                    "from its columns and members"
+                )
             if kind == "parquet":
                 from .parquetsource import parquet_source
 
@@ -77,12 +82,24 @@ def find_source(
     _only_images(config, "a Python dataset")
     options = config.source
     if hasattr(raw, "__len__") and hasattr(raw, "__getitem__"):
-        source = dataset_source(raw, options.samples(), classes=options.classes, source_id=options.source_id)
+        source = dataset_source(
+            raw,
+            options.samples(),
+            classes=options.classes,
+            source_id=options.source_id,
+            fields=options.fields,
+        )
         return source.root, source
     if hasattr(raw, "__iter__"):
         from .itersource import iterable_source
 
-        source = iterable_source(raw, options.samples(), classes=options.classes, source_id=options.source_id)
+        source = iterable_source(
+            raw,
+            options.samples(),
+            classes=options.classes,
+            source_id=options.source_id,
+            fields=options.fields,
+        )
         return source.root, source
     raise UsageError(
         f"cannot build from a {type(raw).__name__}: give a folder, a URL, Parquet or tar files, a dataset "

@@ -19,7 +19,7 @@ import numpy as np
 from ..errors import UsageError
 from ..image.ops import DecodeError
 from .inputtable import Source
-from .pysource import PROBE, index_path, probe_schema
+from .pysource import PROBE, declared_fields, index_path, probe_schema
 from .records import Record, SourceRaised
 from .samples import SampleOptions, to_record
 
@@ -86,7 +86,7 @@ def _identity(iterable, source_id) -> str:
     raise UsageError("source_id= of an iterable takes a string (a stream has no per-sample ids)")
 
 
-def iterable_source(iterable, options: SampleOptions, *, classes=None, source_id=None) -> Source:
+def iterable_source(iterable, options: SampleOptions, *, classes=None, source_id=None, fields=None) -> Source:
     """The ``Source`` of an iterable: no inputs yet (``streamrun`` reads them), the fields of its first
     samples, and a ``StreamReader`` over it (the samples peeked at are read again from it)."""
     try:
@@ -101,7 +101,9 @@ def iterable_source(iterable, options: SampleOptions, *, classes=None, source_id
     if not peeked:
         raise UsageError("the iterable yields no samples: nothing to build")
     reads = ((i, lambda s=s: to_record(s, options)) for i, s in enumerate(peeked))
-    fields, names = probe_schema(reads, "iterable", classes, getattr(iterable, "classes", None))
+    found, names = probe_schema(
+        reads, "iterable", classes, getattr(iterable, "classes", None), declared_fields(fields)
+    )
     return Source(
         root=f"<{type(iterable).__qualname__}>",
         layout="stream",
@@ -110,9 +112,11 @@ def iterable_source(iterable, options: SampleOptions, *, classes=None, source_id
         sizes=np.zeros(0, dtype=np.int64),
         mtimes=np.zeros(0, dtype=np.int64),
         classes=names,
-        fields=fields,
+        fields=found,
         extra={"dataset": f"{type(iterable).__module__}.{type(iterable).__qualname__}"},
-        reader=StreamReader(itertools.chain(peeked, samples), replace(options, classes=len(names))),
+        reader=StreamReader(
+            itertools.chain(peeked, samples), replace(options, classes=len(names), fields=frozenset(found))
+        ),
         identity=f"{_identity(iterable, source_id)}|boxes:{options.box_format}"
         + ("/normalized" if options.normalized else ""),
     )

@@ -24,7 +24,7 @@ from ..image.ops import DecodeError
 from ..store.limits import MAX_CLASSES, MAX_SAMPLES, short
 from .inputtable import Source
 from .records import Record, SourceRaised
-from .samples import SampleOptions, fields_of, to_record
+from .samples import DECLARABLE, SampleOptions, fields_of, to_record
 
 __all__ = [
     "IndexPaths",
@@ -35,6 +35,7 @@ __all__ = [
     "pickled",
     "PROBE",
     "probe_schema",
+    "declared_fields",
 ]
 
 #: Samples read at discovery to learn the fields.
@@ -174,10 +175,30 @@ def _identity(dataset, n: int, source_id) -> tuple[str, tuple]:
     )
 
 
-def probe_schema(reads, what: str, classes, own_classes) -> tuple[dict, tuple[str, ...]]:
+def declared_fields(fields) -> tuple[str, ...]:
+    """``fields=``: the names of the fields samples from code have (besides those the first carry)."""
+    if fields is None:
+        return ()
+    if isinstance(fields, str):
+        fields = [fields]
+    try:
+        names = tuple(fields)
+    except TypeError:
+        names = (fields,)
+    unknown = [n for n in names if n not in DECLARABLE]
+    if unknown:
+        raise UsageError(
+            f"fields={short(list(names))}: a field is one of {', '.join(DECLARABLE)} (array fields are "
+            "learnt from the first samples)"
+        )
+    return names
+
+
+def probe_schema(reads, what: str, classes, own_classes, declared=()) -> tuple[dict, tuple[str, ...]]:
     """The fields and class names of a source from its first samples: ``reads`` yields ``(index,
     read)`` with ``read()`` giving a sample's record (a DecodeError: that sample is unusable);
-    class names from ``classes`` (the user's), else ``own_classes`` (the source's ``.classes``)."""
+    the fields any of them carries, and those ``declared`` (``declared_fields``); class names from
+    ``classes`` (the user's), else ``own_classes`` (the source's ``.classes``)."""
     records, problems = [], []
     for i, read in reads:
         try:
@@ -187,14 +208,14 @@ def probe_schema(reads, what: str, classes, own_classes) -> tuple[dict, tuple[st
     if not records:
         raise UsageError(f"the {what}'s first samples cannot be used ({'; '.join(problems)})")
     try:
-        fields = fields_of(records)
+        fields = fields_of(records, declared)
     except DecodeError as exc:
         raise UsageError(f"the {what}'s samples cannot be stored: {exc}") from None
     has_classes = any(r.label >= 0 for r in records) or bool({"boxes", "labels"} & set(fields))
     return fields, class_names(classes, own_classes, has_classes, what)
 
 
-def dataset_source(dataset, options: SampleOptions, *, classes=None, source_id=None) -> Source:
+def dataset_source(dataset, options: SampleOptions, *, classes=None, source_id=None, fields=None) -> Source:
     """The ``Source`` of a map-style dataset: its indices, with what its first samples' targets carry."""
     try:
         n = len(dataset)
@@ -215,8 +236,10 @@ def dataset_source(dataset, options: SampleOptions, *, classes=None, source_id=N
         pass  # that sample's own problem: skipped with its reason when the build reads it
     blob = pickled(dataset)
     reads = ((i, lambda i=i: read_sample(dataset, i, options)) for i in range(min(n, PROBE)))  # not a copy
-    fields, names = probe_schema(reads, "dataset", classes, getattr(dataset, "classes", None))
-    reader = DatasetReader(blob, replace(options, classes=len(names)))
+    found, names = probe_schema(
+        reads, "dataset", classes, getattr(dataset, "classes", None), declared_fields(fields)
+    )
+    reader = DatasetReader(blob, replace(options, classes=len(names), fields=frozenset(found)))
     identity, targets = _identity(dataset, n, source_id)
     identity += (
         f"|boxes:{options.box_format}{'/normalized' if options.normalized else ''}"  # shapes its targets
@@ -229,7 +252,7 @@ def dataset_source(dataset, options: SampleOptions, *, classes=None, source_id=N
         sizes=np.zeros(n, dtype=np.int64),
         mtimes=np.zeros(n, dtype=np.int64),
         classes=names,
-        fields=fields,
+        fields=found,
         targets=targets,
         extra={"dataset": f"{type(dataset).__module__}.{type(dataset).__qualname__}"},
         reader=reader,

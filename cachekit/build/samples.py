@@ -28,6 +28,8 @@ __all__ = [
     "BOX_FORMATS",
     "to_record",
     "fields_of",
+    "target_fields",
+    "DECLARABLE",
     "json_target",
     "fields_of_targets",
     "classes_seen",
@@ -51,6 +53,9 @@ class SampleOptions:
     #: How many classes the source names, once known (a class at or past it is a skip, not a shard
     #: that every read refuses); None: not known yet (discovery's first samples).
     classes: int | None = None
+    #: The fields the cache stores, once known: a sample carrying another is a skip (never stored
+    #: without it); None: not known yet.
+    fields: frozenset[str] | None = None
 
 
 def _check_classes(values: np.ndarray, options: SampleOptions, what: str) -> None:
@@ -194,7 +199,7 @@ def _own_format(boxes, options: SampleOptions) -> SampleOptions:
     """A torchvision ``BoundingBoxes``' own format (``XYWH``, ...) over ``box_format``."""
     fmt = getattr(getattr(boxes, "format", None), "name", None)
     if isinstance(fmt, str) and fmt.lower() in BOX_FORMATS:
-        return SampleOptions(fmt.lower(), options.normalized)
+        return SampleOptions(fmt.lower(), options.normalized, options.classes, options.fields)
     return options
 
 
@@ -263,21 +268,44 @@ def to_record(sample, options: SampleOptions = SampleOptions()) -> Record:
     else:
         raise DecodeError(f"a sample of type {type(sample).__name__}: expected (image, target) or a dict")
     raw, label = _target(target, options)
+    if options.fields is not None:
+        extra = [name for name in target_fields(raw) if name not in options.fields]
+        if extra:
+            raise DecodeError(
+                f"its target has {', '.join(extra)}, a field the cache does not store (its fields come from "
+                "the first samples: declare them with fields=[...])"
+            )
+        if "boxes" in options.fields and "xyxy" not in raw and "nxyxy" not in raw:  # no boxes: none
+            raw.update(xyxy=np.zeros((0, 4)), classes=np.zeros(0, np.int64), iscrowd=np.zeros(0, np.uint8))
     return Record(to_image(image), raw, label)
 
 
-def fields_of(records: list[Record]) -> dict[str, FieldSpec]:
-    """The fields of samples like ``records`` (a few first ones): those their targets carry."""
-    first = records[0].target
+def target_fields(raw: dict) -> list[str]:
+    """The fields a raw target carries (besides its class)."""
+    names = ["boxes"] if "xyxy" in raw or "nxyxy" in raw else []
+    names += [key for key in ("labels", "mask", "text") if key in raw]
+    return names + list(raw.get("arrays", {}))
+
+
+#: The fields ``fields=`` may declare for samples from code (an array field is learnt from a sample).
+DECLARABLE = ("label", "boxes", "labels", "mask", "text")
+
+
+def fields_of(records: list[Record], declared=()) -> dict[str, FieldSpec]:
+    """The fields of samples like ``records`` (a few first ones): those any of their targets carries,
+    and those ``declared`` (names of ``DECLARABLE``)."""
+    carried = {name for r in records for name in target_fields(r.target)}
     fields: dict[str, FieldSpec] = {}
-    if first and any(r.label >= 0 for r in records):
+    if "label" in declared or (any(r.target for r in records) and any(r.label >= 0 for r in records)):
         fields["label"] = FieldSpec("label")
-    if "xyxy" in first or "nxyxy" in first:
-        fields["boxes"] = FieldSpec("boxes")
-    for key in ("labels", "mask", "text"):
-        if key in first:
+    for key in ("boxes", "labels", "mask", "text"):
+        if key in carried or key in declared:
             fields[key] = FieldSpec(key)
-    for name, array in first.get("arrays", {}).items():
+    arrays: dict[str, np.ndarray] = {}
+    for r in records:
+        for name, array in r.target.get("arrays", {}).items():
+            arrays.setdefault(name, array)
+    for name, array in arrays.items():
         dtype = array.dtype.newbyteorder("<").str if array.dtype.itemsize > 1 else array.dtype.str
         if dtype not in ARRAY_DTYPES:
             raise DecodeError(

@@ -79,7 +79,7 @@ def _boxes(target: dict, h: int, w: int) -> dict:
     if "xyxy" in target or "nxyxy" in target:
         return _corner_boxes(target, h, w)
     if "size" not in target and "yolo" not in target:
-        raise DecodeError("its target has no boxes (the first sample's had)")
+        raise DecodeError("its target has no boxes (the source's other samples have)")
     if "yolo" in target:
         rows = np.asarray(target["yolo"], dtype=np.float64).reshape(-1, 5)
         cx, cy, bw, bh = rows[:, 1] * w, rows[:, 2] * h, rows[:, 3] * w, rows[:, 4] * h
@@ -135,6 +135,8 @@ def raw_values(
         elif spec.kind == "mask":
             if isinstance(target.get("mask"), np.ndarray):  # from code
                 rel, mask = "(from the sample)", target["mask"]
+            elif "mask" not in target:
+                raise DecodeError("its target has no mask (the source's other samples have)")
             else:
                 rel = target["mask"][0]
                 mask = load_mask(read_mask(rel), rel)

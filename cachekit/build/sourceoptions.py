@@ -24,6 +24,9 @@ class SourceOptions:
     #: A Python dataset's identity: a string (a new one rebuilds everything under ``--update``), or one
     #: id per sample (only the shards whose ids changed are rebuilt). Default: its type and length.
     source_id: object = None
+    #: Samples from code: the fields they have besides those their first samples carry (names of
+    #: ``label``, ``boxes``, ``labels``, ``mask``, ``text``); a later sample with another is a skip.
+    fields: object = None
     #: Parquet columns: the image (``{bytes, path}`` or bytes), the class, the boxes (a struct of
     #: ``bbox`` and ``category`` lists, Hugging Face's ``objects``), a caption.
     image_column: str = "image"

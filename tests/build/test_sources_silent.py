@@ -63,3 +63,49 @@ def test_a_resumed_iterable_whose_finished_shard_changed_is_refused_and_overwrit
     assert CachedDataset(tmp_path / "c")[4][1]["text"] == "another caption"
     assert CachedDataset(tmp_path / "c")[3][1]["text"] == items[3].text
     assert read_manifest(tmp_path / "c").source["layout"] == "stream"
+
+
+class BoxesLate:
+    """Eight samples: a bare class each, but sample 6 (past the first samples read at discovery) has boxes."""
+
+    classes = ["a", "b"]
+
+    def __init__(self, good: bytes, late: int = 6) -> None:
+        self.good, self.late = good, late
+
+    def __len__(self) -> int:
+        return 8
+
+    def __getitem__(self, i: int):
+        if i == self.late:
+            return self.good, {"label": 1, "boxes": [[1.0, 2.0, 9.0, 12.0]], "classes": [1]}
+        return self.good, i % 2
+
+
+def test_a_field_first_seen_after_the_probe_is_a_listed_skip_never_dropped_in_silence(objects, tmp_path):
+    _, items = objects
+    good = open(items[0].path, "rb").read()
+    result = build(BoxesLate(good), tmp_path / "c", BuildConfig(**QUIET))
+    assert result.manifest.num_samples == 7
+    assert [s.path for s in result.manifest.skipped] == ["000000000006"]
+    assert "boxes" in result.manifest.skipped[0].reason and "fields=" in result.manifest.skipped[0].reason
+    assert "boxes" not in result.manifest.sample.fields
+
+
+def test_fields_are_the_union_of_the_first_samples_or_declared(objects, tmp_path):
+    _, items = objects
+    good = open(items[0].path, "rb").read()
+    probed = build(BoxesLate(good, late=2), tmp_path / "p", BuildConfig(**QUIET))  # sample 2 of the probe
+    assert "boxes" in probed.manifest.sample.fields and not probed.manifest.skipped
+    ds = CachedDataset(tmp_path / "p")
+    assert len(ds[2][1]["boxes"]) == 1 and ds[2][1]["classes"].tolist() == [1]
+    assert len(ds[0][1]["boxes"]) == 0  # a sample without boxes: none, kept
+    declared = build(BoxesLate(good), tmp_path / "d", BuildConfig(**QUIET), fields=["boxes"])
+    assert declared.manifest.num_samples == 8 and not declared.manifest.skipped
+    ds = CachedDataset(tmp_path / "d")
+    assert ds[6][1]["classes"].tolist() == [1] and len(ds[6][1]["boxes"]) == 1 and len(ds[5][1]["boxes"]) == 0
+    streamed = build(iter([BoxesLate(good)[i] for i in range(8)]), tmp_path / "s", BuildConfig(**QUIET),
+                     classes=["a", "b"], fields=("boxes",))  # fmt: skip
+    assert streamed.manifest.num_samples == 8 and "boxes" in streamed.manifest.sample.fields
+    with pytest.raises(UsageError, match="fields=.*one of label, boxes"):
+        build(BoxesLate(good), tmp_path / "x", BuildConfig(**QUIET), fields=["bbox"])
