@@ -67,8 +67,9 @@ def read_values(
     shape: Sequence | None = None,
 ) -> list[dict]:
     """The stored values of ``rows`` of one shard, per sample (masks still PNG bytes). Class indices
-    are checked against ``classes`` and boxes to be finite: a damaged shard is a CacheError, never
-    a target that indexes past a model's classes or a NaN in a loss. With the cache's sample
+    are checked against ``classes`` and boxes to be finite with their corners in order (x1 <= x2,
+    y1 <= y2): a damaged shard is a CacheError, never a target that indexes past a model's classes,
+    a NaN in a loss or a box of negative width. With the cache's sample
     ``shape`` (``[C, H, W]``, or ``[C, None, None]`` when samples keep their own size), boxes are also
     checked to lie inside their image and crowd flags to be 0 or 1.
 
@@ -145,8 +146,12 @@ def _check_values(
     elif spec.kind == "boxes":
         boxes = np.concatenate([v["boxes"] for v in values]).reshape(-1, 4)
         crowd = np.concatenate([v["iscrowd"] for v in values])
+        inverted = (boxes[:, 2] < boxes[:, 0]) | (boxes[:, 3] < boxes[:, 1])
         if not np.isfinite(boxes).all():
             problem = "a box that is not finite"
+        elif inverted.any():  # x1 == x2 (no area) may be stored; a far corner before the near one not
+            j = int(np.flatnonzero(inverted)[0])
+            problem = f"a box {boxes[j].tolist()} whose far corner comes before its near one"
         elif len(crowd) and crowd.max() > 1:
             problem = f"an iscrowd flag of {int(crowd.max())}, not 0 or 1"
         elif hw is not None and len(boxes):

@@ -95,7 +95,7 @@ def _check_shard(root: Path, manifest: Manifest, info: ShardInfo, quick: bool) -
 
 def _check_value(kind: str, value, classes: int, hw: tuple[int, int]) -> str | None:
     """What is wrong with one stored value, or None: class indices outside ``classes``, boxes that
-    are not finite or leave their image, crowd flags that are not 0 or 1."""
+    are not finite, have corners out of order or leave their image, crowd flags that are not 0 or 1."""
     found = value["classes"] if kind == "boxes" else value if kind == "labels" else None
     if found is not None and len(found) and (found.min() < 0 or found.max() >= classes):
         return f"a class outside the manifest's {classes}"
@@ -103,6 +103,8 @@ def _check_value(kind: str, value, classes: int, hw: tuple[int, int]) -> str | N
         b = value["boxes"]
         if not np.isfinite(b).all():
             return "a box that is not finite"
+        if ((b[:, 2] < b[:, 0]) | (b[:, 3] < b[:, 1])).any():
+            return "a box whose far corner comes before its near one (x2 < x1 or y2 < y1)"
         if (
             (b[:, 0] < -1).any()
             or (b[:, 1] < -1).any()
