@@ -60,7 +60,19 @@ def _spec(ctx, param, value: str | None):
     help="Worker counts to try, such as 0,2 [default: 0,2, leaving out those /dev/shm cannot serve].",
 )
 @click.option("--samples", type=int, default=None, help="Samples per epoch [default: all].")
-@click.option("--epochs", type=int, default=2, show_default=True, help="Epoch 1 is cold; the rest are warm.")
+@click.option(
+    "--repeats",
+    type=int,
+    default=None,
+    help="Warm epochs timed per row after its first (cold) one; each row shows their median and "
+    "min-max [default: 3].",
+)
+@click.option(
+    "--epochs",
+    type=int,
+    default=None,
+    help="Epochs in all instead of --repeats: epoch 1 is cold, the rest warm.",
+)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--warm-only", is_flag=True, help="Do not drop the files from the page cache before epoch 1.")
 @click.option(
@@ -104,6 +116,7 @@ def bench_cmd(
     batch_size,
     workers,
     samples,
+    repeats,
     epochs,
     seed,
     warm_only,
@@ -145,6 +158,7 @@ def bench_cmd(
         workers=workers,
         samples=samples,
         epochs=epochs,
+        repeats=repeats,
         seed=seed,
         cold=not warm_only,
         raw_backends=tuple(b.strip() for b in raw_backends.split(",") if b.strip()),

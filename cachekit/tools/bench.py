@@ -12,7 +12,9 @@ With ``augment`` every row also does a random resized crop to one size and a ran
 sample, each the way its kind of user would (``benchrows``); caches of variable-sized samples
 (``--pipeline train-256``) are then welcome, since every row's output has one size.
 
-Epoch 1 starts from a cold page cache where the OS allows dropping it; later epochs are warm.
+Epoch 1 starts from a cold page cache where the OS allows dropping it; the ``repeats`` epochs after
+it are warm, and a row's figure is their median, with their min and max beside it: a row whose
+warm epochs spread by more than ``SPREAD_WARNING`` of that median is named in a warning.
 OpenCV runs on one thread per process throughout, as in a build's workers and like PIL, so
 "N workers" means N cores for every loader.
 """
@@ -47,7 +49,9 @@ from .preview import short_spec
 
 __all__ = [
     "BenchConfig",
+    "DEFAULT_REPEATS",
     "DEFAULT_WORKERS",
+    "SPREAD_WARNING",
     "MIN_BATCHES",
     "run_bench",
     "format_table",
@@ -59,6 +63,10 @@ __all__ = [
 
 #: Worker counts each loader is timed with when none are given.
 DEFAULT_WORKERS = (0, 2)
+#: Warm epochs each row is timed for when neither ``repeats`` nor ``epochs`` is given.
+DEFAULT_REPEATS = 3
+#: A row whose warm epochs' (max - min) / median passes this is named in a warning.
+SPREAD_WARNING = 0.25
 #: Batches an epoch below which a row's speed is mostly its start-up (workers, first reads): the
 #: figures are still printed, with a warning that says so.
 MIN_BATCHES = 10
@@ -72,12 +80,17 @@ class BenchConfig:
 
     ``augment``: every row does a random resized crop + flip per sample (``benchrows``), to
     ``augment_size`` (default: the caches' own size, or 224 when their samples vary in size).
+
+    ``repeats``: warm epochs timed per row after its first epoch (default ``DEFAULT_REPEATS``);
+    ``epochs``, the older way to say it: epochs in all, the first one cold (``repeats`` is then
+    ``epochs - 1``, or the one epoch). Give one or the other.
     """
 
     batch_size: int = 256
     workers: tuple[int, ...] | None = None  # None: DEFAULT_WORKERS, those /dev/shm can serve
     samples: int | None = None  # None: every sample
-    epochs: int = 2
+    epochs: int | None = None  # None: 1 + repeats
+    repeats: int | None = None  # None: DEFAULT_REPEATS (or from epochs)
     seed: int = 0
     cold: bool = True  # drop the files from the page cache before epoch 1
     raw_backends: tuple[str, ...] = ("pil", "opencv")
@@ -87,10 +100,20 @@ class BenchConfig:
     #: raw and per-sample rows, which know only RandomResizedCrop + flip, are then left out.
     augment_spec: str | None = None
 
+    def passes(self) -> int:
+        """Epochs each row runs: the first one (cold where the OS allows), then the warm repeats."""
+        if self.epochs is not None:
+            return self.epochs
+        return 1 + (DEFAULT_REPEATS if self.repeats is None else self.repeats)
+
     def check(self) -> None:
         """Refuse settings no run could use (UsageError), before any work starts."""
-        if self.batch_size < 1 or self.epochs < 1:
+        if self.batch_size < 1 or (self.epochs is not None and self.epochs < 1):
             raise UsageError("--batch-size and --epochs must be at least 1")
+        if self.repeats is not None and self.repeats < 1:
+            raise UsageError("--repeats must be at least 1")
+        if self.repeats is not None and self.epochs is not None:
+            raise UsageError("give --repeats (warm epochs) or --epochs (epochs in all), not both")
         if self.samples is not None and self.samples < 1:
             raise UsageError("--samples must be at least 1")
         if self.workers is not None and (not self.workers or min(self.workers) < 0):
@@ -202,8 +225,9 @@ def _measure(
     loader, extra = make()
     epochs = []
     desc = f"{name}, {workers_text({'workers': workers, **extra})}"
-    with tqdm(total=config.epochs * limit, unit="img", desc=desc, disable=not progress, leave=False) as bar:
-        for e in range(config.epochs):
+    passes = config.passes()
+    with tqdm(total=passes * limit, unit="img", desc=desc, disable=not progress, leave=False) as bar:
+        for e in range(passes):
             try:
                 rec = _epoch(loader, limit, bar)
             except CachekitError as exc:
@@ -218,14 +242,18 @@ def _measure(
     gc.collect()  # shut persistent workers down and unmap their files before the next row
     if isinstance(dataset, CachedDataset):
         dataset.close()
-    warm = epochs[1:] or epochs
-    samples_per_s = statistics.median(r["samples_per_s"] for r in warm)
+    warm = [r["samples_per_s"] for r in epochs[1:] or epochs]
+    samples_per_s = statistics.median(warm)
     bytes_per_sample = epochs[0]["bytes"] / max(1, epochs[0]["samples"])
     return {
         "loader": name,
         "workers": workers,
         **extra,
-        "samples_per_s": samples_per_s,
+        "samples_per_s": samples_per_s,  # the median of the warm epochs
+        "samples_per_s_min": min(warm),
+        "samples_per_s_max": max(warm),
+        "repeats": len(warm),
+        "spread": (max(warm) - min(warm)) / samples_per_s,
         "bytes_per_sample": bytes_per_sample,
         "MB_per_s": samples_per_s * bytes_per_sample / 1e6,
         "first_batch_s": epochs[0]["first_batch_s"],
@@ -346,7 +374,12 @@ def _run(raw, caches, datasets, config: BenchConfig, log, progress: bool, storag
     raw_rows = [r for r in rows if r["loader"].startswith("raw-")]
     baseline = max(raw_rows, key=lambda r: r["samples_per_s"]) if raw_rows else None
     for r in rows:
-        r["speedup"] = r["samples_per_s"] / baseline["samples_per_s"] if baseline else None
+        for key, speed in (("speedup", "samples_per_s"), ("speedup_min", "samples_per_s_min"),
+                           ("speedup_max", "samples_per_s_max")):  # fmt: skip
+            r[key] = r[speed] / baseline["samples_per_s"] if baseline else None
+        if r["spread"] > SPREAD_WARNING:
+            warnings.append(_spread_warning(r))
+            log(f"warning: {warnings[-1]}")
     memcpy = memcpy_bandwidth()
     ratios = _ratios(rows, baseline, None if crop else memcpy)
     for key, value in ratios.items():
@@ -360,6 +393,7 @@ def _run(raw, caches, datasets, config: BenchConfig, log, progress: bool, storag
         "cachekit_version": VERSION,
         "config": asdict(config),
         "samples": n,
+        "repeats": max(1, config.passes() - 1),  # warm epochs behind each row's median, min and max
         "aligned_by": align.by,
         "augment": augment_record(crop, steps) if crop else None,
         "machine": {
@@ -387,6 +421,16 @@ def _run(raw, caches, datasets, config: BenchConfig, log, progress: bool, storag
         "ratios": ratios,
         "warnings": warnings,
     }
+
+
+def _spread_warning(row: dict) -> str:
+    """One line naming a row whose warm epochs disagree too much for its median to be trusted."""
+    return (
+        f"{row['loader']}, {workers_text(row)}: its {row['repeats']} warm epochs ran "
+        f"{row['samples_per_s_min']:,.0f}-{row['samples_per_s_max']:,.0f} samples/s, a spread of "
+        f"{row['spread']:.0%} of the median (over {SPREAD_WARNING:.0%}): the machine was busy or an "
+        "epoch is too short; rerun with more --repeats or --samples before trusting its ratio"
+    )
 
 
 def spec_steps(spec: str) -> list:

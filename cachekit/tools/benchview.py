@@ -72,16 +72,17 @@ def shape_text(shape: Sequence) -> str:
 
 def format_table(result: dict) -> str:
     """The figures as a plain-text table, one row per loader and worker setting."""
-    head = ["loader", "workers", "epoch 1/s", "warm/s", "MB/s", "1st batch", "speed-up"]
+    head = ["loader", "workers", "epoch 1/s", "warm/s (min-max)", "MB/s", "1st batch", "speed-up"]
     lines = []
     for r in result["rows"]:
         speed = _factor(r["speedup"]) if r.get("speedup") else "-"
+        lo, hi = _range(r)
         lines.append(
             [
                 r["loader"],
                 workers_text(r),
                 f"{r['epoch1_samples_per_s']:,.0f}",
-                f"{r['samples_per_s']:,.0f}",
+                f"{r['samples_per_s']:,.0f} ({lo:,.0f}-{hi:,.0f})",
                 f"{r['MB_per_s']:,.0f}",
                 f"{r['first_batch_s']:.3f} s",
                 speed,
@@ -104,10 +105,13 @@ def format_table(result: dict) -> str:
         f"batch {result['config']['batch_size']}, {m['cpus_usable']} usable CPUs, "
         f"memcpy {m['memcpy_MB_per_s']:,.0f} MB/s"
     )
+    repeats = result.get("repeats")
+    if repeats:
+        out.append(f"warm/s: the median of {repeats} warm epoch{'s' if repeats > 1 else ''} (their min-max)")
     if result.get("baseline"):
         b = result["baseline"]
         out.append(
-            f"speed-up: warm samples/s over the best raw loader ({b['loader']}, {workers_text(b)}, "
+            f"speed-up: median warm samples/s over the best raw loader ({b['loader']}, {workers_text(b)}, "
             f"{b['samples_per_s']:,.0f} samples/s)"
         )
     raw = result.get("raw")
@@ -245,6 +249,12 @@ def _kind(row: dict) -> str:
     return "make_loader" if row["workers"] == "make_loader" else "cache"
 
 
+def _range(row: dict) -> tuple[float, float]:
+    """A row's slowest and fastest warm epoch (samples/s); its one figure for an older result."""
+    median = row["samples_per_s"]
+    return row.get("samples_per_s_min", median), row.get("samples_per_s_max", median)
+
+
 def _factor(x: float) -> str:
     return f"{x:,.0f}x" if x >= 10 else f"{x:.1f}x" if x >= 1 else f"{x:.2f}x"
 
@@ -260,6 +270,10 @@ def bench_figure(result: dict) -> Figure:
     baseline = result.get("baseline")
     relative = baseline is not None and all(r.get("speedup") for r in rows)
     values = [r["speedup"] if relative else r["samples_per_s"] for r in rows]
+    # each bar's warm epochs, slowest to fastest, as an error bar round its median
+    scale = [v / r["samples_per_s"] for v, r in zip(values, rows)]
+    lows = [max(0.0, v - _range(r)[0] * k) for v, r, k in zip(values, rows, scale)]
+    highs = [max(0.0, _range(r)[1] * k - v) for v, r, k in zip(values, rows, scale)]  # no rounding below 0
     labels = [f"{loader_text(r['loader'])}, {workers_text(r)}" for r in rows]
     kinds = [_kind(r) for r in rows]
     bar_text = [
@@ -277,7 +291,14 @@ def bench_figure(result: dict) -> Figure:
     fig = Figure(figsize=(width, 1.9 + 0.42 * (depth[-1] + 1)), layout="constrained", dpi=120)
     FigureCanvasAgg(fig)
     ax = fig.subplots()
-    bars = ax.barh(y, values, color=[KINDS[k][0] for k in kinds], height=0.7)
+    bars = ax.barh(
+        y,
+        values,
+        color=[KINDS[k][0] for k in kinds],
+        height=0.7,
+        xerr=[lows, highs],
+        error_kw={"ecolor": "#333333", "elinewidth": 1, "capsize": 3},
+    )
     ax.set_yticks(y, labels)
     ax.bar_label(bars, bar_text, padding=4, fontsize=9)
     ax.set_ylim(-0.6, depth[-1] + 0.6)
@@ -309,30 +330,33 @@ def bench_figure(result: dict) -> Figure:
     else:
         what = f"{result['samples']:,} samples" + (f" of {shape_text(shape)}" if shape else "")
         title = f"cachekit bench: {what}, batch {cfg['batch_size']}, "
-    title += f"warm epochs, {machine['cpus_usable']} usable CPUs"
+    repeats = result.get("repeats")
+    title += f"median of {repeats} warm epochs (bars: min-max)" if repeats else "warm epochs"
+    title += f", {machine['cpus_usable']} usable CPUs"
     if relative:
         who = f"{loader_text(baseline['loader'])}, {workers_text(baseline)}"
         title += f"\n1x = the best raw loader: {who}, {baseline['samples_per_s']:,.0f} samples/s"
     fig.suptitle(title, fontsize=11)
-    _fit_labels(fig, ax, bars.patches, ax.texts)
+    _fit_labels(fig, ax, [v + h for v, h in zip(values, highs)], ax.texts)
     return fig
 
 
-def _fit_labels(fig: Figure, ax, patches, texts) -> None:
-    """Set the x range so every bar's label ends inside the axes, with little to spare.
+def _fit_labels(fig: Figure, ax, ends, texts) -> None:
+    """Set the x range so every bar's label, after its bar's end (``ends``: its error bar's, in data
+    units), ends inside the axes, with little to spare.
 
     Repeated a few times: the layout moves the axes when tick labels change.
     """
-    widest = max(p.get_width() for p in patches) or 1.0
+    widest = max(ends) or 1.0
     ax.set_xlim(0, widest * 1.05)
     for _ in range(4):
         fig.canvas.draw()
         renderer = fig.canvas.get_renderer()
         box = ax.get_window_extent(renderer)
         need = widest * 1.02
-        for patch, text in zip(patches, texts):
+        for end, text in zip(ends, texts):
             room = box.width - text.get_window_extent(renderer).width - 10  # the label's padding, a margin
-            need = max(need, patch.get_width() * box.width / max(room, 1.0))
+            need = max(need, end * box.width / max(room, 1.0))
         if abs(need - ax.get_xlim()[1]) <= 0.005 * need:
             return
         ax.set_xlim(0, need)

@@ -354,3 +354,91 @@ def test_bench_synthetic_boxes_and_doctor_run_on_detection_caches(tmp_path):
     assert set(CachedDataset(cache).fields) == {"boxes"}
     report = diagnose(cache, batch_size=4, steps=4, step_ms=1.0)
     assert report.samples_per_s > 0
+
+
+def _clocked(monkeypatch, seconds):
+    """Every row's epochs take ``seconds`` in turn (epoch 1, then the warm ones), whatever the clock says."""
+    import itertools
+
+    import cachekit.tools.bench as bench
+
+    real, calls = bench._epoch, itertools.count()
+
+    def timed(loader, limit, bar):
+        rec = real(loader, limit, bar)
+        rec["seconds"] = seconds[next(calls) % len(seconds)]
+        return rec
+
+    monkeypatch.setattr(bench, "_epoch", timed)
+
+
+def test_each_row_is_the_median_of_its_warm_epochs_with_their_range(
+    mixed_tree, mixed_cache, monkeypatch, tmp_path
+):
+    _clocked(monkeypatch, [9.0, 1.0, 2.0, 1.25])  # a slow cold epoch, then warm ones of 1, 2 and 1.25 s
+    lines = []
+    config = BenchConfig(batch_size=4, workers=(0,), cold=False, raw_backends=("opencv",), repeats=3)
+    result = run_bench(mixed_tree, [mixed_cache], config, log=lines.append)
+    assert result["repeats"] == 3 and result["config"]["repeats"] == 3
+    baseline = result["baseline"]["samples_per_s"]
+    for row in result["rows"]:
+        n = row["epochs"][0]["samples"]
+        assert len(row["epochs"]) == 4 and row["repeats"] == 3
+        assert row["samples_per_s"] == pytest.approx(n / 1.25)  # the median, not the cold epoch
+        assert row["samples_per_s_min"] == pytest.approx(n / 2) and row["samples_per_s_max"] == pytest.approx(n)
+        assert row["speedup_min"] == pytest.approx(n / 2 / baseline)
+        assert row["speedup_max"] == pytest.approx(n / baseline)
+        assert row["spread"] == pytest.approx((n - n / 2) / (n / 1.25))
+    spread = [w for w in result["warnings"] if "warm epochs ran" in w]
+    assert len(spread) == len(result["rows"]) and all("\n" not in w and "62%" in w for w in spread)
+    assert spread[0].startswith("raw-opencv, in-process: its 3 warm epochs ran")
+    assert f"warning: {spread[0]}" in lines
+    table = format_table(result)
+    n = result["rows"][0]["epochs"][0]["samples"]
+    assert f"{n / 1.25:,.0f} ({n / 2:,.0f}-{n:,.0f})" in table and "median of 3 warm epochs" in table
+    json.dumps(result)  # what --json writes
+
+
+@pytest.mark.parametrize("fastest,warns", [(1.3, True), (1.2, False)])
+def test_a_spread_over_a_quarter_of_the_median_warns(mixed_cache, monkeypatch, fastest, warns):
+    _clocked(monkeypatch, [1.0, 1.0, 1.0 / fastest, 1.0])  # warm: n, fastest * n, n samples/s
+    result = run_bench(None, [mixed_cache], BenchConfig(batch_size=4, workers=(0,), cold=False))
+    assert all(r["repeats"] == 3 and r["spread"] == pytest.approx(fastest - 1) for r in result["rows"])
+    assert any("warm epochs ran" in w for w in result["warnings"]) == warns
+
+
+def test_the_chart_draws_each_rows_range_as_an_error_bar(mixed_tree, mixed_cache, monkeypatch):
+    from matplotlib.container import BarContainer
+
+    _clocked(monkeypatch, [9.0, 1.0, 2.0, 1.25])
+    config = BenchConfig(batch_size=4, workers=(0,), cold=False, raw_backends=("opencv",), repeats=3)
+    for result in (run_bench(mixed_tree, [mixed_cache], config), run_bench(None, [mixed_cache], config)):
+        fig = bench_figure(result)
+        ax = fig.axes[0]
+        (bars,) = [c for c in ax.containers if isinstance(c, BarContainer)]
+        relative = result["baseline"] is not None
+        low, high = ("speedup_min", "speedup_max") if relative else ("samples_per_s_min", "samples_per_s_max")
+        segments = bars.errorbar.lines[2][0].get_segments()
+        assert len(segments) == len(result["rows"])
+        for seg, row, patch in zip(segments, result["rows"], bars.patches):
+            assert seg[0][0] == pytest.approx(row[low]) and seg[1][0] == pytest.approx(row[high])
+            assert seg[0][0] < patch.get_width() < seg[1][0]  # the median inside its range
+        assert "median of 3 warm epochs (bars: min-max)" in fig.get_suptitle()
+        _assert_nothing_clipped(fig)
+
+
+def test_repeats_on_the_command_line(small_tree, small_cache, tmp_path):
+    assert BenchConfig().passes() == 1 + 3  # by default three warm epochs a row, after the first
+    args = [small_tree, small_cache, "--raw-backends", "opencv", "--workers", "0", "--samples", "8",
+            "--warm-only", "--quiet", "--batch-size", "4"]  # fmt: skip
+    code, out, err = _cli(*args, "--repeats", "2", "--json", tmp_path / "r.json")
+    assert code == 0, err
+    result = json.loads((tmp_path / "r.json").read_text())
+    assert result["repeats"] == 2 and all(len(r["epochs"]) == 3 and r["repeats"] == 2 for r in result["rows"])
+    assert "median of 2 warm epochs" in out
+    code, out, err = _cli(*args, "--epochs", "2", "--json", tmp_path / "r.json")
+    assert code == 0 and json.loads((tmp_path / "r.json").read_text())["repeats"] == 1
+    for bad, words in ((["--repeats", "0"], "--repeats must be at least 1"),
+                       (["--repeats", "2", "--epochs", "3"], "not both")):  # fmt: skip
+        code, out, err = _cli(*args, *bad)
+        assert code == 2 and words in err and err.strip().count("\n") == 0, err
