@@ -27,6 +27,10 @@ __all__ = [
     "column_name",
 ]
 
+#: The most values ``ragged_gather`` takes through one index array (an int64 each, 1 MiB at most);
+#: more are copied slice by slice, so a read's memory stays a small multiple of what it returns.
+_INDEXED_GATHER = 1 << 16
+
 #: ``column(name, index)``: rows of one column of an open shard (``index`` a slice or an array).
 ColumnReader = Callable[[str, Any], np.ndarray]
 
@@ -120,9 +124,18 @@ def ragged_gather(
     rows = np.asarray(rows, dtype=np.int64)
     lo, hi = ends[rows], ends[rows + 1]
     counts = hi - lo
-    starts = np.cumsum(counts) - counts  # where each row's values start in the gathered arrays
-    take = np.arange(int(counts.sum()), dtype=np.int64) + np.repeat(lo - starts, counts)
-    return counts, [d[take] for d in data]
+    total = int(counts.sum())
+    if total <= _INDEXED_GATHER:
+        # a few values: one index of them (at most _INDEXED_GATHER int64s), the fastest for a batch
+        starts = np.cumsum(counts) - counts  # where each row's values start in the gathered arrays
+        take = np.arange(total, dtype=np.int64) + np.repeat(lo - starts, counts)
+        return counts, [d[take] for d in data]
+    # many values: slices copied once into the result, never an index as large as the values (an
+    # int64 per caption byte); consecutive rows are one slice, a whole shard is one copy
+    cut = np.flatnonzero(rows[1:] != rows[:-1] + 1) + 1
+    first, last = np.concatenate(([0], cut)), np.concatenate((cut, [len(rows)])) - 1
+    spans = list(zip(lo[first].tolist(), hi[last].tolist()))
+    return counts, [np.concatenate([d[a:b] for a, b in spans]) for d in data]
 
 
 def ragged_rows(

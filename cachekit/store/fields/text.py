@@ -42,6 +42,7 @@ class TextKind:
             column, column_name(name, "utf8"), column_name(name, "offsets"), rows, samples, memo=memo
         )
         try:
-            return [np.asarray(v, dtype=np.uint8).tobytes().decode("utf-8") for (v,) in found]
+            # decoded from the gathered bytes themselves (no copy of them first: a caption may be large)
+            return [str(np.ascontiguousarray(v, dtype=np.uint8).data, "utf-8") for (v,) in found]
         except UnicodeDecodeError:
             raise CacheError(f"{name!r}: a stored text is not UTF-8 (the shard is damaged)") from None
