@@ -98,3 +98,29 @@ def test_parquet_and_tar_snippets_build_as_the_readme_says(tmp_path, monkeypatch
     assert tars.num_samples == 6 and tars.classes == ("0", "1")
     _, target = CachedDataset(tmp_path / "cache" / "parquet")[0]
     assert target["boxes"].shape == (1, 4)
+    # ds.source(i) names what docs/TRAINING.md's table says, for each kind of source
+    table = _source_table()
+    shapes = {"Parquet": r"[\w-]+\.parquet/\d+/\d+", "WebDataset": r"[\w-]+\.tar/[\w.-]+\.(jpg|png)"}
+    for kind, shape in shapes.items():
+        assert re.fullmatch(shape, table[kind]), (kind, table[kind])
+    parquet_ds, tars_ds = (
+        CachedDataset(tmp_path / "cache" / "parquet"),
+        CachedDataset(tmp_path / "cache" / "tars"),
+    )
+    assert sorted(parquet_ds.source(i) for i in range(5)) == [f"train-00000.parquet/0/{r}" for r in range(5)]
+    assert sorted(tars_ds.source(i) for i in range(6)) == [
+        f"train-{k:06d}.tar/s{k}{i}.jpg" for k in range(2) for i in range(3)
+    ]
+    assert re.fullmatch(r"\d{12}", table["Python dataset"]) and re.fullmatch(r"[\w/]+\.jpg", table["folder"])
+
+
+def _source_table() -> dict[str, str]:
+    """docs/TRAINING.md's table of what ``ds.source(i)`` names: each kind's example, by a word of its row."""
+    text = (README.parent / "docs" / "TRAINING.md").read_text(encoding="utf-8")
+    section = text[text.index("What `ds.source(i)` names") :]
+    rows = re.findall(r"^\| (.*?) \| .*? \| `(.*?)` \|$", section.split("\n\n")[1], re.M)
+    found = {}
+    for kind in ("folder", "Parquet", "WebDataset", "Python dataset"):
+        (example,) = [ex for what, ex in rows if kind in what]
+        found[kind] = example
+    return found
