@@ -1,7 +1,7 @@
 """cachekit: decode and preprocess an image dataset once into a sharded cache, then feed training fast."""
 
 from . import transforms
-from .build.run import BuildConfig, BuildResult, build
+from .build.run import BuildConfig, BuildResult, SplitsResult, build
 from .build.sourceoptions import SourceOptions
 from .build.sources import Source, discover
 from .constants import VERSION as __version__
@@ -26,6 +26,7 @@ __all__ = [
     "__version__",
     "BuildConfig",
     "BuildResult",
+    "SplitsResult",
     "build",
     "CachedDataset",
     "mix",

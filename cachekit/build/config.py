@@ -10,7 +10,7 @@ from ..image.geometry import DEFAULT_MIN_VISIBILITY
 from ..store.manifest import Manifest
 from .sourceoptions import SourceOptions
 
-__all__ = ["BuildConfig", "BuildResult"]
+__all__ = ["BuildConfig", "BuildResult", "SplitsResult"]
 
 
 @dataclass(frozen=True)
@@ -58,6 +58,9 @@ class BuildConfig:
     storage_options: dict = field(default_factory=dict, repr=False)
     #: Python datasets, Parquet files and tars: class names, box format, columns, ``source_id``.
     source: SourceOptions = field(default_factory=SourceOptions)
+    #: A RAW that names splits (data.yaml, Hugging Face file names, ``train/`` ``val/`` folders) builds
+    #: one cache per split at ``out/<split>``: these only (``"train,val"`` or a list); None: all.
+    split: str | tuple | list | None = None
 
 
 @dataclass(frozen=True)
@@ -89,3 +92,31 @@ class BuildResult:
             f"({self.reused_shards} reused), {m.total_bytes / 1e6:.1f} MB, {self.seconds:.1f} s "
             f"({rate:.0f} samples/s) -> {self.path}"
         )
+
+
+@dataclass(frozen=True)
+class SplitsResult:
+    """What a build of a RAW that names splits reports: one ``BuildResult`` per split built, each
+    a cache of its own at ``path/<split>``; ``overlaps``: inputs found in more than one split."""
+
+    path: str  # the folder (or URL) holding the splits' caches
+    results: dict  # split name -> BuildResult, in the splits' order
+    origin: str  # what named the splits
+    overlaps: int = 0
+
+    def __getitem__(self, name: str) -> BuildResult:
+        return self.results[name]
+
+    @property
+    def splits(self) -> tuple[str, ...]:
+        return tuple(self.results)
+
+    def summary(self) -> str:
+        """One line per split (as ``BuildResult.summary``), then one line naming the splits and counts."""
+        counts = ", ".join(f"{n} {r.manifest.num_samples}" for n, r in self.results.items())
+        lines = [r.summary() for r in self.results.values()]
+        lines.append(
+            f"{len(self.results)} split{'s' if len(self.results) != 1 else ''} named by {self.origin}, "
+            f"one cache each: {counts} samples -> {self.path.rstrip('/')}/<split>"
+        )
+        return "\n".join(lines)

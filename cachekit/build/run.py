@@ -14,6 +14,7 @@ import json
 import os
 import sys
 import time
+import warnings
 from dataclasses import dataclass, fields, replace
 from datetime import UTC, datetime
 from functools import partial
@@ -40,7 +41,7 @@ from ..store.remote import is_object_store, is_url, redact, secrets_hidden
 from .anysource import find_source
 from .augment import AUGMENT_EXTRAS, AugmentConfig
 from .classnames import read_names_file, with_class_order
-from .config import BuildConfig, BuildResult
+from .config import BuildConfig, BuildResult, SplitsResult
 from .executors import run_jobs
 from .guards import check_config, check_job_bytes, refuse
 from .plan import Content, PlannedShard, cache_fingerprint, default_shard_size, layout, option_changes, plan
@@ -51,9 +52,10 @@ from .shardjob import ShardJob, ShardResult, run_shard_job
 from .shardwrite import check_at_out, disk_full, remove_written
 from .sourceoptions import SourceOptions
 from .sources import Source
+from .splits import Split, find_splits, pick_splits, split_out
 from .streamrun import job_options, stream_shards
 
-__all__ = ["BuildConfig", "BuildResult", "build", "default_shard_size", "probe_shape"]
+__all__ = ["BuildConfig", "BuildResult", "SplitsResult", "build", "default_shard_size", "probe_shape"]
 
 #: Annotations left out that the manifest lists by name (all are counted).
 _DROPPED_LISTED = 1000
@@ -96,8 +98,9 @@ def build(
     config: BuildConfig = BuildConfig(),
     *,
     storage_options: dict | None = None,
+    split=None,
     **source,
-) -> BuildResult:
+) -> BuildResult | SplitsResult:
     """Decode and preprocess every input of ``raw`` into a sharded cache at ``out``.
 
     ``raw`` is a folder of images (with ``config``'s labels, annotations, masks), Parquet files or
@@ -110,7 +113,15 @@ def build(
     ``storage_options`` (or ``config.storage_options``; give them once): endpoint, key, secret, ...
     They go to every worker process (local or dask) as plain data and nowhere else: not into the
     cache, and no error message shows a secret of them.
+
+    A ``raw`` that names splits (a YOLO data.yaml's ``train``/``val``/``test``, Hugging Face's
+    ``data/train-*.parquet`` beside ``data/test-*.parquet``, ``train/`` and ``val/`` folders)
+    builds one cache per split at ``out/<split>`` and returns a ``SplitsResult``; ``split``
+    (``"train"``, ``"train,val"``, or ``config.split``) builds those only. Every split has the same
+    class names in the same order, so class ids agree.
     """
+    if split is not None:
+        config = replace(config, split=split)
     if storage_options is not None:
         if config.storage_options and config.storage_options != storage_options:
             raise UsageError(
@@ -123,10 +134,114 @@ def build(
             raise UsageError(f"build() got unknown options {', '.join(unknown)}")
         config = replace(config, source=replace(config.source, **source))
     with secrets_hidden(config.storage_options):
-        return _build(raw, out, config)
+        splits = find_splits(raw, config.annotations, config.labels, config.storage_options)
+        if splits is None:
+            if config.split is not None:
+                raise UsageError(
+                    f"--split {config.split if isinstance(config.split, str) else ','.join(config.split)}: "
+                    f"{raw if isinstance(raw, (str, os.PathLike)) else type(raw).__name__} names no splits "
+                    "(a data.yaml's train/val, train-*/test-* files or train/ val/ folders)"
+                )
+            return _build(raw, out, config)
+        return _build_splits(raw, out, config, splits)
 
 
-def _build(raw: str | os.PathLike, out: str | os.PathLike, config: BuildConfig) -> BuildResult:
+def _build_splits(raw, out, config: BuildConfig, splits: dict[str, Split]) -> SplitsResult:
+    """One cache per split at ``out/<split>``: every split discovered (their class names made one
+    list, in one order), inputs found in two splits reported, the chosen ones built."""
+    chosen = pick_splits(splits, config.split, raw)
+    check_config(config)
+    location = open_location(out, config.storage_options)
+    if location.exists() and location.read_text(MANIFEST_NAME) is not None:
+        raise UsageError(
+            f"{out} holds one cache of all of {raw}'s splits together; each split is now a cache of its "
+            f"own at {out}/<split>: remove {out} or give another --out"
+        )
+    mask_names = read_names_file(config.mask_classes, "--mask-classes", 256) if config.mask_classes else None
+    found = {}
+    for name, split in splits.items():
+        split_config = replace(
+            config,
+            annotations=split.annotations,
+            masks=_split_folder(config.masks, name),
+            arrays={k: _split_folder(v, name) for k, v in config.arrays.items()},
+        )
+        split_raw, source = find_source(
+            split.raw, split_out(out, name), split_config, mask_classes=mask_names
+        )
+        if split.only is not None:
+            source = _only(source, split)
+        found[name] = (split_config, split_raw, source)
+    names = _union_classes([s for _, _, s in found.values()])
+    for name, (split_config, split_raw, source) in found.items():
+        if tuple(source.classes) != names:
+            found[name] = (
+                split_config,
+                split_raw,
+                with_class_order(source, names, "the splits' class names"),
+            )
+    overlaps = _overlaps({n: s for n, (_, _, s) in found.items()})
+    if overlaps:
+        examples = ", ".join(f"{p} ({' and '.join(where)})" for p, where in overlaps[:3])
+        warnings.warn(
+            f"{len(overlaps)} inputs of {raw} are in more than one split, each built into every split "
+            f"naming it: {examples}{' ...' if len(overlaps) > 3 else ''}",
+            UserWarning,
+            stacklevel=3,
+        )
+    results = {}
+    for name in chosen:
+        split_config, split_raw, source = found[name]
+        results[name] = _build(split_raw, split_out(out, name), split_config, found=(split_raw, source))
+    origin = next(iter(splits.values())).origin
+    return SplitsResult(os.fspath(out), results, origin, len(overlaps))
+
+
+def _split_folder(folder, name: str):
+    """``folder/<split>`` when ``folder`` (a local folder of masks or arrays) has one, else ``folder``."""
+    if folder is None or is_url(os.fspath(folder)):
+        return folder
+    sub = Path(folder) / name
+    return str(sub) if sub.is_dir() else folder
+
+
+def _only(source: Source, split: Split) -> Source:
+    """The inputs of ``source`` a data.yaml lists for ``split`` (files, or folders of them); listed
+    files it does not hold are reported as left out."""
+    root = Path(split.raw)
+    files = {p for p in split.only if not (root / p).is_dir()}
+    folders = tuple(f"{p.rstrip('/')}/" for p in split.only if p not in files)
+    keep = [i for i, p in enumerate(source.paths) if p in files or p.startswith(folders)]
+    held = set(source.paths)
+    missing = [(p, f"listed by {split.origin} but not an image of {root}/images") for p in files - held]
+    return source.subset(keep, [*split.missing, *sorted(missing)])
+
+
+def _union_classes(sources: list[Source]) -> tuple[str, ...]:
+    """One class list for every split: an ImageFolder's sorted folder names, numbered classes up to
+    the largest any split uses, else the names in order of appearance (a data.yaml's, the files')."""
+    names: list[str] = []
+    for source in sources:
+        names += [c for c in source.classes if c not in names]
+    if all(s.layout == "imagefolder" or not s.classes for s in sources):
+        return tuple(sorted(names))
+    return tuple(names)
+
+
+def _overlaps(sources: dict[str, Source]) -> list[tuple[str, list[str]]]:
+    """Inputs that are the same file in more than one split (paths compared after resolving links),
+    each with the splits naming it, in path order."""
+    where: dict[str, list[str]] = {}
+    for name, source in sources.items():
+        if source.reader is not None or is_url(os.fspath(source.root)):
+            continue  # files of records: each file is one split's by construction
+        root = os.path.realpath(source.root)
+        for rel in source.paths:
+            where.setdefault(os.path.realpath(os.path.join(root, rel)), []).append(name)
+    return sorted((p, w) for p, w in where.items() if len(w) > 1)
+
+
+def _build(raw: str | os.PathLike, out: str | os.PathLike, config: BuildConfig, *, found=None) -> BuildResult:
     started = time.perf_counter()
     check_config(config)
     location = open_location(out, config.storage_options)
@@ -134,7 +249,7 @@ def _build(raw: str | os.PathLike, out: str | os.PathLike, config: BuildConfig) 
     mask_names = read_names_file(config.mask_classes, "--mask-classes", 256) if config.mask_classes else None
     if mask_names is not None and config.masks is None:
         raise UsageError("--mask-classes names the values of --masks' class maps: give --masks too")
-    raw, source = find_source(raw, out, config, mask_classes=mask_names)
+    raw, source = found if found is not None else find_source(raw, out, config, mask_classes=mask_names)
     if config.classes is not None:  # one class order for any source
         source = with_class_order(source, read_names_file(config.classes, "--classes"), config.classes)
     pipeline = load_pipeline(config.pipeline, config.size)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import click
 
 from ..constants import (
@@ -203,6 +205,13 @@ from .app import EXIT_CODES, duration, friendly, main, options_of, with_storage_
 @click.option(
     "--update", is_flag=True, help="After RAW changed: rebuild only the shards whose inputs changed."
 )
+@click.option(
+    "--split",
+    default=None,
+    metavar="NAME[,NAME...]",
+    help="RAW names splits (data.yaml's train/val/test, train-*/test-* files, train/ val/ folders): build "
+    "these only [default: every split, each a cache at --out/<split>].",
+)
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @with_storage_options
 @friendly
@@ -242,6 +251,7 @@ def build_cmd(
     strict,
     overwrite,
     update,
+    split,
     quiet,
     storage_option,
 ) -> None:
@@ -252,8 +262,11 @@ def build_cmd(
     --masks with a class map each. RAW may also name Parquet files ('data/train-*.parquet', Hugging
     Face layout) or WebDataset tars ('shards/train-{000000..000099}.tar'); quote the pattern. Either may be a URL (s3://bucket/raw; --storage-option for its endpoint and
     credentials). Re-running the same command resumes an interrupted build.
+
+    A RAW that names splits (a data.yaml's train/val/test, Hugging Face's train-*/test-* files,
+    train/ and val/ folders) builds one cache per split, at --out/<split>.
     """
-    from ..build.run import BuildConfig, build
+    from ..build.run import BuildConfig, SplitsResult, build
     from ..build.sourceoptions import SourceOptions
 
     storage_options = options_of(storage_option, raw, out)
@@ -288,6 +301,7 @@ def build_cmd(
         executor_options={"scheduler": scheduler} if scheduler else {},
         progress=not quiet,
         storage_options=storage_options,
+        split=split,
         source=SourceOptions(
             box_format=box_format,
             image_column=image_column,
@@ -296,25 +310,42 @@ def build_cmd(
             text_column=text_column,
         ),
     )
-    result = build(raw, out, config)
+    with warnings.catch_warnings(record=True) as caught:  # each a line of its own, as skips are
+        warnings.simplefilter("always", UserWarning)
+        result = build(raw, out, config)
+    for w in caught:
+        click.echo(f"warning: {w.message}", err=True)
+    if isinstance(result, SplitsResult):
+        for name, one in result.results.items():
+            _report(one, f"{name}: ")
+    else:
+        _report(result, "")
+    click.echo(result.summary())
+
+
+def _report(result, prefix: str) -> None:
+    """What a build left out and kept, on stderr (``prefix``: the split's name)."""
     dropped = result.manifest.source.get("dropped_count", 0)
     if dropped:
         first = result.manifest.source["dropped"][:5]
         for d in first:
-            click.echo(f"annotation left out: {d['where']}: {d['reason']}", err=True)
+            click.echo(f"{prefix}annotation left out: {d['where']}: {d['reason']}", err=True)
         if dropped > len(first):
-            click.echo(f"... {dropped} annotations left out in all (cachekit info lists them)", err=True)
+            click.echo(
+                f"{prefix}... {dropped} annotations left out in all (cachekit info lists them)", err=True
+            )
     for s in result.manifest.skipped[:10]:
-        click.echo(f"skipped {s.path}: {s.reason}", err=True)
+        click.echo(f"{prefix}skipped {s.path}: {s.reason}", err=True)
     if len(result.manifest.skipped) > 10:
-        click.echo(f"... and {len(result.manifest.skipped) - 10} more skipped (see manifest.json)", err=True)
+        click.echo(
+            f"{prefix}... and {len(result.manifest.skipped) - 10} more skipped (see manifest.json)", err=True
+        )
     if result.retired:
         click.echo(
-            f"kept {result.retired} shards of earlier versions for readers still using them; a later build "
+            f"{prefix}kept {result.retired} shards of earlier versions for readers still using them; a later build "
             "removes them once their grace period is over (--grace)",
             err=True,
         )
-    click.echo(result.summary())
 
 
 def _arrays(pairs: tuple[str, ...]) -> dict[str, str]:

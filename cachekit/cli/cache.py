@@ -14,12 +14,21 @@ from .app import EXIT_CODES, duration, friendly, main, options_of, with_storage_
 @with_storage_options
 @friendly
 def info_cmd(cache, storage_option) -> None:
-    """Print a human summary of a cache's manifest (CACHE: a folder or a URL)."""
+    """Print a human summary of a cache's manifest (CACHE: a folder or a URL, or a folder of split
+    caches: each split's)."""
     from ..store.location import read_manifest
+    from ..store.splitdirs import cache_splits, split_path
     from ..tools.report import describe
 
     options = options_of(storage_option, cache)
-    click.echo(describe(read_manifest(cache, storage_options=options)))
+    splits = cache_splits(cache)
+    if not splits:
+        click.echo(describe(read_manifest(cache, storage_options=options)))
+        return
+    click.echo(f"{cache}: {len(splits)} splits, each a cache: {', '.join(splits)}")
+    for name in splits:
+        click.echo(f"\nsplit {name}:")
+        click.echo(describe(read_manifest(split_path(cache, name))))
 
 
 @main.command("convert", epilog=EXIT_CODES)
@@ -82,11 +91,25 @@ Exit codes:
 @with_storage_options
 @friendly
 def verify_cmd(cache, quick, storage_option) -> None:
-    """Check every shard of CACHE (a folder or a URL) against its manifest, naming each bad shard."""
+    """Check every shard of CACHE (a folder or a URL, or each split of a folder of split caches)
+    against its manifest, naming each bad shard."""
+    from ..store.splitdirs import cache_splits, split_path
     from ..tools.verify import verify
 
     options = options_of(storage_option, cache)
-    report = verify(cache, quick=quick, storage_options=options)
-    click.echo(report.summary(), err=not report.ok)
-    if not report.ok:
+    splits = cache_splits(cache)
+    if not splits:
+        report = verify(cache, quick=quick, storage_options=options)
+        click.echo(report.summary(), err=not report.ok)
+        if not report.ok:
+            sys.exit(1)
+        return
+    bad = []
+    for name in splits:
+        report = verify(split_path(cache, name), quick=quick)
+        click.echo(f"split {name}: {report.summary()}", err=not report.ok)
+        if not report.ok:
+            bad.append(name)
+    if bad:
+        click.echo(f"{cache}: problems in split {', '.join(bad)} of {', '.join(splits)}", err=True)
         sys.exit(1)

@@ -25,6 +25,7 @@ from ..store.formats import ShardReader, get_format
 from ..store.location import read_manifest
 from ..store.manifest import Manifest, shard_path
 from ..store.remote import is_url
+from ..store.splitdirs import split_path, splits_error
 from ..stream.pins import bytes_per_batch, shards_per_batch
 from ..stream.remotecache import RemoteShards, index_folder
 from .assemble import BatchRequest, assemble
@@ -72,6 +73,9 @@ class CachedDataset(Dataset):
     At most ``max_open_shards`` shard readers stay open per process (default: from the open-file
     limit, see ``cachekit.feed.readers``, and for remote caches what the byte limit allows); the
     least recently used is closed to open another.
+
+    ``split``: the cache of one split in a folder of split caches (``CachedDataset("cache",
+    split="train")`` opens ``cache/train``, as ``cachekit build`` writes a RAW that names splits).
     """
 
     def __init__(
@@ -85,10 +89,15 @@ class CachedDataset(Dataset):
         local_cache_bytes: int | None = None,
         max_open_shards: int | None = None,
         storage_options: dict | None = None,
+        split: str | None = None,
     ) -> None:
+        if split is not None:  # one cache of a folder of split caches (a build of a RAW naming splits)
+            path = split_path(path, split)
         self.url = str(path).rstrip("/") if is_url(path) else None
         if self.url is None:
             self.root = Path(path)
+            if split is None and (error := splits_error(path)) is not None:
+                raise error
             self.manifest: Manifest = read_manifest(self.root)
             self._remote = None
         else:

@@ -248,9 +248,11 @@ def make_loader(
     partitions: int | None = None,
     multiprocessing_context=None,
     storage_options: dict | None = None,
+    split: str | None = None,
 ) -> CacheLoader:
     """A DataLoader for ``dataset`` (a CachedDataset, or a cache's path or URL, opened with
-    ``storage_options``) with sampler, reading mode and pinning chosen.
+    ``storage_options``; ``split``: one split's cache of a folder of split caches) with sampler,
+    reading mode and pinning chosen.
 
     - Shuffling: ``ShardAwareDistributedSampler`` (class-mixed, a new order every pass; ``window``
       samples shuffled together, default per the cache; ``partitions``: fixed shard sets per
@@ -283,7 +285,7 @@ def make_loader(
     check_counts(
         batch_size=batch_size, prefetch_factor=prefetch_factor, seed=seed, workers=workers, threads=threads
     )
-    dataset = open_dataset(dataset, storage_options)
+    dataset = open_dataset(dataset, storage_options, split)
     if distributed is None:
         distributed = dist.is_available() and dist.is_initialized()
     world = dist.get_world_size() if distributed else 1

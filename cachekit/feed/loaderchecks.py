@@ -50,12 +50,17 @@ def check_counts(**values: Any) -> None:
             raise ValueError(f"seed must be from -2**63 to 2**64 - 1, as torch.manual_seed's, got {value}")
 
 
-def open_dataset(dataset, storage_options: dict | None):
-    """A path or URL opens a ``CachedDataset``; anything else must be a map-style dataset."""
+def open_dataset(dataset, storage_options: dict | None, split: str | None = None):
+    """A path or URL opens a ``CachedDataset`` (``split``: one split's cache of a folder of them);
+    anything else must be a map-style dataset."""
     if isinstance(dataset, (str, os.PathLike)):
         from .dataset import CachedDataset
 
-        return CachedDataset(dataset, storage_options=storage_options)
+        return CachedDataset(dataset, storage_options=storage_options, split=split)
+    if split is not None:
+        raise ValueError(
+            "split= goes with a path or URL of a folder of split caches, not with a dataset object"
+        )
     if storage_options:
         raise ValueError("storage_options go with a cache path or URL, not with a dataset object")
     if isinstance(dataset, IterableDataset) or not (

@@ -27,6 +27,7 @@ from ..store.formats import get_format
 from ..store.location import read_manifest
 from ..store.manifest import Manifest, ShardInfo, shard_path
 from ..store.remote import access_error, fetch_shard, filesystem, is_url
+from ..store.splitdirs import splits_error
 
 __all__ = ["ShardProblem", "VerifyReport", "verify", "stored_values_problem"]
 
@@ -187,6 +188,8 @@ def verify(
     if is_url(cache_dir):
         return _verify_remote(str(cache_dir).rstrip("/"), quick, storage_options)
     root = Path(cache_dir)
+    if (error := splits_error(root, "verify")) is not None:  # a folder of split caches: one at a time
+        raise error
     manifest = read_manifest(root)
     problems = _index_problems(manifest, None if quick else root / manifest.index.get("file", ""))
     checked = 0

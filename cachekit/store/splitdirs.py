@@ -1,0 +1,69 @@
+"""A folder of split caches: what a build of a RAW that names splits writes (``OUT/train``,
+``OUT/val``, each a cache of its own). The folder itself has no manifest; readers, ``verify`` and
+``info`` name its splits, and ``split=`` opens one."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from ..constants import MANIFEST_NAME
+from ..errors import NotACacheError, UsageError
+from .remote import is_url
+
+__all__ = ["cache_splits", "split_path", "splits_error"]
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+def cache_splits(path: str | os.PathLike) -> tuple[str, ...]:
+    """The splits a local folder holds, sorted: its sub-folders with a manifest, when it has none
+    itself; () for a cache, a URL, or a folder of no split caches."""
+    if is_url(os.fspath(path)):
+        return ()
+    root = Path(path)
+    if not root.is_dir() or os.path.lexists(root / MANIFEST_NAME):
+        return ()
+    try:
+        entries = list(os.scandir(root))
+    except OSError:
+        return ()
+    return tuple(
+        sorted(
+            e.name
+            for e in entries
+            if _NAME.match(e.name)
+            and e.is_dir(follow_symlinks=False)
+            and os.path.isfile(os.path.join(e.path, MANIFEST_NAME))
+        )
+    )
+
+
+def split_path(path: str | os.PathLike, split: str) -> str:
+    """The cache of split ``split`` in the folder of split caches ``path`` (a folder or a URL); a
+    name that is not a plain folder name, or (locally) not one of the folder's splits, is one line."""
+    text = os.fspath(path)
+    if not isinstance(split, str) or not _NAME.match(split):
+        raise UsageError(f"split={split!r}: a split is a plain folder name such as 'train'")
+    if is_url(text):
+        return f"{text.rstrip('/')}/{split}"
+    found = cache_splits(text)
+    if split not in found:
+        if os.path.lexists(Path(text) / MANIFEST_NAME):
+            raise UsageError(f"{text} is one cache, not a folder of splits: open it without split=")
+        held = f"holds the splits {', '.join(found)}" if found else "holds no split caches"
+        raise NotACacheError(f"{text}: no split {split!r} ({held})")
+    return os.path.join(text, split)
+
+
+def splits_error(path: str | os.PathLike, opener: str = "CachedDataset") -> NotACacheError | None:
+    """The one line for a folder of split caches opened as a cache, naming its splits and how to
+    open one (``CachedDataset("OUT", split="train")``); None when ``path`` is not such a folder."""
+    found = cache_splits(path)
+    if not found:
+        return None
+    return NotACacheError(
+        f"{os.fspath(path)} holds splits {', '.join(found)}, each a cache: "
+        f'{opener}("{os.fspath(path)}", split="{found[0]}")'
+    )
