@@ -254,8 +254,9 @@ class ShardIndex:
             raise self._bad("shard offsets are not increasing from 0 to the samples")
         if ((cols["bytes"] < 1) | (cols["bytes"] > MAX_SHARD_BYTES)).any():
             raise self._bad("a shard size is out of range")
+        # a shard is planned for one input or more (it may keep no sample: all its inputs skipped)
         inputs = cols["inputs"]
-        if ((inputs < 0) | (inputs > MAX_SHARD_ROWS)).any() or (cols["pixel_count"] < 0).any():
+        if ((inputs < 1) | (inputs > MAX_SHARD_ROWS)).any() or (cols["pixel_count"] < 0).any():
             raise self._bad("an input or pixel count is out of range")
         for key in ("name", "first", "last"):
             o, b = cols[f"{key}_offsets"], cols[f"{key}_bytes"]

@@ -205,7 +205,7 @@ class ShardInfo:
             samples=get_int(obj, "samples", where, maximum=MAX_SHARD_ROWS),
             bytes=get_int(obj, "bytes", where, minimum=1, maximum=MAX_SHARD_BYTES),
             sha256=sha,
-            inputs=get_int(obj, "inputs", where, maximum=MAX_SHARD_ROWS),
+            inputs=get_int(obj, "inputs", where, minimum=1, maximum=MAX_SHARD_ROWS),
             first=get_str(obj, "first", where),
             last=get_str(obj, "last", where),
             inputs_digest=digest,

@@ -305,3 +305,68 @@ def test_a_remote_index_of_another_size_is_refused_before_it_is_fetched(small_ca
         == record["shards"]
     )
     assert len(fetched) == 1
+
+
+def _with_phantom(small_cache, tmp_path, listed: bool, **change) -> object:
+    """A copy of ``small_cache`` with one more shard of ``change`` (no samples, no file) in its
+    index (or its format 4 list), the manifest's counts, sizes and checksums made to agree."""
+    from cachekit.store.atomic import sha256_path
+
+    cache, index = _index_copy(small_cache, tmp_path)
+    shards = list(read_manifest(small_cache).shards)
+    phantom = dataclasses.replace(shards[0], **{"file": "shard-phantom.pt", "samples": 0, **change})
+    if listed:
+        obj = listed_manifest(cache)
+        obj["shards"].append(phantom.to_json())
+        index.unlink()
+    else:
+        write_index(index, [*shards, phantom], 3)
+        obj = json.loads((cache / "manifest.json").read_text())
+        obj["index"].update(bytes=index.stat().st_size, sha256=sha256_path(index), shards=len(shards) + 1)
+        obj.update(num_shards=len(shards) + 1, total_bytes=sum(s.bytes for s in [*shards, phantom]))
+    (cache / "manifest.json").write_text(json.dumps(obj))
+    return cache
+
+
+@pytest.mark.parametrize("listed", [False, True], ids=["index", "format 4 list"])
+def test_a_shard_of_no_inputs_or_no_bytes_is_refused_where_the_index_is_checked(
+    small_cache, tmp_path, listed
+):
+    """Every planned shard has an input at least and a file of some bytes: a shard entry of none,
+    which holds no sample, is damage, refused when the cache is opened, not counted as a shard."""
+    for change, words in (
+        ({"inputs": 0}, "inputs: expected an integer from 1" if listed else "input or pixel count"),
+        ({"bytes": 0}, "bytes: expected an integer from 1" if listed else "shard size is out of range"),
+    ):
+        cache = _with_phantom(small_cache, tmp_path / str(change), listed, **change)
+        with pytest.raises(CacheError, match=words) as err:
+            CachedDataset(cache)
+        assert "\n" not in str(err.value)
+    good = _with_phantom(small_cache, tmp_path / "good", listed, inputs=1)  # all its inputs skipped
+    assert len(read_manifest(good).shards) == len(read_manifest(small_cache).shards) + 1
+
+
+def test_a_shard_whose_inputs_were_all_skipped_keeps_its_entry_and_reads(tmp_path):
+    """A shard of no samples is what a build writes when none of its inputs decodes: it opens,
+    verifies and reads, so only a shard of no inputs is refused."""
+    import cv2
+
+    from cachekit import BuildConfig, build, make_loader
+
+    raw = tmp_path / "raw" / "a"
+    raw.mkdir(parents=True)
+    for i in range(6):
+        if i < 2:
+            (raw / f"img{i}.png").write_bytes(b"not an image" * 8)
+        else:
+            cv2.imwrite(str(raw / f"img{i}.png"), np.full((8, 8, 3), 40 * i, np.uint8))
+    config = BuildConfig(pipeline="none", order="sorted", shard_size=2, workers=1, progress=False)
+    build(tmp_path / "raw", tmp_path / "c", config)
+    m = read_manifest(tmp_path / "c")
+    assert [(s.samples, s.inputs) for s in m.shards] == [(0, 2), (2, 2), (2, 2)]
+    assert verify(tmp_path / "c").ok
+    assert (
+        sum(len(b[1]) for b in make_loader(tmp_path / "c", 2, pad=True))
+        == len(CachedDataset(tmp_path / "c"))
+        == 4
+    )
