@@ -495,6 +495,190 @@ def test_horizontal_flips_are_drawn_alike_with_and_without_general_maps():
     assert np.array_equal(plain.flips, turned.general.matrices[:, 0, 0] < 0)
 
 
+# -- torchvision's formulas, written out: the reference CI runs (torchvision itself is not installed) --
+
+
+def _tv_affine(center, angle, translate, scale, shear, inverted: bool) -> np.ndarray:
+    """torchvision's ``_get_inverse_affine_matrix`` (``M = T * C * RSS * C^-1``), line by line, as 3x3."""
+    rot, sx, sy = math.radians(angle), math.radians(shear[0]), math.radians(shear[1])
+    (cx, cy), (tx, ty) = center, translate
+    a = math.cos(rot - sy) / math.cos(sy)
+    b = -(a * math.tan(sx) + math.sin(rot))
+    c = math.sin(rot - sy) / math.cos(sy)
+    d = -(c * math.tan(sx) - math.cos(rot))
+    if inverted:
+        m = [d / scale, -b / scale, 0.0, -c / scale, a / scale, 0.0]
+        m[2] += cx - m[0] * (cx + tx) - m[1] * (cy + ty)
+        m[5] += cy - m[3] * (cx + tx) - m[4] * (cy + ty)
+    else:
+        m = [a * scale, b * scale, 0.0, c * scale, d * scale, 0.0]
+        m[2] += cx + tx - m[0] * cx - m[1] * cy
+        m[5] += cy + ty - m[3] * cx - m[4] * cy
+    return np.array([m[:3], m[3:], [0.0, 0.0, 1.0]])
+
+
+def _tv_expanded_size(inverse_centred: np.ndarray, w: int, h: int) -> tuple[int, int]:
+    """torchvision's ``_compute_affine_output_size``: (height, width) holding the turned image."""
+    f = np.float32  # torchvision works in float32, its 1e-4 truncation too
+    pts = np.array([[-w / 2, -h / 2, 1], [-w / 2, h / 2, 1], [w / 2, h / 2, 1], [w / 2, -h / 2, 1]], f)
+    moved = pts @ inverse_centred[:2].T.astype(f)
+    halfs = np.array([w / 2, h / 2], f)
+    lo, hi = moved.min(0) + halfs, moved.max(0) + halfs
+    tol, inv_tol = f(1e-4), f(1.0 / 1e-4)
+    size = np.ceil(np.trunc(hi * inv_tol) * tol) - np.floor(np.trunc(lo * inv_tol) * tol)
+    return int(size[1]), int(size[0])
+
+
+def _tv_perspective_coefficients(start, end) -> np.ndarray:
+    """torchvision's ``_perspective_coefficients``: the 8 numbers taking ``end`` points to ``start``
+    ones (output to input), by least squares, as 3x3."""
+    a = np.zeros((8, 8))
+    for i, ((x, y), (u, v)) in enumerate(zip(end, start)):
+        a[2 * i] = [x, y, 1, 0, 0, 0, -u * x, -u * y]
+        a[2 * i + 1] = [0, 0, 0, x, y, 1, -v * x, -v * y]
+    c = np.linalg.lstsq(a, np.asarray(start, np.float64).reshape(8), rcond=None)[0]
+    return np.append(c, 1.0).reshape(3, 3)
+
+
+def _tv_warp(img: np.ndarray, inverse: np.ndarray, out_hw: tuple[int, int]) -> np.ndarray:
+    """torchvision's image warp: each output pixel's centre through ``inverse`` (continuous
+    coordinates, pixel ``i`` covering ``[i, i + 1)``), ``grid_sample`` bilinear, ``align_corners=False``."""
+    oh, ow = out_hw
+    h, w = img.shape[1:]
+    ys, xs = np.meshgrid(np.arange(oh) + 0.5, np.arange(ow) + 0.5, indexing="ij")
+    src = np.stack([xs, ys, np.ones_like(xs)], -1) @ inverse.T
+    grid = src[..., :2] / src[..., 2:] / [w / 2, h / 2] - 1.0
+    x = torch.from_numpy(img).float()[None]
+    out = F.grid_sample(x, torch.from_numpy(grid).float()[None], mode="bilinear", align_corners=False)
+    return out[0].round().clamp(0, 255).numpy()
+
+
+def _same_pixels(ours: np.ndarray, ref: np.ndarray, what: str) -> None:
+    inner = (slice(None), slice(8, -8), slice(8, -8))
+    diff = np.abs(ours[inner].astype(float) - ref[inner])
+    assert diff.mean() < 0.5 and np.percentile(diff, 99) <= 2, (what, diff.mean(), diff.max())
+
+
+@pytest.mark.parametrize(
+    "step",
+    [
+        RandomAffine((25, 25), translate=(0.1, 0.1), scale=(1.1, 1.1)),
+        RandomAffine((-40, -40), scale=(0.9, 0.9), shear=(12, 12)),
+        RandomAffine((0, 0), shear=(20, 20, 15, 15)),
+        RandomAffine((-10, 30), translate=(0.2, 0.05), scale=(0.7, 1.3), shear=(-8, 8, -4, 4)),
+        RandomAffine((10, 10), translate=(0.1, 0.1), scale=(0.9, 0.9), perspective=0.001),
+    ],
+)
+def test_affine_maps_are_torchvisions_formula(step):
+    """The drawn parameters (torchvision's ``get_params`` on the draw's uniforms) through torchvision's
+    matrix, forward (boxes) and inverse (pixels); the pixels as torchvision's grid samples them.
+    Ultralytics' perspective terms act on the centred image, before the rest of the map."""
+    from cachekit.augment.matrices import draw_uniforms
+
+    h, w, n = 96, 128, 6
+    maps = _plan_maps(step, h, w, seed=2)[:n]
+    u = draw_uniforms(2, 0, np.arange(n), 1, step)
+    (a0, a1), (sx0, sx1, sy0, sy1) = (
+        step.degrees if isinstance(step.degrees, tuple) else (0, 0),
+        step.shear_ranges,
+    )
+    images = _images(n, seed=6, size=(h, w))
+    draws = compile_plan([step]).draw(2, 0, np.arange(n), [h] * n, [w] * n)
+    ours = _cpu(images, draws)
+    device = _device(images, draws)
+    for j in range(n):
+        angle = a0 + u[j, 0] * (a1 - a0)
+        tx = ty = 0.0
+        if step.translate is not None:
+            dx, dy = step.translate[0] * w, step.translate[1] * h
+            tx, ty = round(-dx + u[j, 1] * 2 * dx), round(-dy + u[j, 2] * 2 * dy)
+        scale = 1.0 if step.scale is None else step.scale[0] + u[j, 3] * (step.scale[1] - step.scale[0])
+        shear = (sx0 + u[j, 4] * (sx1 - sx0), sy0 + u[j, 5] * (sy1 - sy0))
+        forward = _tv_affine((w / 2, h / 2), angle, (tx, ty), scale, shear, inverted=False)
+        inverse = _tv_affine((w / 2, h / 2), angle, (tx, ty), scale, shear, inverted=True)
+        if step.perspective:  # Ultralytics' P, between centring and the rest: M = T S R P C
+            p = np.eye(3)
+            p[2, :2] = (2 * u[j, 6] - 1) * step.perspective, (2 * u[j, 7] - 1) * step.perspective
+            centre = np.array([[1.0, 0, w / 2], [0, 1, h / 2], [0, 0, 1]])
+            forward = forward @ centre @ p @ np.linalg.inv(centre)
+            inverse = np.linalg.inv(forward)
+        assert np.allclose(maps[j], forward, atol=1e-9), j
+        assert np.allclose(np.linalg.inv(maps[j]), inverse, atol=1e-9), j
+        ref = _tv_warp(images[j], inverse, (h, w))
+        _same_pixels(ours[j], ref, f"threads {j}")
+        _same_pixels(device[j], ref, f"device {j}")
+
+
+@pytest.mark.parametrize("expand", [False, True])
+@pytest.mark.parametrize("deg", [30, -71, 90])
+def test_rotations_are_torchvisions_formula(deg, expand):
+    """torchvision's ``rotate``: ``affine`` by minus the angle (counter-clockwise), about the centre;
+    ``expand`` sizes the output by ``_compute_affine_output_size`` and centres the turned image in it."""
+    h, w = 96, 128
+    img = _images(1, seed=6, size=(h, w))[0]
+    draws = _draw([RandomRotation((deg, deg), expand=expand)], [img])
+    centred = _tv_affine((0.0, 0.0), -deg, (0.0, 0.0), 1.0, (0.0, 0.0), inverted=True)
+    oh, ow = _tv_expanded_size(centred, w, h) if expand else (h, w)
+    assert draws.out_size == (oh, ow)
+    # the output's centre is the input's, each in its own frame: T(out centre) * R * T(-in centre)
+    inverse = _tv_affine((0.0, 0.0), -deg, (0.0, 0.0), 1.0, (0.0, 0.0), inverted=True)
+    to_out = np.array([[1.0, 0, -ow / 2], [0, 1, -oh / 2], [0, 0, 1]])
+    from_in = np.array([[1.0, 0, w / 2], [0, 1, h / 2], [0, 0, 1]])
+    inverse = from_in @ inverse @ to_out
+    assert np.allclose(np.linalg.inv(draws.general.matrices[0]), inverse, atol=1e-9)
+    ref = _tv_warp(img, inverse, (oh, ow))
+    _same_pixels(_cpu([img], draws)[0], ref, "threads")
+    _same_pixels(_device([img], draws)[0], ref, "device")
+
+
+def test_perspective_maps_are_torchvisions_eight_coefficients():
+    """torchvision's ``RandomPerspective.get_params`` on the draw's uniforms gives the corners; its
+    ``_perspective_coefficients`` (output to input) is the inverse of our map, and its grid the pixels."""
+    from cachekit.augment.matrices import draw_uniforms
+
+    h, w, n = 96, 128, 6
+    step = RandomPerspective(0.5, p=1.0)
+    images = _images(n, seed=7, size=(h, w))
+    draws = compile_plan([step]).draw(5, 0, np.arange(n), [h] * n, [w] * n)
+    u = draw_uniforms(5, 0, np.arange(n), 1, step)
+    ours, device = _cpu(images, draws), _device(images, draws)
+    bh, bw = int(0.5 * (h // 2)) + 1, int(0.5 * (w // 2)) + 1
+
+    def randint(x, lo, hi):
+        return lo + int(x * (hi - lo))
+
+    for j in range(n):
+        r = u[j, 1:]
+        end = [[randint(r[0], 0, bw), randint(r[1], 0, bh)], [randint(r[2], w - bw, w), randint(r[3], 0, bh)],
+               [randint(r[4], w - bw, w), randint(r[5], h - bh, h)], [randint(r[6], 0, bw), randint(r[7], h - bh, h)]]  # fmt: skip
+        start = [[0, 0], [w - 1, 0], [w - 1, h - 1], [0, h - 1]]
+        inverse = _tv_perspective_coefficients(start, end)
+        ours_inverse = np.linalg.inv(draws.general.matrices[j])
+        assert np.allclose(ours_inverse / ours_inverse[2, 2], inverse, atol=1e-6), j
+        ref = _tv_warp(images[j], inverse, (h, w))
+        _same_pixels(ours[j], ref, f"threads {j}")
+        _same_pixels(device[j], ref, f"device {j}")
+
+
+def test_zoom_out_and_vertical_flip_are_torchvisions():
+    """``RandomZoomOut``: a canvas ``int(side * r)`` with the image at ``int((canvas - side) * r')``;
+    ``RandomVerticalFlip``: ``y -> h - y``."""
+    from cachekit.augment.matrices import draw_uniforms
+
+    h, w, n = 30, 50, 40
+    step = RandomZoomOut(side_range=(1.2, 3.0), p=1.0)
+    for j in range(n):
+        draws = compile_plan([step]).draw(1, 0, [j], [h], [w])
+        u = draw_uniforms(1, 0, np.array([j]), 1, step)[0]
+        r = 1.2 + u[1] * 1.8
+        ch, cw = int(h * r), int(w * r)
+        left, top = int((cw - w) * u[2]), int((ch - h) * u[3])
+        assert draws.out_size == (ch, cw)
+        assert np.array_equal(draws.general.matrices[0], [[1, 0, left], [0, 1, top], [0, 0, 1]])
+    flipped = compile_plan([RandomVerticalFlip(1.0), RandomRotation(0)]).draw(0, 0, [0], [h], [w])
+    assert np.allclose(flipped.general.matrices[0], [[1, 0, 0], [0, -1, h], [0, 0, 1]])
+
+
 def test_maps_equal_torchvisions_own_where_it_is_installed():
     """torchvision v2's ``affine``, ``rotate`` (expanded too) and ``perspective`` on the same image:
     the same pixels within a level and the same boxes (checked with torchvision 0.28)."""
