@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import shutil
 
+import numpy as np
 import pytest
 import torch
 from manifests import listed_manifest
@@ -78,3 +79,35 @@ def test_a_box_of_no_area_still_reads_and_verifies(cache, tmp_path, axis):
     assert (boxes[:, 2] >= boxes[:, 0]).all() and (boxes[:, 3] >= boxes[:, 1]).all()
     assert (boxes[:, axis + 2] == boxes[:, axis]).any()
     assert sum(len(batch[-1]) for batch in make_loader(ok, 4, shuffle=False, pad=True)) == len(ds)
+
+
+@pytest.mark.parametrize(
+    "box, bad",
+    [
+        ([10, 0, 5, 20], True),  # x2 < x1
+        ([0, 10, 20, 5], True),  # y2 < y1
+        ([10, 20, 30, 40], False),
+        ([5, 30, 5, 40], False),  # no width
+        ([30, 5, 40, 5], False),  # no height
+    ],
+)
+def test_both_checks_compare_each_corner_with_its_own(box, bad):
+    """verify's check and the readers' check, on boxes whose every other pairing of coordinates
+    would tell a different story."""
+    from cachekit.feed.targets import _check_values
+    from cachekit.store.fields import FieldSpec
+    from cachekit.tools.verify import _check_value
+
+    value = {
+        "boxes": np.array([[10, 20, 30, 40], box], dtype=np.float32),
+        "classes": np.zeros(2, dtype=np.int64),
+        "iscrowd": np.zeros(2, dtype=np.uint8),
+    }
+    found = _check_value("boxes", value, 5, (50, 50))
+    assert (found is not None and "far corner comes before its near one" in found) == bad
+    spec = FieldSpec("boxes", {})
+    if bad:
+        with pytest.raises(CacheError, match=rf"a box \[{box[0]}\.0, .* far corner"):
+            _check_values("boxes", spec, [value], 5, np.array([[50, 50]]))
+    else:
+        _check_values("boxes", spec, [value], 5, np.array([[50, 50]]))
