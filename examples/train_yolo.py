@@ -33,7 +33,7 @@ def recipes(size: int) -> tuple[list, list]:
     from cachekit.transforms import Letterbox, Mosaic, RandomAffine, RandomHorizontalFlip, RandomHSV
 
     rest = [
-        RandomAffine(degrees=0, translate=(0.1, 0.1), scale=(0.5, 1.5)),
+        RandomAffine(degrees=0, translate=(0.1, 0.1), scale=(0.5, 1.5), fill=114),
         RandomHSV(h=0.015, s=0.7, v=0.4),
         RandomHorizontalFlip(),
     ]
@@ -98,7 +98,7 @@ def main() -> None:
             epoch_losses.append(loss.item())
         mean = sum(epoch_losses) / max(1, len(epoch_losses))
         losses.append(mean)
-        steps = " + ".join(type(s).__name__ for s in plan.steps)
+        steps = " + ".join(type(s).__name__ for s in plan.listed)  # the whole list (.steps: its geometry)
         print(f"epoch {epoch}: {steps}, {len(epoch_losses)} batches, loss {mean:.4f}", flush=True)
     print(f"done: loss {losses[0]:.4f} -> {losses[-1]:.4f}", flush=True)
     if workdir is not None:

@@ -100,10 +100,22 @@ def test_train_yolo_closes_mosaic_for_its_last_epochs_and_learns(tmp_path):
     out = _run([str(EXAMPLES / "train_yolo.py"), "--synthetic", "24", "--epochs", "4", "--close-mosaic", "1",
                 "--batch-size", "4", "--size", "96", "--preview", str(grid)], [sys.executable])  # fmt: skip
     epochs = [line for line in out.splitlines() if line.startswith("epoch ")]
-    assert [line.split(":")[1].split(" + ")[0].strip() for line in epochs] == ["Mosaic"] * 3 + [
-        "Letterbox"
-    ], out
+    plans = [line.split(":")[1].split(",")[0].strip() for line in epochs]
+    tail = "RandomAffine + RandomHSV + RandomHorizontalFlip"  # the whole plan, colour included
+    assert plans == [f"Mosaic + {tail}"] * 3 + [f"Letterbox + {tail}"], out
     done = [line for line in out.splitlines() if line.startswith("done:")]
     first, last = (float(v) for v in done[0].split("loss")[1].split("->"))
     assert last < first, out
     assert grid.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_train_yolos_recipe_is_ultralytics_defaults_grey_borders_included():
+    sys.path.insert(0, str(EXAMPLES))
+    try:
+        from train_yolo import recipes
+    finally:
+        sys.path.remove(str(EXAMPLES))
+    for plan in recipes(96):
+        (affine,) = [t for t in plan if type(t).__name__ == "RandomAffine"]
+        assert affine.fill == 114 and affine.translate == (0.1, 0.1) and affine.scale == (0.5, 1.5)
+        assert [type(t).__name__ for t in plan][1:] == ["RandomAffine", "RandomHSV", "RandomHorizontalFlip"]

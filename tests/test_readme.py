@@ -167,3 +167,43 @@ def test_the_yolo_recipe_runs_and_closes_mosaic(page, tmp_path):
     assert {e for e, _, _ in scope["seen"]} == {0, 1, 2}
     assert all(tuple(shape[-2:]) == (96, 96) and targets.shape[1] == 6 for _, shape, targets in scope["seen"])
     assert type(scope["train"].augment_for(3).steps[0]).__name__ == "Letterbox"
+
+
+@pytest.mark.parametrize("page", [README, TRAINING], ids=["README", "TRAINING"])
+def test_the_yolo_recipe_pads_with_ultralytics_grey(page):
+    """Ultralytics fills what its affine moves in with 114 (grey), not black: so does the recipe it names."""
+    from cachekit.augment.spec import parse_spec
+
+    heading = "YOLO on a detection cache" if page is README else "**YOLO**"
+    code = _python_block(heading, page)
+    scope: dict = {}
+    exec(compile(code[: code.index("train = make_loader")], str(page), "exec"), scope)
+    (affine,) = [t for t in scope["tail"] if type(t).__name__ == "RandomAffine"]
+    assert affine.fill == 114 and affine.scale == (0.5, 1.5) and affine.translate == (0.1, 0.1)
+    if page is README:  # the preview command beside it draws the same borders
+        text = README.read_text(encoding="utf-8")
+        command = re.search(r"cachekit preview cache/det --augment \"(.*?)\"", text).group(1)
+        (affine,) = [t for t in parse_spec(command) if type(t).__name__ == "RandomAffine"]
+        assert affine.fill == 114
+
+
+def test_every_cachekit_name_doctor_recommends_is_in_the_readme():
+    """A user told "use cachekit.X" by doctor finds X in the README, and X exists."""
+    import ast
+
+    import cachekit
+    import cachekit.tools.advice as advice
+    import cachekit.tools.doctor as doctor
+
+    named = set()
+    for module in (advice, doctor):
+        for node in ast.walk(ast.parse(Path(module.__file__).read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                named |= set(re.findall(r"\bcachekit\.([a-z_]+)", node.value))
+    assert "autobatch" in named  # the advice when data keeps up
+    text = README.read_text(encoding="utf-8")
+    for name in sorted(named):
+        assert hasattr(cachekit, name), name
+        assert re.search(rf"\bcachekit\.{name}\b", text), (
+            f"doctor recommends cachekit.{name}; README never names it"
+        )
