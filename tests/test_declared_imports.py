@@ -23,7 +23,14 @@ PACKAGE = Path(cachekit.__file__).parent
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
 
 #: Modules of optional packages this environment may lack, and the distribution that provides each.
-NOT_INSTALLED = {"hdf5plugin": "hdf5plugin", "pynvml": "nvidia-ml-py"}
+NOT_INSTALLED = {
+    "hdf5plugin": "hdf5plugin",
+    "pynvml": "nvidia-ml-py",
+    "pyarrow": "pyarrow",
+    "dask": "dask",
+    "fsspec": "fsspec",
+    "matplotlib": "matplotlib",
+}
 #: Handlers that catch a failed import.
 _CATCHES_IMPORT = {"ImportError", "ModuleNotFoundError", "Exception", "BaseException"}
 
