@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 from sourcekit import make_objects, write_parquet
 
-from cachekit import BuildConfig, CachedDataset, build, make_loader
+from cachekit import BuildConfig, CachedDataset, build, make_loader, verify
 from cachekit.build.splits import split_of_name
 from cachekit.cli import main
 from cachekit.errors import NotACacheError, UsageError
@@ -194,6 +194,36 @@ def test_split_files_in_several_folders_and_tars(tmp_path):
     assert {n: r.manifest.num_samples for n, r in tars.results.items()} == {"train": 4, "test": 2}
 
 
+def test_a_folder_of_one_splits_files_is_that_split(tmp_path):
+    _, items = make_objects(tmp_path / "objects", 3)
+    write_parquet(items, tmp_path / "repo" / "data", files=1)
+    result = build(
+        tmp_path / "repo", tmp_path / "c", BuildConfig(pipeline="none", **QUIET), box_format="xywh"
+    )
+    assert result.splits == ("train",) and len(CachedDataset(tmp_path / "c", split="train")) == 3
+
+
+def test_folders_not_all_split_names_are_classes(tmp_path):
+    raw = tmp_path / "raw"
+    make_synthetic_folder(raw / "train", 2, classes=1, size=(32, 40), seed=1)
+    make_synthetic_folder(raw / "other", 2, classes=1, size=(32, 40), seed=2)
+    result = build(raw, tmp_path / "c", BuildConfig(pipeline="none", **QUIET))
+    assert result.manifest.classes == ("other", "train")
+
+
+def test_masks_with_a_folder_per_split(tmp_path):
+    raw = _yolo_tree(tmp_path / "yolo", {"train": 3, "val": 2})
+    for split in ("train", "val"):
+        (raw / "masks" / split).mkdir(parents=True)
+        for p in (tmp_path / f"part-{split}" / "masks" / "images").iterdir():
+            shutil.copy(p, raw / "masks" / split / f"{split}_{p.name}")
+    config = BuildConfig(annotations="yolo", masks=str(raw / "masks"), pipeline="none", **QUIET)
+    build(raw, tmp_path / "c", config)
+    val = CachedDataset(tmp_path / "c", split="val")
+    want = cv2.imread(str(raw / "masks" / "val" / f"{val.source(0)[:-4]}.png"), cv2.IMREAD_UNCHANGED)
+    assert np.array_equal(val[0][1]["mask"].numpy(), want)
+
+
 def test_parquet_split_folders(tmp_path):
     _, items = make_objects(tmp_path / "objects", 6)
     write_parquet(items[:4], tmp_path / "repo" / "train", files=2)
@@ -271,6 +301,8 @@ def test_a_folder_of_splits_opens_one_split(tmp_path):
         CachedDataset(tmp_path / "c", split="test")
     with pytest.raises(UsageError, match="plain folder name"):
         CachedDataset(tmp_path / "c", split="../c/train")
+    with pytest.raises(NotACacheError, match=r"holds splits train, val.*verify\("):
+        verify(tmp_path / "c")
     loader = make_loader(str(tmp_path / "c"), batch_size=2, workers=0, split="val", shuffle=False, pad=True)
     assert len(loader.dataset) == 3 and sum(len(batch[0]) for batch in loader) == 3
     info = CliRunner().invoke(main, ["info", str(tmp_path / "c")])
