@@ -43,7 +43,7 @@ from .augment import AUGMENT_EXTRAS, AugmentConfig
 from .classnames import read_names_file, with_class_order
 from .config import BuildConfig, BuildResult, SplitsResult
 from .executors import run_jobs
-from .guards import check_config, check_job_bytes, refuse
+from .guards import check_apart, check_config, check_job_bytes, refuse
 from .plan import Content, PlannedShard, cache_fingerprint, default_shard_size, layout, option_changes, plan
 from .pool import WorkerCrashed
 from .resume import existing_cache, read_partial, reusable, start_partial, write_sidecar
@@ -151,6 +151,8 @@ def _build_splits(raw, out, config: BuildConfig, splits: dict[str, Split]) -> Sp
     list, in one order), inputs found in two splits reported, the chosen ones built."""
     chosen = pick_splits(splits, config.split, raw)
     check_config(config)
+    if not is_url(os.fspath(raw)) and os.path.isdir(raw):
+        check_apart(raw, out)  # not only apart from each split: a cache inside RAW would be read back
     location = open_location(out, config.storage_options)
     if location.exists() and location.read_text(MANIFEST_NAME) is not None:
         raise UsageError(
@@ -192,6 +194,8 @@ def _build_splits(raw, out, config: BuildConfig, splits: dict[str, Split]) -> Sp
     results = {}
     for name in chosen:
         split_config, split_raw, source = found[name]
+        if config.progress:
+            print(f"split {name}: {len(source)} inputs -> {split_out(out, name)}", file=sys.stderr)
         results[name] = _build(split_raw, split_out(out, name), split_config, found=(split_raw, source))
     origin = next(iter(splits.values())).origin
     return SplitsResult(os.fspath(out), results, origin, len(overlaps))

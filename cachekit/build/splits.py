@@ -81,6 +81,8 @@ def pick_splits(found: dict[str, Split], wanted, raw) -> dict[str, Split]:
     name not found is one line listing those that are."""
     if wanted is None:
         return dict(found)
+    if not isinstance(wanted, (str, list, tuple)) or not all(isinstance(n, str) for n in wanted):
+        raise UsageError(f"split={wanted!r}: give split names, 'train,val' or ['train', 'val']")
     names = [n.strip() for n in (wanted.split(",") if isinstance(wanted, str) else wanted)]
     names = [n for n in names if n]
     if not names:

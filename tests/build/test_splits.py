@@ -268,6 +268,10 @@ def test_split_option_builds_only_those(tmp_path):
     bad = CliRunner().invoke(main, ["build", str(raw), "--out", str(tmp_path / "d"), "--split", "val"])
     assert bad.exit_code == 2
     assert "holds the splits train, test" in bad.output and "Traceback" not in bad.output
+    with pytest.raises(UsageError, match="give split names"):
+        build(raw, tmp_path / "f", BuildConfig(**QUIET), split=3)
+    with pytest.raises(UsageError, match="inside RAW"):  # beside the splits, it would be read back
+        build(raw, raw / "cache", BuildConfig(**QUIET))
     with pytest.raises(UsageError, match="names no splits"):
         build(raw / "train", tmp_path / "e", BuildConfig(**QUIET), split="train")
 
