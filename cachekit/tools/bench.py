@@ -328,7 +328,7 @@ def _run(raw, caches, datasets, config: BenchConfig, log, progress: bool, storag
         for path, reason in inputs.refused[:10]:
             log(f"left out {path}: {reason}")
         log(
-            f"raw: {inputs.found} image files, {len(inputs.skipped)} skipped as a build would skip them"
+            f"raw: {inputs.found} {_unit(inputs)}, {len(inputs.skipped)} skipped as a build would skip them"
             + (f", {len(inputs.refused)} more left out for PIL" if inputs.refused else "")
         )
     raw_ds = {b: RawImageDataset(inputs, backend=b, augment=crop) for b in backends} if inputs else {}
@@ -476,11 +476,17 @@ def _worker_counts(config: BenchConfig, batch_bytes: int, log) -> tuple[int, ...
     return tuple(w for w in counts if w not in short)
 
 
+def _unit(inputs: RawInputs) -> str:
+    """What the raw inputs are: files of their own, or records of Parquet files, tars or a dataset."""
+    return "records" if inputs.reads is not None and inputs.reads.reader is not None else "image files"
+
+
 def _raw_summary(raw, inputs: RawInputs | None) -> dict | None:
     if inputs is None:
         return None
     return {
         "path": str(raw),
+        "unit": _unit(inputs),
         "bytes": inputs.bytes,
         "found": inputs.found,
         "usable": len(inputs),

@@ -117,7 +117,7 @@ def format_table(result: dict) -> str:
     raw = result.get("raw")
     if raw:
         out.append(
-            f"raw:   {raw['found']} image files: a build keeps {raw['usable']} "
+            f"raw:   {raw['found']} {raw.get('unit', 'image files')}: a build keeps {raw['usable']} "
             f"({human_bytes(raw['bytes'])}) and skips {len(raw['skipped'])}"
             + (
                 f"; {len(raw['left_out_for_pil'])} left out of every row (PIL cannot read them)"

@@ -385,7 +385,9 @@ def test_each_row_is_the_median_of_its_warm_epochs_with_their_range(
         n = row["epochs"][0]["samples"]
         assert len(row["epochs"]) == 4 and row["repeats"] == 3
         assert row["samples_per_s"] == pytest.approx(n / 1.25)  # the median, not the cold epoch
-        assert row["samples_per_s_min"] == pytest.approx(n / 2) and row["samples_per_s_max"] == pytest.approx(n)
+        assert row["samples_per_s_min"] == pytest.approx(n / 2) and row["samples_per_s_max"] == pytest.approx(
+            n
+        )
         assert row["speedup_min"] == pytest.approx(n / 2 / baseline)
         assert row["speedup_max"] == pytest.approx(n / baseline)
         assert row["spread"] == pytest.approx((n - n / 2) / (n / 1.25))
@@ -442,3 +444,31 @@ def test_repeats_on_the_command_line(small_tree, small_cache, tmp_path):
                        (["--repeats", "2", "--epochs", "3"], "not both")):  # fmt: skip
         code, out, err = _cli(*args, *bad)
         assert code == 2 and words in err and err.strip().count("\n") == 0, err
+
+
+def test_a_result_written_before_repeats_still_draws_and_prints(mixed_result):
+    """An older --json (one warm figure a row, no range) is shown as it is: no range, no error."""
+    import copy
+
+    from matplotlib.container import BarContainer
+
+    old = copy.deepcopy(mixed_result)
+    old.pop("repeats")
+    for row in old["rows"]:
+        for key in (
+            "samples_per_s_min",
+            "samples_per_s_max",
+            "speedup_min",
+            "speedup_max",
+            "repeats",
+            "spread",
+        ):
+            row.pop(key)
+    row = old["rows"][0]
+    speed = f"{row['samples_per_s']:,.0f}"
+    assert f"{speed} ({speed}-{speed})" in format_table(old)
+    fig = bench_figure(old)
+    (bars,) = [c for c in fig.axes[0].containers if isinstance(c, BarContainer)]
+    for seg, patch in zip(bars.errorbar.lines[2][0].get_segments(), bars.patches):
+        assert seg[0][0] == pytest.approx(patch.get_width()) == pytest.approx(seg[1][0])
+    assert "warm epochs" in fig.get_suptitle() and "median of" not in fig.get_suptitle()

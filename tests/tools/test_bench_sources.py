@@ -47,7 +47,10 @@ def test_bench_reads_a_record_source_as_its_raw_baseline(objects, tmp_path, kind
         folder = tmp_path / ("pq" if kind == "parquet" else "tars")
         total = sum(p.stat().st_size for p in folder.iterdir())
         assert result["raw"]["bytes"] == total
-        assert f"({human_bytes(total)})" in format_table(result)
+        assert (
+            f"raw:   {len(items)} records: a build keeps {len(items)} ({human_bytes(total)})"
+            in format_table(result)
+        )
 
 
 @pytest.mark.parametrize("kind", ["parquet", "tar", "folder"])
