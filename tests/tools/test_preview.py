@@ -237,3 +237,6 @@ def test_a_loader_is_previewed_with_the_plan_of_the_epoch_shown(detection):
     assert np.array_equal(upcoming.image, asked.image)
     again = preview(loader, n=2, out=None, epoch=1)
     assert "RandomResizedCrop(96)" in again.title and again.cells[0].height == 96
+    for bad in (-1, 1.5, True):
+        with pytest.raises(UsageError, match="epoch must be an integer"):
+            preview(loader, n=2, out=None, epoch=bad)
