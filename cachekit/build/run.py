@@ -182,9 +182,9 @@ def _build_splits(raw, out, config: BuildConfig, splits: dict[str, Split]) -> Sp
                 split_raw,
                 with_class_order(source, names, "the splits' class names"),
             )
-    overlaps = _overlaps({n: s for n, (_, _, s) in found.items()})
+    overlaps = _overlaps({n: s for n, (_, _, s) in found.items()}, raw)
     if overlaps:
-        examples = ", ".join(f"{p} ({' and '.join(where)})" for p, where in overlaps[:3])
+        examples = ", ".join(overlaps[:3])
         warnings.warn(
             f"{len(overlaps)} inputs of {raw} are in more than one split, each built into every split "
             f"naming it: {examples}{' ...' if len(overlaps) > 3 else ''}",
@@ -232,17 +232,29 @@ def _union_classes(sources: list[Source]) -> tuple[str, ...]:
     return tuple(names)
 
 
-def _overlaps(sources: dict[str, Source]) -> list[tuple[str, list[str]]]:
-    """Inputs that are the same file in more than one split (paths compared after resolving links),
-    each with the splits naming it, in path order."""
-    where: dict[str, list[str]] = {}
+def _overlaps(sources: dict[str, Source], raw) -> list[str]:
+    """Inputs that are the same file in more than one split (the same device and inode: one path
+    twice, a symbolic or a hard link), each as its paths (relative to ``raw``) and splits, sorted:
+    ``images/a.jpg (train and test)``, ``train/a.jpg (train) = val/b.jpg (val)``."""
+    where: dict[object, list[tuple[str, str]]] = {}
     for name, source in sources.items():
         if source.reader is not None or is_url(os.fspath(source.root)):
             continue  # files of records: each file is one split's by construction
-        root = os.path.realpath(source.root)
         for rel in source.paths:
-            where.setdefault(os.path.realpath(os.path.join(root, rel)), []).append(name)
-    return sorted((p, w) for p, w in where.items() if len(w) > 1)
+            path = os.path.join(source.root, rel)
+            try:
+                st = os.stat(path)
+                key: object = (st.st_dev, st.st_ino)
+            except OSError:
+                key = os.path.realpath(path)
+            where.setdefault(key, []).append((os.path.relpath(path, raw), name))
+    out = []
+    for found in where.values():
+        if len({name for _, name in found}) < 2:
+            continue
+        paths = {p: [n for q, n in found if q == p] for p, _ in found}
+        out.append(" = ".join(f"{p} ({' and '.join(names)})" for p, names in paths.items()))
+    return sorted(out)
 
 
 def _build(raw: str | os.PathLike, out: str | os.PathLike, config: BuildConfig, *, found=None) -> BuildResult:

@@ -137,13 +137,23 @@ def test_an_image_in_two_splits_is_reported(tmp_path):
     assert result.exit_code == 0, result.output
     warning = [line for line in result.stderr.splitlines() if "more than one split" in line]
     assert len(warning) == 1 and warning[0].startswith("warning: 6 inputs"), result.stderr
-    assert "train_img_00000.png (train and test)" in warning[0]
+    assert "images/train/train_img_00000.png (train and test)" in warning[0]
     assert len(_sources(tmp_path / "c" / "test")) == 6  # reported, and built as the yaml says
     with pytest.warns(UserWarning, match="2 inputs .* more than one split"):
         (raw / "data.yaml").write_text(
             (raw / "data.yaml").read_text().replace("test: [images/val, images/train]", "test: images/val")
         )
         build(raw, tmp_path / "d", BuildConfig(annotations="yolo", pipeline="none", **QUIET))
+
+
+def test_a_hard_link_in_two_splits_is_reported(tmp_path):
+    raw = tmp_path / "raw"
+    make_synthetic_folder(raw / "train", 4, classes=2, size=(32, 40), seed=1)
+    make_synthetic_folder(raw / "val", 2, classes=2, size=(32, 40), seed=2)
+    first = sorted((raw / "train" / "class_000").iterdir())[0]
+    (raw / "val" / "class_000" / "copy.jpg").hardlink_to(first)
+    with pytest.warns(UserWarning, match=r"^1 inputs .* more than one split.*class_000/copy.jpg \(val\)"):
+        build(raw, tmp_path / "c", BuildConfig(pipeline="none", **QUIET))
 
 
 def test_parquet_repo_builds_one_cache_per_split(tmp_path):
