@@ -84,7 +84,7 @@ def test_yolo_lists_and_text_files_of_images(tmp_path):
         (raw / "labels" / "val" / f"{p.stem}.txt").rename(raw / "labels" / "extra" / f"{p.stem}.txt")
     listed = sorted((raw / "images" / "train").iterdir())[:3]
     (raw / "train.txt").write_text(
-        "".join(f"./images/train/{p.name}\n" for p in listed) + "./images/train/gone.png\n"
+        "".join(f"./images/train/{p.name}\n" for p in listed) + "./images/train/gone.png\n/elsewhere/x.png\n"
     )
     yaml = (raw / "data.yaml").read_text().replace("train: images/train", "train: train.txt")
     yaml = yaml.replace("val: images/val", "val: [images/val, images/extra]")
@@ -98,7 +98,9 @@ def test_yolo_lists_and_text_files_of_images(tmp_path):
         "images/val/val_img_00002.png",
     ]
     skipped = [s.path for s in result["train"].manifest.skipped]
-    assert skipped == ["images/train/gone.png"]
+    assert skipped == ["/elsewhere/x.png", "images/train/gone.png"]
+    reasons = [s.reason for s in result["train"].manifest.skipped]
+    assert "not under" in reasons[0] and "not an image of" in reasons[1]
 
 
 def test_yolo_path_key_is_where_the_splits_are(tmp_path):

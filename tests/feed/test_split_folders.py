@@ -9,7 +9,7 @@ import pytest
 
 from cachekit import CachedDataset, make_loader
 from cachekit.errors import NotACacheError, UsageError
-from cachekit.store.splitdirs import cache_splits
+from cachekit.store.splitdirs import cache_splits, split_path
 
 
 @pytest.fixture
@@ -53,3 +53,9 @@ def test_a_bad_split_is_one_line(splits, small_cache):
     with pytest.raises(ValueError, match="split= goes with a path"):
         make_loader(CachedDataset(small_cache), batch_size=4, workers=0, split="train")
     assert cache_splits(small_cache) == ()
+
+
+def test_a_url_split_is_its_folder():
+    assert split_path("s3://bucket/cache/", "val") == "s3://bucket/cache/val"
+    with pytest.raises(UsageError, match="plain folder name"):
+        split_path("s3://bucket/cache", "a/b")
