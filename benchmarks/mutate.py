@@ -39,14 +39,23 @@ def tree_files() -> list[str]:
     return [name for name in out.decode().split("\0") if name and (ROOT / name).is_file()]
 
 
-def copy_tree(dest: Path) -> None:
-    for name in tree_files():
+def copy_tree(dest: Path) -> list[str]:
+    names = tree_files()
+    for name in names:
         target = dest / name
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / name, target)
+    return names
 
 
-def settings(modules: list[str], tests: list[str]) -> str:
+def top_level(names: list[str]) -> list[str]:
+    """What mutmut must copy beside the package for the tests to run as in the checkout (``pipelines/``
+    is read as ``cachekit.pipelines``, tests read README.md, docs/ and examples/)."""
+    tops = {name.split("/", 1)[0] for name in names}
+    return sorted(tops - {"cachekit", "tests", "pyproject.toml"})
+
+
+def settings(modules: list[str], tests: list[str], copy: list[str]) -> str:
     """The ``[tool.mutmut]`` table of one run, as TOML lines."""
 
     def toml_list(items: list[str]) -> str:
@@ -58,16 +67,17 @@ def settings(modules: list[str], tests: list[str]) -> str:
         f"only_mutate = {toml_list(modules)}\n"
         f"pytest_add_cli_args_test_selection = {toml_list(tests)}\n"
         'pytest_add_cli_args = ["-x", "-q", "-p", "no:cacheprovider"]\n'
+        f"also_copy = {toml_list(copy)}\n"
     )
 
 
-def with_settings(pyproject: Path, modules: list[str], tests: list[str]) -> None:
+def with_settings(pyproject: Path, modules: list[str], tests: list[str], copy: list[str]) -> None:
     text = pyproject.read_text()
     if "[tool.mutmut]" in text:  # the checkout's own table is replaced by this run's
         head, _, rest = text.partition("[tool.mutmut]")
         following = rest.find("\n[")
         text = head + (rest[following:] if following >= 0 else "")
-    pyproject.write_text(text + settings(modules, tests))
+    pyproject.write_text(text + settings(modules, tests, copy))
     tomllib.loads(pyproject.read_text())  # a run never starts on settings mutmut would misread
 
 
@@ -116,12 +126,18 @@ def main() -> int:
             parser.error(f"{module}: not a module of the package (give paths like cachekit/feed/mix.py)")
     work = Path(tempfile.mkdtemp(prefix="cachekit-mutate-"))
     try:
-        copy_tree(work)
-        with_settings(work / "pyproject.toml", args.modules, args.tests)
-        run = subprocess.run(
-            [sys.executable, "-m", "mutmut", "run", "--max-children", str(args.max_children)], cwd=work
-        )
+        names = copy_tree(work)
+        with_settings(work / "pyproject.toml", args.modules, args.tests, top_level(names))
+        log = work / "mutmut-run.log"  # its progress line redraws itself thousands of times
+        with log.open("w") as out:
+            run = subprocess.run(
+                [sys.executable, "-m", "mutmut", "run", "--max-children", str(args.max_children)],
+                cwd=work,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
         if run.returncode != 0:
+            print(log.read_text()[-3000:], file=sys.stderr)
             print(f"mutmut run failed (exit {run.returncode}); the copy is kept at {work}", file=sys.stderr)
             args.keep = True
             return run.returncode
