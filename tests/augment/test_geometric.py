@@ -255,25 +255,39 @@ def _box_iou(boxes: np.ndarray, rect: np.ndarray) -> np.ndarray:
     return inter / (area + (rect[2] - rect[0]) * (rect[3] - rect[1]) - inter)
 
 
+#: Steps before the crop, and where they take a stored box (on a 100 x 200 image): the crop is drawn
+#: in the view they lead to.
+BEFORE_CROP = {
+    "as stored": ([], lambda b: b),
+    "halved": ([Resize((50, 100))], lambda b: b / 2),
+    "mirrored": ([RandomHorizontalFlip(1.0)], lambda b: np.stack([200 - b[:, 2], b[:, 1], 200 - b[:, 0], b[:, 3]], 1)),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("before", list(BEFORE_CROP))
 @pytest.mark.parametrize("option", [0.0, 0.5, 0.7, 0.9])
-def test_each_iou_crop_overlaps_a_box_whose_centre_it_holds_by_at_least_the_drawn_option(option):
+def test_each_iou_crop_overlaps_a_box_whose_centre_it_holds_by_at_least_the_drawn_option(option, before):
     """torchvision's rule: a crop is taken only when some box whose centre it holds has IoU >= the
     drawn minimum with it. One option at a time (it is then the drawn one), over many samples:
-    every crop meets it, and crops are still found (boxes large enough to meet even 0.9 now and then)."""
+    every crop meets it, and crops are still found (boxes large enough to meet even 0.9 now and then).
+    After a resize or a flip, the rule holds in the view they lead to, where the crop is taken."""
     rng = np.random.default_rng(1)
     n, boxes = 300, []
     for _ in range(n):
         w, h = rng.uniform(60, 160, 3), rng.uniform(30, 80, 3)
         x, y = rng.uniform(0, 200 - w), rng.uniform(0, 100 - h)
         boxes.append(np.stack([x, y, x + w, y + h], 1))
+    steps, in_view = BEFORE_CROP[before]
     step = RandomIoUCrop(sampler_options=(option,), min_scale=0.3)
-    draws = compile_plan([step, Resize((50, 50))]).draw(3, 0, np.arange(n), [100] * n, [200] * n, boxes=boxes)
+    draws = compile_plan([*steps, step, Resize((50, 50))]).draw(
+        3, 0, np.arange(n), [100] * n, [200] * n, boxes=boxes
+    )
     rects = draws.general.keep_rects
     cropped = np.flatnonzero(~np.isnan(rects[:, 0]))
-    assert len(cropped) > (n // 10 if option == 0.9 else n // 2)
+    assert len(cropped) > (n // 20 if option == 0.9 else n // 2)
     best = []
     for j in cropped:
-        b, (x0, y0, x1, y1) = boxes[j], rects[j]
+        b, (x0, y0, x1, y1) = in_view(boxes[j]), rects[j]
         cx, cy = (b[:, 0] + b[:, 2]) / 2, (b[:, 1] + b[:, 3]) / 2
         inside = (x0 < cx) & (cx < x1) & (y0 < cy) & (cy < y1)
         best.append(_box_iou(b[inside], rects[j]).max(initial=-1.0))
@@ -677,6 +691,46 @@ def test_zoom_out_and_vertical_flip_are_torchvisions():
         assert np.array_equal(draws.general.matrices[0], [[1, 0, left], [0, 1, top], [0, 0, 1]])
     flipped = compile_plan([RandomVerticalFlip(1.0), RandomRotation(0)]).draw(0, 0, [0], [h], [w])
     assert np.allclose(flipped.general.matrices[0], [[1, 0, 0], [0, -1, h], [0, 0, 1]])
+
+
+@pytest.mark.parametrize(
+    "steps",
+    [
+        [RandomResizedCrop((40, 64), scale=(0.2, 1.0)), RandomHorizontalFlip()],
+        [CenterCrop((40, 90)), RandomHorizontalFlip()],
+        [Letterbox(64), RandomHorizontalFlip()],
+        [Resize(48), CenterCrop((48, 40)), RandomHorizontalFlip()],
+        [Resize((30, 50)), RandomHorizontalFlip(), RandomResizedCrop((24, 36))],
+    ],
+)
+def test_crops_resizes_and_flips_map_alike_with_and_without_general_maps(steps):
+    """A list that also turns (by 0 degrees, at its end) draws each sample's crop, resize and flip as
+    the crop+resize path does and composes them into the same map: portrait and landscape images,
+    outputs that are not square (a flip mirrors across the width, never the height)."""
+    rng = np.random.default_rng(3)
+    n = 64
+    heights, widths = rng.integers(60, 140, n), rng.integers(60, 140, n)
+    heights[:4], widths[:4] = (130, 70, 61, 100), (70, 130, 100, 61)  # both orientations, surely
+    idx = np.arange(n)
+    plain = compile_plan(steps).draw(4, 1, idx, heights, widths)
+    general = compile_plan([*steps, RandomRotation((0, 0))]).draw(4, 1, idx, heights, widths)
+    assert plain.general is None and general.general is not None and plain.out_size == general.out_size
+    sx, sy, tx, ty = plain.maps()
+    m = general.general.matrices
+    assert plain.flips.any() and not plain.flips.all()
+    assert np.allclose(m[:, [0, 1, 2, 2], [1, 0, 0, 1]], 0) and np.allclose(m[:, 2, 2], 1)
+    if isinstance(steps[0], Letterbox):
+        # the crop+resize path takes the letterbox's view as a box of whole source pixels; the map
+        # keeps YOLO's own scale (sides rounded): the image's corners land within a pixel of each other
+        corners = np.stack([np.zeros(n), np.zeros(n), widths, heights], 1)
+        ours = np.stack([m[:, 0, 0] * corners[:, 0] + m[:, 0, 2], m[:, 1, 1] * corners[:, 1] + m[:, 1, 2],
+                         m[:, 0, 0] * corners[:, 2] + m[:, 0, 2], m[:, 1, 1] * corners[:, 3] + m[:, 1, 2]], 1)  # fmt: skip
+        theirs = np.stack([sx * corners[:, 0] + tx, sy * corners[:, 1] + ty,
+                           sx * corners[:, 2] + tx, sy * corners[:, 3] + ty], 1)  # fmt: skip
+        assert np.abs(ours - theirs).max() <= 1.0
+        return
+    assert np.allclose(m[:, 0, 0], sx) and np.allclose(m[:, 1, 1], sy), (m[:3], sx[:3], sy[:3])
+    assert np.allclose(m[:, 0, 2], tx) and np.allclose(m[:, 1, 2], ty), (m[:3], tx[:3], ty[:3])
 
 
 def test_maps_equal_torchvisions_own_where_it_is_installed():
