@@ -10,19 +10,22 @@ a mosaic draws one 3x3 map per sample instead (``Draws.general``, ``cachekit.aug
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import numbers
 from dataclasses import dataclass
 
 import numpy as np
 
+from ..errors import UsageError
 from ..image.geometry import DEFAULT_MIN_VISIBILITY, Affine, move_boxes_flat
 from .catalogue import CATALOGUE
 from .draws import uniforms
-from .geometric import RandomIoUCrop, RandomRotation, RandomZoomOut, degrees_range
+from .geometric import RandomIoUCrop, RandomRotation, RandomVerticalFlip, RandomZoomOut, degrees_range
 from .maps import GEOMETRIC_STEPS, MapDraws, draw_maps
-from .mixing import BatchMix, compile_mixing
+from .mixing import BATCH_TRANSFORMS, BatchMix, compile_mixing
 from .mosaic import Mosaic, mosaic_extras
+from .photometric import PIXEL_TRANSFORMS, RandomGrayscale, RandomHSV
 from .stage import Stage, compile_stage
 from .transforms import (
     TRANSFORMS,
@@ -35,7 +38,7 @@ from .transforms import (
     _size,
 )
 
-__all__ = ["Plan", "Draws", "compile_plan"]
+__all__ = ["Plan", "Draws", "compile_plan", "check_order", "AugmentUsageError"]
 
 _ATTEMPTS = 10  # torchvision's RandomResizedCrop tries 10 boxes before its central fallback
 
@@ -356,6 +359,85 @@ class Plan:
         ).astype(np.float32)
 
 
+class AugmentUsageError(UsageError, ValueError):
+    """An augment list written so that it would not run as written (or a class where an instance
+    belongs): one line that says the fix. A ``UsageError`` (exit 2), and a ``ValueError`` as every
+    other refusal of a list is."""
+
+
+# Where each kind of step runs, whatever its place in the list: a mosaic builds the sample, the
+# geometry is one map per sample, ColorJitter follows the map, then the per-sample pixel stage in
+# list order, then MixUp / CutMix over the batch.
+_MOSAIC, _GEOMETRY, _JITTER, _PIXELS, _BATCH = range(5)
+
+#: Ops whose every output pixel is a function of the same input pixel alone (ColorJitter's contrast
+#: also of the image's mean grey, which a mirror leaves as it is: an integer sum on the threads; on
+#: the device a float sum in another order, its last bit): listed before a flip, the plan runs them
+#: after it, and the pixels are the same, so the list is taken as written.
+_PER_PIXEL = (ColorJitter, RandomGrayscale, RandomHSV)
+#: Steps that only move pixels, each to one place (mirrors): they commute with ``_PER_PIXEL`` ops.
+_MIRRORS = (RandomHorizontalFlip, RandomVerticalFlip)
+
+
+def _stage_of(step) -> int:
+    if isinstance(step, Mosaic):
+        return _MOSAIC
+    if isinstance(step, BATCH_TRANSFORMS):
+        return _BATCH
+    if isinstance(step, PIXEL_TRANSFORMS):
+        return _PIXELS
+    return _JITTER if isinstance(step, ColorJitter) else _GEOMETRY
+
+
+def _commute(earlier, later) -> bool:
+    """Whether ``earlier`` then ``later`` gives exactly what the plan gives running ``later`` first."""
+    return isinstance(earlier, _PER_PIXEL) and isinstance(later, _MIRRORS)
+
+
+def check_order(steps) -> None:
+    """Refuse, in one line that says the fix, a list the plan would run in another order than written
+    (a step listed before one that runs ahead of it), unless the two commute exactly (``_commute``)."""
+    steps = tuple(steps)
+    name = [type(s).__name__ for s in steps]
+    mosaics = [k for k, s in enumerate(steps) if isinstance(s, Mosaic)]
+    if len(mosaics) > 1:
+        raise AugmentUsageError("augment: give one Mosaic, first (it builds each sample from four)")
+    if mosaics and mosaics[0] > 0:
+        raise AugmentUsageError(
+            "augment: Mosaic must come first (it builds each sample from four before any other step, as "
+            f"Ultralytics' Mosaic -> RandomAffine -> ...): list it before {name[0]}"
+        )
+    stages = [_stage_of(s) for s in steps]
+    for i, step in enumerate(steps):
+        later = range(i + 1, len(steps))
+        ahead = [k for k in later if stages[k] < stages[i] and not _commute(step, steps[k])]
+        if not ahead:
+            continue
+        if stages[i] == _BATCH:
+            raise AugmentUsageError(
+                f"augment: {name[i]} mixes whole batches, after every per-sample step has run: "
+                f"list it after {name[ahead[-1]]} (at the end)"
+            )
+        geometry = [k for k in ahead if stages[k] == _GEOMETRY]
+        if not geometry:  # a pixel transform listed before ColorJitter, which runs right after the map
+            raise AugmentUsageError(
+                f"augment: {name[ahead[0]]} runs right after the geometry, before the per-sample pixel "
+                f"transforms: list it before {name[i]}"
+            )
+        raise AugmentUsageError(
+            f"augment: {name[i]} runs on each sample after its geometry (crops, resizes, flips, warps): "
+            f"list it after {name[geometry[-1]]}"
+        )
+
+
+def _call_of(cls: type) -> str:
+    """How an instance of transform class ``cls`` is written: its required arguments named."""
+    fields = dataclasses.fields(cls) if dataclasses.is_dataclass(cls) else ()
+    missing = dataclasses.MISSING
+    required = [f.name for f in fields if f.init and f.default is missing and f.default_factory is missing]
+    return f"{cls.__name__}({', '.join(required)})"
+
+
 def compile_plan(transforms, min_visibility: float = DEFAULT_MIN_VISIBILITY) -> Plan | None:
     """Check a list of cachekit transforms and compile it; None for an empty list."""
     if (
@@ -369,16 +451,18 @@ def compile_plan(transforms, min_visibility: float = DEFAULT_MIN_VISIBILITY) -> 
     steps = tuple(transforms) if isinstance(transforms, (list, tuple)) else (transforms,)
     known = CATALOGUE
     for step in steps:
+        if isinstance(step, type) and issubclass(step, known):
+            raise AugmentUsageError(f"augment: {step.__name__} is a class: write {_call_of(step)}")
         if not isinstance(step, known):
             names = ", ".join(t.__name__ for t in known)
+            given = f"the class {step.__name__}" if isinstance(step, type) else type(step).__name__
             raise TypeError(
-                f"augment takes cachekit.transforms ({names}), not {type(step).__name__}; "
+                f"augment takes cachekit.transforms ({names}), not {given}; "
                 "a per-sample function goes in CachedDataset(transform=...)"
             )
     if sum(isinstance(s, ColorJitter) for s in steps) > 1:
         raise ValueError("augment: give at most one ColorJitter")
-    if any(isinstance(s, Mosaic) for s in steps[1:]):
-        raise ValueError("augment: Mosaic must come first (it assembles the samples the rest transforms)")
+    check_order(steps)
     if sum(isinstance(s, RandomIoUCrop) for s in steps) > 1:
         raise ValueError("augment: give at most one RandomIoUCrop")
     if any(isinstance(s, RandomIoUCrop) for s in steps) and steps and isinstance(steps[0], Mosaic):

@@ -15,6 +15,7 @@ import ast
 import dataclasses
 
 from . import catalogue as _catalogue
+from .plan import AugmentUsageError, check_order
 
 __all__ = ["MAX_SPEC_CHARS", "catalogue", "parse_spec", "format_spec"]
 
@@ -43,7 +44,8 @@ def parse_spec(text: str, known: dict[str, type] | None = None) -> list:
     """The transforms a spec names, constructed (and so checked) by their own classes.
 
     ``known``: the catalogue to look names up in (default: ``catalogue()``). An empty spec (or
-    ``"none"``) is an empty list. Every refusal is a ``ValueError`` of one line.
+    ``"none"``) is an empty list. Every refusal is a ``ValueError`` of one line (a list in an order
+    the loader would not run as written: also a ``UsageError``, ``plan.check_order``).
     """
     if not isinstance(text, str):
         raise ValueError(f"augment spec must be text, got {type(text).__name__}")
@@ -95,6 +97,10 @@ def parse_spec(text: str, known: dict[str, type] | None = None) -> list:
             if len(message) > MAX_MESSAGE_CHARS:  # a value echoed back whole would bury the reason
                 message = message[: MAX_MESSAGE_CHARS - 3] + "..."
             raise ValueError(message) from None
+    try:  # an order the loader would not run as written: refused here, where the text is read
+        check_order(steps)
+    except AugmentUsageError as exc:
+        raise AugmentUsageError(f"augment spec: {str(exc).removeprefix('augment: ')}") from None
     return steps
 
 

@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import IterableDataset
 
-from ..augment.plan import Plan
+from ..augment.plan import AugmentUsageError, Plan
 from ..constants import MAX_BATCH_BYTES
 from .shm import ShmTooSmall, shm_shortfall
 
@@ -29,6 +29,7 @@ __all__ = [
     "check_batch_bytes",
     "choose_augment_on",
     "check_augment_plan",
+    "check_mosaic_targets",
 ]
 
 log = logging.getLogger("cachekit")
@@ -147,12 +148,27 @@ def choose_augment_on(augment_on: str, device: torch.device | None, plan: Plan |
     return augment_on == "device" or (augment_on == "auto" and device is not None and device.type == "cuda")
 
 
+def check_mosaic_targets(dataset, plan: Plan | None) -> None:
+    """Refuse a ``Mosaic`` on a cache whose samples have no boxes and no masks: four images in one
+    with one class (the first's) or none is no sample a model can learn from."""
+    if plan is None or plan.mosaic is None:
+        return
+    kinds = {spec.kind for spec in (getattr(dataset, "fields", None) or {}).values()}
+    if not kinds & {"boxes", "mask"}:
+        has = f"targets are {', '.join(sorted(kinds))}" if kinds else "samples have a class each, or none"
+        raise AugmentUsageError(
+            f"Mosaic puts four samples in one and needs a cache with boxes or masks to follow them; this "
+            f"cache's {has}: leave it out (MixUp or CutMix mix the samples of a classification cache)"
+        )
+
+
 def check_augment_plan(
     dataset, batch_size: int, plan: Plan | None, *, pad: bool, per_sample: bool, on_device: bool
 ) -> None:
     """Refuse, in one line, a plan this loader cannot read: checked for ``make_loader``'s
     ``augment``, each epoch's plan of a schedule, and each ``set_augment``."""
     check_batch_bytes(dataset, batch_size, plan)
+    check_mosaic_targets(dataset, plan)
     ragged = bool(getattr(dataset, "ragged", False))
     if per_sample and on_device:
         raise ValueError(

@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable
 
 from ..augment import catalogue as _catalogue
-from ..augment.plan import Plan, compile_plan
+from ..augment.plan import AugmentUsageError, Plan, compile_plan
 from ..augment.spec import format_spec, parse_spec
 
 __all__ = ["AugmentSchedule", "is_schedule_function"]
@@ -25,8 +25,18 @@ log = logging.getLogger("cachekit")
 
 
 def is_schedule_function(augment) -> bool:
-    """True for an ``augment`` that is a function of the epoch (not a list, nor one transform)."""
-    return callable(augment) and not isinstance(augment, (list, tuple, *_catalogue.CATALOGUE))
+    """True for an ``augment`` that is a function of the epoch (not a list, nor one transform, nor a
+    class: ``RandomHorizontalFlip`` is callable, but ``RandomHorizontalFlip(epoch)`` is no schedule)."""
+    return (
+        callable(augment)
+        and not isinstance(augment, type)
+        and not isinstance(augment, (list, tuple, *_catalogue.CATALOGUE))
+    )
+
+
+def _returned(value) -> str:
+    """What a schedule returned, named for its refusal."""
+    return f"the class {value.__name__}" if isinstance(value, type) else type(value).__name__
 
 
 class AugmentSchedule:
@@ -104,6 +114,11 @@ class AugmentSchedule:
             transforms = function(epoch)
         except (TypeError, ValueError) as exc:
             raise ValueError(f"augment({epoch}) failed: {exc}") from exc
+        if transforms is not None and not isinstance(transforms, (list, tuple)):
+            raise AugmentUsageError(
+                f"augment({epoch}) returned {_returned(transforms)}, not a list of transforms: a function "
+                "of the epoch returns a list (or None: no augmentation that epoch)"
+            )
         try:
             plan = self.compile(transforms)
         except (TypeError, ValueError) as exc:

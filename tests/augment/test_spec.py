@@ -84,8 +84,8 @@ def test_numpy_arguments_write_back_as_literals():
     steps = [
         Resize((np.int64(8), 8)),
         RandomHorizontalFlip(np.float32(0.3)),
-        RandAugment(np.int64(2)),
         RandomIoUCrop(sampler_options=np.array([0.1, 0.5])),
+        RandAugment(np.int64(2)),
     ]
     text = format_spec(steps)
     assert text is not None and "np." not in text

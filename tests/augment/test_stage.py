@@ -43,7 +43,7 @@ def _rows(n: int, h: int = 36, w: int = 44) -> np.ndarray:
 
 def test_plan_keeps_geometry_stage_and_mixing_apart():
     plan = compile_plan(
-        [RandomResizedCrop(32), RandAugment(), RandomHorizontalFlip(), ColorJitter(0.2), MixUp()]
+        [RandomResizedCrop(32), RandomHorizontalFlip(), ColorJitter(0.2), RandAugment(), MixUp()]
     )
     assert [type(s).__name__ for s in plan.steps] == [
         "RandomResizedCrop",

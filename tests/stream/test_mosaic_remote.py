@@ -12,6 +12,7 @@ import pytest
 
 from cachekit import BuildConfig, CachedDataset, build, make_loader, mix, read_manifest
 from cachekit.augment.plan import compile_plan
+from cachekit.errors import UsageError
 from cachekit.feed.assemble import BatchRequest
 from cachekit.feed.rows import read_indices
 from cachekit.tools.synthetic_objects import make_object_dataset
@@ -82,5 +83,5 @@ def test_a_mix_with_a_source_on_object_storage_draws_from_each_batchs_shards(
             mine = [k - both.starts[i] for k in own if both.starts[i] <= k < both.starts[i + 1]]
             assert _shards(source, read[which == i] - both.starts[i]) == _shards(source, mine)
     assert mix([CachedDataset(small_cache)]).mosaic_pool(np.arange(8)) is None  # local: anywhere
-    loader = make_loader(both, 4, seed=1, augment=[Mosaic(16)], window=7)
-    assert sum(len(labels) for _, labels in loader) == 80
+    with pytest.raises(UsageError, match="boxes or masks"):  # a mix is of classification caches
+        make_loader(both, 4, seed=1, augment=[Mosaic(16)], window=7)
