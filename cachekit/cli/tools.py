@@ -105,6 +105,13 @@ def _spec(ctx, param, value: str | None):
     default=None,
     help="Write a PNG chart here: speed-up over the best raw loader (needs matplotlib).",
 )
+@click.option(
+    "--split",
+    default=None,
+    metavar="NAME",
+    help="A CACHE that is a folder of split caches: bench this split (and RAW's inputs of it) "
+    "[default: train].",
+)
 @click.option("--quiet", is_flag=True, help="No progress bars.")
 @with_storage_options
 @friendly
@@ -125,6 +132,7 @@ def bench_cmd(
     augment_size,
     json_out,
     plot,
+    split,
     quiet,
     storage_option,
 ) -> None:
@@ -171,6 +179,8 @@ def bench_cmd(
         click.echo(line, err=True)
 
     if synthetic is not None:
+        if split is not None:
+            raise UsageError("--split picks a split of a CACHE given; --synthetic builds its own caches")
         if paths:
             raise UsageError("--synthetic makes its own raw folder and caches; give no paths with it")
         result = bench_synthetic(
@@ -189,7 +199,9 @@ def bench_cmd(
             raise UsageError(
                 "give a raw folder and at least one cache (cachekit bench RAW CACHE), or --synthetic N"
             )
-        result = run_bench(paths[0], paths[1:], config, log=log, progress=not quiet, storage_options=options)
+        result = run_bench(
+            paths[0], paths[1:], config, log=log, progress=not quiet, storage_options=options, split=split
+        )
     result["command"] = command_line(sys.argv[1:])
     click.echo(format_table(result))
     for path in write_outputs(result, json_out, plot):
@@ -233,6 +245,9 @@ def bench_cmd(
 @click.option(
     "--json", "json_out", type=click.Path(path_type=str), default=None, help="Write the figures here."
 )
+@click.option(
+    "--split", default=None, metavar="NAME", help="CACHE is a folder of split caches: this split [default: train]."
+)
 @with_storage_options
 @friendly
 def doctor_cmd(
@@ -247,6 +262,7 @@ def doctor_cmd(
     prefetch_factor,
     device,
     json_out,
+    split,
     storage_option,
 ) -> None:
     """Is training waiting for data? Times the loader against a step, measures disk and CPU, says what to change.
@@ -255,9 +271,13 @@ def doctor_cmd(
     """
     import json
 
+    from ..store.splitdirs import choose_split
     from ..tools.doctor import diagnose, load_model
 
     options = options_of(storage_option, cache)
+    cache, note = choose_split(cache, split)
+    if note is not None:
+        click.echo(note, err=True)
     report = diagnose(
         cache,
         batch_size=batch_size,
@@ -302,9 +322,10 @@ def doctor_cmd(
     default=None,
     help="Drop a box keeping less of its area, as make_loader(min_visibility=) does [default: make_loader's].",
 )
+@click.option("--split", default=None, metavar="NAME", help="CACHE is a folder of split caches: draw this split.")
 @with_storage_options
 @friendly
-def preview_cmd(cache, augment, out, n, seed, epoch, cell, columns, min_visibility, storage_option) -> None:
+def preview_cmd(cache, augment, out, n, seed, epoch, cell, columns, min_visibility, split, storage_option) -> None:
     """Draw augmented samples of CACHE as training sees them: boxes with class names, masks, labels, captions.
 
     The samples are the first batch of --epoch in the order of --seed, read by make_loader with
@@ -312,9 +333,11 @@ def preview_cmd(cache, augment, out, n, seed, epoch, cell, columns, min_visibili
     """
     from ..errors import UsageError
     from ..feed.dataset import CachedDataset
+    from ..store.splitdirs import choose_split
     from ..tools.preview import preview
 
     options = options_of(storage_option, cache)
+    cache, _ = choose_split(cache, split, default=None)  # which split is shown is the user's to say
     dataset = CachedDataset(cache, storage_options=options)
     try:
         result = preview(

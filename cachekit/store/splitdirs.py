@@ -12,7 +12,7 @@ from ..constants import MANIFEST_NAME
 from ..errors import NotACacheError, UsageError
 from .remote import is_url
 
-__all__ = ["cache_splits", "split_path", "splits_error"]
+__all__ = ["cache_splits", "choose_split", "split_path", "splits_error"]
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
@@ -67,3 +67,28 @@ def splits_error(path: str | os.PathLike, opener: str = "CachedDataset") -> NotA
         f"{os.fspath(path)} holds splits {', '.join(found)}, each a cache: "
         f'{opener}("{os.fspath(path)}", split="{found[0]}")'
     )
+
+
+def choose_split(
+    path: str | os.PathLike, split: str | None = None, *, default: str | None = "train"
+) -> tuple[str, str | None]:
+    """The cache a command given ``path`` and ``--split`` works on, and the line saying which split
+    it chose when the user named none.
+
+    ``split``: that split of a folder of split caches (a cache given ``--split`` is one line).
+    Without it, a cache (or a URL) is itself; a folder of split caches is its ``default`` split when
+    it holds one (and the line says so), else one line naming its splits and ``--split``."""
+    text = os.fspath(path)
+    if split is not None:
+        if not is_url(text) and os.path.lexists(Path(text) / MANIFEST_NAME):
+            raise UsageError(f"--split {split}: {text} is one cache, not a folder of splits: leave out --split")
+        return split_path(text, split), None
+    found = cache_splits(text)
+    if not found:
+        return text, None
+    if default is not None and default in found:
+        return (
+            os.path.join(text, default),
+            f"{text} holds splits {', '.join(found)}: using {default} (--split NAME for another)",
+        )
+    raise UsageError(f"{text} holds splits {', '.join(found)}, each a cache: give --split NAME (one of them)")

@@ -34,6 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from ..augment.transforms import RandomHorizontalFlip, RandomResizedCrop
+from ..build.splits import SPLIT_NAMES
 from ..constants import DEFAULT_PIPELINE, VERSION
 from ..cpus import available_cpus
 from ..errors import CachekitError, UsageError
@@ -41,6 +42,7 @@ from ..feed.dataset import CachedDataset
 from ..feed.shm import shm_shortfall
 from ..image.recipes import load_pipeline
 from ..store.remote import is_url
+from ..store.splitdirs import choose_split
 from .baselines import BACKENDS, RawImageDataset, RawInputs, check_raw_inputs, classification_recipe
 from .benchrows import MAX_AUGMENT_SIZE, augment_record, augment_size, cache_row, make_loader_row, raw_row
 from .benchsamples import align_samples, cache_pipeline, raw_discovery
@@ -270,27 +272,77 @@ def run_bench(
     log: Callable[[str], None] = lambda line: None,
     progress: bool = False,
     storage_options: dict | None = None,
+    split: str | None = None,
 ) -> dict:
     """Measure every loader; return a JSON-able dict of the figures, the machine and the ratios.
 
     A cache may be an fsspec URL, reached with ``storage_options`` (never recorded): its rows
     include fetching its shards into the node's local shard cache.
+
+    A cache may be a folder of split caches (a build of a RAW that names splits): its ``split``
+    is benched, by default ``train`` when it holds one; a ``raw`` that names splits is then that
+    split's inputs only, so that the raw rows read what the cache holds.
     """
     config.check()
     if not caches and (raw is None or not config.raw_backends):
         raise UsageError("nothing to benchmark: give a raw folder and/or caches")
+    chosen = []
+    for c in caches:
+        path, note = choose_split(c, split)
+        if note is not None:
+            log(note)
+        chosen.append(path)
+    picked = split if split is not None else ("train" if list(map(str, caches)) != chosen else None)
+    named = picked is not None
+    if not named and chosen and not is_url(chosen[0]) and Path(chosen[0]).name in SPLIT_NAMES:
+        picked = Path(chosen[0]).name  # OUT/val given as it is: RAW's val, when RAW names splits
+    caches = chosen
     datasets = []
     try:
         for c in caches:
             datasets.append(CachedDataset(c, storage_options=storage_options))
+        raw_options = {}
+        if picked is not None and raw is not None and datasets:
+            given = raw
+            raw, raw_options = raw_split(raw, picked, datasets[0].manifest, storage_options, named)
+            if raw != given:
+                log(f"raw: split {picked} of {given}: {raw}")
         with _opencv_one_thread():
-            return _run(raw, caches, datasets, config, log, progress, storage_options)
+            return _run(raw, caches, datasets, config, log, progress, storage_options, raw_options)
     finally:
         for d in datasets:
             d.close()
 
 
-def _run(raw, caches, datasets, config: BenchConfig, log, progress: bool, storage_options) -> dict:
+def raw_split(raw, name: str, manifest, storage_options=None, named: bool = True) -> tuple[str, dict]:
+    """The inputs of split ``name`` of ``raw`` (what a cache of that split was built from) and the
+    discovery options they need beyond ``raw_discovery``'s (a data.yaml); ``raw`` itself, when it
+    names no splits. A RAW naming other splits only is one line, when the split was ``named`` (not
+    guessed from a cache folder's name)."""
+    import warnings
+
+    from ..build.splits import find_splits
+
+    options = raw_discovery(manifest, raw)
+    with warnings.catch_warnings():  # what a build of RAW would report is not bench's to say
+        warnings.simplefilter("ignore")
+        splits = find_splits(raw, options.get("annotations"), None, storage_options)
+    if splits is None:
+        return raw, {}
+    if name not in splits and not named:
+        return raw, {}
+    if name not in splits:
+        raise UsageError(
+            f"{raw} holds the splits {', '.join(splits)}, not {name}: give --split one of them, "
+            f"or the raw inputs of split {name}"
+        )
+    split = splits[name]  # a data.yaml's list of images: its folder, the rows matched by source path
+    return split.raw, ({"annotations": split.annotations} if split.annotations is not None else {})
+
+
+def _run(
+    raw, caches, datasets, config: BenchConfig, log, progress: bool, storage_options, raw_options=None
+) -> dict:
     crop = augment_size(config, caches, datasets)
     steps = spec_steps(config.augment_spec) if config.augment_spec is not None else None
     if steps is not None and crop is not None and steps == [RandomResizedCrop(crop), RandomHorizontalFlip()]:
@@ -319,7 +371,7 @@ def _run(raw, caches, datasets, config: BenchConfig, log, progress: bool, storag
             pil="pil" in backends,
             workers=available_cpus(),
             progress=progress,
-            discover_options=raw_discovery(datasets[0].manifest, raw) if datasets else {},
+            discover_options=(raw_discovery(datasets[0].manifest, raw) if datasets else {}) | (raw_options or {}),
         )
         for path, reason in inputs.skipped[:10]:
             log(f"skipped {path}: {reason}")
