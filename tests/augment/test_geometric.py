@@ -354,6 +354,29 @@ def test_mosaic_places_four_images_round_a_centre_as_ultralytics_does():
     assert np.allclose(m @ [0, 0, 1], [0, 16, 1]) and np.allclose(m @ [80, 40, 1], [64, 48, 1])
 
 
+def test_a_mosaic_s_boxes_are_its_tiles_cut_at_the_canvas_s_edges():
+    """Each image's whole box lands on the part of the canvas it covers (cut at the canvas's edges,
+    as Ultralytics clips them), then through the view: a scale of 0.4 about the view's centre shows
+    the whole canvas, ``x -> 0.4 x + 0.1 s``, so no edge of the output cuts anything further."""
+    s, n = 64, 40
+    plan = compile_plan([Mosaic(s), RandomAffine(scale=(0.4, 0.4))])
+    extra = plan.extra_indices(5, 0, np.arange(n), 1000)
+    sizes = [(40, 80), (100, 50), (64, 64), (30, 30)]
+    hw = np.array([sizes[0]] * n)
+    extra_hw = np.tile(np.array(sizes[1:])[None], (n, 1, 1))
+    draws = plan.draw(5, 0, np.arange(n), hw[:, 0], hw[:, 1], extra=extra, extra_hw=extra_hw)
+    g = draws.general
+    rows = g.mosaic.rows
+    owner = np.concatenate([[j, *rows[j]] for j in range(n)])
+    boxes = np.array([[0, 0, w, h] for _ in range(n) for h, w in sizes], np.float64)
+    moved, keep, sample = g.move_boxes(boxes, owner, 0.0)
+    assert keep.all() and np.array_equal(sample, np.repeat(np.arange(n), 4))
+    want = 0.4 * g.mosaic.regions.reshape(-1, 4) + 0.1 * s
+    assert np.allclose(moved, want, atol=1e-3)
+    cut = g.mosaic.regions.reshape(-1, 4)
+    assert (cut[:, 2:] == 2 * s).any() and (cut[:, :2] == 0).any()  # some tiles were cut at an edge
+
+
 # -- hostile arguments -----------------------------------------------------------------------------
 
 
