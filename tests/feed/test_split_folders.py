@@ -71,6 +71,8 @@ def test_a_url_is_never_looked_up_on_disk(splits, monkeypatch):
     assert cache_splits("s3://bucket/out") == ()
     assert split_path("s3://bucket/BOX/", "val") == "s3://bucket/BOX/val"
     assert split_path("s3://bucket/out-X", "train") == "s3://bucket/out-X/train"
+    shutil.copy(local / "out" / "train" / "manifest.json", local / "out" / "manifest.json")
+    assert choose_split("s3://bucket/out", "val") == ("s3://bucket/out/val", None)  # no local cache there
 
 
 def test_a_cache_holding_caches_is_one_cache(splits, small_cache):
