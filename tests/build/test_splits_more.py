@@ -54,3 +54,34 @@ def test_split_folders_alone_warn_of_nothing(tmp_path, recwarn):
     (raw / "README.md").write_text("two splits")
     build(raw, tmp_path / "c", BuildConfig(pipeline="none", **QUIET))
     assert not [w for w in recwarn if "no split" in str(w.message)]
+
+
+def _files(out: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(out.iterdir()) if p.name != "manifest.json"}
+
+
+def _same_cache(a: Path, b: Path) -> None:
+    assert _files(a) == _files(b)
+    assert CachedDataset(a).manifest.to_json() | {"created": ""} == CachedDataset(b).manifest.to_json() | {
+        "created": ""
+    }
+
+
+@pytest.mark.slow
+def test_a_dask_build_builds_every_split(tmp_path):
+    distributed = pytest.importorskip("dask.distributed")
+    raw = _split_tree(tmp_path / "raw", 7, 4)
+    config = {"pipeline": "none", "shard_size": 3, "progress": False}
+    local = build(raw, tmp_path / "local", BuildConfig(workers=2, **config))
+    with (
+        distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cl,
+        distributed.Client(cl),
+    ):
+        options = {"scheduler": cl.scheduler_address}
+        remote = build(raw, tmp_path / "dask", BuildConfig(executor="dask", executor_options=options, **config))
+    assert remote.splits == local.splits == ("train", "val")
+    assert {n: r.manifest.num_samples for n, r in remote.results.items()} == {"train": 7, "val": 4}
+    for split in ("train", "val"):
+        assert len(CachedDataset(tmp_path / "dask" / split).manifest.shards) > 1
+        _same_cache(tmp_path / "local" / split, tmp_path / "dask" / split)
+    assert _sources(tmp_path / "dask" / "val") == _sources(tmp_path / "local" / "val")
