@@ -3,7 +3,12 @@ every split, a killed build resumes split by split, and VOC's ImageSets/Main lis
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -11,6 +16,7 @@ from click.testing import CliRunner
 
 from cachekit import BuildConfig, CachedDataset, build
 from cachekit.cli import main
+from cachekit.constants import PARTIAL_DIR
 from cachekit.tools.synthetic import make_synthetic_folder
 
 QUIET = {"progress": False, "workers": 1}
@@ -85,3 +91,44 @@ def test_a_dask_build_builds_every_split(tmp_path):
         assert len(CachedDataset(tmp_path / "dask" / split).manifest.shards) > 1
         _same_cache(tmp_path / "local" / split, tmp_path / "dask" / split)
     assert _sources(tmp_path / "dask" / "val") == _sources(tmp_path / "local" / "val")
+
+
+def _finished_shards(out: Path) -> int:
+    partial = out / PARTIAL_DIR
+    return len(list(partial.glob("shard-*.json"))) if partial.is_dir() else 0
+
+
+def test_a_build_killed_in_its_second_split_resumes_that_split_only(tmp_path):
+    raw = tmp_path / "raw"
+    make_synthetic_folder(raw / "train", 6, classes=2, size=(96, 128), seed=1)
+    make_synthetic_folder(raw / "val", 40, classes=2, size=(96, 128), seed=2)
+    args = ["--shard-size", "2", "--workers", "1", "--size", "48", "--quiet"]
+    cmd = [sys.executable, "-m", "cachekit.cli", "build", str(raw), *args]
+    fresh = subprocess.run([*cmd, "--out", str(tmp_path / "fresh")], capture_output=True, text=True)
+    assert fresh.returncode == 0, fresh.stderr
+    out = tmp_path / "out"
+    proc = subprocess.Popen([*cmd, "--out", str(out)], start_new_session=True, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        if (out / "val" / PARTIAL_DIR / "state.json").exists() and _finished_shards(out / "val") >= 3:
+            break
+        time.sleep(0.002)
+    os.killpg(proc.pid, signal.SIGKILL)  # the build and its workers, as a crash would
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL, "the build finished before it could be killed"
+    assert (out / "train" / "manifest.json").exists() and not (out / "val" / "manifest.json").exists()
+    train_manifest = (out / "train" / "manifest.json").read_bytes()
+    train_stamp = (out / "train" / "manifest.json").stat().st_mtime_ns
+    finished = _finished_shards(out / "val")
+    assert 3 <= finished < 20
+
+    again = subprocess.run([*cmd, "--out", str(out)], capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr
+    lines = again.stdout.splitlines()
+    assert lines[0].startswith("up to date: 6 samples"), again.stdout  # train: not rebuilt
+    assert lines[1].startswith("resumed: 40 samples") and f"({finished} reused)" in lines[1], again.stdout
+    assert (out / "train" / "manifest.json").read_bytes() == train_manifest
+    assert (out / "train" / "manifest.json").stat().st_mtime_ns == train_stamp
+    for split in ("train", "val"):
+        _same_cache(tmp_path / "fresh" / split, out / split)  # no records or temp files left behind
+    assert sorted(p.name for p in out.iterdir()) == ["train", "val"]
