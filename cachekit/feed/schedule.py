@@ -14,6 +14,8 @@ import logging
 import threading
 from collections.abc import Callable
 
+import torch
+
 from ..augment import catalogue as _catalogue
 from ..augment.plan import AugmentUsageError, Plan, compile_plan
 from ..augment.spec import format_spec, parse_spec
@@ -26,10 +28,12 @@ log = logging.getLogger("cachekit")
 
 def is_schedule_function(augment) -> bool:
     """True for an ``augment`` that is a function of the epoch (not a list, nor one transform, nor a
-    class: ``RandomHorizontalFlip`` is callable, but ``RandomHorizontalFlip(epoch)`` is no schedule)."""
+    class: ``RandomHorizontalFlip`` is callable, but ``RandomHorizontalFlip(epoch)`` is no schedule;
+    nor a torch module or torchvision transform, which would pass the epoch through as its output)."""
     return (
         callable(augment)
-        and not isinstance(augment, type)
+        and not isinstance(augment, (type, torch.nn.Module))
+        and not type(augment).__module__.startswith("torchvision.")
         and not isinstance(augment, (list, tuple, *_catalogue.CATALOGUE))
     )
 
