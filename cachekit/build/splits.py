@@ -10,6 +10,8 @@ What names splits:
 - Parquet or tar files (a pattern, or a folder holding them directly or in ``data/``) whose names
   or folders start with a split name, Hugging Face's ``data/train-00000-of-00002.parquet``,
   ``data/test-*.parquet``, ``train/*.parquet`` or WebDataset's ``train-000000.tar``;
+- a VOC tree's ``ImageSets/Main/{train,val,trainval,test}.txt`` (``--annotations voc``): lists of
+  image ids, ``trainval`` left out when ``train`` and ``val`` are there;
 - a folder whose folders are all split names (``train/``, ``val/``): an ImageFolder tree each, or
   a folder of Parquet or tar files each.
 
@@ -117,7 +119,9 @@ def find_splits(raw, annotations=None, labels=None, storage_options=None) -> dic
         given = str(annotations)
         if given == "yolo" or given.lower().endswith((".yaml", ".yml")):
             return _yolo_splits(Path(text), given)
-        return None  # COCO and VOC files say which images are inputs
+        if given == "voc":
+            return _voc_splits(Path(text))
+        return None  # a COCO file says which images are inputs
     root = Path(text)
     for folder in (root, root / "data"):
         for suffix in _RECORD_SUFFIXES:
@@ -312,6 +316,50 @@ def _yolo_splits(raw: Path, annotations: str) -> dict[str, Split] | None:
         whole = {os.path.abspath(p) for p in (raw, raw / "images", root, root / "images")}
         if single.only is None and os.path.abspath(single.raw) in whole:
             return None
+    return _ordered(out)
+
+
+#: VOC's lists of image ids that name splits, in ``ImageSets/Main/`` (``trainval`` is train + val).
+VOC_LISTS = ("train", "val", "trainval", "test")
+
+
+def _voc_splits(raw: Path) -> dict[str, Split] | None:
+    """A VOC tree's ``ImageSets/Main/{train,val,trainval,test}.txt``: each a split of the images
+    whose ids it lists (``JPEGImages/<id>.jpg``); ``trainval`` is left out, and said so, when
+    ``train`` and ``val`` are there (it is their union). None when there are no such lists."""
+    from .labels import read_text_file
+
+    folder = raw / "ImageSets" / "Main"
+    lists = {n: folder / f"{n}.txt" for n in VOC_LISTS if (folder / f"{n}.txt").is_file()}
+    if not lists:
+        return None
+    if "trainval" in lists and "train" in lists and "val" in lists:
+        del lists["trainval"]
+        warnings.warn(
+            f"{folder}/trainval.txt is train.txt and val.txt together: not built as a split of its "
+            "own (its images are in the train and val caches)",
+            UserWarning,
+            stacklevel=2,
+        )
+    try:
+        names = sorted(e.name for e in os.scandir(raw / "JPEGImages") if e.is_file())
+    except OSError:
+        names = []
+    image_of: dict[str, str] = {}
+    for name in names:
+        image_of.setdefault(os.path.splitext(name)[0], f"JPEGImages/{name}")
+    out = {}
+    for name, txt in lists.items():
+        text = read_text_file(txt, "an image set", 256 << 20, "a text file of image ids, one a line")
+        ids = [line.split()[0] for line in text.splitlines() if line.strip()]
+        only = [image_of[i] for i in ids if i in image_of]
+        missing = tuple(
+            (f"ImageSets/Main/{name}.txt: {i}", f"no image JPEGImages/{i}.* in {raw}")
+            for i in ids
+            if i not in image_of
+        )
+        out[name] = Split(name, str(raw), "voc", tuple(only), missing,
+                          origin=f"{raw}/ImageSets/Main's lists")  # fmt: skip
     return _ordered(out)
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from sourcekit import make_objects, write_voc
 
 from cachekit import BuildConfig, CachedDataset, build
 from cachekit.cli import main
@@ -53,6 +54,22 @@ def test_images_beside_the_split_folders_are_reported(tmp_path):
     (raw / "c.JPG").unlink()
     with pytest.warns(UserWarning, match=r"^2 images directly in .* left out: a\.png, d\.jpg$"):
         build(raw, tmp_path / "d", BuildConfig(pipeline="none", **QUIET))
+
+
+def test_images_beside_yolo_split_folders_are_reported(tmp_path):
+    raw = tmp_path / "yolo"
+    make_synthetic_folder(tmp_path / "src", 5, classes=1, size=(32, 40), seed=1)
+    files = sorted((tmp_path / "src" / "class_000").iterdir())
+    for split, chosen in (("train", files[:2]), ("val", files[2:4])):
+        (raw / "images" / split).mkdir(parents=True)
+        (raw / "labels" / split).mkdir(parents=True)  # background images: no label files
+        for f in chosen:
+            shutil.copy(f, raw / "images" / split / f.name)
+    shutil.copy(files[4], raw / "images" / "loose.jpg")
+    (raw / "data.yaml").write_text("names: [a]\n")  # no train/val keys: images/<split>/ name them
+    with pytest.warns(UserWarning, match=r"^1 images directly in .*images are in no split .*: loose\.jpg$"):
+        result = build(raw, tmp_path / "c", BuildConfig(annotations="yolo", pipeline="none", **QUIET))
+    assert {n: r.manifest.num_samples for n, r in result.results.items()} == {"train": 2, "val": 2}
 
 
 def test_split_folders_alone_warn_of_nothing(tmp_path, recwarn):
@@ -132,3 +149,64 @@ def test_a_build_killed_in_its_second_split_resumes_that_split_only(tmp_path):
     for split in ("train", "val"):
         _same_cache(tmp_path / "fresh" / split, out / split)  # no records or temp files left behind
     assert sorted(p.name for p in out.iterdir()) == ["train", "val"]
+
+
+def _targets(cache: Path) -> dict[str, tuple]:
+    """Each sample's (classes, boxes) by its source path."""
+    ds = CachedDataset(cache)
+    out = {}
+    for i in range(len(ds)):
+        target = ds[i][1]
+        out[ds.source(i)] = (target["classes"].tolist(), target["boxes"].tolist())
+    return out
+
+
+def _voc_tree(tmp_path: Path, lists: dict[str, list[int]]) -> tuple[Path, list[str]]:
+    """A VOC tree of 8 images (whole, built as one cache at tmp_path/whole) and ImageSets/Main lists
+    of the given image numbers."""
+    _, items = make_objects(tmp_path / "objects", 8)
+    raw = write_voc(items, tmp_path / "voc")
+    build(raw, tmp_path / "whole", BuildConfig(annotations="voc", pipeline="none", **QUIET))
+    ids = [Path(it.file).stem for it in items]
+    (raw / "ImageSets" / "Main").mkdir(parents=True)
+    for name, numbers in lists.items():
+        text = "".join(f"{ids[k]}\n" for k in numbers)
+        (raw / "ImageSets" / "Main" / f"{name}.txt").write_text(text)
+    return raw, ids
+
+
+def test_voc_image_sets_build_train_and_val(tmp_path):
+    raw, ids = _voc_tree(tmp_path, {"train": [0, 2, 3, 5, 7, 0], "val": [1, 4, 6], "trainval": list(range(8))})
+    (raw / "ImageSets" / "Main" / "cat_train.txt").write_text(f"{ids[0]}  1\n")  # a class's list: no split
+    out = tmp_path / "c"
+    args = ["build", str(raw), "--out", str(out), "--annotations", "voc", "--pipeline", "none", "--quiet"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in out.iterdir()) == ["train", "val"]
+    assert _sources(out / "train") == [f"JPEGImages/{ids[k]}.png" for k in (0, 2, 3, 5, 7)]
+    assert _sources(out / "val") == [f"JPEGImages/{ids[k]}.png" for k in (1, 4, 6)]
+    warning = [line for line in result.stderr.splitlines() if "trainval" in line]
+    assert len(warning) == 1 and warning[0].startswith("warning: ") and "not built as a split" in warning[0]
+    assert "more than one split" not in result.stderr
+    whole = _targets(tmp_path / "whole")
+    for split in ("train", "val"):
+        assert CachedDataset(out / split).manifest.classes == CachedDataset(tmp_path / "whole").manifest.classes
+        for source, target in _targets(out / split).items():
+            assert target == whole[source]  # each image's own boxes, as a build of the whole tree
+    with pytest.warns(UserWarning, match="trainval.txt is train.txt and val.txt together"):
+        val = build(raw, tmp_path / "v", BuildConfig(annotations="voc", pipeline="none", split="val", **QUIET))
+    assert val.splits == ("val",) and not (tmp_path / "v" / "train").exists()
+
+
+def test_voc_trainval_without_train_and_val_is_a_split(tmp_path, recwarn):
+    raw, ids = _voc_tree(tmp_path, {"trainval": [0, 1, 2, 3, 4], "test": [5, 6, 7]})
+    (raw / "ImageSets" / "Main" / "test.txt").write_text(f"{ids[5]}\n{ids[6]}\n{ids[7]}\nnot_there\n\n")
+    result = build(raw, tmp_path / "c", BuildConfig(annotations="voc", pipeline="none", **QUIET))
+    assert {n: r.manifest.num_samples for n, r in result.results.items()} == {"test": 3, "trainval": 5}
+    skipped = [(s.path, s.reason) for s in result["test"].manifest.skipped]
+    assert skipped == [("ImageSets/Main/test.txt: not_there", f"no image JPEGImages/not_there.* in {raw}")]
+    assert not [w for w in recwarn if "trainval" in str(w.message)]
+    (raw / "ImageSets" / "Main" / "test.txt").unlink()
+    (raw / "ImageSets" / "Main" / "trainval.txt").unlink()
+    plain = build(raw, tmp_path / "d", BuildConfig(annotations="voc", pipeline="none", **QUIET))
+    assert plain.manifest.num_samples == 8  # no lists: one cache of every image, as before
