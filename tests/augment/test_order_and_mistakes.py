@@ -149,12 +149,14 @@ def test_mosaic_after_any_step_is_a_usage_error_with_the_fix(boxes_cache):
 @pytest.mark.parametrize("pixel", [RandomGrayscale(p=1.0), RandomHSV(), ColorJitter(0.5, 0.5, 0.5, 0.1)],
                          ids=lambda s: type(s).__name__)  # fmt: skip
 @pytest.mark.parametrize("flip", [RandomHorizontalFlip(p=1.0), RandomVerticalFlip(p=1.0)], ids=lambda s: type(s).__name__)
-def test_a_per_pixel_op_before_a_flip_is_kept_and_gives_what_was_written(small_cache, pixel, flip):
+@pytest.mark.parametrize("on_device", [False, True], ids=["threads", "device"])
+def test_a_per_pixel_op_before_a_flip_is_kept_and_gives_what_was_written(small_cache, pixel, flip, on_device):
     """The plan runs flips with the geometry, before ColorJitter and the pixel stage; a per-pixel op
     commutes with a mirror exactly, so the list is taken and its pixels are the op's, then mirrored."""
     ds = CachedDataset(small_cache)
-    written = make_loader(ds, 8, seed=SEED, shuffle=False, augment=[CenterCrop(16), pixel, flip])
-    unflipped = make_loader(ds, 8, seed=SEED, shuffle=False, augment=[CenterCrop(16), pixel])
+    options = {"device": "cpu", "augment_on": "device"} if on_device else {}
+    written = make_loader(ds, 8, seed=SEED, shuffle=False, augment=[CenterCrop(16), pixel, flip], **options)
+    unflipped = make_loader(ds, 8, seed=SEED, shuffle=False, augment=[CenterCrop(16), pixel], **options)
     axis = -1 if isinstance(flip, RandomHorizontalFlip) else -2
     got, want = _epoch(written), _epoch(unflipped)
     assert len(got) == len(want) == 5
