@@ -294,6 +294,10 @@ def test_each_iou_crop_overlaps_a_box_whose_centre_it_holds_by_at_least_the_draw
         assert best[-1] >= option, (j, best[-1], option)
     if option == 0.0:  # with no minimum, many crops overlap their boxes less than the others ask
         assert np.mean(np.array(best) < 0.5) > 0.3
+        # each side's scale drawn on its own (torchvision draws two), so the crops' shapes vary,
+        fx = (rects[cropped, 2] - rects[cropped, 0]) / (200 if before != "halved" else 100)
+        fy = (rects[cropped, 3] - rects[cropped, 1]) / (100 if before != "halved" else 50)
+        assert np.ptp(fx / fy) > 0.5  # (within the aspect ratio's bounds: 2 fx / fy in [0.5, 2])
 
 
 def test_an_iou_crop_counts_only_the_boxes_whose_centres_it_holds():
@@ -644,6 +648,19 @@ def test_affine_maps_are_torchvisions_formula(step):
         ref = _tv_warp(images[j], inverse, (h, w))
         _same_pixels(ours[j], ref, f"threads {j}")
         _same_pixels(device[j], ref, f"device {j}")
+
+
+def test_a_rotation_about_a_given_centre_is_torchvisions():
+    """``center=(x, y)``: torchvision's ``rotate`` turns about that point of the image (x across)."""
+    h, w = 96, 128
+    img = _images(1, seed=8, size=(h, w))[0]
+    draws = _draw([RandomRotation((25, 25), center=(30.0, 70.0))], [img])
+    inverse = _tv_affine((30.0, 70.0), -25, (0.0, 0.0), 1.0, (0.0, 0.0), inverted=True)
+    assert np.allclose(np.linalg.inv(draws.general.matrices[0]), inverse, atol=1e-9)
+    assert np.allclose(draws.general.matrices[0] @ [30.0, 70.0, 1.0], [30.0, 70.0, 1.0])
+    ref = _tv_warp(img, inverse, (h, w))
+    _same_pixels(_cpu([img], draws)[0], ref, "threads")
+    _same_pixels(_device([img], draws)[0], ref, "device")
 
 
 @pytest.mark.parametrize("expand", [False, True])
