@@ -301,24 +301,23 @@ def run_bench(
     try:
         for c in caches:
             datasets.append(CachedDataset(c, storage_options=storage_options))
-        raw_options = {}
         if picked is not None and raw is not None and datasets:
             given = raw
-            raw, raw_options = raw_split(raw, picked, datasets[0].manifest, storage_options, named)
+            raw = raw_split(raw, picked, datasets[0].manifest, storage_options, named)
             if raw != given:
                 log(f"raw: split {picked} of {given}: {raw}")
         with _opencv_one_thread():
-            return _run(raw, caches, datasets, config, log, progress, storage_options, raw_options)
+            return _run(raw, caches, datasets, config, log, progress, storage_options)
     finally:
         for d in datasets:
             d.close()
 
 
-def raw_split(raw, name: str, manifest, storage_options=None, named: bool = True) -> tuple[str, dict]:
-    """The inputs of split ``name`` of ``raw`` (what a cache of that split was built from) and the
-    discovery options they need beyond ``raw_discovery``'s (a data.yaml); ``raw`` itself, when it
-    names no splits. A RAW naming other splits only is one line, when the split was ``named`` (not
-    guessed from a cache folder's name)."""
+def raw_split(raw, name: str, manifest, storage_options=None, named: bool = True) -> str:
+    """The inputs of split ``name`` of ``raw``, what a cache of that split was built from: a folder,
+    a pattern of files, or the root of a data.yaml's lists (the rows then matched by source path).
+    ``raw`` itself when it names no splits, or not this one and the split was guessed from a cache
+    folder's name; a split the user named that RAW does not hold is one line."""
     import warnings
 
     from ..build.splits import find_splits
@@ -327,22 +326,17 @@ def raw_split(raw, name: str, manifest, storage_options=None, named: bool = True
     with warnings.catch_warnings():  # what a build of RAW would report is not bench's to say
         warnings.simplefilter("ignore")
         splits = find_splits(raw, options.get("annotations"), None, storage_options)
-    if splits is None:
-        return raw, {}
-    if name not in splits and not named:
-        return raw, {}
+    if splits is None or (name not in splits and not named):
+        return raw
     if name not in splits:
         raise UsageError(
             f"{raw} holds the splits {', '.join(splits)}, not {name}: give --split one of them, "
             f"or the raw inputs of split {name}"
         )
-    split = splits[name]  # a data.yaml's list of images: its folder, the rows matched by source path
-    return split.raw, ({"annotations": split.annotations} if split.annotations is not None else {})
+    return splits[name].raw
 
 
-def _run(
-    raw, caches, datasets, config: BenchConfig, log, progress: bool, storage_options, raw_options=None
-) -> dict:
+def _run(raw, caches, datasets, config: BenchConfig, log, progress: bool, storage_options) -> dict:
     crop = augment_size(config, caches, datasets)
     steps = spec_steps(config.augment_spec) if config.augment_spec is not None else None
     if steps is not None and crop is not None and steps == [RandomResizedCrop(crop), RandomHorizontalFlip()]:
@@ -371,7 +365,7 @@ def _run(
             pil="pil" in backends,
             workers=available_cpus(),
             progress=progress,
-            discover_options=(raw_discovery(datasets[0].manifest, raw) if datasets else {}) | (raw_options or {}),
+            discover_options=raw_discovery(datasets[0].manifest, raw) if datasets else {},
         )
         for path, reason in inputs.skipped[:10]:
             log(f"skipped {path}: {reason}")

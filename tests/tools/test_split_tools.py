@@ -13,6 +13,7 @@ from click.testing import CliRunner
 from cachekit import BuildConfig, build
 from cachekit.cli import main
 from cachekit.tools.synthetic import make_synthetic_folder
+from cachekit.tools.synthetic_objects import make_object_dataset
 
 TRAIN, VAL = 6, 3
 
@@ -80,6 +81,34 @@ def test_bench_refusals_are_one_line(split_build, tmp_path):
     shutil.copytree(raw / "val", test_raw / "val")
     code, _, err = _run("bench", test_raw, out, *BENCH)
     assert code == 2 and "holds the splits val, test, not train" in err and "Traceback" not in err
+
+
+def test_a_cache_named_as_a_split_raw_does_not_hold(split_build, tmp_path):
+    raw, out = split_build
+    other = tmp_path / "other"
+    shutil.copytree(raw / "train", other / "test")  # RAW of test/ and val/: no train
+    shutil.copytree(raw / "val", other / "val")
+    code, _, err = _run("bench", other, out / "val", *BENCH, "--json", tmp_path / "r.json")
+    assert code == 0, err  # OUT/val given as it is: RAW's val
+    assert json.loads((tmp_path / "r.json").read_text())["raw"]["path"] == str(other / "val")
+    code, _, err = _run("bench", other, out / "train", *BENCH, "--json", tmp_path / "s.json")
+    assert code == 0, err  # a cache folder's name is a guess: RAW taken as given, no refusal
+    assert "raw: split" not in err and json.loads((tmp_path / "s.json").read_text())["raw"]["path"] == str(other)
+
+
+def test_bench_a_yolo_split(tmp_path):
+    raw = tmp_path / "yolo"
+    for k, (split, n) in enumerate({"train": 3, "val": 2}.items()):
+        part = make_object_dataset(tmp_path / f"part-{split}", n, size=(40, 52), classes=2, seed=k)
+        for kind in ("images", "labels"):
+            shutil.copytree(part / kind, raw / kind / split)
+    (raw / "data.yaml").write_text("path: .\ntrain: images/train\nval: images/val\nnames: [a, b]\n")
+    build(raw, tmp_path / "out", BuildConfig(annotations="yolo", size=48, progress=False, workers=1))
+    code, _, err = _run("bench", raw, tmp_path / "out", *BENCH, "--split", "val", "--json", tmp_path / "r.json")
+    assert code == 0, err
+    result = json.loads((tmp_path / "r.json").read_text())
+    assert result["raw"]["path"] == str(raw / "images" / "val") and result["samples"] == 2
+    assert "matched by source path" in err
 
 
 def test_doctor_on_a_folder_of_splits(split_build, tmp_path):
