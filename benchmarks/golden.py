@@ -1,0 +1,439 @@
+"""Golden outputs of read-time augmentation: a digest of every batch every transform gives, so that a
+change meant to keep the outputs (a refactor of ``cachekit/augment/``) can show them bit-identical.
+
+    python benchmarks/golden.py --write tests/augment/golden/outputs.json   # record from this code
+    python benchmarks/golden.py --check tests/augment/golden/outputs.json   # compare with a record
+    python benchmarks/golden.py --check FILE --only det.Mosaic              # cases whose names contain it
+
+Three small caches are built from code (synthetic numpy images, ``cachekit.build``): ``cls``, a
+classification cache of 40x40 samples with four classes; ``det``, detection samples of two non-square
+sizes (60x80 and 72x56) with boxes, classes and a class-map mask; ``boxes``, the same images with
+their boxes alone (``collate="yolo"`` refuses masks). Every transform of the catalogue
+(``cachekit.augment.catalogue.CATALOGUE``) runs alone with parameters that make it act (``p=1``
+where there is a ``p``; on ``det`` followed by a fixed ``Resize``, since its samples vary in size),
+on ``cls`` and on ``det`` where it applies, with a few variants where a parameter switches code
+(``expand``, ``perspective``, AutoAugment's policies, RandomErasing's values, Mosaic's ``p``); the
+DeiT and YOLO recipes of README.md run as written there at small sizes (YOLO with its
+``close_mosaic`` for the last epoch). Each case reads 3 epochs with a fixed seed, on CPU threads
+(``augment_on="threads"``) and on the device path run on the CPU (``device="cpu",
+augment_on="device"``), and ``stored.*`` reads each cache without augmentation (so that a change
+in the data or the order shows there and not as a transform's). A batch is recorded as the
+sha256 (its first 16 hex digits) of each of its outputs: images, labels, and each target key over the
+batch's samples in order (boxes, classes, iscrowd, mask, ...), each with its dtype and shape.
+
+The file is ``{"versions": {torch, cv2, numpy}, "cases": {name: [{key: digest} per batch]},
+"transforms": {name: the list as text}}``. Bit-identity is only defined for the same kernels: a
+record made with other torch, cv2 or numpy versions is reported, not compared as equal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import cv2
+import numpy as np
+import torch
+
+from cachekit import BuildConfig, build, make_loader
+from cachekit.augment.catalogue import CATALOGUE
+from cachekit.augment.maps import GEOMETRIC_STEPS
+from cachekit.augment.spec import format_spec
+from cachekit.augment.transforms import TRANSFORMS
+from cachekit.tools.synthetic import synthetic_image
+from cachekit.transforms import (
+    AutoAugment,
+    CenterCrop,
+    ColorJitter,
+    CutMix,
+    GaussianBlur,
+    Letterbox,
+    MixUp,
+    MixUpOrCutMix,
+    Mosaic,
+    RandAugment,
+    RandomAffine,
+    RandomErasing,
+    RandomGrayscale,
+    RandomHorizontalFlip,
+    RandomHSV,
+    RandomIoUCrop,
+    RandomPerspective,
+    RandomResizedCrop,
+    RandomRotation,
+    RandomVerticalFlip,
+    RandomZoomOut,
+    Resize,
+    TrivialAugmentWide,
+)
+
+SEED = 5
+EPOCHS = 3
+BATCH = 6  # 16 samples: two full batches and one of 4 each epoch
+SAMPLES = 16
+DIGITS = 16
+PATHS = {"threads": {"augment_on": "threads"}, "device": {"device": "cpu", "augment_on": "device"}}
+#: The fixed size that ends a list on ``det`` (its samples vary in size): non-square, so that a
+#: swapped height and width shows.
+DET_SIZE = (48, 64)
+
+
+def versions() -> dict[str, str]:
+    return {"torch": torch.__version__, "cv2": cv2.__version__, "numpy": np.__version__}
+
+
+# --- the caches -------------------------------------------------------------------------------------
+
+
+def _classification_samples() -> Iterator:
+    for i in range(SAMPLES):
+        rng = np.random.default_rng([11, i])
+        yield synthetic_image(rng, 44, 52), i % 4
+
+
+def _detection_samples(masks: bool) -> Iterator:
+    colours = ((230, 30, 30), (30, 220, 40), (40, 50, 235))
+    for i in range(SAMPLES):
+        rng = np.random.default_rng([12, i])
+        h, w = (60, 80) if i % 2 else (72, 56)
+        image = synthetic_image(rng, h, w)
+        mask = np.zeros((h, w), np.uint8)
+        boxes, classes = [], []
+        for _ in range(int(rng.integers(1, 5))):
+            bw, bh = int(rng.integers(6, w // 2)), int(rng.integers(6, h // 2))
+            x, y, c = (
+                int(rng.integers(0, w - bw + 1)),
+                int(rng.integers(0, h - bh + 1)),
+                int(rng.integers(0, 3)),
+            )
+            image[y : y + bh, x : x + bw] = colours[c]
+            mask[y : y + bh, x : x + bw] = c + 1
+            boxes.append([x, y, x + bw, y + bh])
+            classes.append(c)
+        target = {"boxes": np.array(boxes, np.float32), "classes": np.array(classes, np.int64)}
+        if masks:
+            target["mask"] = mask
+        yield image, target
+
+
+def build_caches(folder: str | Path) -> dict[str, Path]:
+    """The three caches under ``folder``: ``cls`` (40x40, 4 classes), ``det`` (boxes and masks, two
+    non-square sizes), ``boxes`` (the same boxes, no masks)."""
+    folder = Path(folder)
+    quiet = {"workers": 1, "progress": False, "shard_size": 5}
+    paths = {name: folder / name for name in ("cls", "det", "boxes")}
+    build(_classification_samples(), paths["cls"], BuildConfig(pipeline="classification-224", size=40, **quiet),
+          classes=[f"class_{c}" for c in range(4)])  # fmt: skip
+    names = ["red", "green", "blue"]
+    build(_detection_samples(True), paths["det"], BuildConfig(pipeline="none", **quiet), classes=names)
+    build(_detection_samples(False), paths["boxes"], BuildConfig(pipeline="none", **quiet), classes=names)
+    return paths
+
+
+# --- the cases --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Case:
+    """One loader: the cache it reads, its list, ``make_loader``'s other options, and the list
+    ``set_augment`` gives the last epoch (None: the same all along)."""
+
+    cache: str
+    augment: list | None
+    options: dict = field(default_factory=dict)
+    last_epoch: list | None = None
+
+
+#: Each transform of the catalogue, acting: name -> (transform, the caches it runs on). Variants carry
+#: a suffix. On ``det`` a transform that fixes the output's size runs as it is, any other with
+#: ``Resize(DET_SIZE)`` (``_on_det``); on ``cls`` alone (with the resize when it changes the size).
+ALONE: dict[str, tuple[object, str]] = {
+    "RandomResizedCrop": (RandomResizedCrop((40, 56)), "cls det"),
+    "RandomHorizontalFlip": (RandomHorizontalFlip(1.0), "cls det"),
+    "ColorJitter": (ColorJitter(0.4, 0.4, 0.4, 0.1), "cls det"),
+    "CenterCrop": (CenterCrop((40, 56)), "cls det"),
+    "Resize": (Resize((44, 60)), "cls det"),
+    "Resize-shorter": (Resize(36), "cls"),  # on det, the Resize after it would undo it
+    "Letterbox": (Letterbox(64), "cls det"),
+    "RandomVerticalFlip": (RandomVerticalFlip(1.0), "cls det"),
+    "RandomRotation": (RandomRotation(20), "cls det"),
+    "RandomRotation-expand": (RandomRotation((-30, 30), expand=True, fill=114), "cls det"),
+    "RandomAffine": (RandomAffine(15, translate=(0.1, 0.1), scale=(0.8, 1.2), shear=10, fill=114), "cls det"),
+    "RandomAffine-perspective": (RandomAffine(5, scale=(0.8, 1.2), perspective=0.001), "cls det"),
+    "RandomPerspective": (RandomPerspective(0.4, p=1.0), "cls det"),
+    "RandomZoomOut": (RandomZoomOut(side_range=(1.0, 2.0), p=1.0), "cls det"),
+    "RandomIoUCrop": (RandomIoUCrop(), "det"),  # needs boxes
+    "Mosaic": (Mosaic(64), "det"),  # needs boxes or masks
+    "Mosaic-half": (Mosaic(64, p=0.5), "det"),
+    "RandAugment": (RandAugment(2, 9), "cls det"),
+    "RandAugment-strong": (RandAugment(4, 20, fill=(10, 20, 30)), "det"),
+    "TrivialAugmentWide": (TrivialAugmentWide(), "cls det"),
+    "AutoAugment": (AutoAugment("imagenet"), "cls det"),
+    "AutoAugment-cifar10": (AutoAugment("cifar10", fill=(20, 40, 60)), "det"),
+    "AutoAugment-svhn": (AutoAugment("svhn"), "det"),
+    "RandomErasing": (RandomErasing(1.0), "cls det"),
+    "RandomErasing-random": (RandomErasing(1.0, value="random"), "cls det"),
+    "RandomErasing-value": (RandomErasing(1.0, value=(1, 2, 3)), "det"),
+    "RandomGrayscale": (RandomGrayscale(1.0), "cls det"),
+    "GaussianBlur": (GaussianBlur(5, sigma=(0.5, 2.0)), "cls det"),
+    "RandomHSV": (RandomHSV(), "cls det"),
+}
+
+#: The batch transforms: classification caches' soft labels, and Ultralytics' MixUp on detection.
+BATCH_CASES = {
+    "cls.MixUp": Case("cls", [RandomResizedCrop(32), MixUp()]),
+    "cls.CutMix": Case("cls", [RandomResizedCrop(32), CutMix()]),
+    "cls.MixUpOrCutMix": Case("cls", [RandomResizedCrop(32), MixUpOrCutMix()]),
+    "det.MixUp": Case("det", [Resize(DET_SIZE), MixUp()]),
+}
+
+#: README's "Training recipes" at small sizes: DeiT (normalised, soft labels) and YOLO (Ultralytics'
+#: rows, mosaic closed for the last epoch).
+_YOLO_TAIL = [
+    RandomAffine(degrees=0, translate=(0.1, 0.1), scale=(0.5, 1.5), fill=114),
+    RandomHSV(h=0.015, s=0.7, v=0.4),
+    RandomHorizontalFlip(),
+]
+RECIPES = {
+    "recipe.DeiT": Case(
+        "cls",
+        [
+            RandomResizedCrop(32),
+            RandomHorizontalFlip(),
+            RandAugment(num_ops=2, magnitude=9),
+            RandomErasing(0.25),
+            MixUp(0.8),
+            CutMix(1.0),
+        ],
+        {"normalize": True},
+    ),  # fmt: skip
+    "recipe.YOLO": Case(
+        "boxes", [Mosaic(64), *_YOLO_TAIL], {"collate": "yolo"}, [Letterbox(64), *_YOLO_TAIL]
+    ),
+}
+
+
+def _fixes_size(step) -> bool:
+    return isinstance(step, (RandomResizedCrop, CenterCrop, Letterbox, Mosaic)) or (
+        isinstance(step, Resize) and not isinstance(step.size, int)
+    )
+
+
+def _geometric(step) -> bool:
+    return isinstance(step, (*TRANSFORMS, *GEOMETRIC_STEPS)) and not isinstance(step, ColorJitter)
+
+
+def _varies_size(step) -> bool:
+    return isinstance(step, (RandomZoomOut, RandomIoUCrop)) or (
+        isinstance(step, RandomRotation) and step.expand
+    )
+
+
+def _on_det(step) -> list:
+    """``step`` alone on ``det``, whose samples vary in size: a list that ends in a fixed size."""
+    if _fixes_size(step):
+        return [step]
+    if _geometric(step):
+        return [step, Resize(DET_SIZE)]
+    return [Resize(DET_SIZE), step]  # a pixel transform runs after the geometry, and is listed after it
+
+
+def cases() -> dict[str, Case]:
+    """Every case by name: ``<cache>.<transform>[-variant].<threads|device>``, the recipes, ``stored.*``."""
+    base: dict[str, Case] = {}
+    for name, (step, on) in ALONE.items():
+        if "det" in on:
+            base[f"det.{name}"] = Case("det", _on_det(step))
+        if "cls" in on:
+            base[f"cls.{name}"] = Case("cls", [step, Resize(DET_SIZE)] if _varies_size(step) else [step])
+    base["det.none"] = Case("det", [Resize(DET_SIZE)])  # what a transform that does nothing gives there
+    base.update(BATCH_CASES)
+    base.update(RECIPES)
+    every = {f"{name}.{path}": case for name, case in base.items() for path in PATHS}
+    for cache in ("cls", "det", "boxes"):
+        every[f"stored.{cache}"] = Case(cache, None, {"pad": cache != "cls"})
+    return every
+
+
+def _path_options(name: str) -> dict:
+    return PATHS[name.rsplit(".", 1)[1]] if name.rsplit(".", 1)[1] in PATHS else {}
+
+
+def uncovered() -> list[str]:
+    """The catalogue's transforms no case runs (none, or a new transform needs its case)."""
+    run = {type(s) for c in cases().values() for s in (c.augment or []) + (c.last_epoch or [])}
+    return [t.__name__ for t in CATALOGUE if t not in run]
+
+
+# --- digests ----------------------------------------------------------------------------------------
+
+
+def _leaves(value, path: str, index: tuple) -> Iterator[tuple[str, tuple, object]]:
+    """(name, position, leaf) of a batch: a list's items share their name and differ in position."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield from _leaves(item, f"{path}.{key}" if path else str(key), index)
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            yield from _leaves(item, f"{path}[]", (*index, i))
+    else:
+        yield path, index, value
+
+
+def _batch_parts(batch) -> dict:
+    """A loader's batch as named parts: the images, then labels (a tensor) or targets, then others."""
+    if not isinstance(batch, (tuple, list)):
+        return {"batch": batch}
+    parts = {"images": batch[0]}
+    if len(batch) > 1:
+        parts["labels" if isinstance(batch[1], torch.Tensor) else "targets"] = batch[1]
+    for i, extra in enumerate(batch[2:], start=2):
+        parts[f"out{i}"] = extra
+    return parts
+
+
+def digest_batch(batch) -> dict[str, str]:
+    """``{key: sha256}`` of each output of one batch: a tensor's dtype, shape and bytes; a list's
+    items in order, each with its position (so ``targets[].boxes`` is every sample's boxes)."""
+    hashes: dict[str, hashlib._Hash] = {}
+    for key, index, leaf in _leaves(_batch_parts(batch), "", ()):
+        h = hashes.setdefault(key, hashlib.sha256())
+        if isinstance(leaf, torch.Tensor):
+            t = leaf.detach().to("cpu").contiguous()
+            h.update(f"{index}|{t.dtype}|{tuple(t.shape)}|".encode())
+            h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")  # scalars too
+        elif isinstance(leaf, np.ndarray):
+            a = np.ascontiguousarray(leaf)
+            h.update(f"{index}|{a.dtype}|{a.shape}|".encode())
+            h.update(a.tobytes())
+        else:
+            h.update(f"{index}|{type(leaf).__name__}|{leaf!r}|".encode())
+    return {key: h.hexdigest()[:DIGITS] for key, h in hashes.items()}
+
+
+def run_case(name: str, case: Case, caches: dict[str, Path]) -> list[dict[str, str]]:
+    """Every batch of ``EPOCHS`` epochs of one case, digested, in order. One thread, and torch's
+    kernels on one thread (a float sum's order must not follow the machine's core count)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        loader = make_loader(str(caches[case.cache]), BATCH, seed=SEED, augment=case.augment, threads=1,
+                             **case.options, **_path_options(name))  # fmt: skip
+        out = []
+        for epoch in range(EPOCHS):
+            if case.last_epoch is not None and epoch == EPOCHS - 1:
+                loader.set_augment(case.last_epoch)
+            out.extend(digest_batch(batch) for batch in loader)
+        return out
+    finally:
+        torch.set_num_threads(threads)
+
+
+def run_all(caches: dict[str, Path], only: Callable[[str], bool] = lambda name: True) -> dict:
+    every = cases()
+    names = [n for n in every if only(n)]
+    return {
+        "versions": versions(),
+        "cases": {n: run_case(n, every[n], caches) for n in names},
+        "transforms": {n: format_spec(every[n].augment) if every[n].augment else None for n in names},
+    }
+
+
+def compare(expected: dict, actual: dict, names: list[str] | None = None) -> list[str]:
+    """One line per case that differs: the first batch and keys that changed, a batch count or keys
+    that differ, a case missing from either side. ``names``: only these cases."""
+    want, got = expected["cases"], actual["cases"]
+    problems = []
+    for name in names if names is not None else sorted(set(want) | set(got)):
+        if name not in got:
+            problems.append(f"{name}: recorded, not run")
+            continue
+        if name not in want:
+            problems.append(f"{name}: run, not recorded")
+            continue
+        a, b = want[name], got[name]
+        if len(a) != len(b):
+            problems.append(f"{name}: {len(b)} batches, {len(a)} recorded")
+            continue
+        for i, (x, y) in enumerate(zip(a, b)):
+            if x == y:
+                continue
+            epoch, batch = divmod(i, len(a) // EPOCHS)
+            what = [k for k in x if k in y and x[k] != y[k]]
+            gone, new = sorted(set(x) - set(y)), sorted(set(y) - set(x))
+            detail = ", ".join(
+                ([f"{', '.join(what)} differ"] if what else [])
+                + ([f"{', '.join(gone)} missing"] if gone else [])
+                + ([f"{', '.join(new)} new"] if new else [])
+            )
+            later = sum(p != q for p, q in zip(a[i + 1 :], b[i + 1 :]))
+            problems.append(f"{name}: batch {i} (epoch {epoch}, batch {batch}): {detail}"
+                            + (f"; {later} later batches differ too" if later else ""))  # fmt: skip
+            break
+    return problems
+
+
+def version_mismatch(expected: dict) -> str | None:
+    """Why a record cannot be compared bit for bit here (other kernels), or None."""
+    now, then = versions(), expected.get("versions", {})
+    diff = [f"{k} {then.get(k)} recorded, {now[k]} here" for k in now if then.get(k) != now[k]]
+    return "; ".join(diff) or None
+
+
+def dumps(result: dict) -> str:
+    """The record as JSON, one case a line (a change shows as the lines of its cases)."""
+    lines = ["{", f' "versions": {json.dumps(result["versions"], sort_keys=True)},']
+    for section in ("transforms", "cases"):
+        items = sorted(result[section].items())
+        lines.append(f' "{section}": {{')
+        lines += [f"  {json.dumps(k)}: {json.dumps(v, sort_keys=True)}" + ("," if i < len(items) - 1 else "")
+                  for i, (k, v) in enumerate(items)]  # fmt: skip
+        lines.append(" }," if section == "transforms" else " }")
+    return "\n".join([*lines, "}"]) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    mode = parser.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--write", metavar="FILE", help="save this code's outputs")
+    mode.add_argument("--check", metavar="FILE", help="compare this code's outputs with a saved file")
+    mode.add_argument("--list", action="store_true", help="print the case names")
+    parser.add_argument("--only", action="append", default=[], help="cases whose names contain this")
+    args = parser.parse_args(argv)
+    if args.list:
+        print("\n".join(cases()))
+        return 0
+    only = (lambda n: any(s in n for s in args.only)) if args.only else (lambda n: True)
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="golden-") as tmp:
+        result = run_all(build_caches(tmp), only)
+    seconds = time.perf_counter() - start
+    if args.write:
+        if args.only:
+            print("--write records every case; leave out --only", file=sys.stderr)
+            return 2
+        Path(args.write).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.write).write_text(dumps(result))
+        print(f"{len(result['cases'])} cases written to {args.write} in {seconds:.1f} s")
+        return 0
+    expected = json.loads(Path(args.check).read_text())
+    mismatch = version_mismatch(expected)
+    if mismatch:
+        print(f"versions differ ({mismatch}): bit-identity is not defined across kernels", file=sys.stderr)
+    problems = compare(expected, result, None if not args.only else list(result["cases"]))
+    for line in problems:
+        print(line)
+    print(f"{len(result['cases'])} cases in {seconds:.1f} s: "
+          + (f"{len(problems)} differ" if problems else "all identical"))  # fmt: skip
+    return 1 if problems or mismatch else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
