@@ -32,9 +32,10 @@ from .loaderchecks import (
     fit_workers,
     open_dataset,
     resolve_seed,
+    worker_context,
 )
 from .order import default_window, node_partitions
-from .prefetch import Prefetcher
+from .prefetch import READ_TIMEOUT_SECONDS, Prefetcher, ReadTimeout
 from .rows import boxes_field
 from .sampler import ShardAwareDistributedSampler
 from .schedule import AugmentSchedule
@@ -120,10 +121,13 @@ class CacheLoader(DataLoader):
         mode: str = "",
         pad: bool = False,
         schedule: AugmentSchedule | None = None,
+        read_timeout: float = READ_TIMEOUT_SECONDS,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
         self.schedule = schedule
+        #: The longest a pass waits for one batch (prefetch thread or worker processes).
+        self.read_timeout = float(read_timeout)
         self.pad = pad
         self.prefetch_thread = prefetch_thread
         self.stage = stage or DeviceStage()
@@ -149,14 +153,22 @@ class CacheLoader(DataLoader):
             self.schedule.begin(upcoming() if upcoming else getattr(self.sampler, "epoch", 0))
         self._delivered = 0
         it = super().__iter__()
+        if self.num_workers > 0:
+            it = _named_timeouts(it, self.num_workers, self.timeout, self.multiprocessing_context)
         if self.prefetch_thread:
-            self._prefetcher = Prefetcher(it, self.prefetch_thread)
+            self._prefetcher = Prefetcher(it, self.prefetch_thread, self.read_timeout)
             it = iter(self._prefetcher)
         for batch in self.stage.run(it):
             self._delivered += 1
             if self.pad and isinstance(batch, (tuple, list)) and len(batch) == 2:
                 batch = (*batch, _sizes_of(batch[0]))  # pad=True: always (images, labels, sizes)
             yield batch
+
+    def worker_pids(self) -> list[int]:
+        """Process ids of this loader's worker processes, once a pass has started them (they are
+        the forkserver's children, not this process's, when it starts them)."""
+        it = getattr(self, "_iterator", None)  # persistent workers: the DataLoader keeps its iterator
+        return [int(w.pid) for w in getattr(it, "_workers", ()) if w.pid is not None]
 
     def set_epoch(self, epoch: int) -> None:
         """Make the next pass epoch ``epoch`` (it is the next one by default)."""
@@ -195,6 +207,20 @@ class CacheLoader(DataLoader):
             self._request_options["seed"] = self.sampler.seed
         if self.schedule is not None:
             self.schedule.restore(state, new_epoch=self.sampler.epoch != state.get("epoch"))
+
+
+def _named_timeouts(batches: Iterator, workers: int, timeout: float, context) -> Iterator:
+    """A DataLoader's batches, its timeout ("DataLoader timed out") said as what hung, in one line."""
+    try:
+        yield from batches
+    except RuntimeError as exc:
+        if not str(exc).startswith("DataLoader timed out"):
+            raise
+        how = getattr(context, "get_start_method", lambda: context)() or "the default start method"
+        raise ReadTimeout(
+            f"no batch came from the loader's {workers} worker processes (started by {how}) in {timeout:g} s: "
+            "a worker is stuck (storage that does not answer, or a lock held for ever)"
+        ) from None
 
 
 def _sizes_of(images: torch.Tensor) -> torch.Tensor:
@@ -249,6 +275,7 @@ def make_loader(
     multiprocessing_context=None,
     storage_options: dict | None = None,
     split: str | None = None,
+    timeout: float | None = None,
 ) -> CacheLoader:
     """A DataLoader for ``dataset`` (a CachedDataset, or a cache's path or URL, opened with
     ``storage_options``; ``split``: one split's cache of a folder of split caches) with sampler,
@@ -281,10 +308,18 @@ def make_loader(
       threads write it as they read: fastest from a ``--store pixels-hwc`` cache).
     - ``pad``: variable-sized samples zero-padded to the batch's largest, as ``(images, labels,
       sizes)``; an ``augment`` ending in a fixed size needs no padding.
+    - Worker processes start from a forkserver (``multiprocessing_context``, default
+      ``"forkserver"`` where the dataset pickles): a forked worker can wait for ever on a lock an
+      OpenCV thread of this process held at the fork. Keep the code that reads the loader under
+      ``if __name__ == "__main__":``, as for ``spawn``. ``timeout`` (default
+      ``READ_TIMEOUT_SECONDS``, 600): the longest a pass waits for one batch, then ``ReadTimeout``.
     """
     check_counts(
         batch_size=batch_size, prefetch_factor=prefetch_factor, seed=seed, workers=workers, threads=threads
     )
+    timeout = READ_TIMEOUT_SECONDS if timeout is None else timeout
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < float("inf"):
+        raise ValueError(f"timeout must be a positive number of seconds (a read never waits for ever), got {timeout!r}")
     dataset = open_dataset(dataset, storage_options, split)
     if distributed is None:
         distributed = dist.is_available() and dist.is_initialized()
@@ -380,8 +415,9 @@ def make_loader(
             "channels_last": channels_last,
         }
     extra = {"persistent_workers": True, "prefetch_factor": prefetch_factor} if workers > 0 else {}
-    if workers > 0 and multiprocessing_context is not None:  # "fork", "spawn", "forkserver"
-        extra["multiprocessing_context"] = multiprocessing_context
+    if workers > 0:  # the user's context as given, else a forkserver (see worker_context)
+        extra["multiprocessing_context"] = worker_context(multiprocessing_context, dataset, collate_fn)
+        extra["timeout"] = float(timeout)
     loader = CacheLoader(
         dataset,
         batch_size=batch_size,
@@ -396,6 +432,7 @@ def make_loader(
         mode=mode,
         pad=pad,
         schedule=schedule,
+        read_timeout=timeout,
         **extra,
     )
     if len(loader) == 0:

@@ -7,8 +7,10 @@ Every refusal here is one line, raised before a worker, a thread or a download b
 from __future__ import annotations
 
 import logging
+import multiprocessing
 import numbers
 import os
+import pickle
 import warnings
 from typing import Any
 
@@ -30,6 +32,8 @@ __all__ = [
     "choose_augment_on",
     "check_augment_plan",
     "check_mosaic_targets",
+    "worker_context",
+    "WORKER_PRELOAD",
 ]
 
 log = logging.getLogger("cachekit")
@@ -191,3 +195,43 @@ def check_augment_plan(
             "this cache keeps every sample at its own size: pass pad=True (batches come zero-padded "
             "with their sizes) or an augment ending in a fixed size (RandomResizedCrop, CenterCrop)"
         )
+
+
+#: Modules the forkserver imports once, so that each worker it forks starts with them loaded.
+WORKER_PRELOAD = ("torch", "cv2", "cachekit.feed.dataset", "cachekit.feed.mix")
+
+
+def worker_context(explicit, *picklable):
+    """How worker processes start: the user's ``multiprocessing_context`` as given, else
+    ``"forkserver"`` where the objects the workers get (dataset, collate) pickle, else ``"fork"``.
+
+    A forked worker inherits every lock of the parent as it was at the fork: one OpenCV's thread
+    pool (or any thread running cv2) held then is held for ever in the worker, whose first cv2 call
+    waits on it (``cv2.calcHist`` in an equalize, about one loader in seven in a process that ran cv2
+    in threads). A forkserver forks workers from a clean process that never ran cv2 in threads; it
+    starts once per process (a few seconds, the preloaded imports) and is reused by every loader.
+    Like ``spawn``, it imports the main script again in the server: code that makes and reads the
+    loader must sit under ``if __name__ == "__main__":``. A dataset that cannot be pickled (a lambda
+    ``transform=``) keeps ``fork``, with a warning.
+    """
+    if explicit is not None:
+        return explicit
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return None  # the platform's default (spawn on Windows)
+    try:
+        pickle.dumps(picklable)
+    except Exception as exc:  # noqa: BLE001 -- whatever pickling raises, the answer is the same
+        warnings.warn(
+            f"worker processes start by fork: the dataset cannot be pickled for a forkserver ({exc}); "
+            "a forked worker can hang for ever on a lock another thread held in OpenCV at the fork: "
+            "make transforms picklable (no lambdas) or pass multiprocessing_context",
+            stacklevel=3,
+        )
+        return "fork"
+    from multiprocessing import forkserver
+
+    server = getattr(forkserver, "_forkserver", None)
+    if server is not None and getattr(server, "_forkserver_pid", None) is None:  # not started yet: preload
+        have = list(getattr(server, "_preload_modules", ["__main__"]))
+        multiprocessing.set_forkserver_preload(have + [m for m in WORKER_PRELOAD if m not in have])
+    return "forkserver"

@@ -7,11 +7,26 @@ without the cost of worker processes (every batch copied into shared memory and 
 from __future__ import annotations
 
 import atexit
+import logging
 import queue
 import threading
+import time
 from collections.abc import Iterator
 
-__all__ = ["Prefetcher"]
+from ..errors import CachekitError
+
+__all__ = ["Prefetcher", "ReadTimeout", "READ_TIMEOUT_SECONDS"]
+
+log = logging.getLogger("cachekit")
+
+#: The longest a loader waits for one batch (from its prefetch thread or its worker processes)
+#: before it gives up in one line: a read that takes longer is stuck, never merely slow (shards
+#: on object storage come in replies bounded by ``CACHEKIT_REMOTE_TIMEOUT`` each).
+READ_TIMEOUT_SECONDS = 600.0
+
+
+class ReadTimeout(CachekitError, TimeoutError):
+    """A loader waited longer than its bound for a batch: what it waited on is named."""
 
 #: Running prefetch threads and their stop events; a thread removes itself as its last act.
 _LIVE: dict[threading.Thread, threading.Event] = {}
@@ -33,6 +48,8 @@ def _stop_prefetchers() -> None:
     for thread, _ in running:
         if thread is not threading.current_thread():
             thread.join(30)
+            if thread.is_alive():
+                log.warning("a loader's prefetch thread was still reading a batch 30 s after it was told to stop")
 
 
 def _produce(source: list, out: queue.Queue, stop: threading.Event, end: object) -> None:
@@ -73,11 +90,14 @@ def _produce(source: list, out: queue.Queue, stop: threading.Event, end: object)
 
 
 class Prefetcher:
-    """Runs an iterator in a daemon thread, ``depth`` items ahead; errors are re-raised in the caller."""
+    """Runs an iterator in a daemon thread, ``depth`` items ahead; errors are re-raised in the caller.
+
+    The caller waits at most ``timeout`` seconds for an item (``ReadTimeout`` then, in one line)."""
 
     _END = object()
 
-    def __init__(self, it: Iterator, depth: int) -> None:
+    def __init__(self, it: Iterator, depth: int, timeout: float = READ_TIMEOUT_SECONDS) -> None:
+        self.timeout = float(timeout)
         self._queue: queue.Queue = queue.Queue(maxsize=max(1, depth))
         self._stop = threading.Event()
         self._thread = threading.Thread(
@@ -91,16 +111,27 @@ class Prefetcher:
         self._thread.start()
 
     def stop(self, timeout: float | None = None) -> None:
+        """Tell the thread to stop and wait for it ``timeout`` seconds at most (a warning if it reads on)."""
         self._stop.set()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(timeout)
+            if self._thread.is_alive():
+                log.warning(
+                    "a loader's prefetch thread was still reading a batch %s s after it was told to stop", timeout
+                )
 
     def __iter__(self) -> Iterator:
         try:
+            since = time.monotonic()  # when the wait for the next item began
             while True:
                 try:
                     ok, item = self._queue.get(timeout=0.2)
                 except queue.Empty:
+                    if self._thread.is_alive() and time.monotonic() - since > self.timeout:
+                        raise ReadTimeout(
+                            f"the loader's prefetch thread read no batch in {self.timeout:g} s: a read is "
+                            "stuck (storage that does not answer, or a lock held for ever)"
+                        ) from None
                     if self._stop.is_set() and not self._thread.is_alive():
                         raise RuntimeError(
                             "this pass over the loader was ended because another began (iter() was "
@@ -113,5 +144,6 @@ class Prefetcher:
                 if item is self._END:
                     return
                 yield item
+                since = time.monotonic()
         finally:
             self._stop.set()

@@ -292,7 +292,6 @@ def diagnose(
         step_ms = DEFAULT_STEP_MS if step_ms is None else step_ms
         step = simulated_step(step_ms, step_kind)
         described = f"simulated {step_ms:g} ms, {step_kind} ({STEP_KINDS[step_kind]})"
-    others = set(child_pids())  # processes that are not this loader's workers
     try:
         loader = make_loader(  # samples of their own sizes come padded, as a training loop without crops reads them
             dataset,
@@ -324,7 +323,7 @@ def diagnose(
             if first is None:
                 first = t1 - start
             if done == _WARMUP:
-                mine = [os.getpid(), *(p for p in child_pids() if p not in others)]
+                mine = [os.getpid(), *loader.worker_pids()]
                 before = {pid: process_counters(pid) for pid in mine}
                 thread_before, wall_before = time.thread_time(), t1
             step(images, labels)

@@ -145,3 +145,55 @@ def test_a_list_whose_size_varies_is_refused_when_made_on_a_fixed_size_cache(sma
     assert next(iter(fixed))[0].shape[-2:] == (16, 16)
     same = make_loader(CachedDataset(small_cache), 4, augment=[RandomZoomOut(side_range=(2, 2), p=1.0)])
     assert next(iter(same))[0].shape[-2:] == (64, 64)
+
+
+def _slow(image):
+    """A picklable per-sample transform that takes far longer than the loaders below wait."""
+    import time
+
+    time.sleep(20)
+    return image
+
+
+def test_worker_processes_start_from_a_forkserver_unless_told_or_unpicklable(small_cache):
+    import os
+    from pathlib import Path
+
+    def parent(pid: int) -> int:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+    ds = CachedDataset(small_cache)
+    served = make_loader(ds, 8, workers=2)
+    assert served.multiprocessing_context.get_start_method() == "forkserver" and served.worker_pids() == []
+    assert sum(len(x) for x, _ in served) == len(ds)
+    pids = served.worker_pids()  # what doctor measures: the workers, children of the forkserver
+    assert len(set(pids)) == 2 and all(parent(p) != os.getpid() and parent(p) == parent(pids[0]) for p in pids)
+    told = make_loader(ds, 8, workers=2, multiprocessing_context="fork")
+    assert told.multiprocessing_context.get_start_method() == "fork"
+    next(iter(told))
+    assert len(told.worker_pids()) == 2 and {parent(p) for p in told.worker_pids()} == {os.getpid()}
+    with pytest.warns(UserWarning, match="cannot be pickled"):
+        local = make_loader(CachedDataset(small_cache, transform=lambda x: x), 8, workers=2)
+    assert local.multiprocessing_context.get_start_method() == "fork"
+    assert sum(len(x) for x, _ in local) == len(ds)  # and it reads
+    assert make_loader(ds, 8).multiprocessing_context is None  # no workers, no processes
+
+
+def test_a_stuck_read_ends_in_one_line_instead_of_waiting_for_ever(small_cache):
+    from cachekit.feed.prefetch import ReadTimeout
+
+    release = threading.Event()
+    ds = CachedDataset(small_cache, transform=lambda x: (release.wait(30), x)[1])
+    loader = make_loader(ds, 8, workers=0, timeout=0.5)  # the prefetch thread's read never ends
+    assert "prefetch thread" in loader.mode
+    with pytest.raises(ReadTimeout, match=r"prefetch thread read no batch in 0.5 s") as info:
+        next(iter(loader))
+    release.set()
+    assert "\n" not in str(info.value) and isinstance(info.value, TimeoutError)
+
+    workers = make_loader(CachedDataset(small_cache, transform=_slow), 8, workers=1, timeout=1)
+    with pytest.raises(ReadTimeout, match=r"1 worker processes \(started by forkserver\) in 1 s"):
+        next(iter(workers))
+    for bad in (0, -1, float("inf"), "60", True):
+        with pytest.raises(ValueError, match="timeout must be a positive number"):
+            make_loader(ds, 8, timeout=bad)

@@ -213,7 +213,7 @@ def test_the_deit_example_of_training_md_runs(classes_cache):
 def test_mid_epoch_resume_gives_exactly_the_remaining_batches(classes_cache):
     loader = make_loader(classes_cache, 4, seed=8, augment=DEIT)
     batches = iter(loader)  # epoch 0
-    first = [next(batches) for _ in range(2)]
+    first = [next(batches) for _ in range(3)]
     state = loader.state_dict()
     full = make_loader(classes_cache, 4, seed=8, augment=DEIT)
     full.set_epoch(0)
@@ -266,3 +266,51 @@ def test_num_classes_fewer_than_the_caches_is_refused_when_made(classes_cache):
         assert "\n" not in str(info.value)
     _, labels = next(iter(make_loader(classes_cache, 8, seed=1, augment=[MixUp(num_classes=10)])))
     assert labels.shape == (8, 10)  # more than the cache's: the model's head
+
+
+_FORK_WHILE_CV2_RUNS = """
+import sys, threading
+import cv2, numpy as np
+from cachekit import make_loader
+from cachekit.transforms import RandAugment, RandomResizedCrop
+
+def busy(stop):
+    plane = np.random.default_rng(0).integers(0, 256, (64, 64), dtype=np.uint8)
+    while not stop.is_set():
+        cv2.calcHist([plane], [0], None, [256], [0, 256])
+
+if __name__ == "__main__":
+    stop = threading.Event()
+    threads = [threading.Thread(target=busy, args=(stop,), daemon=True) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for run in range(int(sys.argv[2])):
+        loader = make_loader(sys.argv[1], 8, seed=run, augment=[RandomResizedCrop(32), RandAugment(2, 9)], workers=2)
+        print(run, sum(len(x) for x, *_ in loader), flush=True)
+        del loader
+    stop.set()
+    for t in threads:
+        t.join()
+"""
+
+
+@pytest.mark.slow  # ten loaders started under load: half a minute
+def test_workers_never_hang_on_a_lock_opencv_threads_of_the_parent_held(classes_cache, tmp_path):
+    # threads of this process run cv2.calcHist while each loader starts its workers, whose
+    # RandAugment equalizes with calcHist: a forked worker inherited the held lock about one
+    # loader in three and waited for ever; workers from a forkserver never do
+    import subprocess
+    import sys
+
+    script = tmp_path / "fork_while_cv2_runs.py"
+    script.write_text(_FORK_WHILE_CV2_RUNS)
+    runs = 10
+    try:
+        done = subprocess.run(
+            [sys.executable, str(script), str(classes_cache), str(runs)],
+            capture_output=True, text=True, timeout=240,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"a loader's workers hung (runs finished: {exc.stdout!r})")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == [w for run in range(runs) for w in (str(run), "24")]
