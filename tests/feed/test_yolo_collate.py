@@ -53,6 +53,8 @@ def _xywhn(boxes: torch.Tensor, hw) -> torch.Tensor:
         [Resize((40, 40)), MixUp(p=1.0)],
         [RandomAffine(20, scale=(0.5, 1.5)), Resize((40, 40))],
         [RandomResizedCrop(24)],
+        [Resize((30, 44))],  # not square: x over the width, y over the height
+        [RandomAffine(10, scale=(0.8, 1.2)), Resize((32, 48))],
     ],
 )
 @pytest.mark.parametrize("on_device", [False, True])
