@@ -410,20 +410,28 @@ def main(argv: list[str] | None = None) -> int:
     if args.list:
         print("\n".join(cases()))
         return 0
+    if args.write and args.only:
+        print("--write records every case; leave out --only", file=sys.stderr)
+        return 2
+    expected = None
+    if args.check:
+        try:
+            expected = json.loads(Path(args.check).read_text())
+            if not isinstance(expected, dict) or not {"cases", "versions"} <= set(expected):
+                raise ValueError("no cases and versions")
+        except (OSError, ValueError) as e:
+            print(f"{args.check}: not a record of golden outputs ({type(e).__name__}: {e})", file=sys.stderr)
+            return 2
     only = (lambda n: any(s in n for s in args.only)) if args.only else (lambda n: True)
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="golden-") as tmp:
         result = run_all(build_caches(tmp), only)
     seconds = time.perf_counter() - start
     if args.write:
-        if args.only:
-            print("--write records every case; leave out --only", file=sys.stderr)
-            return 2
         Path(args.write).parent.mkdir(parents=True, exist_ok=True)
         Path(args.write).write_text(dumps(result))
         print(f"{len(result['cases'])} cases written to {args.write} in {seconds:.1f} s")
         return 0
-    expected = json.loads(Path(args.check).read_text())
     mismatch = version_mismatch(expected)
     if mismatch:
         print(f"versions differ ({mismatch}): bit-identity is not defined across kernels", file=sys.stderr)

@@ -52,8 +52,10 @@ def caches(tmp_path_factory):
 @same_kernels
 @pytest.mark.parametrize("name", list(CASES))
 def test_outputs_are_bit_identical_to_the_record(name, caches):
+    threads = torch.get_num_threads()
     actual = {"cases": {name: golden.run_case(name, CASES[name], caches)}}
     assert golden.compare(EXPECTED, actual, [name]) == []
+    assert torch.get_num_threads() == threads  # run on one thread, given back
 
 
 def test_the_record_holds_every_case_and_every_transform_of_the_catalogue():
@@ -179,3 +181,15 @@ def test_the_script_checks_and_writes(tmp_path, capsys, monkeypatch):
     printed = capsys.readouterr().out.splitlines()
     assert printed[0] == "cls.Resize.threads: batch 5 (epoch 1, batch 2): labels differ"
     assert printed[-1].startswith("2 cases in ") and printed[-1].endswith(": 1 differ")
+    assert golden.main(["--check", str(out), "--only", "stored"]) == 0  # the changed case is left out
+    assert capsys.readouterr().out.splitlines()[-1].startswith("1 cases in ")
+    assert golden.main(["--write", str(out), "--only", "stored"]) == 2  # a record holds every case
+    capsys.readouterr()
+    for bad in (tmp_path / "missing.json", tmp_path / "g.json"):
+        if bad.exists():
+            bad.write_text('{"cases": {}}')  # no versions
+        assert golden.main(["--check", str(bad)]) == 2
+        error = capsys.readouterr().err
+        assert error.startswith(f"{bad}: not a record of golden outputs") and error.count("\n") == 1
+    assert golden.main(["--list"]) == 0
+    assert capsys.readouterr().out.split() == ["stored.cls", "cls.Resize.threads"]
