@@ -40,6 +40,7 @@ def test_images_beside_the_split_folders_are_reported(tmp_path):
     for k, name in enumerate(["d.jpg", "a.png", "c.JPG", "b.jpeg"]):
         shutil.copy(first[k % len(first)], raw / name)
     (raw / "notes.txt").write_text("not an image")
+    shutil.copy(first[0], raw / ".hidden.jpg")  # hidden files are no inputs anywhere
     result = CliRunner().invoke(
         main, ["build", str(raw), "--out", str(tmp_path / "c"), "--pipeline", "none", "--quiet"]
     )
@@ -50,9 +51,8 @@ def test_images_beside_the_split_folders_are_reported(tmp_path):
         "and are left out: a.png, b.jpeg, c.JPG ..."
     ], result.stderr
     assert len(_sources(tmp_path / "c" / "train")) == 6 and len(_sources(tmp_path / "c" / "val")) == 3
-    (raw / "b.jpeg").unlink()
     (raw / "c.JPG").unlink()
-    with pytest.warns(UserWarning, match=r"^2 images directly in .* left out: a\.png, d\.jpg$"):
+    with pytest.warns(UserWarning, match=r"^3 images directly in .* left out: a\.png, b\.jpeg, d\.jpg$"):
         build(raw, tmp_path / "d", BuildConfig(pipeline="none", **QUIET))
 
 

@@ -67,6 +67,8 @@ def test_bench_split_val_compares_val_with_val(split_build, tmp_path):
 
 def test_bench_refusals_are_one_line(split_build, tmp_path):
     raw, out = split_build
+    code, _, err = _run("bench", "--synthetic", "4", "--split", "val")
+    assert code == 2 and "--split picks a split of a CACHE given" in err
     code, _, err = _run("bench", raw, out, *BENCH, "--split", "test")
     assert code == 2 and err.strip() == f"error: {out}: no split 'test' (holds the splits train, val)"
     code, _, err = _run("bench", raw, out / "val", *BENCH, "--split", "val")
