@@ -217,7 +217,8 @@ def _only(source: Source, split: Split) -> Source:
     folders = tuple(f"{p.rstrip('/')}/" for p in split.only if p not in files)
     keep = [i for i, p in enumerate(source.paths) if p in files or p.startswith(folders)]
     held = set(source.paths)
-    missing = [(p, f"listed by {split.origin} but not an image of {root}/images") for p in files - held]
+    held_by = f"{root}/images" if split.annotations != "voc" else f"{root}/JPEGImages with an Annotations/ file"
+    missing = [(p, f"listed by {split.origin} but not an image of {held_by}") for p in files - held]
     return source.subset(keep, [*split.missing, *sorted(missing)])
 
 

@@ -201,12 +201,20 @@ def test_voc_image_sets_build_train_and_val(tmp_path):
 def test_voc_trainval_without_train_and_val_is_a_split(tmp_path, recwarn):
     raw, ids = _voc_tree(tmp_path, {"trainval": [0, 1, 2, 3, 4], "test": [5, 6, 7]})
     (raw / "ImageSets" / "Main" / "test.txt").write_text(f"{ids[5]}\n{ids[6]}\n{ids[7]}\nnot_there\n\n")
+    (raw / "Annotations" / f"{ids[6]}.xml").unlink()  # an image without its annotation file
     result = build(raw, tmp_path / "c", BuildConfig(annotations="voc", pipeline="none", **QUIET))
-    assert {n: r.manifest.num_samples for n, r in result.results.items()} == {"test": 3, "trainval": 5}
+    assert {n: r.manifest.num_samples for n, r in result.results.items()} == {"test": 2, "trainval": 5}
     skipped = [(s.path, s.reason) for s in result["test"].manifest.skipped]
-    assert skipped == [("ImageSets/Main/test.txt: not_there", f"no image JPEGImages/not_there.* in {raw}")]
+    assert skipped == [
+        ("ImageSets/Main/test.txt: not_there", f"no image JPEGImages/not_there.* in {raw}"),
+        (
+            f"JPEGImages/{ids[6]}.png",
+            f"listed by {raw}/ImageSets/Main's lists but not an image of {raw}/JPEGImages with an "
+            "Annotations/ file",
+        ),
+    ]
     assert not [w for w in recwarn if "trainval" in str(w.message)]
     (raw / "ImageSets" / "Main" / "test.txt").unlink()
     (raw / "ImageSets" / "Main" / "trainval.txt").unlink()
     plain = build(raw, tmp_path / "d", BuildConfig(annotations="voc", pipeline="none", **QUIET))
-    assert plain.manifest.num_samples == 8  # no lists: one cache of every image, as before
+    assert plain.manifest.num_samples == 7  # no lists: one cache of every annotated image, as before
