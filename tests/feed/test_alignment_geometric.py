@@ -52,6 +52,7 @@ def caches(tmp_path_factory):
         "none": _build(raw, tmp / "none", pipeline="none"),
         "letterbox": _build(raw, tmp / "lb", pipeline="letterbox-640", size=128),
         "two": _build(two, tmp / "two-c", pipeline="none"),
+        "boxes": _build(raw, tmp / "boxes", pipeline="none", masks=None),
     }
 
 
@@ -224,3 +225,28 @@ def test_the_device_path_gives_the_threads_pixels(caches, transforms):
         made[on] = torch.cat([images for images, _ in loader]).float()
     diff = (made["threads"] - made["device"]).abs()
     assert diff.mean() <= 1.0 and diff.max() <= 24, (diff.mean(), diff.max())
+
+
+@pytest.mark.parametrize("on", ["threads", "device"])
+@pytest.mark.parametrize("transforms", ["iou crop", "mosaic"])
+def test_a_cache_with_masks_and_one_without_give_the_same_boxes(caches, transforms, on):
+    """The same images and boxes with masks and without: boxes read with the masks (sample by
+    sample) or alone (the batch's at once, an IoU crop's before the draws) draw the same crops and
+    mosaics, and land in the same places."""
+    options = {"device": "cpu", "augment_on": "device"} if on == "device" else {"augment_on": "threads"}
+    read = {}
+    for cache in ("none", "boxes"):
+        loader = make_loader(caches[cache], 4, seed=7, augment=TRANSFORMS[transforms], min_visibility=0.3,
+                             shuffle=False, **options)  # fmt: skip
+        read[cache] = []
+        for epoch in range(2):
+            loader.set_epoch(epoch)
+            read[cache] += list(loader)
+    boxes = 0
+    for (a, ta), (b, tb) in zip(read["none"], read["boxes"]):
+        assert torch.equal(a, b)
+        for x, y in zip(ta, tb):
+            assert "mask" in x and "mask" not in y
+            assert torch.equal(x["boxes"], y["boxes"]) and torch.equal(x["classes"], y["classes"])
+            boxes += len(x["boxes"])
+    assert len(read["none"]) == len(read["boxes"]) > 0 and boxes > 0
