@@ -775,7 +775,8 @@ def test_crops_resizes_and_flips_map_alike_with_and_without_general_maps(steps):
 
 def test_maps_equal_torchvisions_own_where_it_is_installed():
     """torchvision v2's ``affine``, ``rotate`` (expanded too) and ``perspective`` on the same image:
-    the same pixels within a level and the same boxes (checked with torchvision 0.28)."""
+    the same pixels within a level and the same boxes (checked with torchvision 0.28). Where it is
+    not installed (CI), the tests above check the same against its formulas written out."""
     tv = pytest.importorskip("torchvision.transforms.v2.functional")
     from torchvision import tv_tensors
     from torchvision.transforms import InterpolationMode
