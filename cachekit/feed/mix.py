@@ -29,14 +29,16 @@ from ..errors import UsageError
 from .assemble import BatchRequest, assemble
 from .batch import SampleBatch
 from .buffers import BufferPool
-from .mixorder import Source, mixed_order, shares
+from .mixorder import MixedOrder, Source, shares
 from .order import default_window
 from .rows import read_indices
 
 __all__ = ["MAX_SAMPLES_PER_EPOCH", "MixedDataset", "mix"]
 
-#: The most samples one epoch of a mix may have: its order is held in memory (8 bytes a sample on
-#: every rank, 2 GiB at the limit), as a single cache's is. Longer runs are more epochs.
+#: The most samples one epoch of a mix may have. Its order is evaluated in each rank's share a page
+#: at a time (a few MB whatever the epoch's length); a mix with a source on object storage plans its
+#: downloads with the rank's whole share (8 bytes a sample, 2 GiB at the limit on one rank), as a
+#: single cache does. Longer runs are more epochs.
 MAX_SAMPLES_PER_EPOCH = 2**28
 
 
@@ -49,8 +51,8 @@ def _epoch_samples(samples_per_epoch, default: int) -> int:
         shown = repr(samples_per_epoch)
         shown = shown if len(shown) <= 40 else shown[:37] + "..."
         raise UsageError(
-            f"samples_per_epoch must be a whole number from 1 to {MAX_SAMPLES_PER_EPOCH} (an epoch's order "
-            f"is held in memory; train more epochs instead), got {shown}"
+            f"samples_per_epoch must be a whole number from 1 to {MAX_SAMPLES_PER_EPOCH} (train more "
+            f"epochs instead), got {shown}"
         )
     return int(samples_per_epoch)
 
@@ -184,9 +186,10 @@ class MixedDataset(Dataset):
         var = (w * (stds**2 + (means - mean) ** 2)).sum(0)
         return mean.tolist(), np.sqrt(var).tolist()
 
-    def epoch_order(self, seed: int, epoch: int, shuffle: bool, window, partitions: int) -> np.ndarray:
+    def epoch_order(self, seed: int, epoch: int, shuffle: bool, window, partitions: int) -> MixedOrder:
         """Epoch ``epoch``'s ``epoch_len`` indices (``window``: samples shuffled together in every
-        source, or a list of one per source; None: ``windows``)."""
+        source, or a list of one per source; None: ``windows``), evaluated at the positions asked
+        for (``order[positions]``), never built whole: ``mixorder.mixed_order``'s, position by position."""
         windows = self.windows if window is None else window
         if not isinstance(windows, (list, tuple)):
             windows = [int(windows)] * len(self.sources)
@@ -198,7 +201,7 @@ class MixedDataset(Dataset):
         kept = self._passes.setdefault((tuple(windows), int(partitions), bool(shuffle)), {})
         if len(self._passes) > 4:  # other settings asked for: keep only the current ones
             self._passes = {k: v for k, v in self._passes.items() if v is kept}
-        return mixed_order(sources, self.weights, self.epoch_len, seed, epoch, shuffle, partitions, kept)
+        return MixedOrder(sources, self.weights, self.epoch_len, seed, epoch, shuffle, partitions, kept)
 
     def draws_per_epoch(self) -> list[int]:
         """Samples each source gives an epoch (without node partitions)."""
@@ -261,6 +264,8 @@ class MixedDataset(Dataset):
         return {i: idx[which == i] - self.starts[i] for i in np.unique(which).tolist()}
 
     def plan_reads(self, indices, following: Callable[[], np.ndarray] | None = None) -> None:
+        if not any(getattr(ds, "remote", False) for ds in self.sources):
+            return  # nothing to fetch ahead: a pass's indices are never made whole for it
         for i, rows in self._per_source(indices).items():
             later = None if following is None else (lambda i=i: self._per_source(following()).get(i, []))
             self.sources[i].plan_reads(rows, later)

@@ -11,6 +11,11 @@ stretch of the epoch, a batch too, holds each source in its proportion give or t
 With node partitions every source is partitioned on its own (``order.partition_pieces``) and
 partition ``q`` of the epoch mixes the sources' partition ``q``: a node reads the same samples of
 every source every epoch.
+
+``MixedOrder`` evaluates that order at any positions without building it: the jittered keys are
+non-decreasing in each source, so the draws whose keys fall between two thresholds are a run of each
+source's stream, found with a few keys each (the jitter's generator jumped ahead, ``PCG64.advance``),
+and merged on their own. A rank reads a stretch of the epoch in memory of the stretch alone.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import numpy as np
 
 from .order import interleave, partition_pieces
 
-__all__ = ["Source", "shares", "mixed_order"]
+__all__ = ["Source", "shares", "mixed_order", "MixedOrder"]
 
 
 class Source:
@@ -166,3 +171,152 @@ def mixed_order(
         rng = np.random.default_rng([seed % 2**64, epoch % 2**64, q, 0x313]) if shuffle else None
         orders.append(_interleaved(draws, rng))
     return interleave(orders)
+
+
+class MixedOrder:
+    """``mixed_order(...)`` of one epoch evaluated at any positions (``at``, or indexing), equal to
+    it position by position, in memory of the positions asked for and a chunk of the epoch.
+
+    Partition ``q``'s draws are cut by the thresholds ``t / T`` of their keys into ``T`` chunks of
+    about ``CHUNK`` draws: the draws of a chunk are a run ``k_lo .. k_hi`` of each source's draws
+    (keys are non-decreasing in ``k``), its place in the merged order is the number of keys below
+    its lower threshold, and within it the draws are merged as ``mixed_order`` merges them all
+    (by key, then source, then ``k``: a stable sort of the sources' keys end to end).
+    """
+
+    #: Draws of a partition merged at once.
+    CHUNK = 1 << 15
+
+    def __init__(
+        self,
+        sources: list[Source],
+        weights,
+        epoch_len: int,
+        seed: int,
+        epoch: int,
+        shuffle: bool = True,
+        partitions: int = 1,
+        kept: dict | None = None,
+    ) -> None:
+        self.sources, self.shuffle = sources, bool(shuffle)
+        self.seed, self.epoch, self.len = int(seed), int(epoch), int(epoch_len)
+        self.partitions = max(1, min(int(partitions), *(len(s) for s in sources)))
+        m, r = divmod(self.len, self.partitions)
+        per_partition = [m + 1] * r + [m] * (self.partitions - r)
+        self.counts = [shares(size, weights) for size in per_partition]
+        self.kept = {} if kept is None else kept
+        self._cut: dict[int, tuple] = {}
+        self._below: dict[tuple[int, int], np.ndarray] = {}  # (q, t): keys below threshold t, per source
+        self._rng_state: dict[int, dict] = {}
+        self._chunk: tuple | None = None  # the last chunk merged: (q, t, its draws in order)
+
+    def __len__(self) -> int:
+        return self.len
+
+    def __getitem__(self, positions) -> np.ndarray:
+        if isinstance(positions, slice):
+            positions = np.arange(*positions.indices(self.len), dtype=np.int64)
+        elif np.ndim(positions) == 0:
+            return int(self.at([positions])[0])
+        return self.at(positions)
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        whole = self.at(np.arange(self.len, dtype=np.int64))
+        return whole if dtype is None else whole.astype(dtype)
+
+    def at(self, positions) -> np.ndarray:
+        """The indices at ``positions`` (each in ``range(len(self))``) of the epoch's order."""
+        pos = np.asarray(positions, dtype=np.int64).reshape(-1)
+        out = np.empty(len(pos), dtype=np.int64)
+        if not len(pos):
+            return out
+        if pos.min() < 0 or pos.max() >= self.len:
+            raise IndexError(f"positions must lie in range({self.len})")
+        parts = self.partitions
+        q_of, r_of = pos % parts, pos // parts  # ``order.interleave``: position p is row p // Q of p % Q
+        for q in np.unique(q_of).tolist():
+            mine = np.flatnonzero(q_of == q)
+            out[mine] = self._partition_at(q, r_of[mine])
+        return out
+
+    # -- one partition ---------------------------------------------------------------------------
+
+    def _pieces(self, q: int, i: int):
+        if i not in self._cut:
+            s = self.sources[i]
+            self._cut[i] = partition_pieces(s.offsets[:-1], np.diff(s.offsets), self.partitions,
+                                            self.seed + 7919 * (i + 1))  # fmt: skip
+        return self._cut[i][q]
+
+    def _jitter(self, q: int, i: int, lo: int, hi: int) -> np.ndarray:
+        """Source ``i``'s jitters ``lo .. hi`` of partition ``q``: the doubles at ``sum(n_j, j < i) + lo``
+        of the generator ``mixed_order`` draws them from, end to end."""
+        if not self.shuffle:
+            return np.full(hi - lo, 0.5)
+        if q not in self._rng_state:
+            key = [self.seed % 2**64, self.epoch % 2**64, q, 0x313]
+            self._rng_state[q] = np.random.PCG64(np.random.SeedSequence(key)).state
+        bits = np.random.PCG64()
+        bits.state = self._rng_state[q]
+        bits.advance(int(self.counts[q][:i].sum()) + lo)
+        return np.random.Generator(bits).random(hi - lo)
+
+    def _keys(self, q: int, i: int, lo: int, hi: int) -> np.ndarray:
+        n = int(self.counts[q][i])
+        return (np.arange(lo, hi) + self._jitter(q, i, lo, hi)) / max(1, n)
+
+    def _below_threshold(self, q: int, t: int, chunks: int) -> np.ndarray:
+        """Per source, how many of partition ``q``'s keys lie below ``t / chunks`` (all of them at ``t == chunks``)."""
+        memo = self._below.get((q, t))
+        if memo is not None:
+            return memo
+        counts = self.counts[q]
+        out = np.zeros(len(counts), dtype=np.int64)
+        for i, n in enumerate(counts.tolist()):
+            if t >= chunks:
+                out[i] = n
+                continue
+            x = t / chunks
+            k0 = int(np.floor(x * n))
+            lo, hi = max(0, k0 - 3), min(n, k0 + 4)  # keys below lo are below x, from hi on not
+            out[i] = lo + int((self._keys(q, i, lo, hi) < x).sum()) if hi > lo else min(lo, n)
+        if len(self._below) > 64:
+            self._below.clear()
+        self._below[(q, t)] = out
+        return out
+
+    def _merged(self, q: int, t: int, chunks: int) -> np.ndarray:
+        """Chunk ``t`` of partition ``q``: its draws in the merged order."""
+        if self._chunk is not None and self._chunk[:2] == (q, t):
+            return self._chunk[2]
+        lo, hi = self._below_threshold(q, t, chunks), self._below_threshold(q, t + 1, chunks)
+        draws, keys = [], []
+        for i, source in enumerate(self.sources):
+            a, b, n = int(lo[i]), int(hi[i]), int(self.counts[q][i])
+            stream_key = [self.seed % 2**64, i, q]
+            pieces = self._pieces(q, i)
+            draws.append(_stream(source, pieces, stream_key, self.epoch * n + a, b - a, self.shuffle, self.kept))
+            keys.append(self._keys(q, i, a, b))
+        merged = np.concatenate(draws)[np.argsort(np.concatenate(keys), kind="stable")]
+        self._chunk = (q, t, merged)
+        return merged
+
+    def _partition_at(self, q: int, rows: np.ndarray) -> np.ndarray:
+        total = int(self.counts[q].sum())
+        chunks = max(1, -(-total // self.CHUNK))
+        out = np.empty(len(rows), dtype=np.int64)
+        # the chunk a row is in: where its share of the partition puts it, give or take a chunk (a
+        # threshold's keys below it differ from its share by less than a key a source)
+        guess = rows * chunks // max(1, total)
+        for g in np.unique(guess).tolist():
+            mine = np.flatnonzero(guess == g)
+            t = max(0, g - 1)
+            while len(mine):
+                start = int(self._below_threshold(q, t, chunks).sum())
+                end = int(self._below_threshold(q, t + 1, chunks).sum())
+                inside = (rows[mine] >= start) & (rows[mine] < end)
+                if inside.any():
+                    out[mine[inside]] = self._merged(q, t, chunks)[rows[mine[inside]] - start]
+                    mine = mine[~inside]
+                t += 1
+        return out

@@ -112,6 +112,9 @@ class ShardAwareDistributedSampler(Sampler[int]):
         #: A dataset that orders its own epochs (``cachekit.mix``): ``epoch_order(seed, epoch, ...)``.
         self._order_of = getattr(dataset, "epoch_order", None)
         self._own_len = getattr(dataset, "epoch_len", None)
+        #: A pass hands out its share a page at a time, never whole (a mix's epoch may hold 2**28
+        #: samples); a mix on object storage plans its downloads with the whole share, as a cache does.
+        self._paged = self._order_of is not None and not getattr(dataset, "url", None)
         if window is None and self._order_of is not None:
             window = dataset.windows
         elif window is None:
@@ -254,12 +257,18 @@ class ShardAwareDistributedSampler(Sampler[int]):
             return self._dealt_to(epoch, first % world)[first // world :]
         length = self.epoch_len
         start = min(start, length)
-        total = self._per_rank(length - start) * world
-        positions = np.arange(start + self._slot, start + total, world, dtype=np.int64)
-        past = positions >= length  # pad by repeating the start of the order, as torch does,
-        if past.any():  # with samples of the partition the rank reads
+        return self._units(epoch, self._positions(start, 0, self._per_rank(length - start)))
+
+    def _positions(self, start: int, lo: int, hi: int) -> np.ndarray:
+        """Positions ``lo .. hi`` of this rank's share of a pass from global position ``start``:
+        ``start + slot + j * world``, those past the epoch padded by repeating the start of the
+        order, as torch does, with samples of the partition the rank reads."""
+        world, length = self.num_replicas, self.epoch_len
+        positions = start + self._slot + world * np.arange(lo, hi, dtype=np.int64)
+        past = positions >= length
+        if past.any():
             positions[past] = pad_positions(positions[past], length, self.partitions)
-        return self._units(epoch, positions)
+        return positions
 
     def next_indices(self) -> np.ndarray:
         """This rank's indices in the epoch after the current pass (downloads and eviction plan with them)."""
@@ -273,7 +282,10 @@ class ShardAwareDistributedSampler(Sampler[int]):
         if self._start == 0:
             self._own_order()
         self._fresh = False
-        mine = self.indices()
+        if self._paged and self.group_size == 1:
+            mine = _Share(self, self.epoch, min(self._start, self.epoch_len))
+        else:
+            mine = self.indices()
         self.last_indices = mine  # what this pass hands out, in order (downloads ahead plan with it)
         self._pass_start, self._pass_len, self._yielded = self._start, len(mine), 0
         self._start = 0  # the resume position is used up: running this epoch again starts it over
@@ -401,6 +413,34 @@ class ShardAwareDistributedSampler(Sampler[int]):
         if position > 0 and (finished or len(self) == 0):  # saved at the end of its epoch: the next
             self.epoch += 1
             self._start = 0
+
+
+class _Share:
+    """A rank's indices of one pass of a dataset that orders its own epochs, computed a page at a
+    time: ``share[lo:hi]`` is ``sampler.indices(epoch, start)[lo:hi]``; ``np.asarray`` makes it whole."""
+
+    def __init__(self, sampler: ShardAwareDistributedSampler, epoch: int, start: int) -> None:
+        self.sampler, self.epoch, self.start = sampler, int(epoch), int(start)
+        self.order = sampler.order(epoch)  # a mix's order: evaluated at positions, never built
+        self.len = sampler._per_rank(sampler.epoch_len - self.start)
+
+    def __len__(self) -> int:
+        return self.len
+
+    def __getitem__(self, key: slice) -> np.ndarray:
+        if not isinstance(key, slice):
+            raise TypeError("a pass's share is read by slices")
+        lo, hi, step = key.indices(self.len)
+        if step != 1:
+            raise ValueError("a pass's share is read by runs (a step of 1)")
+        return self.order[self.sampler._positions(self.start, lo, max(lo, hi))]
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        whole = self[0 : self.len]
+        return whole if dtype is None else whole.astype(dtype)
+
+    def tolist(self) -> list:
+        return self[0 : self.len].tolist()
 
 
 def _shown(value) -> str:
