@@ -310,8 +310,10 @@ class MixedOrder:
         guess = rows * chunks // max(1, total)
         for g in np.unique(guess).tolist():
             mine = np.flatnonzero(guess == g)
-            t = max(0, g - 1)
-            while len(mine):
+            t = min(g, chunks - 1)
+            while t > 0 and int(self._below_threshold(q, t, chunks).sum()) > rows[mine].min():
+                t -= 1
+            while len(mine):  # every row is below the last chunk's end (all the keys)
                 start = int(self._below_threshold(q, t, chunks).sum())
                 end = int(self._below_threshold(q, t + 1, chunks).sum())
                 inside = (rows[mine] >= start) & (rows[mine] < end)
