@@ -309,7 +309,7 @@ def make_loader(
     - ``pad``: variable-sized samples zero-padded to the batch's largest, as ``(images, labels,
       sizes)``; an ``augment`` ending in a fixed size needs no padding.
     - Worker processes start from a forkserver (``multiprocessing_context``, default
-      ``"forkserver"`` where the dataset pickles): a forked worker can wait for ever on a lock an
+      ``"forkserver"`` for a cache whose dataset pickles): a forked worker can wait for ever on a lock an
       OpenCV thread of this process held at the fork. Keep the code that reads the loader under
       ``if __name__ == "__main__":``, as for ``spawn``. ``timeout`` (default
       ``READ_TIMEOUT_SECONDS``, 600): the longest a pass waits for one batch, then ``ReadTimeout``.
@@ -415,8 +415,12 @@ def make_loader(
             "channels_last": channels_last,
         }
     extra = {"persistent_workers": True, "prefetch_factor": prefetch_factor} if workers > 0 else {}
-    if workers > 0:  # the user's context as given, else a forkserver (see worker_context)
-        extra["multiprocessing_context"] = worker_context(multiprocessing_context, dataset, collate_fn)
+    if workers > 0:  # the user's context as given, else a forkserver for a cache (see worker_context);
+        # another dataset keeps the platform's default: pickled to every worker, one held in memory
+        # would be copied into each, not shared with the parent's pages as a fork shares it
+        extra["multiprocessing_context"] = (
+            worker_context(multiprocessing_context, dataset, collate_fn) if readable else multiprocessing_context
+        )
         extra["timeout"] = float(timeout)
     loader = CacheLoader(
         dataset,

@@ -177,6 +177,9 @@ def test_worker_processes_start_from_a_forkserver_unless_told_or_unpicklable(sma
     assert local.multiprocessing_context.get_start_method() == "fork"
     assert sum(len(x) for x, _ in local) == len(ds)  # and it reads
     assert make_loader(ds, 8).multiprocessing_context is None  # no workers, no processes
+    # a dataset of the user's own is not pickled to each worker: the platform's default start
+    plain = make_loader(torch.utils.data.TensorDataset(torch.zeros(16, 3, 4, 4), torch.arange(16)), 8, workers=2)
+    assert plain.multiprocessing_context is None and sum(len(b[0]) for b in plain) == 16
 
 
 def test_a_stuck_read_ends_in_one_line_instead_of_waiting_for_ever(small_cache):
