@@ -260,7 +260,11 @@ def test_a_rank_reads_its_share_of_the_mix_as_dealt_from_the_whole_order(two_cac
                 per = -(-250 // world)  # 84 on 3 ranks: padded from the start of the order, as torch pads
                 got = list(sampler)
                 assert got == whole[[p % 250 for p in range(rank, per * world, world)]].tolist()
-                assert np.array_equal(np.asarray(sampler.last_indices), got)
+                share = sampler.last_indices  # handed out a page at a time, never made whole
+                assert np.array_equal(np.asarray(share), got) and share.tolist() == got and len(share) == len(got)
+                assert share[3:10].tolist() == got[3:10] and np.asarray(share, dtype=np.int32).dtype == np.int32
+                with pytest.raises(TypeError):
+                    share[0]
 
 
 def test_an_epoch_of_100_million_mixed_samples_costs_a_few_mb(two_caches):
