@@ -20,6 +20,7 @@ import numpy as np
 
 from ..image.ops import DecodeError
 from ..store.fields import ARRAY_DTYPES, FieldSpec
+from ..store.fields.keypoints import points_problem
 from ..store.limits import MAX_CLASSES, MAX_SAMPLE_BYTES
 from .records import Record
 
@@ -38,7 +39,7 @@ __all__ = [
 
 BOX_FORMATS = ("xyxy", "xywh", "cxcywh")
 #: Target keys with a meaning of their own; any other key is an array field.
-_KNOWN = ("label", "labels", "boxes", "classes", "iscrowd", "mask", "text")
+_KNOWN = ("label", "labels", "boxes", "classes", "iscrowd", "keypoints", "mask", "text")
 #: Largest encoded image or file read for one sample (as ``--max-pixels``' default allows).
 _MAX_FILE_BYTES = 1 << 30
 
@@ -225,6 +226,11 @@ def _target(target, options: SampleOptions) -> tuple[dict, int]:
         out.update(_boxes(target, _own_format(target["boxes"], options)))
     elif "classes" in target or "iscrowd" in target:
         raise DecodeError("'classes' or 'iscrowd' without 'boxes'")
+    if "keypoints" in target:
+        if "boxes" not in target:
+            raise DecodeError("'keypoints' without 'boxes' (one [K, 3] block of points per box)")
+        points = code_keypoints(_array(target["keypoints"], "keypoints"), len(out["classes"]))
+        out["nkeypoints" if options.normalized else "keypoints"] = points
     if "labels" in target:
         labels = _array(target["labels"], "labels").reshape(-1)
         if len(labels) and (labels.dtype.kind not in "iub" or labels.min() < 0):
@@ -280,9 +286,28 @@ def to_record(sample, options: SampleOptions = SampleOptions()) -> Record:
     return Record(to_image(image), raw, label)
 
 
+def code_keypoints(points: np.ndarray, boxes: int) -> np.ndarray:
+    """Points from code, ``[N, K, 3]`` (x, y, visibility 0/1/2) or ``[N, K, 2]`` (visible), one block
+    per box, as float64 ``[N, K, 3]``; anything else is a ``DecodeError`` saying why."""
+    if points.ndim == 2 and points.size == 0:
+        points = points.reshape(0, 0, 3)
+    if points.ndim != 3 or points.shape[2] not in (2, 3) or points.dtype.kind not in "iuf":
+        raise DecodeError(f"keypoints of shape {list(points.shape)}: expected [N, K, 3] or [N, K, 2]")
+    if len(points) != boxes:
+        raise DecodeError(f"{len(points)} objects of keypoints for {boxes} boxes (one block per box)")
+    points = points.astype(np.float64)
+    if points.shape[2] == 2:
+        points = np.concatenate([points, np.full((*points.shape[:2], 1), 2.0)], axis=2)
+    problem = points_problem(points)
+    if problem:
+        raise DecodeError(problem)
+    return points
+
+
 def target_fields(raw: dict) -> list[str]:
     """The fields a raw target carries (besides its class)."""
     names = ["boxes"] if "xyxy" in raw or "nxyxy" in raw else []
+    names += ["keypoints"] if "keypoints" in raw or "nkeypoints" in raw else []
     names += [key for key in ("labels", "mask", "text") if key in raw]
     return names + list(raw.get("arrays", {}))
 
@@ -301,6 +326,8 @@ def fields_of(records: list[Record], declared=()) -> dict[str, FieldSpec]:
     for key in ("boxes", "labels", "mask", "text"):
         if key in carried or key in declared:
             fields[key] = FieldSpec(key)
+    if "keypoints" in carried and "boxes" in fields:
+        fields["keypoints"] = keypoints_spec([r.target for r in records])
     arrays: dict[str, np.ndarray] = {}
     for r in records:
         for name, array in r.target.get("arrays", {}).items():
@@ -333,12 +360,26 @@ def fields_of_targets(targets: list[dict], labels: np.ndarray) -> dict[str, Fiel
     kinds = {k for t in targets for k in t}
     if "xyxy" in kinds or "nxyxy" in kinds:
         fields["boxes"] = FieldSpec("boxes")
+        if "keypoints" in kinds or "nkeypoints" in kinds:
+            fields["keypoints"] = keypoints_spec(targets)
     for key in ("labels", "text"):
         if key in kinds:
             fields[key] = FieldSpec(key)
     if fields and (labels >= 0).any():
         fields = {"label": FieldSpec("label"), **fields}
     return fields
+
+
+def keypoints_spec(targets: list[dict]) -> FieldSpec:
+    """The keypoints field of raw targets like ``targets``: ``K`` from the first that has points
+    (a target of another ``K`` is skipped when its shard is built, with that reason)."""
+    k = 1
+    for t in targets:
+        points = np.asarray(t.get("keypoints", t.get("nkeypoints", [])))
+        if points.ndim == 3 and points.shape[1]:
+            k = int(points.shape[1])
+            break
+    return FieldSpec("keypoints", {"boxes": "boxes", "k": k})
 
 
 def classes_seen(targets: list[dict], labels: np.ndarray) -> int:

@@ -14,9 +14,18 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..image.geometry import Affine, move_boxes, move_boxes_matrix, warp_mask, warp_mask_matrix
+from ..image.geometry import (
+    Affine,
+    move_boxes,
+    move_boxes_matrix,
+    move_points,
+    move_points_matrix,
+    warp_mask,
+    warp_mask_matrix,
+)
 from ..image.ops import DecodeError
 from ..store.fields import FieldSpec, empty_boxes
+from ..store.fields.keypoints import points_problem
 
 __all__ = ["raw_values", "move_values", "move_values_matrix", "load_mask", "load_array"]
 
@@ -100,6 +109,34 @@ def _boxes(target: dict, h: int, w: int) -> dict:
     }
 
 
+def _keypoints(target: dict, spec: FieldSpec, h: int, w: int, boxes: int) -> np.ndarray:
+    """An input's keypoints ``[N, K, 3]`` in its pixels (normalised ones scaled), one block per box."""
+    k = spec.params["k"]
+    found = target.get("keypoints", target.get("nkeypoints"))
+    if found is None:
+        if boxes:
+            raise DecodeError("its boxes have no keypoints (the source's other samples have)")
+        return np.zeros((0, k, 3), np.float32)
+    points = np.asarray(found, dtype=np.float64)
+    if points.size == 0:
+        points = points.reshape(0, k, 3)
+    problem = points_problem(points)
+    if problem:
+        raise DecodeError(problem)
+    if points.shape[1] != k:
+        raise DecodeError(f"{points.shape[1]} keypoints per object, the dataset's others have {k}")
+    if len(points) != boxes:
+        raise DecodeError(f"{len(points)} objects of keypoints for {boxes} boxes")
+    if "nkeypoints" in target and "keypoints" not in target:
+        points = points * np.array([w, h, 1.0])
+    return points.astype(np.float32)
+
+
+def _kept(boxes: dict, move) -> np.ndarray:
+    """The indices of the boxes ``move`` keeps (a box dict's per-box arrays are selected with them)."""
+    return move({"boxes": boxes["boxes"], "i": np.arange(len(boxes["boxes"]))})["i"]
+
+
 def load_array(data: bytes | np.ndarray, spec: FieldSpec, where: str) -> np.ndarray:
     """A ``.npy`` file (or an array from code) as the field's dtype, of a shape the field allows
     (nothing pickled is read)."""
@@ -145,6 +182,9 @@ def raw_values(
             values[name] = mask
         elif spec.kind == "labels":
             values[name] = np.asarray(target.get("labels", []), dtype=np.int64)
+        elif spec.kind == "keypoints":
+            boxes = values.get(spec.params["boxes"]) or _boxes(target, h, w)
+            values[name] = _keypoints(target, spec, h, w, len(boxes["boxes"]))
         elif spec.kind == "text":
             values[name] = str(target.get("text", ""))
         elif spec.kind == "array":
@@ -168,6 +208,10 @@ def move_values(
             out[name] = move_boxes(values[name], affine, out_hw, min_visibility)
         elif spec.kind == "mask":
             out[name] = warp_mask(values[name], affine, out_hw)
+        elif spec.kind == "keypoints":  # with their boxes: a box dropped drops its points
+            keep = _kept(values[spec.params["boxes"]], lambda b: move_boxes(b, affine, out_hw, min_visibility))
+            moved = move_points(values[name], affine, out_hw, spec.params.get("flip_idx"))
+            out[name] = moved[keep]
     return out
 
 
@@ -188,4 +232,12 @@ def move_values_matrix(
             out[name] = move_boxes(turned, then, out_hw, min_visibility)
         elif spec.kind == "mask":
             out[name] = warp_mask(warp_mask_matrix(values[name], matrix, size_hw), then, out_hw)
+        elif spec.kind == "keypoints":
+            keep = _kept(
+                values[spec.params["boxes"]],
+                lambda b: move_boxes(move_boxes_matrix(b, matrix, size_hw, 0.0), then, out_hw, min_visibility),
+            )
+            flip = spec.params.get("flip_idx")
+            turned = move_points_matrix(values[name], matrix, size_hw, flip)
+            out[name] = move_points(turned, then, out_hw, flip)[keep]
     return out

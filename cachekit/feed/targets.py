@@ -20,6 +20,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from ..augment.keypoints import keypoint_mover
 from ..errors import CacheError
 from ..image.geometry import Affine, move_boxes, warp_mask, warp_mask_map
 from ..store.fields import FieldSpec, decode_mask
@@ -182,7 +183,7 @@ def batch_targets(
     per-sample tensors; other fields are read per sample (``read_values``).
     """
     boxes = {name: spec for name, spec in fields.items() if spec.kind == "boxes"}
-    others = {name: spec for name, spec in fields.items() if spec.kind != "boxes"}
+    others = {name: spec for name, spec in fields.items() if spec.kind not in ("boxes", "keypoints")}
     if n == 0:
         return []
     if others:
@@ -200,6 +201,7 @@ def batch_targets(
     for _, column, rows, samples, memo in groups:
         check_classes(boxes, column, rows, samples, classes, memo, shape=shape)
     move = draws.box_mover(min_visibility) if draws is not None else None
+    points_move = keypoint_mover(draws) if draws is not None else None
     for name, spec in boxes.items():
         owners, parts = [], []
         for pos, column, rows, samples, memo in groups:
@@ -209,7 +211,12 @@ def batch_targets(
         owner = np.concatenate(owners) if owners else np.zeros(0, np.int64)
         order = np.argsort(owner, kind="stable")  # the batch's order, each sample's boxes as stored
         flat = [np.concatenate([f[p] for f in parts])[order] for p in _BOX_PARTS]
-        _place_boxes(out, name, flat, owner[order], move)
+        points = []
+        for kp, kspec in keypoint_fields(fields, name):
+            found = [kspec.handler.gather(kp, kspec.params, g[1], g[2], g[3], g[4])[1] for g in groups]
+            stacked = np.concatenate(found) if found else np.zeros((0, kspec.params["k"], 3), np.float32)
+            points.append((kp, stacked[order], kspec.params.get("flip_idx")))
+        _place_boxes(out, name, flat, owner[order], move, points, points_move)
     keys = [
         key for name, spec in fields.items() for key in (box_keys(name) if spec.kind == "boxes" else (name,))
     ]
@@ -264,9 +271,15 @@ def move_target(
     return out
 
 
-def move_boxes_of_batch(fields: dict[str, FieldSpec], targets: list[dict], move) -> None:
+def keypoint_fields(fields: dict[str, FieldSpec], boxes: str) -> list[tuple[str, FieldSpec]]:
+    """The keypoints fields whose objects are the boxes of field ``boxes``."""
+    return [(n, s) for n, s in fields.items() if s.kind == "keypoints" and s.params["boxes"] == boxes]
+
+
+def move_boxes_of_batch(fields: dict[str, FieldSpec], targets: list[dict], move, points_move=None) -> None:
     """Every boxes field of a batch's targets through each sample's map (``Draws.box_mover``), in
-    place, all at once; boxes of a mosaic's extra rows go to the samples they are drawn into."""
+    place, all at once; boxes of a mosaic's extra rows go to the samples they are drawn into. Their
+    keypoints go with them (``points_move``: ``cachekit.augment.keypoints.keypoint_mover``)."""
     if not targets:
         return
     for name, spec in fields.items():
@@ -276,21 +289,35 @@ def move_boxes_of_batch(fields: dict[str, FieldSpec], targets: list[dict], move)
         counts = [len(t[keys[0]]) for t in targets]
         flat = [np.concatenate([np.asarray(t[key]) for t in targets]) for key in keys]
         owner = np.repeat(np.arange(len(targets)), counts)
-        _place_boxes(targets, name, flat, owner, move)
+        points = [
+            (kp, np.concatenate([np.asarray(t[kp]).reshape(-1, ks.params["k"], 3) for t in targets]),
+             ks.params.get("flip_idx"))
+            for kp, ks in keypoint_fields(fields, name)
+        ]  # fmt: skip
+        _place_boxes(targets, name, flat, owner, move, points, points_move)
 
 
-def _place_boxes(targets: list[dict], name: str, flat: list[np.ndarray], owner: np.ndarray, move) -> None:
+def _place_boxes(
+    targets: list[dict], name: str, flat: list[np.ndarray], owner: np.ndarray, move, points=(), points_move=None
+) -> None:
     """A boxes field of a whole batch, ``flat`` (boxes, classes, iscrowd back to back in the batch's
     order, box ``m`` of row ``owner[m]``), moved by ``move`` when given (``Draws.box_mover``: one set
     of array operations for every box; it says which sample each box lands in), into each sample's
-    target as tensors of its own (none can grow into the next sample's)."""
+    target as tensors of its own (none can grow into the next sample's). ``points``: its keypoints
+    fields, ``(name, [M, K, 3], flip_idx)``, moved by ``points_move`` and kept with their boxes."""
     if move is not None:
+        read_owner = owner
         moved, keep, owner = move(flat[0], owner)
         flat, owner = [moved[keep], flat[1][keep], flat[2][keep]], owner[keep]
+        points = [
+            (kp, (points_move(p, read_owner, f) if points_move is not None else p)[keep], f)
+            for kp, p, f in points
+        ]
         order = np.argsort(owner, kind="stable")  # a mosaic's boxes: its own, then its tiles'
         flat, owner = [f[order] for f in flat], owner[order]
+        points = [(kp, p[order], f) for kp, p, f in points]
     spans = row_spans(np.bincount(owner, minlength=len(targets)))
-    for key, values in zip(box_keys(name), flat):
+    for key, values in [*zip(box_keys(name), flat), *((kp, p) for kp, p, _ in points)]:
         values = np.ascontiguousarray(values)
         for t, (a, b) in zip(targets, spans):
             t[key] = torch.from_numpy(values[a:b])
@@ -299,7 +326,7 @@ def _place_boxes(targets: list[dict], name: str, flat: list[np.ndarray], owner: 
 def _ragged(fields: dict[str, FieldSpec], fixed_masks: bool) -> bool:
     """Whether a batch's targets differ in size from sample to sample."""
     for spec in fields.values():
-        if spec.kind in ("boxes", "labels", "text") or (spec.kind == "mask" and not fixed_masks):
+        if spec.kind in ("boxes", "keypoints", "labels", "text") or (spec.kind == "mask" and not fixed_masks):
             return True
         if spec.kind == "array" and None in spec.params["shape"]:
             return True

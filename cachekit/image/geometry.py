@@ -26,6 +26,10 @@ __all__ = [
     "move_boxes",
     "move_boxes_flat",
     "move_boxes_matrix",
+    "move_points",
+    "move_points_matrix",
+    "points_outside",
+    "swap_points",
     "warp_mask",
     "warp_mask_matrix",
     "warp_mask_map",
@@ -131,6 +135,54 @@ def move_boxes_matrix(
     before = (moved[:, 2] - moved[:, 0]) * (moved[:, 3] - moved[:, 1])
     moved, keep = _clip(moved, before, out_hw, min_visibility)
     return _select(target, moved, keep)
+
+
+def points_outside(points: np.ndarray, out_hw: tuple[int, int]) -> np.ndarray:
+    """``[N, K, 3]`` points (x, y, visibility) with those outside the ``out_hw`` image made visibility 0
+    and clipped to it (as Ultralytics clips keypoints); float32, a new array."""
+    p = np.array(points, dtype=np.float64).reshape(-1, *np.shape(points)[1:])
+    h, w = out_hw
+    x, y = p[..., 0], p[..., 1]
+    gone = ~np.isfinite(x) | ~np.isfinite(y) | (x < 0) | (x > w) | (y < 0) | (y > h)
+    p[..., 2][gone] = 0.0
+    p[..., 0] = np.clip(np.nan_to_num(x), 0, w)
+    p[..., 1] = np.clip(np.nan_to_num(y), 0, h)
+    return p.astype(np.float32)
+
+
+def swap_points(points: np.ndarray, mirrored, flip_idx) -> np.ndarray:
+    """Each object's points reordered by ``flip_idx`` (left and right swapped) where ``mirrored``
+    (a bool, or one per object): a mirrored person's left hand is the right one of the image."""
+    if flip_idx is None:
+        return points
+    mirrored = np.broadcast_to(np.asarray(mirrored, dtype=bool), (len(points),))
+    if not mirrored.any():
+        return points
+    out = np.array(points)
+    out[mirrored] = out[mirrored][:, np.asarray(flip_idx, dtype=np.int64)]
+    return out
+
+
+def move_points(
+    points: np.ndarray, affine: Affine, out_hw: tuple[int, int], flip_idx=None
+) -> np.ndarray:
+    """``[N, K, 3]`` keypoints through ``affine`` into ``out_hw``: visibility kept, 0 (and the point
+    clipped) where it leaves the image; left and right swapped by ``flip_idx`` on a mirror."""
+    p = np.array(points, dtype=np.float64).reshape(-1, *np.shape(points)[1:])
+    p[..., 0] = p[..., 0] * affine.sx + affine.tx
+    p[..., 1] = p[..., 1] * affine.sy + affine.ty
+    return points_outside(swap_points(p, affine.sx * affine.sy < 0, flip_idx), out_hw)
+
+
+def move_points_matrix(points: np.ndarray, matrix: np.ndarray, out_hw: tuple[int, int], flip_idx=None) -> np.ndarray:
+    """Keypoints through a 2x3 map of pixel *indices* (``warpAffine``'s, as ``move_boxes_matrix``)."""
+    p = np.array(points, dtype=np.float64).reshape(-1, *np.shape(points)[1:])
+    m = np.asarray(matrix, dtype=np.float64)
+    x, y = p[..., 0] - 0.5, p[..., 1] - 0.5
+    p[..., 0] = m[0, 0] * x + m[0, 1] * y + m[0, 2] + 0.5
+    p[..., 1] = m[1, 0] * x + m[1, 1] * y + m[1, 2] + 0.5
+    mirrored = m[0, 0] * m[1, 1] - m[0, 1] * m[1, 0] < 0
+    return points_outside(swap_points(p, mirrored, flip_idx), out_hw)
 
 
 def nearest_rows(scale: float, shift: float, out: int, size: int) -> tuple[np.ndarray, np.ndarray]:

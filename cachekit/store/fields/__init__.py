@@ -16,6 +16,7 @@ from .array import ARRAY_DTYPES, ArrayKind
 from .base import Column, ColumnReader, FieldKind, column_name, pack_ragged, ragged_rows
 from .boxes import BoxesKind, empty_boxes
 from .classes import LabelKind, LabelsKind
+from .keypoints import KeypointsKind
 from .mask import MaskKind, decode_mask, encode_mask
 from .text import TextKind
 
@@ -39,10 +40,11 @@ __all__ = [
 ]
 
 FIELD_KINDS: dict[str, FieldKind] = {
-    k.kind: k for k in (LabelKind(), LabelsKind(), BoxesKind(), MaskKind(), TextKind(), ArrayKind())
+    k.kind: k
+    for k in (LabelKind(), LabelsKind(), BoxesKind(), MaskKind(), TextKind(), ArrayKind(), KeypointsKind())
 }
 #: Kinds that geometry (crops, flips, resizes, letterbox) moves with the pixels.
-GEOMETRIC_KINDS = ("boxes", "mask")
+GEOMETRIC_KINDS = ("boxes", "mask", "keypoints")
 _NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 
 

@@ -1,0 +1,156 @@
+"""``keypoints``: each object's ``K`` points as float32 ``[N, K, 3]`` (x, y, visibility), one ``[K, 3]``
+block per box of the boxes field it belongs to (``params["boxes"]``), in the same order.
+
+Coordinates are the boxes' (continuous stored-image pixels, pixel ``i`` covering ``[i, i + 1)``);
+visibility is COCO's: 0 not labelled (or moved out of the image), 1 labelled but hidden, 2 visible.
+``params``: ``boxes`` (the boxes field's name), ``k`` (points per object), and when the source names
+them ``names`` (K names), ``skeleton`` (pairs of point indices, from 0) and ``flip_idx`` (the point
+each one becomes when the image is mirrored: left and right swapped).
+
+Every read checks a shard's points once (finite, visibility 0, 1 or 2, ``k`` per object, one block
+per box of its boxes field): a damaged shard is a CacheError, never a NaN in a pose loss.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from ...errors import CacheError
+from ..limits import short
+from .base import Column, ColumnReader, column_name, pack_ragged, ragged_gather, row_spans
+
+__all__ = ["KeypointsKind", "points_problem", "flip_pairs", "MAX_KEYPOINTS"]
+
+#: The most points an object may have (COCO-WholeBody has 133).
+MAX_KEYPOINTS = 1024
+
+
+def points_problem(points: np.ndarray, k: int | None = None) -> str | None:
+    """What is wrong with ``[N, K, 3]`` points, or None: a shape other than ``k`` points per object, a
+    coordinate that is not finite, a visibility other than 0, 1 or 2."""
+    p = np.asarray(points)
+    if p.ndim != 3 or p.shape[2] != 3 or (k is not None and p.shape[1] != k):
+        return f"keypoints of shape {list(p.shape)}, not [N, {k if k is not None else 'K'}, 3]"
+    if not np.isfinite(p).all():
+        return "a keypoint that is not finite"
+    v = p[..., 2]
+    bad = (v != 0) & (v != 1) & (v != 2)
+    if bad.any():
+        return f"a keypoint visibility of {float(v[bad][0]):g}, not 0, 1 or 2"
+    return None
+
+
+def flip_pairs(names: Sequence[str]) -> list[int] | None:
+    """``flip_idx`` from point names: ``left_x`` and ``right_x`` (also ``l_``/``r_``, any case) swap,
+    the others stay; None when no name pairs up."""
+    lowered = [str(n).lower() for n in names]
+    where = {n: i for i, n in enumerate(lowered)}
+    out, paired = list(range(len(lowered))), False
+    for i, n in enumerate(lowered):
+        for a, b in (("left_", "right_"), ("right_", "left_"), ("l_", "r_"), ("r_", "l_")):
+            if n.startswith(a) and b + n[len(a) :] in where:
+                out[i], paired = where[b + n[len(a) :]], True
+                break
+    return out if paired else None
+
+
+def _index_list(value, k: int, where: str, what: str) -> list[int]:
+    if (
+        not isinstance(value, list)
+        or len(value) != k
+        or not all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < k for v in value)
+    ):
+        raise CacheError(f"{where}.{what}: expected {k} point indices in [0, {k}), got {short(value)}")
+    return list(value)
+
+
+class KeypointsKind:
+    kind = "keypoints"
+
+    def check_params(self, params: dict, where: str) -> dict:
+        boxes, k = params.get("boxes"), params.get("k")
+        if not isinstance(boxes, str) or not boxes:
+            raise CacheError(f"{where}.boxes: expected the name of a boxes field, got {short(boxes)}")
+        if not isinstance(k, int) or isinstance(k, bool) or not 0 < k <= MAX_KEYPOINTS:
+            raise CacheError(f"{where}.k: expected 1 to {MAX_KEYPOINTS} points per object, got {short(k)}")
+        out: dict = {"boxes": boxes, "k": k}
+        if params.get("names") is not None:
+            names = params["names"]
+            if not isinstance(names, list) or len(names) != k or not all(isinstance(n, str) for n in names):
+                raise CacheError(f"{where}.names: expected {k} point names, got {short(names)}")
+            out["names"] = list(names)
+        if params.get("skeleton") is not None:
+            edges = params["skeleton"]
+            if not isinstance(edges, list) or len(edges) > 4 * MAX_KEYPOINTS:
+                raise CacheError(f"{where}.skeleton: expected a list of point pairs, got {short(edges)}")
+            for e in edges:
+                if (
+                    not isinstance(e, list)
+                    or len(e) != 2
+                    or not all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < k for v in e)
+                ):
+                    raise CacheError(
+                        f"{where}.skeleton: expected pairs of point indices below {k}, got {short(e)}"
+                    )
+            out["skeleton"] = [list(e) for e in edges]
+        if params.get("flip_idx") is not None:
+            out["flip_idx"] = _index_list(params["flip_idx"], k, where, "flip_idx")
+        return out
+
+    def columns(self, name: str, params: dict) -> dict[str, Column]:
+        return {
+            column_name(name, "points"): Column((params["k"], 3), "<f4", ragged=True),
+            column_name(name, "offsets"): Column((), "<i8"),
+        }
+
+    def pack(self, name: str, params: dict, values: Sequence) -> dict[str, np.ndarray]:
+        data, offsets = pack_ragged(
+            [np.asarray(v, dtype=np.float32).reshape(-1, params["k"], 3) for v in values],
+            "<f4",
+            (params["k"], 3),
+        )
+        return {column_name(name, "points"): data, column_name(name, "offsets"): offsets}
+
+    def gather(
+        self, name: str, params: dict, column: ColumnReader, rows: Sequence[int], samples: int, memo=None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``(counts, points [M, K, 3])``: each row's number of objects and their points back to back."""
+        self._check(name, params, column, samples, memo)
+        counts, (p,) = ragged_gather(
+            column, column_name(name, "points"), column_name(name, "offsets"), rows, samples, memo=memo
+        )
+        return counts, np.asarray(p, dtype=np.float32).reshape(-1, params["k"], 3)
+
+    def unpack(
+        self,
+        name: str,
+        params: dict,
+        column: ColumnReader,
+        rows: Sequence[int],
+        samples: int,
+        memo: dict | None = None,
+    ) -> list:
+        counts, points = self.gather(name, params, column, rows, samples, memo)
+        return [points[a:b] for a, b in row_spans(counts)]
+
+    def _check(self, name: str, params: dict, column: ColumnReader, samples: int, memo) -> None:
+        """The whole shard's points (once, with a ``memo``): finite, visibility 0/1/2, ``k`` per object,
+        one block per box of the boxes field."""
+        if memo is not None and ("checked", name) in memo:
+            return
+        ends = np.asarray(column(column_name(name, "offsets"), slice(None)))
+        points = np.asarray(column(column_name(name, "points"), slice(None)))
+        boxes = np.asarray(column(column_name(params["boxes"], "offsets"), slice(None)))
+        problem = None
+        if ends.shape != boxes.shape or (ends != boxes).any():
+            problem = f"its objects do not match the boxes of {params['boxes']!r} one to one"
+        else:
+            problem = points_problem(points.reshape(len(points), *points.shape[1:]), params["k"])
+        if problem:
+            raise CacheError(
+                f"field {name!r}: a stored value is out of range ({problem}): the shard is damaged"
+            )
+        if memo is not None:
+            memo[("checked", name)] = True

@@ -1,0 +1,202 @@
+"""Keypoints move with the pixels: every geometric transform, on the threads and on the device path
+(run on the CPU). Each image has a dot of its own colour drawn at each keypoint; after the
+transform the dot must lie under its moved point (within 1 px), or the point is marked visibility 0
+when it left the output. A mirror swaps left and right points by ``flip_idx``; an object dropped
+by ``min_visibility`` drops its keypoints with its box."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+import torch
+
+from cachekit import BuildConfig, CachedDataset, build, make_loader
+from cachekit.transforms import (
+    CenterCrop,
+    Letterbox,
+    Mosaic,
+    RandomAffine,
+    RandomHorizontalFlip,
+    RandomPerspective,
+    RandomResizedCrop,
+    RandomRotation,
+    RandomVerticalFlip,
+)
+
+H, W, K, SAMPLES = 96, 128, 4, 8
+FLIP_IDX = [1, 0, 3, 2]  # left_eye, right_eye, left_hand, right_hand
+NAMES = ["left_eye", "right_eye", "left_hand", "right_hand"]
+R = 3  # a dot is a 7x7 square round its point
+#: Distinct saturated colours (one channel at 255): a dot dimmed or blended with the background
+#: never passes for another dot's colour.
+COLOURS = np.array(
+    [c for c in itertools.product((0, 48, 96, 144, 192, 255), repeat=3) if max(c) == 255], dtype=np.int64
+)
+QUIET = {"workers": 1, "progress": False, "pipeline": "none", "strict": True, "order": "sorted"}
+PATHS = {"threads": {"augment_on": "threads"}, "device": {"device": "cpu", "augment_on": "device"}}
+
+
+def _samples():
+    """Eight images, each with two objects of four points (object 0 on the left half, object 1 on
+    the right), each object of its own class, each point a dot of its own colour."""
+    rng = np.random.default_rng(5)
+    out = []
+    for s in range(SAMPLES):
+        image = np.zeros((H, W, 3), np.uint8)
+        boxes, points = [], []
+        for o in range(2):
+            cols = rng.choice(4, K, replace=True) + 4 * o
+            rows = rng.choice(6, K, replace=False)
+            gx, gy = 8 + 16 * cols, 8 + 16 * rows
+            pts = np.stack([gx + 0.5, gy + 0.5, np.full(K, 2.0)], 1)
+            for p, (x, y) in enumerate(zip(gx, gy)):
+                image[y - R : y + R + 1, x - R : x + R + 1] = COLOURS[(2 * s + o) * K + p]
+            boxes.append(
+                [max(gx.min() - 4, 0), max(gy.min() - 4, 0), min(gx.max() + 5, W), min(gy.max() + 5, H)]
+            )
+            points.append(pts)
+        target = {
+            "boxes": np.array(boxes, np.float32),
+            "classes": np.array([2 * s, 2 * s + 1]),
+            "keypoints": np.array(points, np.float32),
+        }
+        out.append((image, target))
+    return out
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    root = tmp_path_factory.mktemp("kp")
+    build(_samples(), root / "c", BuildConfig(**QUIET), classes=2 * SAMPLES)
+    _with_flip_idx(root / "c")
+    return root / "c"
+
+
+def _with_flip_idx(path):
+    """The cache's keypoints field given names and flip_idx, as a COCO or YOLO pose source gives them."""
+    import json
+
+    from manifests import listed_manifest
+
+    manifest = listed_manifest(path)
+    field = manifest["sample"]["fields"]["keypoints"]
+    field.update(flip_idx=FLIP_IDX, names=NAMES)
+    (path / "manifest.json").write_text(json.dumps(manifest))
+
+
+def _uint8(images: torch.Tensor) -> np.ndarray:
+    x = images.float()
+    if x.max() <= 1.0 + 1e-6:
+        x = x * 255
+    return x.round().clamp(0, 255).to(torch.uint8).numpy()
+
+
+def _blob(image: np.ndarray, colour: np.ndarray) -> np.ndarray:
+    """``[n, 2]`` (x, y) centres of the pixels of ``colour`` (within 20 a channel) in ``[C, H, W]``."""
+    close = (np.abs(image.astype(np.int64) - colour[:, None, None]) <= 20).all(0)
+    ys, xs = np.nonzero(close)
+    return np.stack([xs + 0.5, ys + 0.5], 1)
+
+
+def _check_batch(images: np.ndarray, targets: list[dict], absent: bool = True) -> tuple[int, int]:
+    """Every moved point against its dot; returns (points seen under their dots, mirrored objects).
+    ``absent``: a point of visibility 0 has no whole dot in the output (not so in a mosaic, which
+    may hold one image twice: the dot cut from one tile is whole in the other)."""
+    seen = mirrored = 0
+    for image, t in zip(images, targets):
+        boxes, classes, points = t["boxes"].numpy(), t["classes"].numpy(), t["keypoints"].numpy()
+        assert points.dtype == np.float32 and points.shape == (len(boxes), K, 3)
+        h, w = image.shape[1:]
+        for o, pts in zip(classes.tolist(), points):
+            fits = []
+            for perm in (list(range(K)), FLIP_IDX):
+                ok = True
+                for i, (x, y, v) in enumerate(pts):
+                    found = _blob(image, COLOURS[o * K + perm[i]])
+                    if v > 0:
+                        assert 0 <= x <= w and 0 <= y <= h
+                        # the pixel under the point is the dot's, and (a whole dot) its centre is the point
+                        ok &= len(found) > 0 and bool((np.abs(found - (x, y)).max(1) <= 1.0).any())
+                        whole = min(x, y, w - x, h - y) > 2 * R + 2
+                        local = found[np.abs(found - (x, y)).max(1) <= 2 * R + 2]  # its own dot
+                        ok &= not whole or (
+                            len(local) > 0 and bool(np.abs(local.mean(0) - (x, y)).max() <= 1.0)
+                        )
+                    elif len(found) and absent:  # out of the output: at most a cut dot at its edge
+                        margin = 2 * R + 2
+                        inner = found[:, 0].clip(0) > margin, found[:, 0] < w - margin
+                        inner = inner[0] & inner[1] & (found[:, 1] > margin) & (found[:, 1] < h - margin)
+                        ok &= not inner.any()
+                fits.append(ok)
+            assert any(fits), f"object {o}: its dots are not under its points {pts.tolist()}"
+            if not fits[0]:
+                mirrored += 1
+            seen += int((pts[:, 2] > 0).sum())
+    return seen, mirrored
+
+
+SAME = CenterCrop((H, W))  # the whole image: a fixed output size for a cache of samples of their own size
+CASES = {
+    "rrc+flip": [RandomResizedCrop(96, scale=(0.5, 1.0)), RandomHorizontalFlip()],
+    "hflip": [RandomHorizontalFlip(p=1.0), SAME],
+    "vflip": [RandomVerticalFlip(p=1.0), SAME],
+    "affine": [RandomAffine(degrees=20, translate=(0.1, 0.1), scale=(0.8, 1.2), shear=10), SAME],
+    "rotation": [RandomRotation(30), SAME],
+    "perspective": [RandomPerspective(distortion_scale=0.3, p=1.0), SAME],
+    "letterbox": [Letterbox(112)],
+    "mosaic": [Mosaic(96), RandomHorizontalFlip()],
+    "mosaic+affine": [Mosaic(96), RandomAffine(degrees=10, translate=(0.1, 0.1), scale=(0.8, 1.2))],
+}
+
+
+@pytest.mark.parametrize("path", list(PATHS))
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_dot_at_each_keypoint_lands_under_its_moved_point(cache, case, path):
+    loader = make_loader(cache, 4, seed=3, augment=CASES[case], min_visibility=0.0, threads=1, **PATHS[path])
+    seen = mirrored = 0
+    for _ in range(2):  # two epochs
+        for batch in loader:
+            s, m = _check_batch(_uint8(batch[0]), batch[1], absent="mosaic" not in case)
+            seen, mirrored = seen + s, mirrored + m
+    assert seen >= 2 * SAMPLES * K  # most points stay in view: the check is not vacuous
+    if case in ("hflip", "vflip"):  # every object mirrored: left and right swapped
+        assert mirrored == 2 * 2 * SAMPLES
+    elif case in ("letterbox", "rotation", "perspective"):
+        assert mirrored == 0
+    elif case in ("rrc+flip", "mosaic"):  # flipped by chance: some, not all
+        assert 0 < mirrored < seen / K
+
+
+def test_a_flip_swaps_left_and_right_by_flip_idx(cache):
+    stored = CachedDataset(cache)[0][1]["keypoints"].numpy()
+    batch = next(
+        iter(make_loader(cache, 1, shuffle=False, augment=[RandomHorizontalFlip(p=1.0), SAME], threads=1))
+    )
+    moved = batch[1][0]["keypoints"].numpy()
+    np.testing.assert_allclose(moved[:, :, 0], W - stored[:, FLIP_IDX, 0])
+    np.testing.assert_allclose(moved[:, :, 1], stored[:, FLIP_IDX, 1])
+
+
+@pytest.mark.parametrize("path", list(PATHS))
+def test_an_object_dropped_by_min_visibility_drops_its_keypoints(cache, path):
+    """The same draws with min_visibility 0 and 0.5: the objects the second drops take their points
+    with them; each object kept has the very points it has in the first."""
+    augment = [RandomResizedCrop(64, scale=(0.3, 0.7)), RandomHorizontalFlip()]
+
+    def objects(visibility):
+        loader = make_loader(cache, 4, seed=11, augment=augment, min_visibility=visibility, threads=1,
+                             shuffle=False, **PATHS[path])  # fmt: skip
+        out = {}
+        for b, batch in enumerate(loader):
+            for j, t in enumerate(batch[1]):
+                assert len(t["keypoints"]) == len(t["boxes"]) == len(t["classes"])
+                for c, pts in zip(t["classes"].tolist(), t["keypoints"].numpy()):
+                    out[(b, j, c)] = pts
+        return out
+
+    every, kept = objects(0.0), objects(0.5)
+    assert set(kept) < set(every) and kept  # some dropped, some kept
+    for key, pts in kept.items():
+        np.testing.assert_array_equal(pts, every[key])
