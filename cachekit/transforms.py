@@ -4,6 +4,7 @@
     from cachekit.transforms import RandomVerticalFlip, RandomRotation, RandomAffine, RandomPerspective
     from cachekit.transforms import RandomZoomOut, RandomIoUCrop, Mosaic
     from cachekit.transforms import RandAugment, TrivialAugmentWide, AutoAugment, RandomErasing, MixUp, CutMix
+    from cachekit.transforms import PixelOp, BatchOp, MatrixOp  # your own functions, on the fast path
 
 Each sample's random draws come from (seed, epoch, sample index): reproducible, resumable,
 independent of thread and worker counts, and new every epoch. Boxes and masks move with the pixels.
@@ -40,6 +41,7 @@ from .augment.transforms import (
     RandomResizedCrop,
     Resize,
 )
+from .augment.userops import BatchOp, MatrixOp, PixelOp
 
 __all__ = [
     "RandomResizedCrop",
@@ -65,4 +67,7 @@ __all__ = [
     "MixUp",
     "CutMix",
     "MixUpOrCutMix",
+    "PixelOp",
+    "BatchOp",
+    "MatrixOp",
 ]

@@ -7,9 +7,13 @@ from .maps import GEOMETRIC_STEPS
 from .mixing import BATCH_TRANSFORMS
 from .photometric import PIXEL_TRANSFORMS
 from .transforms import TRANSFORMS
+from .userops import USER_OPS
 
-__all__ = ["CATALOGUE"]
+__all__ = ["CATALOGUE", "STEPS"]
 
 #: Crops, resizes, flips and colour jitter; the geometry of one map per sample (affine, perspective,
 #: zoom-out, IoU crop, mosaic); the per-sample pixel stage; the batch stage (MixUp, CutMix).
 CATALOGUE = TRANSFORMS + GEOMETRIC_STEPS + PIXEL_TRANSFORMS + BATCH_TRANSFORMS
+#: Everything a list may hold: the catalogue and the user's own ops (``PixelOp``, ``BatchOp``,
+#: ``MatrixOp``), which wrap a function and so have no text form of their own.
+STEPS = CATALOGUE + USER_OPS

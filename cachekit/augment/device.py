@@ -115,8 +115,13 @@ class DeviceStage:
             x = jitter_batch(x, aux["jitter"], hue=aux["hue"], order=aux.get("order"))
         if "stage" in aux:  # per-sample pixel transforms (RandAugment, erasing, ...), then MixUp / CutMix
             x = aux["stage"].apply_batch(x)
+        ops = aux.get("batch_ops")  # the user's BatchOps, on either side of MixUp / CutMix as listed
+        if ops is not None:
+            x = ops.apply_batch(x, after=False)
         if "mix" in aux:
             x = aux["mix"].apply_batch(x)
+        if ops is not None:
+            x = ops.apply_batch(x, after=True)
         return x, True
 
     def _convert(self, x: torch.Tensor, scaled_255: bool) -> torch.Tensor:

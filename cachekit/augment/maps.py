@@ -168,6 +168,11 @@ def draw_maps(
             s[:, 0, 0], s[:, 1, 1] = nw / vw, nh / vh
             m, vh, vw = s @ m, nh, nw
             continue
+        draw_matrices = getattr(step, "draw_matrices", None)
+        if draw_matrices is not None:  # a step that draws its own maps (the user's MatrixOp)
+            own, vh, vw = draw_matrices(seed, epoch, idx, stream, vh, vw)
+            m = own @ m
+            continue
         u = draw_uniforms(seed, epoch, idx, stream, step)
         if isinstance(step, RandomHorizontalFlip):
             flip, f = u[:, 0] < step.p, eye(n)

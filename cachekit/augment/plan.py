@@ -17,9 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import UsageError
 from ..image.geometry import DEFAULT_MIN_VISIBILITY, Affine, move_boxes_flat
-from .catalogue import CATALOGUE
+from .catalogue import STEPS
 from .draws import uniforms
 from .geometric import RandomIoUCrop, RandomRotation, RandomVerticalFlip, RandomZoomOut, degrees_range
 from .maps import GEOMETRIC_STEPS, MapDraws, draw_maps
@@ -37,10 +36,14 @@ from .transforms import (
     Resize,
     _size,
 )
+from .usage import AugmentUsageError
+from .userops import BATCH_STREAM, BatchOp, BatchOpDraws, MatrixOp
 
 __all__ = ["Plan", "Draws", "compile_plan", "check_order", "AugmentUsageError"]
 
 _ATTEMPTS = 10  # torchvision's RandomResizedCrop tries 10 boxes before its central fallback
+#: Steps drawn as one general 3x3 map per sample: the catalogue's and the user's ``MatrixOp``.
+_MAP_STEPS = (*GEOMETRIC_STEPS, MatrixOp)
 
 
 @dataclass(frozen=True)
@@ -186,6 +189,18 @@ class Plan:
     #: The whole list as given (``steps`` holds its geometry and colour only): what a loader's state
     #: and a preview write back as text.
     listed: tuple = ()
+    #: The user's ``BatchOp`` steps: ``(stream, op, after_mix)``, in list order.
+    batch_ops: tuple = ()
+
+    def draw_batch_ops(self, seed: int, epoch: int, indices) -> BatchOpDraws | None:
+        """The batch's ``BatchOp`` steps with their generators' keys (the batch's first sample), or None."""
+        if not self.batch_ops:
+            return None
+        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
+        first = int(idx[0]) if len(idx) else 0
+        before = tuple((stream, op) for stream, op, after in self.batch_ops if not after)
+        after = tuple((stream, op) for stream, op, after in self.batch_ops if after)
+        return BatchOpDraws(before, after, seed, epoch, first)
 
     @property
     def jitter(self) -> ColorJitter | None:
@@ -196,7 +211,7 @@ class Plan:
     def geometric(self) -> bool:
         return any(
             isinstance(
-                s, (RandomResizedCrop, CenterCrop, Resize, RandomHorizontalFlip, Letterbox, *GEOMETRIC_STEPS)
+                s, (RandomResizedCrop, CenterCrop, Resize, RandomHorizontalFlip, Letterbox, *_MAP_STEPS)
             )
             for s in self.steps
         )
@@ -204,7 +219,7 @@ class Plan:
     @property
     def general(self) -> bool:
         """Whether the list draws one 3x3 map per sample (``cachekit.augment.maps``)."""
-        return any(isinstance(s, GEOMETRIC_STEPS) for s in self.steps)
+        return any(isinstance(s, _MAP_STEPS) for s in self.steps)
 
     @property
     def needs_boxes(self) -> bool:
@@ -233,6 +248,8 @@ class Plan:
                 size = _size(step.size, type(step).__name__)
             elif isinstance(step, Resize):
                 size = None if isinstance(step.size, int) else _size(step.size, "Resize")
+            elif isinstance(step, MatrixOp) and step.size is not None:
+                size = step.size
             elif isinstance(step, (RandomZoomOut, RandomIoUCrop)) or (
                 isinstance(step, RandomRotation) and step.expand
             ):
@@ -246,7 +263,7 @@ class Plan:
         varies = False
         for step in self.steps:
             if isinstance(step, (RandomResizedCrop, CenterCrop, Letterbox, Mosaic)) or (
-                isinstance(step, Resize) and not isinstance(step.size, int)
+                isinstance(step, (Resize, MatrixOp)) and step.size is not None and not isinstance(step.size, int)
             ):
                 varies = False
             elif isinstance(step, RandomZoomOut):
@@ -359,12 +376,6 @@ class Plan:
         ).astype(np.float32)
 
 
-class AugmentUsageError(UsageError, ValueError):
-    """An augment list written so that it would not run as written (or a class where an instance
-    belongs): one line that says the fix. A ``UsageError`` (exit 2), and a ``ValueError`` as every
-    other refusal of a list is."""
-
-
 # Where each kind of step runs, whatever its place in the list: a mosaic builds the sample, the
 # geometry is one map per sample, ColorJitter follows the map, then the per-sample pixel stage in
 # list order, then MixUp / CutMix over the batch.
@@ -379,7 +390,13 @@ _PER_PIXEL = (ColorJitter, RandomGrayscale, RandomHSV)
 _MIRRORS = (RandomHorizontalFlip, RandomVerticalFlip)
 
 
+#: The list stage of each kind of the user's own ops (``userops``).
+_KIND_STAGE = {"geometry": _GEOMETRY, "pixel": _PIXELS, "batch": _BATCH}
+
+
 def _stage_of(step) -> int:
+    if getattr(step, "KIND", None) in _KIND_STAGE:
+        return _KIND_STAGE[step.KIND]
     if isinstance(step, Mosaic):
         return _MOSAIC
     if isinstance(step, BATCH_TRANSFORMS):
@@ -449,7 +466,7 @@ def compile_plan(transforms, min_visibility: float = DEFAULT_MIN_VISIBILITY) -> 
     if transforms is None:
         return None
     steps = tuple(transforms) if isinstance(transforms, (list, tuple)) else (transforms,)
-    known = CATALOGUE
+    known = STEPS
     for step in steps:
         if isinstance(step, type) and issubclass(step, known):
             raise AugmentUsageError(f"augment: {step.__name__} is a class: write {_call_of(step)}")
@@ -458,7 +475,7 @@ def compile_plan(transforms, min_visibility: float = DEFAULT_MIN_VISIBILITY) -> 
             given = f"the class {step.__name__}" if isinstance(step, type) else type(step).__name__
             raise TypeError(
                 f"augment takes cachekit.transforms ({names}), not {given}; "
-                "a per-sample function goes in CachedDataset(transform=...)"
+                "a function of your own goes in PixelOp(fn), BatchOp(fn) or MatrixOp(fn)"
             )
     if sum(isinstance(s, ColorJitter) for s in steps) > 1:
         raise ValueError("augment: give at most one ColorJitter")
@@ -469,7 +486,16 @@ def compile_plan(transforms, min_visibility: float = DEFAULT_MIN_VISIBILITY) -> 
         raise ValueError("augment: RandomIoUCrop and Mosaic do not go together (SSD's crop or YOLO's mosaic)")
     if not steps:
         return None
-    geometry = tuple(s for s in steps if isinstance(s, TRANSFORMS + GEOMETRIC_STEPS))
+    geometry = tuple(s for s in steps if isinstance(s, TRANSFORMS + _MAP_STEPS))
+    mixes = [k for k, s in enumerate(steps) if isinstance(s, BATCH_TRANSFORMS)]
+    batch_ops = tuple(
+        (BATCH_STREAM + k, s, bool(mixes) and k > mixes[0]) for k, s in enumerate(steps) if isinstance(s, BatchOp)
+    )
     return Plan(
-        geometry, float(min_visibility), stage=compile_stage(steps), mix=compile_mixing(steps), listed=steps
+        geometry,
+        float(min_visibility),
+        stage=compile_stage(steps),
+        mix=compile_mixing(steps),
+        listed=steps,
+        batch_ops=batch_ops,
     )

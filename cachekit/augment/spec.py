@@ -16,6 +16,7 @@ import dataclasses
 
 from . import catalogue as _catalogue
 from .plan import AugmentUsageError, check_order
+from .userops import USER_OPS
 
 __all__ = ["MAX_SPEC_CHARS", "catalogue", "parse_spec", "format_spec"]
 
@@ -40,10 +41,30 @@ def _literal(node: ast.AST, where: str):
         ) from None
 
 
-def parse_spec(text: str, known: dict[str, type] | None = None) -> list:
+def _user_op(name: str, args: list, kwargs: dict, ops: dict | None):
+    """The user's op a spec names by its function's qualified name (``PixelOp('module.fn')``), taken
+    from ``ops`` (the ops the loader was given, by ``spec_text``): a function is never looked up."""
+    if len(args) != 1 or not isinstance(args[0], str) or set(kwargs) - {"size"}:
+        raise ValueError(f"augment spec: {name} is written {name}('module.function') in a loader's state")
+    size = kwargs.get("size")
+    if size is not None and not isinstance(size, (tuple, list)):
+        raise ValueError(f"augment spec: {name}: size is (height, width) in a loader's state, got {size!r}")
+    text = f"{name}({args[0]!r}{'' if size is None else f', size={tuple(size)!r}'})"
+    op = (ops or {}).get(text)
+    if op is None:
+        raise AugmentUsageError(
+            f"augment: {text} is the user's own op, and this loader was not given it: a loader resumed "
+            "from a state is made with the same augment list"
+        )
+    return op
+
+
+def parse_spec(text: str, known: dict[str, type] | None = None, ops: dict | None = None) -> list:
     """The transforms a spec names, constructed (and so checked) by their own classes.
 
-    ``known``: the catalogue to look names up in (default: ``catalogue()``). An empty spec (or
+    ``known``: the catalogue to look names up in (default: ``catalogue()``); ``ops``: the user's own
+    ops a spec may name (``PixelOp('module.fn')``, as a loader's state writes them), by their
+    ``spec_text``. An empty spec (or
     ``"none"``) is an empty list. Every refusal is a ``ValueError`` of one line (a list in an order
     the loader would not run as written: also a ``UsageError``, ``plan.check_order``).
     """
@@ -75,7 +96,8 @@ def parse_spec(text: str, known: dict[str, type] | None = None) -> list:
             )
         name = name_node.id
         cls = known.get(name)
-        if cls is None:
+        user = {c.__name__: c for c in USER_OPS}.get(name)
+        if cls is None and user is None:
             raise ValueError(f"augment spec: unknown transform {name!r} (known: {', '.join(sorted(known))})")
         args, kwargs = [], {}
         if call is not None:
@@ -89,6 +111,9 @@ def parse_spec(text: str, known: dict[str, type] | None = None) -> list:
                 if kw.arg in kwargs:
                     raise ValueError(f"augment spec: {name}: {kw.arg}= is given twice")
                 kwargs[kw.arg] = _literal(kw.value, f"{name} {kw.arg}")
+        if user is not None:
+            steps.append(_user_op(name, args, kwargs, ops))
+            continue
         try:
             steps.append(cls(*args, **kwargs))
         except (TypeError, ValueError) as exc:
@@ -118,8 +143,12 @@ def format_spec(steps) -> str | None:
     written so (a transform that is not a dataclass of literal values)."""
     if steps is None:
         return ""
-    parts = []
+    parts, ops = [], {}
     for step in steps:
+        if isinstance(step, USER_OPS):  # the user's op: by its function's name
+            parts.append(step.spec_text())
+            ops[parts[-1]] = step
+            continue
         if not dataclasses.is_dataclass(step) or isinstance(step, type):
             return None
         values = ", ".join(
@@ -128,7 +157,7 @@ def format_spec(steps) -> str | None:
         parts.append(f"{type(step).__name__}({values})")
     text = ", ".join(parts)
     try:
-        same = parse_spec(text) == list(steps)
+        same = parse_spec(text, ops=ops) == list(steps)
     except ValueError:
         return None
     return text if same else None

@@ -31,6 +31,7 @@ from .photometric import (
     RandomHSV,
     TrivialAugmentWide,
 )
+from .userops import PixelOp
 
 __all__ = ["Stage", "StageDraws", "compile_stage"]
 
@@ -147,6 +148,11 @@ class Stage:
     steps: tuple
 
     @property
+    def host_only(self) -> tuple:
+        """The steps that run on CPU threads only (the user's ``PixelOp``: numpy on each sample)."""
+        return tuple(s for _, s in self.steps if isinstance(s, PixelOp))
+
+    @property
     def needs_stats(self) -> bool:
         """Whether a transform needs the cache's mean and std (``RandomErasing(value="random")``)."""
         return any(isinstance(s, RandomErasing) and s.values() is None for _, s in self.steps)
@@ -156,7 +162,9 @@ class Stage:
         idx = np.asarray(indices, dtype=np.int64).reshape(-1)
         parts = []
         for stream, step in self.steps:
-            if isinstance(step, (RandAugment, TrivialAugmentWide, AutoAugment)):
+            if hasattr(step, "draw_stage"):  # a step that draws its own part (the user's PixelOp)
+                parts.append(step.draw_stage(seed, epoch, idx, stream, out_hw))
+            elif isinstance(step, (RandAugment, TrivialAugmentWide, AutoAugment)):
                 parts.append(draw_ops(step, seed, epoch, idx, stream, out_hw))
             elif isinstance(step, RandomErasing):
                 parts.append(draw_erasing(step, seed, epoch, idx, stream, out_hw, stats))
@@ -176,6 +184,6 @@ def compile_stage(steps) -> Stage | None:
     """The per-sample pixel transforms of ``steps`` (any others are left to the caller), streams by
     their place in the list; None when there are none."""
     found = tuple(
-        (STREAM_BASE + k, step) for k, step in enumerate(steps) if isinstance(step, PIXEL_TRANSFORMS)
+        (STREAM_BASE + k, step) for k, step in enumerate(steps) if isinstance(step, (*PIXEL_TRANSFORMS, PixelOp))
     )
     return Stage(found) if found else None

@@ -382,13 +382,20 @@ def assemble(
     if stage is not None and (values is not None or whole) and keys:
         stage.move_boxes(targets, keys, visibility)
     mix = None
+    ops = plan.draw_batch_ops(request.seed, request.epoch, request) if draws is not None else None
+    if ops is not None and on_threads:  # the user's BatchOps listed before MixUp / CutMix
+        ops.apply_rows(out, after=False)
     if draws is not None and plan.mix is not None:
         mix, out, labels = _mix_batch(dataset, request, draws, out, labels, targets, masks, keys, on_threads)
+    if ops is not None and on_threads:
+        ops.apply_rows(out, after=True)
     aux = None
     if draws is not None and request.on_device:
         aux = _aux(draws, heights[:n], widths[:n])
         if stage is not None:
             aux["stage"] = stage
+        if ops is not None:
+            aux["batch_ops"] = ops
         if mix is not None and mix.mixes:
             aux["mix"] = mix
     elif draws is None and dataset.ragged:

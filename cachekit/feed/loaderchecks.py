@@ -178,6 +178,11 @@ def check_augment_plan(
         raise ValueError(
             "augment on the device cannot run before a per-sample transform=; use augment_on='threads'"
         )
+    if on_device and plan is not None and plan.stage is not None and plan.stage.host_only:
+        raise AugmentUsageError(
+            f"augment: {plan.stage.host_only[0]!r} runs numpy on each sample on CPU threads, not on the "
+            "device: write it as BatchOp(fn) on the batch tensor, or pass augment_on='threads'"
+        )
     if ragged and plan is not None and plan.fixed_size() is None:
         raise ValueError(
             "this cache keeps every sample at its own size, and augment must then end in a fixed "

@@ -19,6 +19,7 @@ import torch
 from ..augment import catalogue as _catalogue
 from ..augment.plan import AugmentUsageError, Plan, compile_plan
 from ..augment.spec import format_spec, parse_spec
+from ..augment.userops import USER_OPS
 
 __all__ = ["AugmentSchedule", "is_schedule_function"]
 
@@ -34,7 +35,7 @@ def is_schedule_function(augment) -> bool:
         callable(augment)
         and not isinstance(augment, (type, torch.nn.Module))
         and not type(augment).__module__.startswith("torchvision.")
-        and not isinstance(augment, (list, tuple, *_catalogue.CATALOGUE))
+        and not isinstance(augment, (list, tuple, *_catalogue.STEPS))
     )
 
 
@@ -161,6 +162,14 @@ class AugmentSchedule:
             state["augment_next"] = format_spec(nxt.listed if nxt is not None else None)
         return state
 
+    def _user_ops(self) -> dict:
+        """The user's own ops this loader was given (and asked for by ``set``), by their text."""
+        plans = [self._current]
+        with self._lock:
+            if self._pending is not _UNSET and self._pending[0] == "plan":
+                plans.append(self._pending[1])
+        return {s.spec_text(): s for p in plans if p is not None for s in p.listed if isinstance(s, USER_OPS)}
+
     @staticmethod
     def check_state(state: dict) -> None:
         """One line for a state whose plans are not text (``restore`` would pass them over)."""
@@ -180,9 +189,17 @@ class AugmentSchedule:
         self.check_state(state)
         if self._function is not None or not isinstance(state.get("augment"), str):
             return
-        saved = self.compile(parse_spec(state["augment"]))
+        ops = self._user_ops()
+        saved = self.compile(parse_spec(state["augment"], ops=ops))
         following = state.get("augment_next")
-        after = self.compile(parse_spec(following)) if isinstance(following, str) else _UNSET
+        after = self.compile(parse_spec(following, ops=ops)) if isinstance(following, str) else _UNSET
+        given = self._current.listed if self._current is not None else ()
+        if ops and format_spec(given) not in (state["augment"], following):
+            raise AugmentUsageError(
+                f"augment: this loader was given {', '.join(ops)}, and the state it resumes read its epoch "
+                f"with {state['augment'] or 'no augmentation'}: a loader resumed from a state is made with "
+                "the same augment list"
+            )
         with self._lock:
             if new_epoch and after is not _UNSET:
                 self._install(("plan", after))
