@@ -1,0 +1,150 @@
+"""The keypoints field kind: stored per object beside its box, K in the manifest, read back as
+float32 ``[N, K, 3]`` in the boxes' pixels. A shard whose points were tampered with (checksums
+recomputed: a NaN, a visibility of 7, more objects than boxes) is a CacheError on every read and is
+named by verify; a manifest whose K or whose boxes field does not fit is refused."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+import torch
+from manifests import listed_manifest
+
+from cachekit import BuildConfig, CachedDataset, CacheError, build, make_loader, verify
+from cachekit.store.atomic import sha256_path
+from cachekit.store.fields import FIELD_KINDS, FieldSpec
+from cachekit.store.fields.keypoints import flip_pairs
+
+H, W, K = 40, 72, 5
+QUIET = {
+    "workers": 1,
+    "progress": False,
+    "pipeline": "none",
+    "strict": True,
+    "order": "sorted",
+    "shard_size": 4,
+}
+
+
+def _samples(n=8):
+    rng = np.random.default_rng(1)
+    out = []
+    for i in range(n):
+        objects = i % 3  # 0, 1 or 2 objects
+        boxes = np.array([[2 + 30 * o, 3, 25 + 30 * o, 35] for o in range(objects)], np.float32).reshape(
+            -1, 4
+        )
+        points = np.zeros((objects, K, 3), np.float32)
+        for o in range(objects):
+            points[o, :, 0] = rng.uniform(boxes[o, 0], boxes[o, 2], K)
+            points[o, :, 1] = rng.uniform(boxes[o, 1], boxes[o, 3], K)
+            points[o, :, 2] = rng.integers(0, 3, K)
+        image = rng.integers(0, 256, (H, W, 3), dtype=np.uint8)
+        out.append((image, {"boxes": boxes, "classes": np.arange(objects), "keypoints": points}))
+    return out
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    root = tmp_path_factory.mktemp("kpfield")
+    build(_samples(), root / "c", BuildConfig(**QUIET), classes=2)
+    return root / "c"
+
+
+def test_points_read_back_as_stored_with_k_in_the_manifest(cache):
+    ds = CachedDataset(cache)
+    assert ds.manifest.sample.fields["keypoints"] == FieldSpec("keypoints", {"boxes": "boxes", "k": K})
+    samples = _samples()
+    for i in range(len(ds)):
+        target = ds[i][1]
+        want = samples[i][1]
+        assert target["keypoints"].dtype == torch.float32
+        assert target["keypoints"].shape == (len(want["boxes"]), K, 3)
+        np.testing.assert_allclose(target["keypoints"].numpy(), want["keypoints"], atol=1e-5)
+        np.testing.assert_allclose(target["boxes"].numpy(), want["boxes"])
+    batch = next(iter(make_loader(cache, 8, shuffle=False, pad=True)))
+    for i, t in enumerate(batch[1]):
+        np.testing.assert_allclose(t["keypoints"].numpy(), samples[i][1]["keypoints"], atol=1e-5)
+
+
+def _tampered(cache, tmp_path, change):
+    """A copy of ``cache`` whose first shard's columns went through ``change``, checksums recomputed."""
+    copy = tmp_path / "c"
+    shutil.copytree(cache, copy)
+    manifest = listed_manifest(copy)
+    info = manifest["shards"][0]
+    path = copy / info["file"]
+    columns = torch.load(path, weights_only=True)
+    change(columns)
+    torch.save(columns, path)
+    info["bytes"], info["sha256"] = path.stat().st_size, sha256_path(path)
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    return copy
+
+
+def _nan(c):
+    c["keypoints__points"][-1, 2, 0] = float("nan")
+
+
+def _visibility(c):
+    c["keypoints__points"][-1, 1, 2] = 7.0
+
+
+def _misaligned(c):  # the last sample's objects: one more point block than boxes
+    c["keypoints__points"] = torch.cat([c["keypoints__points"], c["keypoints__points"][-1:]])
+    c["keypoints__offsets"][-1] += 1
+
+
+CHANGES = {
+    "nan": (_nan, "not finite"),
+    "visibility 7": (_visibility, "visibility of 7"),
+    "more objects than boxes": (_misaligned, "do not match the boxes"),
+}
+
+
+@pytest.mark.parametrize("case", list(CHANGES))
+def test_a_tampered_shard_is_refused_by_every_read_and_named_by_verify(cache, tmp_path, case):
+    change, words = CHANGES[case]
+    bad = _tampered(cache, tmp_path, change)
+    report = verify(bad)
+    assert not report.ok and len(report.problems) == 1
+    assert words in report.problems[0].problem
+    with pytest.raises(CacheError, match=words):
+        CachedDataset(bad)[0]  # sample 0 is fine: its shard is checked whole
+    with pytest.raises(CacheError, match=words):
+        next(iter(make_loader(bad, 2, shuffle=False, pad=True)))
+    ds = CachedDataset(bad)
+    assert ds[int(ds.shard_offsets[1])][1]["keypoints"].shape[1:] == (K, 3)  # the next shard reads
+
+
+def test_a_manifest_whose_keypoints_do_not_fit_is_refused(cache, tmp_path):
+    for change, words in (
+        (lambda f: f["keypoints"].update(k=K + 1), "manifest says"),
+        (lambda f: f["keypoints"].update(boxes="nothing"), "is not a boxes field"),
+        (lambda f: f["keypoints"].update(flip_idx=[0, 1]), "flip_idx"),
+    ):
+        copy = tmp_path / f"m{len(words)}{np.random.default_rng().integers(1 << 30)}"
+        shutil.copytree(cache, copy)
+        manifest = listed_manifest(copy)
+        change(manifest["sample"]["fields"])
+        (copy / "manifest.json").write_text(json.dumps(manifest))
+        with pytest.raises(CacheError, match=words):
+            CachedDataset(copy)[0]
+
+
+def test_params_are_checked_and_flip_idx_pairs_left_and_right_names():
+    kind = FIELD_KINDS["keypoints"]
+    names = ["nose", "left_eye", "right_eye", "left_hip", "right_hip"]
+    params = kind.check_params({"boxes": "boxes", "k": 5, "names": names, "skeleton": [[0, 1], [3, 4]]}, "f")
+    assert params["skeleton"] == [[0, 1], [3, 4]]
+    with pytest.raises(CacheError, match="skeleton"):
+        kind.check_params({"boxes": "boxes", "k": 5, "skeleton": [[0, 5]]}, "f")
+    with pytest.raises(CacheError, match="names"):
+        kind.check_params({"boxes": "boxes", "k": 5, "names": names[:4]}, "f")
+    with pytest.raises(CacheError, match=r"\.k"):
+        kind.check_params({"boxes": "boxes", "k": 0}, "f")
+    assert flip_pairs(names) == [0, 2, 1, 4, 3]
+    assert flip_pairs(["a", "b"]) is None
