@@ -21,6 +21,7 @@ import numpy as np
 
 from ..errors import CacheError, UsageError
 from ..store.fields import ARRAY_DTYPES, FieldSpec, check_field_name, target_keys
+from ..store.fields.keypoints import flip_pairs
 from ..store.limits import MAX_ARRAY_BYTES
 from ..store.remote import access_error, filesystem, is_url
 from .classnames import voc_palette_names
@@ -28,7 +29,7 @@ from .coco import read_coco
 from .inputs import read_input
 from .inputtable import Source, Walk, file_problem, is_image_name, path_key, stat_problem, table, walk
 from .remotesource import remote_files
-from .yolo import LABEL_FILE_MAX_BYTES, label_path, parse_label_file, read_names
+from .yolo import LABEL_FILE_MAX_BYTES, label_path, parse_label_file, read_names, read_pose
 
 __all__ = ["Tree", "open_tree", "coco_source", "yolo_source", "add_masks", "add_arrays", "MASK_EXTENSION"]
 
@@ -117,6 +118,20 @@ def open_tree(root: str | os.PathLike, storage_options: dict | None = None) -> T
     return Tree(str(root) if is_url(root) else Path(root), storage_options)
 
 
+def keypoints_field(names: list[str] | None, skeleton=None, flip_idx=None, k: int | None = None) -> FieldSpec:
+    """The keypoints field of a pose source: K, and the names, skeleton and flip_idx it knows (flip_idx
+    paired from ``left_``/``right_`` names when not given)."""
+    params: dict = {"boxes": "boxes", "k": k if k is not None else len(names)}
+    if names:
+        params["names"] = list(names)
+    if skeleton:
+        params["skeleton"] = [list(e) for e in skeleton]
+    flip_idx = flip_idx if flip_idx is not None else flip_pairs(names) if names else None
+    if flip_idx is not None:
+        params["flip_idx"] = list(flip_idx)
+    return FieldSpec("keypoints", params)
+
+
 def coco_source(root: str | Path, annotations: str | Path, storage_options: dict | None = None) -> Source:
     """The images a COCO file lists (those that exist in RAW), each with its boxes."""
     coco = read_coco(annotations)
@@ -131,9 +146,14 @@ def coco_source(root: str | Path, annotations: str | Path, storage_options: dict
         entry = coco.images[rel]
         targets[rel] = {"size": entry["size"], "boxes": entry["boxes"], "classes": entry["classes"],
                         "iscrowd": entry["iscrowd"]}  # fmt: skip
+        if coco.keypoint_names is not None:
+            targets[rel]["keypoints"] = entry.get("keypoints", [])
     source = table(root, "coco", rows, coco.classes, ignored, {})
+    fields = {"boxes": FieldSpec("boxes")}
+    if coco.keypoint_names is not None:
+        fields["keypoints"] = keypoints_field(coco.keypoint_names, coco.skeleton)
     return source.with_targets(
-        {"boxes": FieldSpec("boxes")},
+        fields,
         [targets[p] for p in source.paths],
         coco.dropped,
         {"category_ids": coco.category_ids, "annotations": Path(annotations).name},
@@ -184,6 +204,8 @@ def yolo_source(root: str | Path, annotations: str, storage_options: dict | None
             (p for p in (Path(root) / "data.yaml", dataset / "data.yaml") if os.path.lexists(p)), None
         )
     names = read_names(yaml_path) if yaml_path is not None else None
+    pose = read_pose(yaml_path) if yaml_path is not None else None
+    kpt_shape = pose[0] if pose is not None else None
     images, ignored, unread = tree.images(top)
     labels = {rel: label_of(rel) for rel, *_ in images}
     stats = {lab: labels_tree.stat(lab) for lab in labels.values() if lab}
@@ -200,17 +222,27 @@ def yolo_source(root: str | Path, annotations: str, storage_options: dict | None
         if isinstance(st, str) and st != "not found" or isinstance(data, str):
             ignored.append((rel, f"its label file {lab}: {data if isinstance(data, str) else st}"))
             continue
-        rows, bad = parse_label_file(data, lab, len(names) if names else None) if data else ([], [])
+        rows, bad = (
+            parse_label_file(data, lab, len(names) if names else None, kpt_shape) if data else ([], [])
+        )
         dropped += bad
         seen = max([seen, *(int(r[0]) + 1 for r in rows)])
-        rows_of[rel] = {"yolo": rows, "label_file": list(st) if not isinstance(st, str) else [0, 0]}
+        rows_of[rel] = {
+            "yolo": [r[:5] for r in rows],
+            "label_file": list(st) if not isinstance(st, str) else [0, 0],
+        }
+        if kpt_shape is not None:  # normalised (x, y, visibility) per point, per row
+            rows_of[rel]["nkeypoints"] = [[r[j : j + 3] for j in range(5, len(r), 3)] for r in rows]
         keep.append((rel, -1, *_))
     if not images:
         raise UsageError(f"{root}{'/images' if top else ''} holds no images")
     classes = names if names is not None else [str(i) for i in range(seen)]
     source = table(root, "yolo", keep, classes, ignored, unread)
     targets = [rows_of[p] for p in source.paths]
-    return source.with_targets({"boxes": FieldSpec("boxes")}, targets, dropped, {"annotations": "yolo"})
+    fields = {"boxes": FieldSpec("boxes")}
+    if pose is not None:
+        fields["keypoints"] = keypoints_field(None, None, pose[1], k=kpt_shape[0])
+    return source.with_targets(fields, targets, dropped, {"annotations": "yolo"})
 
 
 def add_masks(

@@ -39,13 +39,17 @@ class CocoImages:
         self.classes: list[str] = []
         self.category_ids: list[int] = []
         self.dropped: list[tuple[str, str]] = []  # (path or "annotations[i]", reason)
+        #: COCO person keypoints: the points' names and skeleton (pairs from 0) of the categories
+        #: that name them; each image's ``keypoints`` then holds ``[K, 3]`` per box (zeros: none).
+        self.keypoint_names: list[str] | None = None
+        self.skeleton: list[list[int]] | None = None
 
 
 #: The keys of a COCO file cachekit reads; the rest (polygons, RLE masks, areas, captions, licences)
 #: is dropped as each object is parsed, so a file costs about its own size in memory, not 8 times.
 _KEYS = frozenset(
     ("images", "annotations", "categories", "id", "file_name", "width", "height", "image_id", "bbox",
-     "category_id", "iscrowd", "name")
+     "category_id", "iscrowd", "name", "keypoints", "skeleton")
 )  # fmt: skip
 
 
@@ -112,9 +116,55 @@ def _categories(obj: dict, found: CocoImages) -> dict[int, int]:
             found.dropped.append((f"categories[{i}]", f"category id {cid} is listed twice"))
         else:
             named[cid] = name
+            _keypoint_names(cat, f"categories[{i}]", found)
     found.category_ids = sorted(named)
     found.classes = [named[c] for c in found.category_ids]
     return {c: i for i, c in enumerate(found.category_ids)}
+
+
+def _keypoint_names(cat: dict, where: str, found: CocoImages) -> None:
+    """A keypoints category's point names and skeleton (COCO numbers points from 1) into ``found``."""
+    names = cat.get("keypoints")
+    if names is None:
+        return
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+        found.dropped.append((where, "'keypoints' is not a list of point names"))
+        return
+    if found.keypoint_names is not None and len(names) != len(found.keypoint_names):
+        found.dropped.append(
+            (where, f"{len(names)} keypoints, another category has {len(found.keypoint_names)}")
+        )
+        return
+    edges = cat.get("skeleton") or []
+    ok = isinstance(edges, list) and all(
+        isinstance(e, list) and len(e) == 2 and all(_int(v) is not None and 1 <= v <= len(names) for v in e)
+        for e in edges
+    )
+    if not ok:
+        found.dropped.append(
+            (where, f"skeleton {short(edges)} is not pairs of point numbers 1 to {len(names)}")
+        )
+    if found.keypoint_names is None:
+        found.keypoint_names = list(names)
+        found.skeleton = [[e[0] - 1, e[1] - 1] for e in edges] if ok else []
+
+
+def _points(value: Any, k: int) -> tuple[list[list[float]] | None, str]:
+    """An annotation's ``keypoints`` ``[x, y, v] x K`` as K triples, or None and why not."""
+    if value is None:
+        return [[0.0, 0.0, 0.0]] * k, ""  # an object of a category without points
+    if not isinstance(value, list) or len(value) != 3 * k:
+        return None, f"keypoints {short(value)} are not {k} x [x, y, v]"
+    if not all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) and abs(v) < 2**53 and math.isfinite(v)
+        for v in value
+    ):
+        return None, f"keypoints {short(value)} have a value that is not a finite number"
+    triples = [[float(value[j]), float(value[j + 1]), float(value[j + 2])] for j in range(0, 3 * k, 3)]
+    bad = next((t[2] for t in triples if t[2] not in (0, 1, 2)), None)
+    if bad is not None:
+        return None, f"a keypoint visibility of {bad:g}, not 0, 1 or 2"
+    return triples, ""
 
 
 def _images(obj: dict, found: CocoImages) -> dict[int, str]:
@@ -192,6 +242,12 @@ def read_coco(path: str | Path) -> CocoImages:
         if box is None:
             found.dropped.append((rel, f"{where}: {why}"))
             continue
+        if found.keypoint_names is not None:
+            points, why = _points(ann.get("keypoints"), len(found.keypoint_names))
+            if points is None:
+                found.dropped.append((rel, f"{where}: {why}"))
+                continue
+            entry.setdefault("keypoints", []).append(points)
         entry["boxes"].append(box)
         entry["classes"].append(cls)
         entry["iscrowd"].append(int(crowd))

@@ -209,7 +209,9 @@ def move_values(
         elif spec.kind == "mask":
             out[name] = warp_mask(values[name], affine, out_hw)
         elif spec.kind == "keypoints":  # with their boxes: a box dropped drops its points
-            keep = _kept(values[spec.params["boxes"]], lambda b: move_boxes(b, affine, out_hw, min_visibility))
+            keep = _kept(
+                values[spec.params["boxes"]], lambda b: move_boxes(b, affine, out_hw, min_visibility)
+            )
             moved = move_points(values[name], affine, out_hw, spec.params.get("flip_idx"))
             out[name] = moved[keep]
     return out
@@ -235,7 +237,9 @@ def move_values_matrix(
         elif spec.kind == "keypoints":
             keep = _kept(
                 values[spec.params["boxes"]],
-                lambda b: move_boxes(move_boxes_matrix(b, matrix, size_hw, 0.0), then, out_hw, min_visibility),
+                lambda b: move_boxes(
+                    move_boxes_matrix(b, matrix, size_hw, 0.0), then, out_hw, min_visibility
+                ),
             )
             flip = spec.params.get("flip_idx")
             turned = move_points_matrix(values[name], matrix, size_hw, flip)

@@ -19,7 +19,14 @@ from pathlib import Path
 from ..errors import UsageError
 from ..store.limits import MAX_CLASSES
 
-__all__ = ["read_names", "parse_label_file", "label_path", "LABEL_FILE_MAX_BYTES", "MAX_UNNAMED_CLASSES"]
+__all__ = [
+    "read_names",
+    "read_pose",
+    "parse_label_file",
+    "label_path",
+    "LABEL_FILE_MAX_BYTES",
+    "MAX_UNNAMED_CLASSES",
+]
 
 #: A label file larger than this is not read (a line a box: a million boxes).
 LABEL_FILE_MAX_BYTES = 64 << 20
@@ -67,6 +74,70 @@ def read_names(path: Path) -> list[str] | None:
     return [str(n) for n in names]
 
 
+def _load_yaml(path: Path):
+    import yaml
+
+    from .labels import read_text_file
+
+    text = read_text_file(path, "data.yaml", 16 << 20)
+    try:
+        return yaml.safe_load(text)
+    except (yaml.YAMLError, RecursionError) as exc:
+        raise UsageError(f"{path}: not valid YAML ({' '.join(str(exc).split())[:200]})") from None
+
+
+def read_pose(path: Path) -> tuple[tuple[int, int], list[int] | None] | None:
+    """A pose dataset's ``kpt_shape`` ``(K, 2 or 3)`` and ``flip_idx`` from its data.yaml; None when
+    it names no ``kpt_shape``. A shape or flip_idx that cannot be right: UsageError."""
+    data = _load_yaml(path)
+    shape = data.get("kpt_shape") if isinstance(data, dict) else None
+    if shape is None:
+        return None
+    if (
+        not isinstance(shape, list)
+        or len(shape) != 2
+        or not all(isinstance(v, int) and not isinstance(v, bool) for v in shape)
+        or not 0 < shape[0] <= 1024
+        or shape[1] not in (2, 3)
+    ):
+        raise UsageError(f"{path}: kpt_shape must be [K, 2] or [K, 3] (K points of x, y[, visibility])")
+    flip = data.get("flip_idx")
+    if flip is not None and (
+        not isinstance(flip, list)
+        or sorted(flip) != list(range(shape[0]))
+        or not all(isinstance(v, int) and not isinstance(v, bool) for v in flip)
+    ):
+        raise UsageError(f"{path}: flip_idx must list each of the {shape[0]} point indices once")
+    return (shape[0], shape[1]), flip
+
+
+def _pose_row(values: list[str], classes: int | None, kpt_shape: tuple[int, int]) -> tuple[list | None, str]:
+    """A pose row ``class cx cy w h`` + K x (x, y[, v]) as ``[class, cx, cy, w, h, x, y, v, ...]``."""
+    k, d = kpt_shape
+    if len(values) != 5 + k * d:
+        return (
+            None,
+            f"{len(values)} values: expected 'class cx cy w h' and {k} x {d} keypoint values (kpt_shape)",
+        )
+    row, why = _row(values[:5], classes)
+    if row is None:
+        return None, why
+    try:
+        numbers = [float(v) for v in values[5:]]
+    except ValueError:
+        return None, "a keypoint value that is not a number"
+    if not all(math.isfinite(v) for v in numbers):
+        return None, "a keypoint value that is not a finite number"
+    points = []
+    for j in range(k):
+        x, y = numbers[j * d], numbers[j * d + 1]
+        v = numbers[j * d + 2] if d == 3 else (0.0 if x < 0 or y < 0 else 1.0)  # Ultralytics' mask for 2-D
+        if v not in (0, 1, 2):
+            return None, f"a keypoint visibility of {v:g}, not 0, 1 or 2"
+        points += [x, y, v]
+    return row + points, ""
+
+
 def _row(values: list[str], classes: int | None) -> tuple[list[float] | None, str]:
     """One label row as ``[class, cx, cy, w, h]`` (normalised), or None and why not."""
     if len(values) != 5 and (len(values) < 7 or len(values) % 2 == 0):
@@ -101,9 +172,10 @@ def _row(values: list[str], classes: int | None) -> tuple[list[float] | None, st
 
 
 def parse_label_file(
-    data: bytes, where: str, classes: int | None
+    data: bytes, where: str, classes: int | None, kpt_shape: tuple[int, int] | None = None
 ) -> tuple[list[list[float]], list[tuple[str, str]]]:
-    """The rows of one label file, and ``(where, reason)`` for each row left out."""
+    """The rows of one label file, and ``(where, reason)`` for each row left out. With a pose
+    dataset's ``kpt_shape``, each row is followed by its K points as (x, y, visibility) triples."""
     rows, dropped = [], []
     try:
         text = data.decode("utf-8")
@@ -113,7 +185,7 @@ def parse_label_file(
         values = line.split()
         if not values:
             continue
-        row, why = _row(values, classes)
+        row, why = _row(values, classes) if kpt_shape is None else _pose_row(values, classes, kpt_shape)
         if row is None:
             dropped.append((where, f"line {n}: {why}"))
         else:

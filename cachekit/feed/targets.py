@@ -298,7 +298,13 @@ def move_boxes_of_batch(fields: dict[str, FieldSpec], targets: list[dict], move,
 
 
 def _place_boxes(
-    targets: list[dict], name: str, flat: list[np.ndarray], owner: np.ndarray, move, points=(), points_move=None
+    targets: list[dict],
+    name: str,
+    flat: list[np.ndarray],
+    owner: np.ndarray,
+    move,
+    points=(),
+    points_move=None,
 ) -> None:
     """A boxes field of a whole batch, ``flat`` (boxes, classes, iscrowd back to back in the batch's
     order, box ``m`` of row ``owner[m]``), moved by ``move`` when given (``Draws.box_mover``: one set

@@ -163,9 +163,7 @@ def swap_points(points: np.ndarray, mirrored, flip_idx) -> np.ndarray:
     return out
 
 
-def move_points(
-    points: np.ndarray, affine: Affine, out_hw: tuple[int, int], flip_idx=None
-) -> np.ndarray:
+def move_points(points: np.ndarray, affine: Affine, out_hw: tuple[int, int], flip_idx=None) -> np.ndarray:
     """``[N, K, 3]`` keypoints through ``affine`` into ``out_hw``: visibility kept, 0 (and the point
     clipped) where it leaves the image; left and right swapped by ``flip_idx`` on a mirror."""
     p = np.array(points, dtype=np.float64).reshape(-1, *np.shape(points)[1:])
@@ -174,7 +172,9 @@ def move_points(
     return points_outside(swap_points(p, affine.sx * affine.sy < 0, flip_idx), out_hw)
 
 
-def move_points_matrix(points: np.ndarray, matrix: np.ndarray, out_hw: tuple[int, int], flip_idx=None) -> np.ndarray:
+def move_points_matrix(
+    points: np.ndarray, matrix: np.ndarray, out_hw: tuple[int, int], flip_idx=None
+) -> np.ndarray:
     """Keypoints through a 2x3 map of pixel *indices* (``warpAffine``'s, as ``move_boxes_matrix``)."""
     p = np.array(points, dtype=np.float64).reshape(-1, *np.shape(points)[1:])
     m = np.asarray(matrix, dtype=np.float64)

@@ -160,7 +160,9 @@ def _fields(obj: Any, where: str, taken: set[str]) -> dict[str, FieldSpec]:
         )
     for name, spec in fields.items():
         if spec.kind == "keypoints" and getattr(fields.get(spec.params["boxes"]), "kind", None) != "boxes":
-            raise CacheError(f"{where}.{name}.boxes: {spec.params['boxes']!r} is not a boxes field of this cache")
+            raise CacheError(
+                f"{where}.{name}.boxes: {spec.params['boxes']!r} is not a boxes field of this cache"
+            )
     columns = list(field_columns(fields))
     clash = (set(columns) & (_RESERVED_COLUMNS | taken)) | {c for c in columns if columns.count(c) > 1}
     if clash:

@@ -1,0 +1,169 @@
+"""Keypoints from every source: COCO person keypoints, Ultralytics pose labels, samples from code.
+Round trips give the source's points in the stored image's pixels (YOLO's denormalised), through a
+build-time letterbox as boxes go; hostile points (NaN, another K, a visibility of 7, points
+without boxes) leave their annotation, row or sample out with the reason."""
+
+from __future__ import annotations
+
+import json
+
+import cv2
+import numpy as np
+import pytest
+
+from cachekit import BuildConfig, CachedDataset, build
+
+QUIET = {"workers": 1, "progress": False, "order": "sorted"}
+NAMES = ["nose", "left_eye", "right_eye", "left_wrist", "right_wrist"]
+SKELETON = [[1, 2], [1, 3], [2, 4], [3, 5]]  # COCO numbers points from 1
+SIZES = [(60, 100), (80, 50), (64, 64)]  # (height, width)
+
+
+def _coco(tmp_path, extra_annotations=()):
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    rng = np.random.default_rng(2)
+    images, annotations, truth = [], [], {}
+    for i, (h, w) in enumerate(SIZES):
+        cv2.imwrite(str(raw / f"{i}.png"), rng.integers(0, 256, (h, w, 3), dtype=np.uint8))
+        images.append({"id": i + 1, "file_name": f"{i}.png", "width": w, "height": h})
+        points = []
+        for o in range(2):
+            box = [5.0 + 20 * o, 4.0, 18.0, 30.0]  # x, y, w, h
+            pts = np.stack(
+                [rng.uniform(box[0], box[0] + box[2], 5), rng.uniform(4, 34, 5), rng.integers(0, 3, 5)], 1
+            ).round(2)
+            pts[pts[:, 2] == 0, :2] = 0  # COCO: an unlabelled point is (0, 0, 0)
+            annotations.append(
+                {"id": len(annotations) + 1, "image_id": i + 1, "category_id": 1, "bbox": box,
+                 "iscrowd": 0, "keypoints": pts.reshape(-1).tolist(), "num_keypoints": int((pts[:, 2] > 0).sum())}
+            )  # fmt: skip
+            points.append(pts)
+        truth[f"{i}.png"] = np.array(points, np.float32)
+    annotations += [dict(a, id=100 + k) for k, a in enumerate(extra_annotations)]
+    category = {"id": 1, "name": "person", "keypoints": NAMES, "skeleton": SKELETON}
+    (tmp_path / "ann.json").write_text(
+        json.dumps({"images": images, "annotations": annotations, "categories": [category]})
+    )
+    return raw, tmp_path / "ann.json", truth
+
+
+def test_coco_person_keypoints_round_trip_with_names_skeleton_and_flip_idx(tmp_path):
+    raw, ann, truth = _coco(tmp_path)
+    build(raw, tmp_path / "c", BuildConfig(annotations=str(ann), pipeline="none", **QUIET))
+    ds = CachedDataset(tmp_path / "c")
+    params = ds.manifest.sample.fields["keypoints"].params
+    assert params == {
+        "boxes": "boxes",
+        "k": 5,
+        "names": NAMES,
+        "skeleton": [[0, 1], [0, 2], [1, 3], [2, 4]],
+        "flip_idx": [0, 2, 1, 4, 3],
+    }
+    for i in range(len(ds)):
+        got = ds[i][1]["keypoints"].numpy()
+        assert got.dtype == np.float32
+        np.testing.assert_allclose(got, truth[ds.source(i)], atol=1e-4)
+
+
+def test_coco_hostile_keypoints_leave_their_annotation_out_with_the_reason(tmp_path):
+    base = {"image_id": 1, "category_id": 1, "bbox": [1.0, 1.0, 10.0, 10.0], "iscrowd": 0}
+    bad = [
+        dict(base, keypoints=[1.0, 2.0, 7] + [0, 0, 0] * 4),
+        dict(base, keypoints=[1.0, 2.0, 2] * 4),  # K = 4
+        dict(base, keypoints=[float("nan"), 2.0, 2] + [0, 0, 0] * 4),
+    ]
+    raw, ann, truth = _coco(tmp_path, bad)
+    result = build(raw, tmp_path / "c", BuildConfig(annotations=str(ann), pipeline="none", **QUIET))
+    reasons = " | ".join(d["reason"] for d in result.manifest.source["dropped"])
+    assert "visibility of 7" in reasons
+    assert "are not 5 x [x, y, v]" in reasons
+    assert "not a finite number" in reasons
+    ds = CachedDataset(tmp_path / "c")
+    for i in range(len(ds)):  # the good annotations are all there, as they were
+        np.testing.assert_allclose(ds[i][1]["keypoints"].numpy(), truth[ds.source(i)], atol=1e-4)
+
+
+def _yolo(tmp_path, kpt_shape=(4, 3), extra_rows=""):
+    raw = tmp_path / "raw"
+    (raw / "images").mkdir(parents=True)
+    (raw / "labels").mkdir()
+    (raw / "data.yaml").write_text(
+        f"names: [person]\nkpt_shape: [{kpt_shape[0]}, {kpt_shape[1]}]\nflip_idx: [1, 0, 3, 2]\n"
+    )
+    rng = np.random.default_rng(3)
+    truth = {}
+    for i, (h, w) in enumerate(SIZES):
+        cv2.imwrite(str(raw / "images" / f"{i}.png"), rng.integers(0, 256, (h, w, 3), dtype=np.uint8))
+        pts = np.stack([rng.uniform(0.1, 0.9, 4), rng.uniform(0.1, 0.9, 4), rng.integers(0, 3, 4)], 1).round(
+            5
+        )
+        values = pts if kpt_shape[1] == 3 else pts[:, :2]
+        line = "0 0.5 0.5 0.9 0.9 " + " ".join(f"{v:g}" for v in values.reshape(-1))
+        (raw / "labels" / f"{i}.txt").write_text(line + "\n" + (extra_rows if i == 0 else ""))
+        if kpt_shape[1] == 2:
+            pts[:, 2] = 1.0  # Ultralytics: a 2-D point is labelled
+        truth[f"images/{i}.png"] = (pts * [w, h, 1])[None].astype(np.float32)
+    return raw, truth
+
+
+@pytest.mark.parametrize("dims", [3, 2])
+def test_yolo_pose_labels_round_trip_denormalised(tmp_path, dims):
+    raw, truth = _yolo(tmp_path, (4, dims))
+    build(raw, tmp_path / "c", BuildConfig(annotations="yolo", pipeline="none", **QUIET))
+    ds = CachedDataset(tmp_path / "c")
+    params = ds.manifest.sample.fields["keypoints"].params
+    assert params == {"boxes": "boxes", "k": 4, "flip_idx": [1, 0, 3, 2]}
+    for i in range(len(ds)):
+        np.testing.assert_allclose(ds[i][1]["keypoints"].numpy(), truth[ds.source(i)], rtol=1e-5, atol=1e-3)
+
+
+def test_yolo_hostile_pose_rows_are_left_out_with_the_reason(tmp_path):
+    rows = "0 0.5 0.5 0.2 0.2 0.1 0.1 2 0.2 0.2 7 0.3 0.3 2 0.4 0.4 2\n"  # visibility 7
+    rows += "0 0.5 0.5 0.2 0.2 0.1 0.1 2 0.2 0.2 2 0.3 0.3 2\n"  # 3 points, not 4
+    rows += "0 0.5 0.5 0.2 0.2 nan 0.1 2 0.2 0.2 2 0.3 0.3 2 0.4 0.4 2\n"
+    raw, truth = _yolo(tmp_path, extra_rows=rows)
+    result = build(raw, tmp_path / "c", BuildConfig(annotations="yolo", pipeline="none", **QUIET))
+    reasons = " | ".join(d["reason"] for d in result.manifest.source["dropped"])
+    assert "visibility of 7" in reasons and "4 x 3 keypoint values" in reasons and "not a finite" in reasons
+    ds = CachedDataset(tmp_path / "c")
+    for i in range(len(ds)):
+        np.testing.assert_allclose(ds[i][1]["keypoints"].numpy(), truth[ds.source(i)], rtol=1e-5, atol=1e-3)
+
+
+def test_a_build_time_letterbox_moves_keypoints_as_it_moves_boxes(tmp_path):
+    raw, truth = _yolo(tmp_path)
+    build(raw, tmp_path / "c", BuildConfig(annotations="yolo", pipeline="letterbox-640", size=48, **QUIET))
+    ds = CachedDataset(tmp_path / "c")
+    for i in range(len(ds)):
+        extras = ds.extras(i)
+        (left, top), (sx, sy) = extras["pad"].astype(np.float64), extras["scale_xy"].astype(np.float64)
+        got = ds[i][1]["keypoints"].numpy().astype(np.float64)
+        want = truth[ds.source(i)].astype(np.float64)
+        np.testing.assert_allclose(got[..., 0], want[..., 0] * sx + left, atol=1e-3)
+        np.testing.assert_allclose(got[..., 1], want[..., 1] * sy + top, atol=1e-3)
+        np.testing.assert_array_equal(got[..., 2], want[..., 2])
+
+
+def test_samples_from_code_with_hostile_keypoints_are_skipped_with_the_reason(tmp_path):
+    image = np.zeros((20, 30, 3), np.uint8)
+    box = np.array([[1, 1, 10, 10]], np.float32)
+    good = np.array([[[2, 3, 2], [4, 5, 1], [0, 0, 0]]], np.float32)
+    samples = [
+        (image, {"boxes": box, "classes": [0], "keypoints": good}),
+        (image, {"boxes": box, "classes": [0], "keypoints": good[:, :, :2]}),  # [N, K, 2]: visible
+        (image, {"boxes": box, "classes": [0], "keypoints": np.full((1, 3, 3), np.nan)}),
+        (image, {"boxes": box, "classes": [0], "keypoints": np.ones((1, 4, 3))}),
+        (image, {"boxes": box, "classes": [0], "keypoints": good * [1, 1, 3.5]}),
+        (image, {"keypoints": good}),
+        (image, {"boxes": box, "classes": [0], "keypoints": np.concatenate([good, good])}),
+    ]
+    result = build(samples, tmp_path / "c", BuildConfig(pipeline="none", **QUIET), classes=1)
+    reasons = [s.reason for s in result.manifest.skipped]
+    assert len(reasons) == 5
+    for words in ("not finite", "others have 3", "visibility of 7", "without 'boxes'", "2 objects"):
+        assert any(words in r for r in reasons), (words, reasons)
+    ds = CachedDataset(tmp_path / "c")
+    assert len(ds) == 2
+    np.testing.assert_array_equal(ds[0][1]["keypoints"].numpy(), good)
+    np.testing.assert_array_equal(ds[1][1]["keypoints"].numpy(), good * [1, 1, 0] + [0, 0, 2])
