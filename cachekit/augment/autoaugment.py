@@ -19,7 +19,7 @@ import torch
 
 from . import pixelbatch, pixelkernels
 from .draws import uniforms
-from .photometric import AutoAugment, RandAugment, TrivialAugmentWide, check_fill
+from .photometric import check_fill
 
 __all__ = ["OpDraws", "draw_ops", "space_of", "op_matrix", "GEOMETRIC_OPS", "POLICY_TABLES"]
 
@@ -163,11 +163,7 @@ GEOMETRIC_OPS = ("ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate")
 
 def space_of(step) -> dict:
     """The op table a transform draws from (its keys are torchvision's names, in its order)."""
-    if isinstance(step, RandAugment):
-        return _RAND_SPACE
-    if isinstance(step, TrivialAugmentWide):
-        return _WIDE_SPACE
-    return _AUTO_SPACE
+    return {"rand": _RAND_SPACE, "wide": _WIDE_SPACE}.get(step.SPACE, _AUTO_SPACE)
 
 
 def op_matrix(name: str, magnitude: float, h: int, w: int) -> np.ndarray:
@@ -263,7 +259,7 @@ def draw_ops(step, seed: int, epoch: int, idx: np.ndarray, stream: int, out_hw: 
     space = space_of(step)
     names = tuple(space)
     n = len(idx)
-    if isinstance(step, AutoAugment):
+    if step.SPACE == "auto":  # AutoAugment: a learned sub-policy per sample
         policies = POLICY_TABLES[step.policy_name()]
         u = uniforms(seed, epoch, idx, stream, 5)
         chosen = np.minimum((u[:, 0] * len(policies)).astype(np.int64), len(policies) - 1)
@@ -279,11 +275,12 @@ def draw_ops(step, seed: int, epoch: int, idx: np.ndarray, stream: int, out_hw: 
                 if values is not None:
                     mags[j, k] = float(values[bin_]) * (-1 if signed and u[j, 2 + 2 * k] <= 0.5 else 1)
         return OpDraws(names, ops, mags, check_fill(step.fill, "AutoAugment"), out_hw)
-    slots = step.num_ops if isinstance(step, RandAugment) else 1
+    fixed = step.SPACE == "rand"  # RandAugment: num_ops ops at one magnitude; else one at a drawn bin
+    slots = step.num_ops if fixed else 1
     bins = step.num_magnitude_bins
     u = uniforms(seed, epoch, idx, stream, 3 * slots).reshape(n, slots, 3)
     ops = np.minimum((u[:, :, 0] * len(names)).astype(np.int64), len(names) - 1).astype(np.int16)
-    if isinstance(step, RandAugment):
+    if fixed:
         chosen_bin = np.full((n, slots), step.magnitude, dtype=np.int64)
     else:
         chosen_bin = np.minimum((u[:, :, 2] * bins).astype(np.int64), bins - 1)

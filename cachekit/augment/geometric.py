@@ -12,6 +12,7 @@ import math
 import numbers
 from dataclasses import dataclass, field
 
+from .protocol import Geometric
 from .transforms import _is_int, _pair_of_numbers
 
 __all__ = [
@@ -89,8 +90,11 @@ def shear_ranges(value, name: str) -> tuple[float, float, float, float] | None:
 
 
 @dataclass(frozen=True)
-class RandomVerticalFlip:
+class RandomVerticalFlip(Geometric):
     """Mirror top-bottom with probability ``p``."""
+
+    MIRROR = True
+    GENERAL = True
 
     p: float = 0.5
 
@@ -99,7 +103,7 @@ class RandomVerticalFlip:
 
 
 @dataclass(frozen=True)
-class RandomRotation:
+class RandomRotation(Geometric):
     """Rotate by an angle uniform in ``degrees`` (a number ``d``: (-d, d)), counter-clockwise, about
     ``center`` (x, y in pixels; default the image's centre), as torchvision's. ``expand=True`` grows
     the output to hold the whole turned image (its size then varies: end the list in a fixed size).
@@ -118,9 +122,20 @@ class RandomRotation:
             _pair_of_numbers(self.center, "RandomRotation center")
         check_fill(self.fill, "RandomRotation")
 
+    GENERAL = True
+
+    def fixed_size(self, size):
+        return None if self.expand else size
+
+    def size_varies(self, varies: bool) -> bool:
+        if not self.expand:
+            return varies
+        lo, hi = degrees_range(self.degrees, "RandomRotation")
+        return varies or lo != hi
+
 
 @dataclass(frozen=True)
-class RandomAffine:
+class RandomAffine(Geometric):
     """torchvision's random affine map about the image's centre: an angle uniform in ``degrees``
     (clockwise, as torchvision's ``affine``), a shift of up to ``translate`` = (fx, fy) of the width
     and height (whole pixels), a scale uniform in ``scale`` = (min, max), and ``shear`` (degrees: a
@@ -164,13 +179,15 @@ class RandomAffine:
                 f"RandomAffine: perspective must be a number in [0, {MAX_PERSPECTIVE}], got {self.perspective!r}"
             )
 
+    GENERAL = True
+
     @property
     def shear_ranges(self) -> tuple[float, float, float, float]:
         return self._shear or (0.0, 0.0, 0.0, 0.0)
 
 
 @dataclass(frozen=True)
-class RandomPerspective:
+class RandomPerspective(Geometric):
     """With probability ``p``, move each corner inwards by up to ``distortion_scale`` of half the side
     (torchvision's draw) and warp the image onto them; uncovered pixels take ``fill``."""
 
@@ -186,9 +203,11 @@ class RandomPerspective:
         check_p(self.p, "RandomPerspective")
         check_fill(self.fill, "RandomPerspective")
 
+    GENERAL = True
+
 
 @dataclass(frozen=True)
-class RandomZoomOut:
+class RandomZoomOut(Geometric):
     """With probability ``p``, place the image on a canvas ``r`` times its size (``r`` uniform in
     ``side_range``, at a uniform place) filled with ``fill``: SSD's zoom-out, torchvision's. The output
     size then varies: end the list in a fixed size."""
@@ -206,9 +225,18 @@ class RandomZoomOut:
             )
         check_p(self.p, "RandomZoomOut")
 
+    GENERAL = True
+
+    def fixed_size(self, size):
+        return None
+
+    def size_varies(self, varies: bool) -> bool:
+        lo, hi = self.side_range
+        return varies or not (hi == 1.0 or self.p == 0.0 or (self.p == 1.0 and lo == hi))
+
 
 @dataclass(frozen=True)
-class RandomIoUCrop:
+class RandomIoUCrop(Geometric):
     """SSD's crop (torchvision's ``RandomIoUCrop``): draw an option from ``sampler_options`` (a value
     >= 1 leaves the sample as it is); try ``trials`` crops of ``min_scale``-``max_scale`` of each side
     with an aspect ratio in range, keep the first holding some box's centre with an IoU >= the option
@@ -224,6 +252,14 @@ class RandomIoUCrop:
     trials: int = 40
 
     ROUNDS = 10
+    GENERAL = True
+    NEEDS_BOXES = True
+
+    def fixed_size(self, size):
+        return None
+
+    def size_varies(self, varies: bool) -> bool:
+        return varies or any(v < 1.0 for v in self.options)
 
     def __post_init__(self) -> None:
         lo, hi = _pair_of_numbers((self.min_scale, self.max_scale), "RandomIoUCrop min_scale/max_scale")

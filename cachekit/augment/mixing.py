@@ -22,6 +22,7 @@ import torch
 
 from .erasing import keyed_generator
 from .photometric import check_p
+from .protocol import Batch
 
 __all__ = ["MixUp", "CutMix", "MixUpOrCutMix", "BATCH_TRANSFORMS", "BatchMix", "MixDraws", "compile_mixing"]
 
@@ -51,7 +52,7 @@ def _classes(value, name: str) -> None:
 
 
 @dataclass(frozen=True)
-class MixUp:
+class MixUp(Batch):
     """Blend each batch with its roll by one; ``alpha`` None is 1.0 on classification caches
     (torchvision's default) and 32.0 on detection caches (Ultralytics'); ``p``: the chance a batch
     (a sample, on detection caches) is mixed."""
@@ -68,7 +69,7 @@ class MixUp:
 
 
 @dataclass(frozen=True)
-class CutMix:
+class CutMix(Batch):
     """Paste a box of each batch's roll by one (classification caches only)."""
 
     alpha: float = 1.0
@@ -82,7 +83,7 @@ class CutMix:
 
 
 @dataclass(frozen=True)
-class MixUpOrCutMix:
+class MixUpOrCutMix(Batch):
     """timm's / DeiT's choice per batch: with probability ``p`` a batch is mixed, by CutMix with
     probability ``switch_prob`` and by MixUp otherwise (an alpha of 0 turns that one off).
     ``[MixUp(), CutMix()]`` in a list means the same with ``switch_prob=0.5``, as torchvision's

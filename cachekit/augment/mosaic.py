@@ -24,6 +24,7 @@ from ..image.geometry import Affine, warp_mask
 from ..image.ops import hwc_into_planes
 from .draws import uniforms
 from .geometric import check_fill, check_p
+from .protocol import MOSAIC, Geometric
 from .transforms import _size
 
 __all__ = [
@@ -41,8 +42,11 @@ EXTRA_STREAM = 90_001
 
 
 @dataclass(frozen=True)
-class Mosaic:
+class Mosaic(Geometric):
     """Four samples in one (Ultralytics' ``mosaic``), ``size x size`` out; must come first in a list."""
+
+    KIND = MOSAIC
+    GENERAL = True
 
     size: int
     p: float = 1.0
@@ -59,6 +63,12 @@ class Mosaic:
     @property
     def side(self) -> int:
         return _size(self.size, "Mosaic")[0]
+
+    def fixed_size(self, size):
+        return _size(self.size, "Mosaic")
+
+    def size_varies(self, varies: bool) -> bool:
+        return False
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,12 @@ import math
 import numbers
 from dataclasses import dataclass
 
+import numpy as np
+import torch
+
+from . import pixelbatch, pixelkernels
+from .draws import uniforms
+from .protocol import Pixel
 from .transforms import _is_int, _pair_of_numbers
 
 __all__ = [
@@ -68,7 +74,7 @@ def _count(value, name: str, low: int, high: int) -> int:
 
 
 @dataclass(frozen=True)
-class RandAugment:
+class RandAugment(Pixel):
     """``num_ops`` operations drawn uniformly from torchvision's 14 (Identity, ShearX/Y, TranslateX/Y,
     Rotate, Brightness, Color, Contrast, Sharpness, Posterize, Solarize, AutoContrast, Equalize), each
     at bin ``magnitude`` of ``num_magnitude_bins``, signed ones negated half the time. Shears,
@@ -85,9 +91,16 @@ class RandAugment:
         _count(self.magnitude, "RandAugment: magnitude", 0, bins - 1)
         check_fill(self.fill, "RandAugment")
 
+    SPACE = "rand"
+
+    def draw_stage(self, seed, epoch, idx, stream, out_hw, stats=None):
+        from .autoaugment import draw_ops  # its tables import this module
+
+        return draw_ops(self, seed, epoch, idx, stream, out_hw)
+
 
 @dataclass(frozen=True)
-class TrivialAugmentWide:
+class TrivialAugmentWide(Pixel):
     """One operation per sample from torchvision's wide table, at a magnitude bin drawn uniformly."""
 
     num_magnitude_bins: int = 31
@@ -97,9 +110,12 @@ class TrivialAugmentWide:
         _count(self.num_magnitude_bins, "TrivialAugmentWide: num_magnitude_bins", 2, MAX_BINS)
         check_fill(self.fill, "TrivialAugmentWide")
 
+    SPACE = "wide"
+    draw_stage = RandAugment.draw_stage
+
 
 @dataclass(frozen=True)
-class AutoAugment:
+class AutoAugment(Pixel):
     """One of the ``policy``'s 25 learned sub-policies per sample (``"imagenet"``, ``"cifar10"`` or
     ``"svhn"``): two operations, each applied with its own probability at its own magnitude."""
 
@@ -112,6 +128,9 @@ class AutoAugment:
         object.__setattr__(self, "policy", self.policy_name())
         check_fill(self.fill, "AutoAugment")
 
+    SPACE = "auto"
+    draw_stage = RandAugment.draw_stage
+
     def policy_name(self) -> str:
         """The policy as a lower-case name (torchvision's ``AutoAugmentPolicy`` members work too)."""
         name = getattr(self.policy, "value", self.policy)
@@ -121,7 +140,7 @@ class AutoAugment:
 
 
 @dataclass(frozen=True)
-class RandomErasing:
+class RandomErasing(Pixel):
     """With probability ``p``, a box of ``scale`` x the area and aspect ``ratio`` (height / width) set
     to ``value``: a pixel value, one per channel, or ``"random"`` (per-pixel normal noise). Ten
     attempts at a box that fits, then nothing, as torchvision.
@@ -159,19 +178,33 @@ class RandomErasing:
             return None
         return check_fill(self.value, "RandomErasing value")
 
+    @property
+    def needs_stats(self) -> bool:
+        """Noise (``value="random"``) is drawn in the space ``normalize=True`` gives: the cache's statistics."""
+        return self.values() is None
+
+    def draw_stage(self, seed, epoch, idx, stream, out_hw, stats=None):
+        from .erasing import draw_erasing  # its draws import this module
+
+        return draw_erasing(self, seed, epoch, idx, stream, out_hw, stats)
+
 
 @dataclass(frozen=True)
-class RandomGrayscale:
+class RandomGrayscale(Pixel):
     """With probability ``p``, every channel becomes the sample's gray (torchvision's weights)."""
 
     p: float = 0.1
+    PER_PIXEL = True
 
     def __post_init__(self) -> None:
         check_p(self.p, "RandomGrayscale")
 
+    def draw_stage(self, seed, epoch, idx, stream, out_hw, stats=None):
+        return _Gray(uniforms(seed, epoch, idx, stream, 1)[:, 0] < self.p)
+
 
 @dataclass(frozen=True)
-class GaussianBlur:
+class GaussianBlur(Pixel):
     """A Gaussian blur with an odd ``kernel_size`` (an int, or (width, height) as torchvision) and a
     ``sigma`` drawn per sample uniformly in ``sigma`` (a number is (sigma, sigma)); borders reflect."""
 
@@ -208,9 +241,14 @@ class GaussianBlur:
             )
         return lo, hi
 
+    def draw_stage(self, seed, epoch, idx, stream, out_hw, stats=None):
+        lo, hi = self.sigmas()
+        sigma = lo + uniforms(seed, epoch, idx, stream, 1)[:, 0] * (hi - lo)
+        return _Blur(self.sizes(), sigma.astype(np.float64))
+
 
 @dataclass(frozen=True)
-class RandomHSV:
+class RandomHSV(Pixel):
     """Ultralytics' HSV gains: per sample ``r = uniform(-1, 1, 3) * (h, s, v)``; hue shifted by
     ``r[0] * 180`` and saturation and value scaled by ``1 + r[1]``, ``1 + r[2]``, as lookup tables
     in OpenCV's 8-bit HSV (pure white keeps its colour), as Ultralytics 8.3.79 and later do."""
@@ -224,6 +262,63 @@ class RandomHSV:
             value = getattr(self, name)
             if not _is_real(value) or not 0.0 <= float(value) <= 1.0:
                 raise ValueError(f"RandomHSV: {name} must be a gain in [0, 1], got {value!r}")
+
+    PER_PIXEL = True
+
+    def draw_stage(self, seed, epoch, idx, stream, out_hw, stats=None):
+        u = uniforms(seed, epoch, idx, stream, 3)
+        return _HSV((2.0 * u - 1.0) * np.array([self.h, self.s, self.v]))
+
+
+# -- each one's work over a batch: its row kernel (OpenCV) and its batch kernel (torch) -------------
+
+
+@dataclass(frozen=True)
+class _Gray:
+    chosen: np.ndarray
+
+    def matrices(self, j: int) -> list:
+        return []
+
+    def apply_row(self, chw: np.ndarray, j: int) -> None:
+        if self.chosen[j]:
+            pixelkernels.grayscale(chw)
+
+    def apply_batch(self, x: torch.Tensor) -> torch.Tensor:
+        rows = np.flatnonzero(self.chosen)
+        if len(rows):
+            index = torch.from_numpy(rows).to(x.device)
+            x[index] = pixelbatch.grayscale(x[index])
+        return x
+
+
+@dataclass(frozen=True)
+class _Blur:
+    sizes: tuple[int, int]
+    sigma: np.ndarray
+
+    def matrices(self, j: int) -> list:
+        return []
+
+    def apply_row(self, chw: np.ndarray, j: int) -> None:
+        pixelkernels.gaussian_blur(chw, self.sizes, float(self.sigma[j]))
+
+    def apply_batch(self, x: torch.Tensor) -> torch.Tensor:
+        return pixelbatch.gaussian_blur(x, self.sizes, torch.from_numpy(self.sigma).to(x.device))
+
+
+@dataclass(frozen=True)
+class _HSV:
+    gains: np.ndarray
+
+    def matrices(self, j: int) -> list:
+        return []
+
+    def apply_row(self, chw: np.ndarray, j: int) -> None:
+        pixelkernels.hsv(chw, self.gains[j])
+
+    def apply_batch(self, x: torch.Tensor) -> torch.Tensor:
+        return pixelbatch.hsv(x, self.gains)
 
 
 #: The per-sample pixel transforms, for ``compile_plan``.

@@ -11,7 +11,6 @@ a mosaic draws one 3x3 map per sample instead (``Draws.general``, ``cachekit.aug
 from __future__ import annotations
 
 import dataclasses
-import math
 import numbers
 from dataclasses import dataclass
 
@@ -20,30 +19,24 @@ import numpy as np
 from ..image.geometry import DEFAULT_MIN_VISIBILITY, Affine, move_boxes_flat
 from .catalogue import STEPS
 from .draws import uniforms
-from .geometric import RandomIoUCrop, RandomRotation, RandomVerticalFlip, RandomZoomOut, degrees_range
-from .maps import GEOMETRIC_STEPS, MapDraws, draw_maps
-from .mixing import BATCH_TRANSFORMS, BatchMix, compile_mixing
+from .maps import MapDraws, draw_maps
+from .mixing import BatchMix, compile_mixing
 from .mosaic import Mosaic, mosaic_extras
-from .photometric import PIXEL_TRANSFORMS, RandomGrayscale, RandomHSV
+from .protocol import BATCH, COLOUR, GEOMETRY, MOSAIC, PIXEL, Transform
 from .stage import Stage, compile_stage
 from .transforms import (
-    TRANSFORMS,
-    CenterCrop,
     ColorJitter,
     Letterbox,
     RandomHorizontalFlip,
-    RandomResizedCrop,
     Resize,
     _size,
 )
 from .usage import AugmentUsageError
-from .userops import BATCH_STREAM, BatchOp, BatchOpDraws, MatrixOp
+from .userops import BatchOpDraws, compile_batch_ops
 
 __all__ = ["Plan", "Draws", "compile_plan", "check_order", "AugmentUsageError"]
 
 _ATTEMPTS = 10  # torchvision's RandomResizedCrop tries 10 boxes before its central fallback
-#: Steps drawn as one general 3x3 map per sample: the catalogue's and the user's ``MatrixOp``.
-_MAP_STEPS = (*GEOMETRIC_STEPS, MatrixOp)
 
 
 @dataclass(frozen=True)
@@ -119,58 +112,9 @@ class Draws:
         return (t >= 0) & (left >= 0) & (t + h <= heights) & (left + w <= widths)
 
 
-def _rrc_boxes(step: RandomResizedCrop, u: np.ndarray, vh: np.ndarray, vw: np.ndarray) -> np.ndarray:
-    """torchvision's ``RandomResizedCrop.get_params`` for every sample at once: (top, left, h, w)."""
-    area = (vh * vw)[:, None]
-    log_lo, log_hi = math.log(step.ratio[0]), math.log(step.ratio[1])
-    target = area * (step.scale[0] + u[:, :, 0] * (step.scale[1] - step.scale[0]))
-    aspect = np.exp(log_lo + u[:, :, 1] * (log_hi - log_lo))
-    w = np.round(np.sqrt(target * aspect))
-    h = np.round(np.sqrt(target / aspect))
-    ok = (w > 0) & (w <= vw[:, None]) & (h > 0) & (h <= vh[:, None])
-    first = np.argmax(ok, axis=1)
-    rows = np.arange(len(vh))
-    h, w = h[rows, first], w[rows, first]
-    top = np.floor(u[rows, first, 2] * (vh - h + 1))
-    left = np.floor(u[rows, first, 3] * (vw - w + 1))
-    # no attempt fit: the central crop of the closest allowed aspect ratio
-    fallback = ~ok.any(axis=1)
-    if fallback.any():
-        in_ratio = vw / vh
-        fw = np.where(
-            in_ratio < step.ratio[0], vw, np.where(in_ratio > step.ratio[1], np.round(vh * step.ratio[1]), vw)
-        )
-        fh = np.where(in_ratio < step.ratio[0], np.round(vw / step.ratio[0]), vh)
-        h, w = np.where(fallback, fh, h), np.where(fallback, fw, w)
-        top = np.where(fallback, (vh - fh) // 2, top)
-        left = np.where(fallback, (vw - fw) // 2, left)
-    return np.stack([top, left, h, w], axis=1)
-
-
-def _letterbox_boxes(size: int, vh: np.ndarray, vw: np.ndarray) -> np.ndarray:
-    """The square of the view that a letterbox to ``size`` shows: the view scaled so its longer side
-    is ``size`` (sides rounded, as YOLO does), centred; (top, left, height, width) in view pixels."""
-    scale = size / np.maximum(vh, vw)
-    nh, nw = np.maximum(1, np.round(vh * scale)), np.maximum(1, np.round(vw * scale))
-    sy, sx = nh / vh, nw / vw
-    top, left = np.floor((size - nh) / 2), np.floor((size - nw) / 2)
-    return np.stack([-top / sy, -left / sx, size / sy, size / sx], axis=1)
-
-
 def _crop_of(step, stream: int, seed: int, epoch: int, idx: np.ndarray, vh: np.ndarray, vw: np.ndarray):
-    """The crop ``(top, left, height, width)`` of the view that ``RandomResizedCrop``, ``CenterCrop``
-    or ``Letterbox`` takes for each sample."""
-    if isinstance(step, Letterbox):
-        return _letterbox_boxes(step.size, vh, vw)
-    out_h, out_w = _size(step.size, type(step).__name__)
-    n = len(idx)
-    if isinstance(step, CenterCrop):
-        return np.stack(
-            [np.round((vh - out_h) / 2), np.round((vw - out_w) / 2), np.full(n, out_h), np.full(n, out_w)],
-            axis=1,
-        ).astype(np.float64)
-    u = uniforms(seed, epoch, idx, stream, _ATTEMPTS * 4).reshape(n, _ATTEMPTS, 4)
-    return _rrc_boxes(step, u, vh, vw)
+    """The crop ``(top, left, height, width)`` of the view that a cropping step takes for each sample."""
+    return step.crop_boxes(seed, epoch, idx, stream, vh, vw)
 
 
 @dataclass(frozen=True)
@@ -204,31 +148,26 @@ class Plan:
 
     @property
     def jitter(self) -> ColorJitter | None:
-        found = [s for s in self.steps if isinstance(s, ColorJitter)]
+        found = [s for s in self.steps if s.KIND == COLOUR]
         return found[-1] if found else None
 
     @property
     def geometric(self) -> bool:
-        return any(
-            isinstance(
-                s, (RandomResizedCrop, CenterCrop, Resize, RandomHorizontalFlip, Letterbox, *_MAP_STEPS)
-            )
-            for s in self.steps
-        )
+        return any(s.KIND in (GEOMETRY, MOSAIC) for s in self.steps)
 
     @property
     def general(self) -> bool:
         """Whether the list draws one 3x3 map per sample (``cachekit.augment.maps``)."""
-        return any(isinstance(s, _MAP_STEPS) for s in self.steps)
+        return any(s.GENERAL for s in self.steps)
 
     @property
     def needs_boxes(self) -> bool:
         """Whether drawing needs each sample's boxes (``RandomIoUCrop``)."""
-        return any(isinstance(s, RandomIoUCrop) for s in self.steps)
+        return any(s.NEEDS_BOXES for s in self.steps)
 
     @property
     def mosaic(self) -> Mosaic | None:
-        return self.steps[0] if self.steps and isinstance(self.steps[0], Mosaic) else None
+        return self.steps[0] if self.steps and self.steps[0].KIND == MOSAIC else None
 
     def extra_indices(self, seed: int, epoch: int, indices, length: int, pool=None) -> np.ndarray | None:
         """``[n, 3]`` the dataset indices each sample's mosaic reads besides its own (-1: none), or
@@ -244,16 +183,7 @@ class Plan:
         """The output size whatever the input's, or None when it follows the input."""
         size = None
         for step in self.steps:
-            if isinstance(step, (RandomResizedCrop, CenterCrop, Letterbox, Mosaic)):
-                size = _size(step.size, type(step).__name__)
-            elif isinstance(step, Resize):
-                size = None if isinstance(step.size, int) else _size(step.size, "Resize")
-            elif isinstance(step, MatrixOp) and step.size is not None:
-                size = step.size
-            elif isinstance(step, (RandomZoomOut, RandomIoUCrop)) or (
-                isinstance(step, RandomRotation) and step.expand
-            ):
-                size = None
+            size = step.fixed_size(size)
         return size
 
     def size_varies(self) -> bool:
@@ -262,18 +192,7 @@ class Plan:
         sizes, with no fixed size after it."""
         varies = False
         for step in self.steps:
-            if isinstance(step, (RandomResizedCrop, CenterCrop, Letterbox, Mosaic)) or (
-                isinstance(step, (Resize, MatrixOp)) and step.size is not None and not isinstance(step.size, int)
-            ):
-                varies = False
-            elif isinstance(step, RandomZoomOut):
-                lo, hi = step.side_range
-                varies = varies or not (hi == 1.0 or step.p == 0.0 or (step.p == 1.0 and lo == hi))
-            elif isinstance(step, RandomIoUCrop):
-                varies = varies or any(v < 1.0 for v in step.options)
-            elif isinstance(step, RandomRotation) and step.expand:
-                lo, hi = degrees_range(step.degrees, "RandomRotation")
-                varies = varies or lo != hi
+            varies = step.size_varies(varies)
         return varies
 
     def draw(
@@ -354,7 +273,7 @@ class Plan:
                             extra=extra, extra_hw=extra_hw, boxes=boxes)  # fmt: skip
         jitter = order = None
         for k, step in enumerate(self.steps):
-            if isinstance(step, ColorJitter):
+            if step.KIND == COLOUR:
                 jitter = self._jitter(step, uniforms(seed, epoch, idx, k + 1, 4))
                 order = np.argsort(uniforms(seed, epoch, idx, k + 1 + 1000, 4), axis=1).astype(np.int8)
         n = len(idx)
@@ -381,34 +300,21 @@ class Plan:
 # list order, then MixUp / CutMix over the batch.
 _MOSAIC, _GEOMETRY, _JITTER, _PIXELS, _BATCH = range(5)
 
-#: Ops whose every output pixel is a function of the same input pixel alone (ColorJitter's contrast
-#: also of the image's mean grey, which a mirror leaves as it is: an integer sum on the threads; on
-#: the device a float sum in another order, its last bit): listed before a flip, the plan runs them
-#: after it, and the pixels are the same, so the list is taken as written.
-_PER_PIXEL = (ColorJitter, RandomGrayscale, RandomHSV)
-#: Steps that only move pixels, each to one place (mirrors): they commute with ``_PER_PIXEL`` ops.
-_MIRRORS = (RandomHorizontalFlip, RandomVerticalFlip)
-
-
-#: The list stage of each kind of the user's own ops (``userops``).
-_KIND_STAGE = {"geometry": _GEOMETRY, "pixel": _PIXELS, "batch": _BATCH}
+#: The stage each kind of step runs in (``protocol``).
+_KIND_STAGE = {MOSAIC: _MOSAIC, GEOMETRY: _GEOMETRY, COLOUR: _JITTER, PIXEL: _PIXELS, BATCH: _BATCH}
 
 
 def _stage_of(step) -> int:
-    if getattr(step, "KIND", None) in _KIND_STAGE:
-        return _KIND_STAGE[step.KIND]
-    if isinstance(step, Mosaic):
-        return _MOSAIC
-    if isinstance(step, BATCH_TRANSFORMS):
-        return _BATCH
-    if isinstance(step, PIXEL_TRANSFORMS):
-        return _PIXELS
-    return _JITTER if isinstance(step, ColorJitter) else _GEOMETRY
+    return _KIND_STAGE[step.KIND]
 
 
 def _commute(earlier, later) -> bool:
-    """Whether ``earlier`` then ``later`` gives exactly what the plan gives running ``later`` first."""
-    return isinstance(earlier, _PER_PIXEL) and isinstance(later, _MIRRORS)
+    """Whether ``earlier`` then ``later`` gives exactly what the plan gives running ``later`` first:
+    an op whose every output pixel is a function of the same input pixel alone (``PER_PIXEL``:
+    ColorJitter's contrast also of the image's mean grey, which a mirror leaves as it is: an integer
+    sum on the threads; on the device a float sum in another order, its last bit) listed before a
+    mirror (``MIRROR``): the plan runs it after the mirror, and the pixels are the same."""
+    return earlier.PER_PIXEL and later.MIRROR
 
 
 def check_order(steps) -> None:
@@ -416,7 +322,7 @@ def check_order(steps) -> None:
     (a step listed before one that runs ahead of it), unless the two commute exactly (``_commute``)."""
     steps = tuple(steps)
     name = [type(s).__name__ for s in steps]
-    mosaics = [k for k, s in enumerate(steps) if isinstance(s, Mosaic)]
+    mosaics = [k for k, s in enumerate(steps) if s.KIND == MOSAIC]
     if len(mosaics) > 1:
         raise AugmentUsageError("augment: give one Mosaic, first (it builds each sample from four)")
     if mosaics and mosaics[0] > 0:
@@ -466,36 +372,31 @@ def compile_plan(transforms, min_visibility: float = DEFAULT_MIN_VISIBILITY) -> 
     if transforms is None:
         return None
     steps = tuple(transforms) if isinstance(transforms, (list, tuple)) else (transforms,)
-    known = STEPS
     for step in steps:
-        if isinstance(step, type) and issubclass(step, known):
+        if isinstance(step, type) and issubclass(step, Transform):
             raise AugmentUsageError(f"augment: {step.__name__} is a class: write {_call_of(step)}")
-        if not isinstance(step, known):
-            names = ", ".join(t.__name__ for t in known)
+        if not isinstance(step, Transform):
+            names = ", ".join(t.__name__ for t in STEPS)
             given = f"the class {step.__name__}" if isinstance(step, type) else type(step).__name__
             raise TypeError(
                 f"augment takes cachekit.transforms ({names}), not {given}; "
                 "a function of your own goes in PixelOp(fn), BatchOp(fn) or MatrixOp(fn)"
             )
-    if sum(isinstance(s, ColorJitter) for s in steps) > 1:
+    if sum(s.KIND == COLOUR for s in steps) > 1:
         raise ValueError("augment: give at most one ColorJitter")
     check_order(steps)
-    if sum(isinstance(s, RandomIoUCrop) for s in steps) > 1:
+    if sum(s.NEEDS_BOXES for s in steps) > 1:
         raise ValueError("augment: give at most one RandomIoUCrop")
-    if any(isinstance(s, RandomIoUCrop) for s in steps) and steps and isinstance(steps[0], Mosaic):
+    if any(s.NEEDS_BOXES for s in steps) and steps and steps[0].KIND == MOSAIC:
         raise ValueError("augment: RandomIoUCrop and Mosaic do not go together (SSD's crop or YOLO's mosaic)")
     if not steps:
         return None
-    geometry = tuple(s for s in steps if isinstance(s, TRANSFORMS + _MAP_STEPS))
-    mixes = [k for k, s in enumerate(steps) if isinstance(s, BATCH_TRANSFORMS)]
-    batch_ops = tuple(
-        (BATCH_STREAM + k, s, bool(mixes) and k > mixes[0]) for k, s in enumerate(steps) if isinstance(s, BatchOp)
-    )
+    geometry = tuple(s for s in steps if s.KIND in (MOSAIC, GEOMETRY, COLOUR))
     return Plan(
         geometry,
         float(min_visibility),
         stage=compile_stage(steps),
         mix=compile_mixing(steps),
         listed=steps,
-        batch_ops=batch_ops,
+        batch_ops=compile_batch_ops(steps),
     )

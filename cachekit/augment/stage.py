@@ -17,74 +17,12 @@ import numpy as np
 import torch
 
 from ..image.geometry import move_boxes_matrix, warp_mask_matrix
-from . import pixelbatch, pixelkernels
-from .autoaugment import draw_ops
-from .draws import uniforms
-from .erasing import draw_erasing
-from .photometric import (
-    PIXEL_TRANSFORMS,
-    AutoAugment,
-    GaussianBlur,
-    RandAugment,
-    RandomErasing,
-    RandomGrayscale,
-    RandomHSV,
-    TrivialAugmentWide,
-)
-from .userops import PixelOp
+from .protocol import PIXEL
 
 __all__ = ["Stage", "StageDraws", "compile_stage"]
 
 #: Streams of the per-sample stage start here (the geometry's are the list positions and + 1000).
 STREAM_BASE = 2000
-
-
-@dataclass(frozen=True)
-class _Gray:
-    chosen: np.ndarray
-
-    def matrices(self, j: int) -> list:
-        return []
-
-    def apply_row(self, chw: np.ndarray, j: int) -> None:
-        if self.chosen[j]:
-            pixelkernels.grayscale(chw)
-
-    def apply_batch(self, x: torch.Tensor) -> torch.Tensor:
-        rows = np.flatnonzero(self.chosen)
-        if len(rows):
-            index = torch.from_numpy(rows).to(x.device)
-            x[index] = pixelbatch.grayscale(x[index])
-        return x
-
-
-@dataclass(frozen=True)
-class _Blur:
-    sizes: tuple[int, int]
-    sigma: np.ndarray
-
-    def matrices(self, j: int) -> list:
-        return []
-
-    def apply_row(self, chw: np.ndarray, j: int) -> None:
-        pixelkernels.gaussian_blur(chw, self.sizes, float(self.sigma[j]))
-
-    def apply_batch(self, x: torch.Tensor) -> torch.Tensor:
-        return pixelbatch.gaussian_blur(x, self.sizes, torch.from_numpy(self.sigma).to(x.device))
-
-
-@dataclass(frozen=True)
-class _HSV:
-    gains: np.ndarray
-
-    def matrices(self, j: int) -> list:
-        return []
-
-    def apply_row(self, chw: np.ndarray, j: int) -> None:
-        pixelkernels.hsv(chw, self.gains[j])
-
-    def apply_batch(self, x: torch.Tensor) -> torch.Tensor:
-        return pixelbatch.hsv(x, self.gains)
 
 
 @dataclass(frozen=True)
@@ -150,33 +88,17 @@ class Stage:
     @property
     def host_only(self) -> tuple:
         """The steps that run on CPU threads only (the user's ``PixelOp``: numpy on each sample)."""
-        return tuple(s for _, s in self.steps if isinstance(s, PixelOp))
+        return tuple(s for _, s in self.steps if s.HOST_ONLY)
 
     @property
     def needs_stats(self) -> bool:
         """Whether a transform needs the cache's mean and std (``RandomErasing(value="random")``)."""
-        return any(isinstance(s, RandomErasing) and s.values() is None for _, s in self.steps)
+        return any(s.needs_stats for _, s in self.steps)
 
     def draw(self, seed: int, epoch: int, indices, out_hw: tuple[int, int], stats=None) -> StageDraws:
         """A batch's draws for outputs of ``out_hw``; ``stats``: the cache's (mean, std) in [0, 1]."""
         idx = np.asarray(indices, dtype=np.int64).reshape(-1)
-        parts = []
-        for stream, step in self.steps:
-            if hasattr(step, "draw_stage"):  # a step that draws its own part (the user's PixelOp)
-                parts.append(step.draw_stage(seed, epoch, idx, stream, out_hw))
-            elif isinstance(step, (RandAugment, TrivialAugmentWide, AutoAugment)):
-                parts.append(draw_ops(step, seed, epoch, idx, stream, out_hw))
-            elif isinstance(step, RandomErasing):
-                parts.append(draw_erasing(step, seed, epoch, idx, stream, out_hw, stats))
-            elif isinstance(step, RandomGrayscale):
-                parts.append(_Gray(uniforms(seed, epoch, idx, stream, 1)[:, 0] < step.p))
-            elif isinstance(step, GaussianBlur):
-                lo, hi = step.sigmas()
-                sigma = lo + uniforms(seed, epoch, idx, stream, 1)[:, 0] * (hi - lo)
-                parts.append(_Blur(step.sizes(), sigma.astype(np.float64)))
-            elif isinstance(step, RandomHSV):
-                u = uniforms(seed, epoch, idx, stream, 3)
-                parts.append(_HSV((2.0 * u - 1.0) * np.array([step.h, step.s, step.v])))
+        parts = [step.draw_stage(seed, epoch, idx, stream, out_hw, stats) for stream, step in self.steps]
         return StageDraws(tuple(parts), tuple(int(v) for v in out_hw))
 
 
@@ -184,6 +106,6 @@ def compile_stage(steps) -> Stage | None:
     """The per-sample pixel transforms of ``steps`` (any others are left to the caller), streams by
     their place in the list; None when there are none."""
     found = tuple(
-        (STREAM_BASE + k, step) for k, step in enumerate(steps) if isinstance(step, (*PIXEL_TRANSFORMS, PixelOp))
+        (STREAM_BASE + k, step) for k, step in enumerate(steps) if step.KIND == PIXEL
     )
     return Stage(found) if found else None

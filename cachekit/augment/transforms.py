@@ -21,7 +21,11 @@ import math
 import numbers
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..constants import MAX_SIDE
+from .draws import uniforms
+from .protocol import Colour, Geometric
 
 __all__ = [
     "RandomResizedCrop",
@@ -90,8 +94,49 @@ def _jitter_range(
     return a, b
 
 
+_ATTEMPTS = 10  # torchvision's RandomResizedCrop tries 10 boxes before its central fallback
+
+
+def _rrc_boxes(step: RandomResizedCrop, u: np.ndarray, vh: np.ndarray, vw: np.ndarray) -> np.ndarray:
+    """torchvision's ``RandomResizedCrop.get_params`` for every sample at once: (top, left, h, w)."""
+    area = (vh * vw)[:, None]
+    log_lo, log_hi = math.log(step.ratio[0]), math.log(step.ratio[1])
+    target = area * (step.scale[0] + u[:, :, 0] * (step.scale[1] - step.scale[0]))
+    aspect = np.exp(log_lo + u[:, :, 1] * (log_hi - log_lo))
+    w = np.round(np.sqrt(target * aspect))
+    h = np.round(np.sqrt(target / aspect))
+    ok = (w > 0) & (w <= vw[:, None]) & (h > 0) & (h <= vh[:, None])
+    first = np.argmax(ok, axis=1)
+    rows = np.arange(len(vh))
+    h, w = h[rows, first], w[rows, first]
+    top = np.floor(u[rows, first, 2] * (vh - h + 1))
+    left = np.floor(u[rows, first, 3] * (vw - w + 1))
+    # no attempt fit: the central crop of the closest allowed aspect ratio
+    fallback = ~ok.any(axis=1)
+    if fallback.any():
+        in_ratio = vw / vh
+        fw = np.where(
+            in_ratio < step.ratio[0], vw, np.where(in_ratio > step.ratio[1], np.round(vh * step.ratio[1]), vw)
+        )
+        fh = np.where(in_ratio < step.ratio[0], np.round(vw / step.ratio[0]), vh)
+        h, w = np.where(fallback, fh, h), np.where(fallback, fw, w)
+        top = np.where(fallback, (vh - fh) // 2, top)
+        left = np.where(fallback, (vw - fw) // 2, left)
+    return np.stack([top, left, h, w], axis=1)
+
+
+def _letterbox_boxes(size: int, vh: np.ndarray, vw: np.ndarray) -> np.ndarray:
+    """The square of the view that a letterbox to ``size`` shows: the view scaled so its longer side
+    is ``size`` (sides rounded, as YOLO does), centred; (top, left, height, width) in view pixels."""
+    scale = size / np.maximum(vh, vw)
+    nh, nw = np.maximum(1, np.round(vh * scale)), np.maximum(1, np.round(vw * scale))
+    sy, sx = nh / vh, nw / vw
+    top, left = np.floor((size - nh) / 2), np.floor((size - nw) / 2)
+    return np.stack([-top / sy, -left / sx, size / sy, size / sx], axis=1)
+
+
 @dataclass(frozen=True)
-class RandomResizedCrop:
+class RandomResizedCrop(Geometric):
     """A random box of ``scale`` x the area and aspect ``ratio``, resized to ``size`` (torchvision's)."""
 
     size: int | tuple[int, int]
@@ -103,10 +148,24 @@ class RandomResizedCrop:
         _range(self.scale, "RandomResizedCrop scale")
         _range(self.ratio, "RandomResizedCrop ratio")
 
+    def crop_boxes(self, seed, epoch, idx, stream, vh, vw):
+        """Each sample's crop ``(top, left, height, width)`` of its ``vh`` x ``vw`` view (torchvision's draw)."""
+        n = len(idx)
+        u = uniforms(seed, epoch, idx, stream, _ATTEMPTS * 4).reshape(n, _ATTEMPTS, 4)
+        return _rrc_boxes(self, u, vh, vw)
+
+    def fixed_size(self, size):
+        return _size(self.size, type(self).__name__)
+
+    def size_varies(self, varies: bool) -> bool:
+        return False
+
 
 @dataclass(frozen=True)
-class RandomHorizontalFlip:
+class RandomHorizontalFlip(Geometric):
     """Mirror left-right with probability ``p``."""
+
+    MIRROR = True
 
     p: float = 0.5
 
@@ -116,7 +175,7 @@ class RandomHorizontalFlip:
 
 
 @dataclass(frozen=True)
-class ColorJitter:
+class ColorJitter(Colour):
     """Brightness, contrast and saturation factors in [max(0, 1 - x), 1 + x], hue shift in [-hue,
     hue] turns (hue <= 0.5); each may also be a ``(min, max)`` pair, as torchvision's.
 
@@ -141,7 +200,7 @@ class ColorJitter:
 
 
 @dataclass(frozen=True)
-class CenterCrop:
+class CenterCrop(Geometric):
     """The central ``size`` region (padded with zeros where the image is smaller)."""
 
     size: int | tuple[int, int]
@@ -149,9 +208,24 @@ class CenterCrop:
     def __post_init__(self) -> None:
         _size(self.size, "CenterCrop")
 
+    def crop_boxes(self, seed, epoch, idx, stream, vh, vw):
+        """Each sample's central crop ``(top, left, height, width)`` of its ``vh`` x ``vw`` view."""
+        out_h, out_w = _size(self.size, "CenterCrop")
+        n = len(idx)
+        return np.stack(
+            [np.round((vh - out_h) / 2), np.round((vw - out_w) / 2), np.full(n, out_h), np.full(n, out_w)],
+            axis=1,
+        ).astype(np.float64)
+
+    def fixed_size(self, size):
+        return _size(self.size, type(self).__name__)
+
+    def size_varies(self, varies: bool) -> bool:
+        return False
+
 
 @dataclass(frozen=True)
-class Resize:
+class Resize(Geometric):
     """An int resizes the shorter side to ``size`` keeping the aspect ratio; a pair sets (height, width)."""
 
     size: int | tuple[int, int]
@@ -159,9 +233,15 @@ class Resize:
     def __post_init__(self) -> None:
         _size(self.size, "Resize")
 
+    def fixed_size(self, size):
+        return None if isinstance(self.size, int) else _size(self.size, "Resize")
+
+    def size_varies(self, varies: bool) -> bool:
+        return varies if isinstance(self.size, int) else False
+
 
 @dataclass(frozen=True)
-class Letterbox:
+class Letterbox(Geometric):
     """YOLO's letterbox: the longer side to ``size`` keeping the aspect ratio, centred on a ``size`` x
     ``size`` canvas of ``fill`` (114, YOLO's grey). Boxes and masks move with the image."""
 
@@ -176,6 +256,16 @@ class Letterbox:
             or not 0 <= self.fill <= 255
         ):
             raise ValueError(f"Letterbox: fill must be an integer 0-255, got {self.fill!r}")
+
+    def crop_boxes(self, seed, epoch, idx, stream, vh, vw):
+        """The square of each view that the letterbox shows (``_letterbox_boxes``)."""
+        return _letterbox_boxes(self.size, vh, vw)
+
+    def fixed_size(self, size):
+        return _size(self.size, type(self).__name__)
+
+    def size_varies(self, varies: bool) -> bool:
+        return False
 
 
 TRANSFORMS = (RandomResizedCrop, RandomHorizontalFlip, ColorJitter, CenterCrop, Resize, Letterbox)

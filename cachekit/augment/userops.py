@@ -26,9 +26,10 @@ import torch
 from ..constants import MAX_SIDE
 from .draws import uniforms
 from .erasing import keyed_generator
+from .protocol import BATCH, Batch, Geometric, Pixel
 from .usage import AugmentUsageError
 
-__all__ = ["PixelOp", "BatchOp", "MatrixOp", "USER_OPS", "BatchOpDraws", "PixelOpDraws", "op_name"]
+__all__ = ["PixelOp", "BatchOp", "MatrixOp", "USER_OPS", "BatchOpDraws", "PixelOpDraws", "op_name", "compile_batch_ops"]
 
 #: Streams of the batch ops start here (the list position is added; MixUp/CutMix use 3000).
 BATCH_STREAM = 4000
@@ -56,14 +57,14 @@ def _failed(what: str, exc: BaseException, where: str) -> AugmentUsageError:
 
 
 @dataclass(frozen=True, repr=False)
-class PixelOp:
+class PixelOp(Pixel):
     """``fn(image, rng) -> image``: one sample's HWC uint8 numpy array and a ``numpy.random.Generator``
     drawn from (seed, epoch, sample index); returns an array of the same shape and dtype. Runs per
     sample on the loader's threads after the geometry, in list order; moves no target. Not on the
     device path (write it as a ``BatchOp`` there)."""
 
     fn: Callable
-    KIND: ClassVar[str] = "pixel"
+    HOST_ONLY: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         _check_fn(self.fn, "PixelOp")
@@ -78,7 +79,7 @@ class PixelOp:
     def spec_text(self) -> str:
         return f"PixelOp({self.name!r})"
 
-    def draw_stage(self, seed: int, epoch: int, idx: np.ndarray, stream: int, out_hw) -> PixelOpDraws:
+    def draw_stage(self, seed: int, epoch: int, idx: np.ndarray, stream: int, out_hw, stats=None) -> PixelOpDraws:
         """A batch's part of the per-sample stage (``cachekit.augment.stage``)."""
         return PixelOpDraws(self, seed, epoch, idx, stream)
 
@@ -123,14 +124,13 @@ _ON_DEVICE = "on the device path write it as BatchOp(fn) on the batch tensor, or
 
 
 @dataclass(frozen=True, repr=False)
-class BatchOp:
+class BatchOp(Batch):
     """``fn(images, generator) -> images`` on the uint8 batch ``[B, C, H, W]`` (torch) where it is:
     on the CPU after the per-sample stage (threads path), on the device (device path); ``generator``
     a ``torch.Generator`` on the batch's device seeded from (seed, epoch, the batch's first sample).
     Returns a uint8 tensor of the same shape; moves no target."""
 
     fn: Callable
-    KIND: ClassVar[str] = "batch"
 
     def __post_init__(self) -> None:
         _check_fn(self.fn, "BatchOp")
@@ -216,7 +216,7 @@ def _check_size(size) -> tuple[int, int] | None:
 
 
 @dataclass(frozen=True, repr=False)
-class MatrixOp:
+class MatrixOp(Geometric):
     """``fn(height, width, rng) -> 3x3`` float matrix from input to output coordinates (continuous:
     pixel (row i, col j) covers [j, j+1) x [i, i+1), as boxes do), ``rng`` a ``numpy.random.Generator``
     from (seed, epoch, sample index); the output is ``size`` (height, width), or the input's size.
@@ -225,7 +225,7 @@ class MatrixOp:
 
     fn: Callable
     size: tuple[int, int] | None = None
-    KIND: ClassVar[str] = "geometry"
+    GENERAL: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         _check_fn(self.fn, "MatrixOp")
@@ -237,6 +237,12 @@ class MatrixOp:
 
     def __repr__(self) -> str:
         return f"MatrixOp({self.name})"
+
+    def fixed_size(self, size):
+        return self.size if self.size is not None else size
+
+    def size_varies(self, varies: bool) -> bool:
+        return False if self.size is not None else varies
 
     def spec_text(self) -> str:
         size = "" if self.size is None else f", size={self.size!r}"
@@ -271,6 +277,15 @@ class MatrixOp:
         if self.size is None:
             return maps, vh, vw
         return maps, np.full(n, float(self.size[0])), np.full(n, float(self.size[1]))
+
+
+def compile_batch_ops(steps) -> tuple:
+    """The ``BatchOp`` steps of a list: ``(stream, op, after_mix)``, after_mix when listed after the
+    first of MixUp / CutMix (the other batch steps)."""
+    mixes = [k for k, s in enumerate(steps) if s.KIND == BATCH and not isinstance(s, BatchOp)]
+    return tuple(
+        (BATCH_STREAM + k, s, bool(mixes) and k > mixes[0]) for k, s in enumerate(steps) if isinstance(s, BatchOp)
+    )
 
 
 #: The user's op classes, by name (the spec parser reads them back from a loader's state).

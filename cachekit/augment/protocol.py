@@ -1,0 +1,96 @@
+"""The transform protocol: what the plan asks of each step of an augment list, by its kind.
+
+Every transform (the catalogue's and the user's ``PixelOp``/``BatchOp``/``MatrixOp``) derives from
+one of the small bases here, which name its kind and the methods the plan calls; the plan loops
+over the steps calling them and never asks which class a step is. What a step does to each target
+follows from its kind: a geometric step gives each sample's 3x3 map (pixels, boxes, masks and
+keypoints follow it), a pixel step changes pixels alone, a batch step the whole batch.
+
+- ``Geometric`` (``KIND`` "geometry", or "mosaic" for the step that builds a sample from four):
+  ``fixed_size(size)``/``size_varies(varies)`` say what output size it leaves; ``GENERAL`` whether it
+  needs one general 3x3 map per sample (else the crop+resize path serves); ``draw_matrices`` (where
+  a step draws its own maps) gives each sample's map from its view and the view's new size.
+- ``Colour`` (``KIND`` "colour"): ``ColorJitter``, applied right after the map.
+- ``Pixel`` (``KIND`` "pixel"): ``draw_stage(seed, epoch, idx, stream, out_hw)`` gives a batch's
+  ``PixelDraws``: ``apply_row(chw, j)`` its OpenCV kernel on a uint8 row (threads),
+  ``apply_batch(x)`` its torch kernel on the batch (device), ``matrices(j)`` the maps of any op
+  that moves pixels (RandAugment's shears), which boxes and masks follow.
+- ``Batch`` (``KIND`` "batch"): MixUp, CutMix and the user's ``BatchOp``, after every per-sample step.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Protocol
+
+__all__ = [
+    "GEOMETRY",
+    "MOSAIC",
+    "COLOUR",
+    "PIXEL",
+    "BATCH",
+    "Transform",
+    "Geometric",
+    "Colour",
+    "Pixel",
+    "Batch",
+    "PixelDraws",
+]
+
+GEOMETRY, MOSAIC, COLOUR, PIXEL, BATCH = "geometry", "mosaic", "colour", "pixel", "batch"
+
+
+class Transform:
+    """What every step says of itself (class attributes, so a frozen dataclass keeps its fields)."""
+
+    KIND: ClassVar[str] = ""
+    #: Its pixels each depend on the same input pixel alone (it commutes with a mirror).
+    PER_PIXEL: ClassVar[bool] = False
+    #: It moves each pixel to one place (a mirror): per-pixel steps commute with it.
+    MIRROR: ClassVar[bool] = False
+    #: It draws from each sample's boxes (``RandomIoUCrop``).
+    NEEDS_BOXES: ClassVar[bool] = False
+    #: It needs one general 3x3 map per sample (rotations, affine and perspective maps, ...).
+    GENERAL: ClassVar[bool] = False
+    #: It runs on CPU threads only (the user's ``PixelOp``: numpy on each sample).
+    HOST_ONLY: ClassVar[bool] = False
+
+    def fixed_size(self, size: tuple[int, int] | None) -> tuple[int, int] | None:
+        """The output size after this step whatever the input's (``size``: the one before), or None."""
+        return size
+
+    def size_varies(self, varies: bool) -> bool:
+        """Whether outputs may differ in size from sample to sample after it (``varies``: before)."""
+        return varies
+
+
+class Geometric(Transform):
+    KIND: ClassVar[str] = GEOMETRY
+
+
+class Colour(Transform):
+    KIND: ClassVar[str] = COLOUR
+    PER_PIXEL: ClassVar[bool] = True
+
+
+class Pixel(Transform):
+    KIND: ClassVar[str] = PIXEL
+    #: It needs the cache's mean and std (erasing with noise).
+    needs_stats: ClassVar[bool] = False
+
+    def draw_stage(self, seed: int, epoch: int, idx, stream: int, out_hw: tuple[int, int], stats=None):
+        """A batch's ``PixelDraws`` for outputs of ``out_hw``."""
+        raise NotImplementedError
+
+
+class Batch(Transform):
+    KIND: ClassVar[str] = BATCH
+
+
+class PixelDraws(Protocol):
+    """A pixel step over one batch."""
+
+    def matrices(self, j: int) -> list: ...
+
+    def apply_row(self, chw, j: int) -> None: ...
+
+    def apply_batch(self, x): ...
