@@ -20,6 +20,7 @@ import cv2
 import numpy as np
 import torch
 
+from ..augment.keypoints import keypoint_mover, move_stage_points
 from ..augment.plan import Plan
 from ..augment.warp import single_threaded_torch
 from ..errors import CacheError
@@ -230,6 +231,16 @@ def _stage_draws(dataset, request: BatchRequest, draws):
     return stage.draw(request.seed, request.epoch, np.asarray(request, dtype=np.int64), draws.out_size, stats)
 
 
+def _point_pairs(dataset) -> list[tuple[str, str, list | None]]:
+    """Each keypoints field: its boxes' key, its own name, its ``flip_idx``."""
+    fields = getattr(dataset, "fields", {})
+    return [
+        (box_keys(spec.params["boxes"])[0], name, spec.params.get("flip_idx"))
+        for name, spec in fields.items()
+        if spec.kind == "keypoints"
+    ]
+
+
 def _mix_batch(dataset, request: BatchRequest, draws, out, labels, targets, masks, keys, on_threads: bool):
     """MixUp / CutMix over a batch (``augment.mixing``): soft labels on a classification cache, both
     samples' boxes on a detection cache (``keys``: its boxes fields' keys); on the threads the mixed
@@ -237,7 +248,7 @@ def _mix_batch(dataset, request: BatchRequest, draws, out, labels, targets, mask
     plan = request.plan
     mix = plan.mix.draw(request.seed, request.epoch, request, draws.out_size, detection=bool(keys))
     if keys:
-        mix.mix_targets(targets, keys, masks)
+        mix.mix_targets(targets, keys + [(kp,) for _, kp, _ in _point_pairs(dataset)], masks)
     else:
         labels = mix.soft_labels(labels, plan.mix.num_classes or len(dataset.classes))
     if on_threads and mix.mixes:
@@ -367,11 +378,11 @@ def assemble(
     run_chunks(n, request.threads, work)
     if whole and early is not None:  # read before the draws (an IoU crop's): moved now
         targets = early
-        move_boxes_of_batch(dataset.fields, targets, draws.box_mover(visibility))
+        move_boxes_of_batch(dataset.fields, targets, draws.box_mover(visibility), keypoint_mover(draws))
     elif whole:
         targets = dataset.batch_targets(indices, readers, local, draws, visibility)
     elif values is not None and draws is not None:
-        move_boxes_of_batch(dataset.fields, targets, draws.box_mover(visibility))
+        move_boxes_of_batch(dataset.fields, targets, draws.box_mover(visibility), keypoint_mover(draws))
     targets = targets[:n]
     labels = labels[:n]
     keys = (
@@ -380,6 +391,7 @@ def assemble(
         else []
     )
     if stage is not None and (values is not None or whole) and keys:
+        move_stage_points(stage, targets, _point_pairs(dataset), visibility)
         stage.move_boxes(targets, keys, visibility)
     mix = None
     ops = plan.draw_batch_ops(request.seed, request.epoch, request) if draws is not None else None

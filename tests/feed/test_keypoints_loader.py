@@ -16,13 +16,17 @@ from cachekit import BuildConfig, CachedDataset, build, make_loader
 from cachekit.transforms import (
     CenterCrop,
     Letterbox,
+    MixUp,
     Mosaic,
+    RandAugment,
     RandomAffine,
     RandomHorizontalFlip,
+    RandomIoUCrop,
     RandomPerspective,
     RandomResizedCrop,
     RandomRotation,
     RandomVerticalFlip,
+    Resize,
 )
 
 H, W, K, SAMPLES = 96, 128, 4, 8
@@ -38,7 +42,7 @@ QUIET = {"workers": 1, "progress": False, "pipeline": "none", "strict": True, "o
 PATHS = {"threads": {"augment_on": "threads"}, "device": {"device": "cpu", "augment_on": "device"}}
 
 
-def _samples():
+def _samples(masks: bool = False):
     """Eight images, each with two objects of four points (object 0 on the left half, object 1 on
     the right), each object of its own class, each point a dot of its own colour."""
     rng = np.random.default_rng(5)
@@ -62,6 +66,10 @@ def _samples():
             "classes": np.array([2 * s, 2 * s + 1]),
             "keypoints": np.array(points, np.float32),
         }
+        if masks:  # a class map: each object's box filled with its class + 1
+            target["mask"] = np.zeros((H, W), np.uint8)
+            for c, (x0, y0, x1, y1) in zip(target["classes"], target["boxes"].astype(int)):
+                target["mask"][y0:y1, x0:x1] = c + 1
         out.append((image, target))
     return out
 
@@ -70,6 +78,15 @@ def _samples():
 def cache(tmp_path_factory):
     root = tmp_path_factory.mktemp("kp")
     build(_samples(), root / "c", BuildConfig(**QUIET), classes=2 * SAMPLES)
+    _with_flip_idx(root / "c")
+    return root / "c"
+
+
+@pytest.fixture(scope="module")
+def masked(tmp_path_factory):
+    """The same samples with a class map each: their targets go through the loader's other path."""
+    root = tmp_path_factory.mktemp("kpm")
+    build(_samples(masks=True), root / "c", BuildConfig(**QUIET), classes=2 * SAMPLES)
     _with_flip_idx(root / "c")
     return root / "c"
 
@@ -148,12 +165,23 @@ CASES = {
     "letterbox": [Letterbox(112)],
     "mosaic": [Mosaic(96), RandomHorizontalFlip()],
     "mosaic+affine": [Mosaic(96), RandomAffine(degrees=10, translate=(0.1, 0.1), scale=(0.8, 1.2))],
+    "ioucrop": [RandomIoUCrop(), Resize((96, 96)), RandomHorizontalFlip()],
 }
 
 
 @pytest.mark.parametrize("path", list(PATHS))
 @pytest.mark.parametrize("case", list(CASES))
 def test_a_dot_at_each_keypoint_lands_under_its_moved_point(cache, case, path):
+    _dots_under_points(cache, case, path)
+
+
+@pytest.mark.parametrize("path", list(PATHS))
+@pytest.mark.parametrize("case", ["rrc+flip", "affine", "mosaic+affine", "ioucrop"])
+def test_with_masks_too_the_dots_land_under_the_points(masked, case, path):
+    _dots_under_points(masked, case, path)
+
+
+def _dots_under_points(cache, case, path):
     loader = make_loader(cache, 4, seed=3, augment=CASES[case], min_visibility=0.0, threads=1, **PATHS[path])
     seen = mirrored = 0
     for _ in range(2):  # two epochs
@@ -200,3 +228,47 @@ def test_an_object_dropped_by_min_visibility_drops_its_keypoints(cache, path):
     assert set(kept) < set(every) and kept  # some dropped, some kept
     for key, pts in kept.items():
         np.testing.assert_array_equal(pts, every[key])
+
+
+def _points_inside_their_boxes(targets: list[dict]) -> int:
+    """Each target's points one block per box, every visible point inside its object's box."""
+    inside = 0
+    for t in targets:
+        boxes, points = np.asarray(t["boxes"]), np.asarray(t["keypoints"])
+        assert points.shape == (len(boxes), K, 3) and len(t["classes"]) == len(boxes)
+        for box, pts in zip(boxes, points):
+            seen = pts[pts[:, 2] > 0]
+            assert (seen[:, 0] >= box[0] - 0.5).all() and (seen[:, 0] <= box[2] + 0.5).all()
+            assert (seen[:, 1] >= box[1] - 0.5).all() and (seen[:, 1] <= box[3] + 0.5).all()
+            inside += len(seen)
+    return inside
+
+
+@pytest.mark.parametrize("path", list(PATHS))
+@pytest.mark.parametrize("which", ["plain", "masked"])
+def test_mixup_gives_each_sample_its_neighbours_points_with_its_boxes(cache, masked, which, path):
+    source = cache if which == "plain" else masked
+    augment = [RandomResizedCrop(96, scale=(0.5, 1.0)), RandomHorizontalFlip(), MixUp(p=1.0)]
+    loader = make_loader(source, 4, seed=1, augment=augment, threads=1, **PATHS[path])
+    grown = 0
+    for batch in loader:
+        assert _points_inside_their_boxes(batch[1]) > 0
+        grown += sum(len(set(t["classes"].tolist())) > 2 for t in batch[1])
+    assert grown  # mixed samples carry two images' objects, and their points
+
+
+@pytest.mark.parametrize("which", ["plain", "masked"])
+def test_randaugment_moves_points_with_the_boxes_it_moves(cache, masked, which):
+    source = cache if which == "plain" else masked
+    augment = [CenterCrop((H, W)), RandAugment(num_ops=2, magnitude=15)]
+    loader = make_loader(source, 4, seed=2, augment=augment, min_visibility=0.3, threads=1)
+    plain = make_loader(source, 4, seed=2, augment=[CenterCrop((H, W))], threads=1)
+    moved = 0
+    for _ in range(3):
+        for batch, before in zip(loader, plain):
+            assert _points_inside_their_boxes(batch[1]) > 0
+            moved += sum(
+                not np.array_equal(np.asarray(a["keypoints"]), np.asarray(b["keypoints"]))
+                for a, b in zip(batch[1], before[1])
+            )
+    assert moved  # its shears, translations and rotations moved some
