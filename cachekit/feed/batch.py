@@ -10,7 +10,7 @@ import torch
 from torch.utils.data import default_collate
 
 from ..store.fields import FieldSpec
-from .targets import COLLATES, collate_targets, yolo_rows
+from .targets import COLLATES, collate_targets, yolo_batch, yolo_rows
 
 __all__ = ["SampleBatch", "Collate", "collate_batch", "collate_padded", "pad_collate", "stack_images"]
 
@@ -94,7 +94,7 @@ def _fields_batch(batch: SampleBatch, mode: str):
     if mode == "yolo":
         padded = batch.aux is not None and set(batch.aux) == {"sizes"}
         hw = [tuple(batch.images.shape[-2:])] * len(batch.targets) if padded else None
-        targets = yolo_rows(batch.fields, batch.targets, hw or batch.image_hw)
+        targets = yolo_batch(batch.fields, batch.targets, hw or batch.image_hw)
     else:
         targets = collate_targets(batch.fields, batch.targets, batch.masks)
     if batch.aux is None:

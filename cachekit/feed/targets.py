@@ -38,6 +38,7 @@ __all__ = [
     "box_keys",
     "collate_targets",
     "yolo_rows",
+    "yolo_batch",
     "check_yolo_collate",
     "stacked_fields",
 ]
@@ -376,7 +377,11 @@ def check_yolo_collate(fields: dict[str, FieldSpec]) -> None:
     boxes and their classes only (its ``masks`` are per-object masks, not a cache's class maps)."""
     if not any(spec.kind == "boxes" for spec in fields.values()):
         raise ValueError('collate="yolo" needs a cache with boxes (cachekit build --annotations)')
-    others = [f"{name} ({spec.kind})" for name, spec in fields.items() if spec.kind not in ("boxes", "label")]
+    others = [
+        f"{name} ({spec.kind})"
+        for name, spec in fields.items()
+        if spec.kind not in ("boxes", "label", "keypoints")
+    ]
     if others:
         raise ValueError(
             f'collate="yolo" gives only the boxes, as Ultralytics\' [M, 6] rows; this cache also has '
@@ -409,3 +414,29 @@ def yolo_rows(
             )
         )
     return torch.from_numpy(np.concatenate(rows).astype(np.float32)) if rows else torch.zeros((0, 6))
+
+
+def yolo_batch(fields: dict[str, FieldSpec], targets: list[dict], hw: Sequence[tuple[int, int]]):
+    """``collate="yolo"``'s targets: ``yolo_rows``, or for a cache with keypoints Ultralytics' pose
+    batch: a dict of ``batch_idx`` [M], ``cls`` [M, 1], ``bboxes`` [M, 4] (cx, cy, w, h) and
+    ``keypoints`` [M, K, 3] (x, y, visibility), coordinates normalised to each image's width and
+    height, crowd boxes left out as ``yolo_rows`` leaves them."""
+    rows = yolo_rows(fields, targets, hw)
+    points = [(n, s) for n, s in fields.items() if s.kind == "keypoints"]
+    if not points:
+        return rows
+    name, spec = points[0]
+    crowd = box_keys(spec.params["boxes"])[2]
+    found = []
+    for t, (h, w) in zip(targets, hw):
+        keep = np.asarray(t[crowd]).reshape(-1) == 0 if crowd in t else slice(None)
+        p = np.asarray(t[name], dtype=np.float32).reshape(-1, spec.params["k"], 3)[keep]
+        found.append(p / np.array([w, h, 1], np.float32))
+    k = spec.params["k"]
+    keypoints = np.concatenate(found).astype(np.float32) if found else np.zeros((0, k, 3), np.float32)
+    return {
+        "batch_idx": rows[:, 0].clone(),
+        "cls": rows[:, 1:2].clone(),
+        "bboxes": rows[:, 2:6].clone(),
+        "keypoints": torch.from_numpy(keypoints.reshape(-1, k, 3)),
+    }

@@ -272,3 +272,22 @@ def test_randaugment_moves_points_with_the_boxes_it_moves(cache, masked, which):
                 for a, b in zip(batch[1], before[1])
             )
     assert moved  # its shears, translations and rotations moved some
+
+
+@pytest.mark.parametrize("path", list(PATHS))
+def test_collate_yolo_gives_ultralytics_pose_batch_normalised(cache, path):
+    augment = [RandomResizedCrop((64, 96), scale=(0.5, 1.0)), RandomHorizontalFlip()]
+    auto = make_loader(cache, 4, seed=4, augment=augment, threads=1, **PATHS[path])
+    yolo = make_loader(cache, 4, seed=4, augment=augment, threads=1, collate="yolo", **PATHS[path])
+    for a, y in zip(auto, yolo):
+        t = y[1]
+        assert set(t) == {"batch_idx", "cls", "bboxes", "keypoints"}
+        assert t["keypoints"].dtype == torch.float32 and t["keypoints"].shape[1:] == (K, 3)
+        want = torch.cat([s["keypoints"] for s in a[1]]) / torch.tensor([96.0, 64.0, 1.0])  # x / w, y / h
+        torch.testing.assert_close(t["keypoints"], want)
+        idx = torch.cat([torch.full((len(s["boxes"]),), float(i)) for i, s in enumerate(a[1])])
+        torch.testing.assert_close(t["batch_idx"], idx)
+        torch.testing.assert_close(t["cls"][:, 0], torch.cat([s["classes"] for s in a[1]]).float())
+        boxes = torch.cat([s["boxes"] for s in a[1]])
+        centre = (boxes[:, :2] + boxes[:, 2:]) / 2 / torch.tensor([96.0, 64.0])
+        torch.testing.assert_close(t["bboxes"][:, :2], centre)
