@@ -100,7 +100,8 @@ class ParquetReader:
 
 
 def _objects(value) -> dict:
-    """Hugging Face's ``objects`` (``bbox``, ``category``, maybe ``iscrowd``) in the schema's names."""
+    """Hugging Face's ``objects`` (``bbox``, ``category``, maybe ``iscrowd`` and ``keypoints``) in the
+    schema's names."""
     if value is None:
         return {"boxes": []}
     if not isinstance(value, dict):
@@ -112,6 +113,8 @@ def _objects(value) -> dict:
         out["classes"] = classes
     if value.get("iscrowd") is not None:
         out["iscrowd"] = value["iscrowd"]
+    if value.get("keypoints") is not None:  # [N, K, 3] or [N, K, 2], one block per box
+        out["keypoints"] = value["keypoints"]
     return out
 
 

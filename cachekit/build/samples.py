@@ -289,7 +289,7 @@ def to_record(sample, options: SampleOptions = SampleOptions()) -> Record:
 def code_keypoints(points: np.ndarray, boxes: int) -> np.ndarray:
     """Points from code, ``[N, K, 3]`` (x, y, visibility 0/1/2) or ``[N, K, 2]`` (visible), one block
     per box, as float64 ``[N, K, 3]``; anything else is a ``DecodeError`` saying why."""
-    if points.ndim == 2 and points.size == 0:
+    if points.ndim < 3 and points.size == 0:  # no objects: [] (a list from Parquet or JSON)
         points = points.reshape(0, 0, 3)
     if points.ndim != 3 or points.shape[2] not in (2, 3) or points.dtype.kind not in "iuf":
         raise DecodeError(f"keypoints of shape {list(points.shape)}: expected [N, K, 3] or [N, K, 2]")

@@ -167,3 +167,32 @@ def test_samples_from_code_with_hostile_keypoints_are_skipped_with_the_reason(tm
     assert len(ds) == 2
     np.testing.assert_array_equal(ds[0][1]["keypoints"].numpy(), good)
     np.testing.assert_array_equal(ds[1][1]["keypoints"].numpy(), good * [1, 1, 0] + [0, 0, 2])
+
+
+def test_parquet_objects_with_keypoints_round_trip(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(4)
+    rows, truth = [], []
+    for i in range(4):
+        image = rng.integers(0, 256, (30, 40, 3), dtype=np.uint8)
+        ok, png = cv2.imencode(".png", image)
+        n = i % 3
+        boxes = [[2.0 + 10 * o, 3.0, 9.0 + 10 * o, 20.0] for o in range(n)]
+        points = rng.uniform(3, 19, (n, 3, 2)).round(3)
+        points = np.concatenate([points, rng.integers(0, 3, (n, 3, 1))], 2)
+        rows.append(
+            {"image": {"bytes": png.tobytes(), "path": f"{i}.png"},
+             "objects": {"bbox": boxes, "category": [0] * n, "keypoints": points.tolist()}}
+        )  # fmt: skip
+        truth.append(points.astype(np.float32).reshape(n, 3, 3))
+    (tmp_path / "pq").mkdir()
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "pq" / "train-00000.parquet")
+    build(str(tmp_path / "pq" / "*.parquet"), tmp_path / "c", BuildConfig(pipeline="none", **QUIET))
+    ds = CachedDataset(tmp_path / "c")
+    assert ds.manifest.sample.fields["keypoints"].params == {"boxes": "boxes", "k": 3}
+    got = sorted((ds[i][1]["keypoints"].numpy() for i in range(len(ds))), key=lambda a: (len(a), a.sum()))
+    want = sorted(truth, key=lambda a: (len(a), a.sum()))
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w, atol=1e-4)
