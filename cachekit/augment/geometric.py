@@ -95,6 +95,12 @@ class RandomVerticalFlip(Geometric):
 
     MIRROR = True
     GENERAL = True
+    DRAWS = 1
+
+    def draw_matrices(self, seed, epoch, idx, stream, vh, vw):
+        from .matrices import draw_uniforms, vertical_flip
+
+        return vertical_flip(self, draw_uniforms(seed, epoch, idx, stream, self), vh), vh, vw
 
     p: float = 0.5
 
@@ -123,6 +129,15 @@ class RandomRotation(Geometric):
         check_fill(self.fill, "RandomRotation")
 
     GENERAL = True
+    DRAWS = 1
+
+    def draw_matrices(self, seed, epoch, idx, stream, vh, vw):
+        from .matrices import draw_uniforms, rotation
+
+        return rotation(self, draw_uniforms(seed, epoch, idx, stream, self), vh, vw)
+
+    def map_fill(self, fill):
+        return self.fill
 
     def fixed_size(self, size):
         return None if self.expand else size
@@ -180,6 +195,15 @@ class RandomAffine(Geometric):
             )
 
     GENERAL = True
+    DRAWS = 8
+
+    def draw_matrices(self, seed, epoch, idx, stream, vh, vw):
+        from .matrices import affine, draw_uniforms
+
+        return affine(self, draw_uniforms(seed, epoch, idx, stream, self), vh, vw), vh, vw
+
+    def map_fill(self, fill):
+        return self.fill
 
     @property
     def shear_ranges(self) -> tuple[float, float, float, float]:
@@ -204,6 +228,15 @@ class RandomPerspective(Geometric):
         check_fill(self.fill, "RandomPerspective")
 
     GENERAL = True
+    DRAWS = 9
+
+    def draw_matrices(self, seed, epoch, idx, stream, vh, vw):
+        from .matrices import draw_uniforms, perspective
+
+        return perspective(self, draw_uniforms(seed, epoch, idx, stream, self), vh, vw), vh, vw
+
+    def map_fill(self, fill):
+        return self.fill
 
 
 @dataclass(frozen=True)
@@ -226,6 +259,14 @@ class RandomZoomOut(Geometric):
         check_p(self.p, "RandomZoomOut")
 
     GENERAL = True
+
+    def draw_matrices(self, seed, epoch, idx, stream, vh, vw):
+        from .matrices import draw_uniforms, zoom_out
+
+        return zoom_out(self, draw_uniforms(seed, epoch, idx, stream, self), vh, vw)
+
+    def map_fill(self, fill):
+        return self.fill
 
     def fixed_size(self, size):
         return None
@@ -254,6 +295,10 @@ class RandomIoUCrop(Geometric):
     ROUNDS = 10
     GENERAL = True
     NEEDS_BOXES = True
+
+    @property
+    def DRAWS(self) -> int:  # noqa: N802 -- the protocol's name for it
+        return self.ROUNDS * (1 + 4 * self.trials)
 
     def fixed_size(self, size):
         return None

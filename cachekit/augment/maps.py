@@ -9,44 +9,25 @@ them as crop boxes and the batch takes the crop+resize path (``cachekit.augment.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..constants import MAX_SIDE
 from ..image.geometry import _clip
-from .geometric import (
-    RandomAffine,
-    RandomIoUCrop,
-    RandomPerspective,
-    RandomRotation,
-    RandomVerticalFlip,
-    RandomZoomOut,
-)
+from .catalogue import GEOMETRIC_STEPS  # kept importable from here, where it was
 from .matrices import (
-    affine,
     as_boxes,
     box_corners,
-    crop_matrices,
     draw_uniforms,
     eye,
     iou_crop,
-    perspective,
-    rotation,
     shrink_sizes,
-    vertical_flip,
-    zoom_out,
 )
-from .mosaic import Mosaic, MosaicDraws, canvas_window, mosaic_layout
-from .transforms import ColorJitter, Letterbox, RandomHorizontalFlip, Resize
+from .mosaic import MosaicDraws, canvas_window, mosaic_layout
+from .protocol import COLOUR, MOSAIC
 
 __all__ = ["MapDraws", "draw_maps", "GEOMETRIC_STEPS"]
-
-#: Steps that take a list off the crop+resize path: one general map per sample.
-GEOMETRIC_STEPS = (RandomVerticalFlip, RandomRotation, RandomAffine, RandomPerspective, RandomZoomOut,
-                   RandomIoUCrop, Mosaic)  # fmt: skip
-
 
 @dataclass(frozen=True)
 class MapDraws:
@@ -115,16 +96,6 @@ class MapDraws:
         return moved, keep & visible, j
 
 
-def _resize_step(step: Resize, vh: np.ndarray, vw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The view's size after ``Resize`` (torchvision's truncation of the longer side)."""
-    if isinstance(step.size, int):
-        portrait = vw <= vh
-        return (np.where(portrait, np.floor(step.size * vh / vw), step.size),
-                np.where(portrait, step.size, np.floor(step.size * vw / vh)))  # fmt: skip
-    n = len(vh)
-    return np.full(n, float(step.size[0])), np.full(n, float(step.size[1]))
-
-
 def draw_maps(
     steps: tuple,
     seed: int,
@@ -133,7 +104,6 @@ def draw_maps(
     heights,
     widths,
     *,
-    crop_of: Callable,
     extra: np.ndarray | None = None,
     extra_hw: np.ndarray | None = None,
     boxes: list | None = None,
@@ -149,9 +119,9 @@ def draw_maps(
     keep_rects = keep_maps = None
     for k, step in enumerate(steps):
         stream = k + 1
-        if isinstance(step, ColorJitter):
+        if step.KIND == COLOUR:
             continue
-        if isinstance(step, Mosaic):
+        if step.KIND == MOSAIC:  # the sample built from four: its canvas and tiles
             u = draw_uniforms(seed, epoch, idx, stream, step)[:, :2]
             ex = extra if extra is not None else np.full((n, 3), -1, np.int64)
             ehw = extra_hw if extra_hw is not None else np.zeros((n, 3, 2), np.int64)
@@ -162,48 +132,15 @@ def draw_maps(
             mosaic = MosaicDraws(on, ex, rows, tiles, regions, 2 * step.side, step.fill)
             vh, vw, fill = np.full(n, float(step.side)), np.full(n, float(step.side)), step.fill
             continue
-        if isinstance(step, Resize):
-            nh, nw = _resize_step(step, vh, vw)
-            s = eye(n)
-            s[:, 0, 0], s[:, 1, 1] = nw / vw, nh / vh
-            m, vh, vw = s @ m, nh, nw
-            continue
-        draw_matrices = getattr(step, "draw_matrices", None)
-        if draw_matrices is not None:  # a step that draws its own maps (the user's MatrixOp)
-            own, vh, vw = draw_matrices(seed, epoch, idx, stream, vh, vw)
-            m = own @ m
-            continue
-        u = draw_uniforms(seed, epoch, idx, stream, step)
-        if isinstance(step, RandomHorizontalFlip):
-            flip, f = u[:, 0] < step.p, eye(n)
-            f[flip, 0, 0], f[flip, 0, 2] = -1.0, vw[flip]
-            m = f @ m
-        elif isinstance(step, RandomVerticalFlip):
-            m = vertical_flip(step, u, vh) @ m
-        elif isinstance(step, RandomRotation):
-            r, vh, vw = rotation(step, u, vh, vw)
-            m, fill = r @ m, step.fill
-        elif isinstance(step, RandomAffine):
-            m, fill = affine(step, u, vh, vw) @ m, step.fill
-        elif isinstance(step, RandomPerspective):
-            m, fill = perspective(step, u, vh, vw) @ m, step.fill
-        elif isinstance(step, RandomZoomOut):
-            z, vh, vw = zoom_out(step, u, vh, vw)
-            m, fill = z @ m, step.fill
-        elif isinstance(step, RandomIoUCrop):
+        if step.NEEDS_BOXES:  # an IoU crop: drawn from each sample's boxes in the view so far
+            u = draw_uniforms(seed, epoch, idx, stream, step)
             given = boxes if boxes is not None else [np.zeros((0, 4))] * n
             in_view = [box_corners(b, np.repeat(m[j : j + 1], len(b), 0)) for j, b in enumerate(given)]
             c, vh, vw, keep_rects = iou_crop(step, u, vh, vw, in_view)
             keep_maps, m = m.copy(), c @ m
-        else:  # RandomResizedCrop, CenterCrop, Letterbox: their crop of the view, resized
-            top, left, ch, cw = crop_of(step, stream, seed, epoch, idx, vh, vw).T
-            out_h, out_w = (step.size, step.size) if isinstance(step.size, int) else step.size
-            m, vh, vw = (
-                crop_matrices(top, left, ch, cw, out_h, out_w) @ m,
-                np.full(n, float(out_h)),
-                np.full(n, float(out_w)),
-            )
-            fill = step.fill if isinstance(step, Letterbox) else fill
+            continue
+        own, vh, vw = step.draw_matrices(seed, epoch, idx, stream, vh, vw)
+        m, fill = own @ m, step.map_fill(fill)
     if n and (np.ptp(vh) or np.ptp(vw)):
         raise ValueError(
             "augment gives outputs of different sizes for images of different sizes (or after a "

@@ -12,18 +12,22 @@ one map, so they stay on their pixels either way.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from .draws import uniforms
-from .geometric import (
-    RandomAffine,
-    RandomIoUCrop,
-    RandomPerspective,
-    RandomRotation,
-    RandomVerticalFlip,
-    RandomZoomOut,
-    degrees_range,
-)
+from .geometric import degrees_range
+
+if TYPE_CHECKING:
+    from .geometric import (
+        RandomAffine,
+        RandomIoUCrop,
+        RandomPerspective,
+        RandomRotation,
+        RandomVerticalFlip,
+        RandomZoomOut,
+    )
 
 __all__ = [
     "eye",
@@ -252,12 +256,7 @@ def iou_crop(step: RandomIoUCrop, u: np.ndarray, vh: np.ndarray, vw: np.ndarray,
 def draw_uniforms(seed: int, epoch: int, idx: np.ndarray, stream: int, step) -> np.ndarray:
     """The numbers one geometric step draws per sample, from its own stream (a horizontal flip, one,
     as the crop+resize path draws it: a list's flips are the same on both paths)."""
-    if isinstance(step, RandomIoUCrop):
-        count = step.ROUNDS * (1 + 4 * step.trials)
-    else:
-        counts = {RandomVerticalFlip: 1, RandomRotation: 1, RandomAffine: 8, RandomPerspective: 9}
-        count = counts.get(type(step), 1 if type(step).__name__ == "RandomHorizontalFlip" else 4)
-    return uniforms(seed, epoch, idx, stream, count)
+    return uniforms(seed, epoch, idx, stream, step.DRAWS)
 
 
 def shrink_sizes(matrices: np.ndarray, hw: np.ndarray, out_hw: tuple[int, int], limit: float = 0.5):

@@ -26,10 +26,6 @@ from .protocol import BATCH, COLOUR, GEOMETRY, MOSAIC, PIXEL, Transform
 from .stage import Stage, compile_stage
 from .transforms import (
     ColorJitter,
-    Letterbox,
-    RandomHorizontalFlip,
-    Resize,
-    _size,
 )
 from .usage import AugmentUsageError
 from .userops import BatchOpDraws, compile_batch_ops
@@ -110,11 +106,6 @@ class Draws:
             heights, widths = self.pre[:, 0], self.pre[:, 1]
         t, left, h, w = self.boxes.T
         return (t >= 0) & (left >= 0) & (t + h <= heights) & (left + w <= widths)
-
-
-def _crop_of(step, stream: int, seed: int, epoch: int, idx: np.ndarray, vh: np.ndarray, vw: np.ndarray):
-    """The crop ``(top, left, height, width)`` of the view that a cropping step takes for each sample."""
-    return step.crop_boxes(seed, epoch, idx, stream, vh, vw)
 
 
 @dataclass(frozen=True)
@@ -215,30 +206,22 @@ class Plan:
         cropped = False
         for k, step in enumerate(self.steps):
             stream = k + 1
-            if isinstance(step, Resize):
-                if isinstance(step.size, int):  # shorter side to size, torchvision's truncation for the other
-                    portrait = vw <= vh
-                    vh, vw = (
-                        np.where(portrait, np.floor(step.size * vh / vw), step.size),
-                        np.where(portrait, step.size, np.floor(step.size * vw / vh)),
-                    )
-                else:
-                    vh, vw = np.full(n, float(step.size[0])), np.full(n, float(step.size[1]))
+            if step.KIND == COLOUR:
+                jitter = self._jitter(step, uniforms(seed, epoch, idx, stream, 4))
+                order = np.argsort(uniforms(seed, epoch, idx, stream + 1000, 4), axis=1).astype(np.int8)
+                continue
+            if hasattr(step, "view_size"):  # a resize of the view
+                vh, vw = step.view_size(vh, vw)
                 if not cropped:  # the whole image is resized first, as torchvision does; crops follow
                     pre = np.stack([vh, vw], axis=1).astype(np.int64)
                     top, left, bh, bw = np.zeros(n), np.zeros(n), vh.copy(), vw.copy()
                 continue
-            if isinstance(step, RandomHorizontalFlip):
+            if step.MIRROR:  # on this path, the horizontal flip (a vertical one needs a general map)
                 flips ^= uniforms(seed, epoch, idx, stream, 1)[:, 0] < step.p
                 continue
-            if isinstance(step, ColorJitter):
-                jitter = self._jitter(step, uniforms(seed, epoch, idx, stream, 4))
-                order = np.argsort(uniforms(seed, epoch, idx, stream + 1000, 4), axis=1).astype(np.int8)
-                continue
-            out_h, out_w = _size(step.size, type(step).__name__)
-            if isinstance(step, Letterbox):
-                fill = step.fill
-            crop = _crop_of(step, stream, seed, epoch, idx, vh, vw)
+            out_h, out_w = step.fixed_size(None)  # a crop of the view, resized
+            fill = step.map_fill(fill)
+            crop = step.crop_boxes(seed, epoch, idx, stream, vh, vw)
             cropped = True
             ct, cl, ch, cw = crop.T
             cl = np.where(flips, vw - cl - cw, cl)  # a crop of the mirrored view, in unmirrored terms
@@ -269,7 +252,7 @@ class Plan:
 
     def _draw_general(self, seed, epoch, idx, heights, widths, extra, extra_hw, boxes) -> Draws:
         """One 3x3 map per sample (``maps.draw_maps``), colour as ``draw`` draws it."""
-        general = draw_maps(self.steps, seed, epoch, idx, heights, widths, crop_of=_crop_of,
+        general = draw_maps(self.steps, seed, epoch, idx, heights, widths,
                             extra=extra, extra_hw=extra_hw, boxes=boxes)  # fmt: skip
         jitter = order = None
         for k, step in enumerate(self.steps):

@@ -53,6 +53,8 @@ class Transform:
     GENERAL: ClassVar[bool] = False
     #: It runs on CPU threads only (the user's ``PixelOp``: numpy on each sample).
     HOST_ONLY: ClassVar[bool] = False
+    #: How many uniforms it draws per sample for its map (``matrices.draw_uniforms``).
+    DRAWS: ClassVar[int] = 4
 
     def fixed_size(self, size: tuple[int, int] | None) -> tuple[int, int] | None:
         """The output size after this step whatever the input's (``size``: the one before), or None."""
@@ -65,6 +67,15 @@ class Transform:
 
 class Geometric(Transform):
     KIND: ClassVar[str] = GEOMETRY
+
+    def draw_matrices(self, seed: int, epoch: int, idx, stream: int, vh, vw):
+        """``(maps [n, 3, 3], heights, widths)``: each sample's map from its ``vh`` x ``vw`` view (in
+        continuous coordinates) and the view's size after it, drawn from (seed, epoch, index, stream)."""
+        raise NotImplementedError
+
+    def map_fill(self, fill):
+        """The value of pixels the map uncovers after this step (``fill``: the one before)."""
+        return fill
 
 
 class Colour(Transform):

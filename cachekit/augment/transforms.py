@@ -154,6 +154,15 @@ class RandomResizedCrop(Geometric):
         u = uniforms(seed, epoch, idx, stream, _ATTEMPTS * 4).reshape(n, _ATTEMPTS, 4)
         return _rrc_boxes(self, u, vh, vw)
 
+    def draw_matrices(self, seed, epoch, idx, stream, vh, vw):
+        """Its crop of each view, resized to its size."""
+        from .matrices import crop_matrices
+
+        top, left, ch, cw = self.crop_boxes(seed, epoch, idx, stream, vh, vw).T
+        out_h, out_w = _size(self.size, type(self).__name__)
+        n = len(idx)
+        return crop_matrices(top, left, ch, cw, out_h, out_w), np.full(n, float(out_h)), np.full(n, float(out_w))
+
     def fixed_size(self, size):
         return _size(self.size, type(self).__name__)
 
@@ -166,12 +175,18 @@ class RandomHorizontalFlip(Geometric):
     """Mirror left-right with probability ``p``."""
 
     MIRROR = True
+    DRAWS = 1
 
     p: float = 0.5
 
     def __post_init__(self) -> None:
         if isinstance(self.p, bool) or not isinstance(self.p, numbers.Real) or not 0.0 <= self.p <= 1.0:
             raise ValueError(f"RandomHorizontalFlip: p must be in [0, 1], got {self.p}")
+
+    def draw_matrices(self, seed, epoch, idx, stream, vh, vw):
+        flip, f = uniforms(seed, epoch, idx, stream, 1)[:, 0] < self.p, np.tile(np.eye(3), (len(idx), 1, 1))
+        f[flip, 0, 0], f[flip, 0, 2] = -1.0, vw[flip]
+        return f, vh, vw
 
 
 @dataclass(frozen=True)
@@ -217,6 +232,15 @@ class CenterCrop(Geometric):
             axis=1,
         ).astype(np.float64)
 
+    def draw_matrices(self, seed, epoch, idx, stream, vh, vw):
+        """Its crop of each view, resized to its size."""
+        from .matrices import crop_matrices
+
+        top, left, ch, cw = self.crop_boxes(seed, epoch, idx, stream, vh, vw).T
+        out_h, out_w = _size(self.size, type(self).__name__)
+        n = len(idx)
+        return crop_matrices(top, left, ch, cw, out_h, out_w), np.full(n, float(out_h)), np.full(n, float(out_w))
+
     def fixed_size(self, size):
         return _size(self.size, type(self).__name__)
 
@@ -232,6 +256,21 @@ class Resize(Geometric):
 
     def __post_init__(self) -> None:
         _size(self.size, "Resize")
+
+    def view_size(self, vh: np.ndarray, vw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The view's size after it (torchvision's truncation of the longer side)."""
+        if isinstance(self.size, int):
+            portrait = vw <= vh
+            return (np.where(portrait, np.floor(self.size * vh / vw), self.size),
+                    np.where(portrait, self.size, np.floor(self.size * vw / vh)))  # fmt: skip
+        n = len(vh)
+        return np.full(n, float(self.size[0])), np.full(n, float(self.size[1]))
+
+    def draw_matrices(self, seed, epoch, idx, stream, vh, vw):
+        nh, nw = self.view_size(vh, vw)
+        s = np.tile(np.eye(3), (len(idx), 1, 1))
+        s[:, 0, 0], s[:, 1, 1] = nw / vw, nh / vh
+        return s, nh, nw
 
     def fixed_size(self, size):
         return None if isinstance(self.size, int) else _size(self.size, "Resize")
@@ -260,6 +299,18 @@ class Letterbox(Geometric):
     def crop_boxes(self, seed, epoch, idx, stream, vh, vw):
         """The square of each view that the letterbox shows (``_letterbox_boxes``)."""
         return _letterbox_boxes(self.size, vh, vw)
+
+    def draw_matrices(self, seed, epoch, idx, stream, vh, vw):
+        """Its crop of each view, resized to its size."""
+        from .matrices import crop_matrices
+
+        top, left, ch, cw = self.crop_boxes(seed, epoch, idx, stream, vh, vw).T
+        out_h, out_w = _size(self.size, type(self).__name__)
+        n = len(idx)
+        return crop_matrices(top, left, ch, cw, out_h, out_w), np.full(n, float(out_h)), np.full(n, float(out_w))
+
+    def map_fill(self, fill):
+        return self.fill
 
     def fixed_size(self, size):
         return _size(self.size, type(self).__name__)

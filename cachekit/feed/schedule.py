@@ -16,10 +16,9 @@ from collections.abc import Callable
 
 import torch
 
-from ..augment import catalogue as _catalogue
 from ..augment.plan import AugmentUsageError, Plan, compile_plan
+from ..augment.protocol import Transform
 from ..augment.spec import format_spec, parse_spec
-from ..augment.userops import USER_OPS
 
 __all__ = ["AugmentSchedule", "is_schedule_function"]
 
@@ -35,7 +34,7 @@ def is_schedule_function(augment) -> bool:
         callable(augment)
         and not isinstance(augment, (type, torch.nn.Module))
         and not type(augment).__module__.startswith("torchvision.")
-        and not isinstance(augment, (list, tuple, *_catalogue.STEPS))
+        and not isinstance(augment, (list, tuple, Transform))
     )
 
 
@@ -168,7 +167,7 @@ class AugmentSchedule:
         with self._lock:
             if self._pending is not _UNSET and self._pending[0] == "plan":
                 plans.append(self._pending[1])
-        return {s.spec_text(): s for p in plans if p is not None for s in p.listed if isinstance(s, USER_OPS)}
+        return {s.spec_text(): s for p in plans if p is not None for s in p.listed if hasattr(s, "spec_text")}
 
     @staticmethod
     def check_state(state: dict) -> None:
