@@ -81,11 +81,11 @@ class ParquetReader:
                     if state["file"] is not None:
                         state["file"].close()
                     state["file"], state["index"] = (
-                        pq.ParquetFile(open_file(self.files[f], self.url, storage_options)),
+                        pq.ParquetFile(open_file(self.files[f], self.url, storage_options), pre_buffer=False),
                         f,
                     )
                 state["rows"] = None  # the previous row group goes before the next one comes
-                table = state["file"].read_row_group(group, columns=[self.column])
+                table = state["file"].read_row_group(group, columns=[self.column], use_threads=False)
                 state["rows"], state["at"] = table.column(0).to_pylist(), (f, group)
             value = state["rows"][row]
             if isinstance(value, dict):
@@ -122,9 +122,14 @@ def _file_rows(pq, file: RecordFile, url: bool, f: int, options: SourceOptions, 
     """``(rows, names, problem)``: each row's ``(target, label)`` or a reason, and the file's class names."""
     try:
         with open_file(file.where, url, storage_options) as fh:
-            pf = pq.ParquetFile(fh)
+            # read and decode in this thread: a buffer of the Python file object that one of pyarrow's
+            # threads (a read ahead, a decode) drops while the process ends aborts it ("terminate
+            # called without an active exception", exit 134 after a refusal's one line)
+            pf = pq.ParquetFile(fh, pre_buffer=False)
             schema = pf.schema_arrow
-            named = (options.image_column, options.text_column)  # the label and boxes are optional
+            # a label or boxes column under its default name is optional; one the user named is not
+            optional = {"label": options.label_column, "objects": options.boxes_column}
+            named = (options.image_column, options.text_column, *(c for d, c in optional.items() if c != d))
             missing = next((c for c in named if c is not None and c not in schema.names), None)
             if missing is not None:  # a --text-column the file lacks: not a cache without captions
                 return ([], None, f"no column {missing!r} (it has {', '.join(schema.names)[:200]})")
@@ -140,7 +145,7 @@ def _file_rows(pq, file: RecordFile, url: bool, f: int, options: SourceOptions, 
             sample_options = options.samples()
             for group in range(pf.num_row_groups):
                 n = pf.metadata.row_group(group).num_rows
-                table = pf.read_row_group(group, columns=wanted) if wanted else None
+                table = pf.read_row_group(group, columns=wanted, use_threads=False) if wanted else None
                 columns = {c: table.column(c).to_pylist() for c in wanted} if table is not None else {}
                 for row in range(n):
                     target = {}

@@ -109,3 +109,60 @@ def test_fields_are_the_union_of_the_first_samples_or_declared(objects, tmp_path
     assert streamed.manifest.num_samples == 8 and "boxes" in streamed.manifest.sample.fields
     with pytest.raises(UsageError, match="fields=.*one of label, boxes"):
         build(BoxesLate(good), tmp_path / "x", BuildConfig(**QUIET), fields=["bbox"])
+
+
+def _parquet(path, rows, names=None, row_group=7):
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.Table.from_pylist(rows)
+    if names is not None:
+        features = {"label": {"names": names, "_type": "ClassLabel"}}
+        table = table.replace_schema_metadata({b"huggingface": json.dumps({"info": {"features": features}})})
+    pq.write_table(table, path, row_group_size=row_group)
+    return str(path)
+
+
+def _cli(*args: str, switch: float | None = None):
+    """``cachekit`` in a process of its own; ``switch``: seconds its main thread keeps the GIL (a
+    thread of a library waiting for it at the end waits longer)."""
+    import subprocess
+    import sys
+
+    code = "import sys\nfrom cachekit.cli import main\nsys.argv[0] = 'cachekit'\nmain()"
+    if switch is not None:
+        code = f"import sys\nsys.setswitchinterval({switch})\n{code}"
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True)
+
+
+@pytest.mark.parametrize("option", ["--label-column", "--boxes-column", "--text-column"])
+def test_a_parquet_column_named_that_the_files_lack_is_one_line(objects, tmp_path, option):
+    _, items = objects
+    good = open(items[0].path, "rb").read()
+    pattern = _parquet(tmp_path / "a.parquet", [{"image": {"bytes": good}, "label": 0}] * 3, ["x"])
+    res = _cli("build", pattern, "--out", str(tmp_path / "c"), option, "cls", "--quiet")
+    assert res.returncode == 2 and "no column 'cls'" in res.stderr and "Traceback" not in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
+    key = option[2:].replace("-", "_")  # --label-column: label_column=
+    with pytest.raises(UsageError, match="no column 'cls'"):
+        build(pattern, tmp_path / "d", BuildConfig(**QUIET), **{key: "cls"})
+    default = build(pattern, tmp_path / "e", BuildConfig(**QUIET))  # under its default name: optional
+    assert default.manifest.num_samples == 3
+
+
+def test_a_refused_parquet_build_exits_2_every_time_never_aborts(objects, tmp_path):
+    _, items = objects
+    good = open(items[0].path, "rb").read()
+    rows = [{"image": {"bytes": good}, "label": i % 6} for i in range(400)]
+    for k in range(4):  # many row groups read at discovery; class 5 is past the files' two names
+        _parquet(tmp_path / f"p-{k}.parquet", rows, ["a", "b"])
+    codes = []
+    for k in range(10):
+        res = _cli(
+            "build", str(tmp_path / "p-*.parquet"), "--out", str(tmp_path / f"c{k}"), "--quiet", switch=30
+        )
+        codes.append(res.returncode)
+        assert "class 5 is past the 2 class names" in res.stderr and "terminate" not in res.stderr
+    assert codes == [2] * 10
