@@ -19,7 +19,7 @@ import numpy as np
 from ..errors import UsageError
 from ..image.ops import DecodeError
 from .inputtable import Source
-from .pysource import PROBE, declared_fields, index_path, probe_schema
+from .pysource import PROBE, declared_fields, index_path, own_class_names, probe_schema
 from .records import Record, SourceRaised
 from .samples import SampleOptions, to_record
 
@@ -102,7 +102,7 @@ def iterable_source(iterable, options: SampleOptions, *, classes=None, source_id
         raise UsageError("the iterable yields no samples: nothing to build")
     reads = ((i, lambda s=s: to_record(s, options)) for i, s in enumerate(peeked))
     found, names = probe_schema(
-        reads, "iterable", classes, getattr(iterable, "classes", None), declared_fields(fields)
+        reads, "iterable", classes, own_class_names(iterable), declared_fields(fields)
     )
     return Source(
         root=f"<{type(iterable).__qualname__}>",

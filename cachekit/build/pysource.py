@@ -36,6 +36,7 @@ __all__ = [
     "PROBE",
     "probe_schema",
     "declared_fields",
+    "own_class_names",
 ]
 
 #: Samples read at discovery to learn the fields.
@@ -155,6 +156,38 @@ def _indexed_names(names: dict) -> list:
     return [names[k] for k in range(len(names))]
 
 
+def _label_names(feature) -> list | None:
+    """A ``ClassLabel``'s ``names`` inside a feature (a ``Sequence``'s ``feature``, a dict of them)."""
+    for _ in range(4):  # Sequence(feature=...) or {"category": ClassLabel}, a few levels deep
+        names = getattr(feature, "names", None)
+        if isinstance(names, (list, tuple)) and names:
+            return list(names)
+        inner = getattr(feature, "feature", None)
+        if inner is None and isinstance(feature, dict):
+            inner = next((feature[k] for k in ("category", "label", "classes") if k in feature), None)
+        if inner is None:
+            return None
+        feature = inner
+    return None
+
+
+def own_class_names(dataset):
+    """A dataset's own class names: its ``.classes`` (torchvision), else the ``ClassLabel`` names of a
+    Hugging Face ``datasets.Dataset``'s ``features`` (``label``, else ``objects``' category), in
+    index order; read by duck typing (``datasets`` need not be installed)."""
+    own = getattr(dataset, "classes", None)
+    if own is not None:
+        return own
+    features = getattr(dataset, "features", None)
+    if not hasattr(features, "get"):
+        return None
+    for column in ("label", "labels", "objects"):
+        names = _label_names(features.get(column))
+        if names:
+            return names
+    return None
+
+
 def _identity(dataset, n: int, source_id) -> tuple[str, tuple]:
     """The source's identity and, for one id per sample, each sample's target ``{"id": ...}``."""
     if source_id is None:
@@ -236,9 +269,7 @@ def dataset_source(dataset, options: SampleOptions, *, classes=None, source_id=N
         pass  # that sample's own problem: skipped with its reason when the build reads it
     blob = pickled(dataset)
     reads = ((i, lambda i=i: read_sample(dataset, i, options)) for i in range(min(n, PROBE)))  # not a copy
-    found, names = probe_schema(
-        reads, "dataset", classes, getattr(dataset, "classes", None), declared_fields(fields)
-    )
+    found, names = probe_schema(reads, "dataset", classes, own_class_names(dataset), declared_fields(fields))
     reader = DatasetReader(blob, replace(options, classes=len(names), fields=frozenset(found)))
     identity, targets = _identity(dataset, n, source_id)
     identity += (

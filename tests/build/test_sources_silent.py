@@ -166,3 +166,43 @@ def test_a_refused_parquet_build_exits_2_every_time_never_aborts(objects, tmp_pa
         codes.append(res.returncode)
         assert "class 5 is past the 2 class names" in res.stderr and "terminate" not in res.stderr
     assert codes == [2] * 10
+
+
+class ClassLabel:
+    def __init__(self, names):
+        self.names = names
+
+
+class Sequence:
+    def __init__(self, feature):
+        self.feature = feature
+
+
+class HFLike:
+    """A ``datasets.Dataset`` by duck typing: dict rows, ``features`` with ClassLabel names (not sorted)."""
+
+    def __init__(self, good: bytes, features: dict, boxes: bool = False) -> None:
+        self.good, self.features, self.boxes = good, features, boxes
+
+    def __len__(self) -> int:
+        return 4
+
+    def __getitem__(self, i: int):
+        if self.boxes:
+            return {"image": self.good, "boxes": [[1.0, 1.0, 8.0, 9.0]], "classes": [i % 3]}
+        return {"image": self.good, "label": i % 3}
+
+
+def test_a_datasets_dataset_keeps_its_class_label_names_in_index_order(objects, tmp_path):
+    _, items = objects
+    good = open(items[0].path, "rb").read()
+    names = ["zebra", "apple", "mango"]
+    result = build(
+        HFLike(good, {"image": object(), "label": ClassLabel(names)}), tmp_path / "c", BuildConfig(**QUIET)
+    )
+    assert result.manifest.classes == tuple(names)
+    ds = CachedDataset(tmp_path / "c")
+    assert [ds.classes[ds[i][1]] for i in range(4)] == ["zebra", "apple", "mango", "zebra"]
+    objects_ = {"objects": Sequence({"bbox": Sequence(object()), "category": ClassLabel(names)})}
+    boxed = build(HFLike(good, objects_, boxes=True), tmp_path / "b", BuildConfig(**QUIET))
+    assert boxed.manifest.classes == tuple(names)
