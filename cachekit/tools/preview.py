@@ -196,6 +196,28 @@ def _boxes(canvas: np.ndarray, target: dict, classes: list[str], x0: int, y0: in
             cv2.putText(canvas, name, (tx + 1, ty - 1), _FONT, 0.4, ink, 1, cv2.LINE_AA)
 
 
+def _keypoints(canvas: np.ndarray, target: dict, x0: int, y0: int, scale: float, skeletons: dict) -> None:
+    """Each object's labelled keypoints (visibility > 0) as dots in its class's colour, ringed white,
+    joined by its field's skeleton where both ends are labelled."""
+    for key, value in target.items():
+        if not (isinstance(value, torch.Tensor) and value.dim() == 3 and value.shape[-1] == 3):
+            continue
+        if not value.is_floating_point():
+            continue
+        classes = torch.as_tensor(target.get("classes", torch.zeros(len(value), dtype=torch.int64)))
+        for pts, k in zip(value.numpy().astype(np.float64), classes.numpy().reshape(-1).tolist()):
+            colour = _colour(int(k))
+            xy = [(x0 + int(x * scale), y0 + int(y * scale)) for x, y in pts[:, :2]]
+            seen = (pts[:, 2] > 0).tolist()
+            for a, b in skeletons.get(key, []):
+                if seen[a] and seen[b]:
+                    cv2.line(canvas, xy[a], xy[b], colour, 2)
+            for p, on in zip(xy, seen):
+                if on:
+                    cv2.circle(canvas, p, 3, colour, -1, cv2.LINE_AA)
+                    cv2.circle(canvas, p, 3, (255, 255, 255), 1, cv2.LINE_AA)
+
+
 def draw_grid(
     images: torch.Tensor,
     targets: list[dict],
@@ -205,9 +227,11 @@ def draw_grid(
     title: str = "",
     cell: int = 256,
     columns: int | None = None,
+    skeletons: dict | None = None,
 ) -> tuple[np.ndarray, list[Cell]]:
     """A grid (RGB) of ``images [B, C, H, W]`` with their ``targets`` drawn, each image's longer side
-    at ``cell`` pixels; padded samples cut to their ``sizes``."""
+    at ``cell`` pixels; padded samples cut to their ``sizes``. ``skeletons``: each keypoints field's
+    pairs of points to join."""
     n = len(images)
     columns = min(columns or max(1, int(np.ceil(np.sqrt(n)))), max(1, n))  # no empty columns
     rows = -(-n // columns)
@@ -233,6 +257,7 @@ def draw_grid(
         th, tw = tile.shape[:2]
         canvas[y0 : y0 + th, x0 : x0 + tw] = tile
         _boxes(canvas, targets[j], classes, x0, y0, scales[j], hws[j])
+        _keypoints(canvas, targets[j], x0, y0, scales[j], skeletons or {})
         for k, line in enumerate(texts[j]):
             _text(canvas, line, x0 + 2, y0 + cell + _LINE * (k + 1) - 2)
         cells.append(Cell(x0, y0, scales[j], *hws[j], target=targets[j]))
@@ -374,6 +399,11 @@ def preview(
         title=title,
         cell=cell,
         columns=columns,
+        skeletons={
+            name: spec.params.get("skeleton", [])
+            for name, spec in getattr(dataset, "fields", {}).items()
+            if spec.kind == "keypoints"
+        },
     )
     if out is not None:
         _write_image(out, grid)
