@@ -96,7 +96,9 @@ def parse_voc(data: bytes, where: str) -> tuple[dict, list[tuple[str, str]]]:
             dropped.append((f"{where} object {k}", str(exc)))
             continue
         difficult = (obj.findtext("difficult") or "0").strip() == "1"
-        objects.append((label, [x1, y1, min(x2, w), min(y2, h)], int(difficult)))
+        # VOC numbers pixels from 1 (the first pixel's xmin is 1): as continuous 0-based corners, the
+        # box spans xmin - 1 to xmax, as every other source's boxes (detectron2 subtracts 1 too)
+        objects.append((label, [max(x1 - 1, 0.0), max(y1 - 1, 0.0), min(x2, w), min(y2, h)], int(difficult)))
     return {"file": name, "size": [h, w], "objects": objects}, dropped
 
 

@@ -261,7 +261,8 @@ def write_tars(items: list[Item], folder: Path, files: int = 2) -> str:
 
 
 def write_voc(items: list[Item], folder: Path, difficult: int = 0) -> Path:
-    """The items as a Pascal VOC folder (Annotations/*.xml, JPEGImages/), boxes as corners."""
+    """The items as a Pascal VOC folder (Annotations/*.xml, JPEGImages/), boxes as VOC's 1-based
+    pixel numbers (a box from x to x + w covers pixels x + 1 to x + w)."""
     (folder / "Annotations").mkdir(parents=True, exist_ok=True)
     (folder / "JPEGImages").mkdir(exist_ok=True)
     names = object_classes(3)
@@ -270,8 +271,8 @@ def write_voc(items: list[Item], folder: Path, difficult: int = 0) -> Path:
         h, w = cv2.imread(it.path).shape[:2]
         (folder / "JPEGImages" / f"{stem}.png").write_bytes(Path(it.path).read_bytes())
         objects = "".join(
-            f"<object><name>{names[c]}</name><difficult>{difficult}</difficult><bndbox><xmin>{x}</xmin>"
-            f"<ymin>{y}</ymin><xmax>{x + bw}</xmax><ymax>{y + bh}</ymax></bndbox></object>"
+            f"<object><name>{names[c]}</name><difficult>{difficult}</difficult><bndbox><xmin>{x + 1}</xmin>"
+            f"<ymin>{y + 1}</ymin><xmax>{x + bw}</xmax><ymax>{y + bh}</ymax></bndbox></object>"
             for (x, y, bw, bh), c in zip(it.boxes, it.classes)
         )
         (folder / "Annotations" / f"{stem}.xml").write_text(
