@@ -196,3 +196,20 @@ def test_parquet_objects_with_keypoints_round_trip(tmp_path):
     want = sorted(truth, key=lambda a: (len(a), a.sum()))
     for g, w in zip(got, want, strict=True):
         np.testing.assert_allclose(g, w, atol=1e-4)
+
+
+def test_a_build_time_crop_that_drops_a_box_drops_its_keypoints(tmp_path):
+    """classification-224 at size 28 on a 40 x 120 image: shorter side to 32 (x 0.8), centre crop
+    28: the object on the left is cut away with its points, the one in the middle kept and moved."""
+    image = np.zeros((40, 120, 3), np.uint8)
+    boxes = np.array([[2, 5, 30, 35], [50, 5, 70, 35]], np.float32)
+    points = np.array([[[10, 10, 2], [20, 30, 2]], [[55, 10, 2], [65, 30, 1]]], np.float32)
+    sample = (image, {"boxes": boxes, "classes": [0, 1], "keypoints": points})
+    build([sample], tmp_path / "c", BuildConfig(pipeline="classification-224", size=28, **QUIET), classes=2)
+    target = CachedDataset(tmp_path / "c")[0][1]
+    assert target["classes"].tolist() == [1]
+    got = target["keypoints"].numpy()
+    assert got.shape == (1, 2, 3)
+    np.testing.assert_allclose(got[0, :, 0], points[1, :, 0] * 0.8 - 34, atol=0.1)
+    np.testing.assert_allclose(got[0, :, 1], points[1, :, 1] * 0.8 - 2, atol=0.1)
+    np.testing.assert_array_equal(got[0, :, 2], [2, 1])

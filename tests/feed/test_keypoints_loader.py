@@ -291,3 +291,22 @@ def test_collate_yolo_gives_ultralytics_pose_batch_normalised(cache, path):
         boxes = torch.cat([s["boxes"] for s in a[1]])
         centre = (boxes[:, :2] + boxes[:, 2:]) / 2 / torch.tensor([96.0, 64.0])
         torch.testing.assert_close(t["bboxes"][:, :2], centre)
+
+
+def test_collate_yolo_leaves_a_crowd_objects_points_out_with_its_box():
+    from cachekit.feed.targets import yolo_batch
+    from cachekit.store.fields import FieldSpec
+
+    fields = {"boxes": FieldSpec("boxes"), "keypoints": FieldSpec("keypoints", {"boxes": "boxes", "k": 1})}
+    targets = [
+        {
+            "boxes": torch.tensor([[0.0, 0.0, 10.0, 10.0], [10.0, 0.0, 20.0, 20.0]]),
+            "classes": torch.tensor([3, 4]),
+            "iscrowd": torch.tensor([1, 0], dtype=torch.uint8),
+            "keypoints": torch.tensor([[[5.0, 5.0, 2.0]], [[15.0, 10.0, 1.0]]]),
+        }
+    ]
+    out = yolo_batch(fields, targets, [(20, 40)])
+    assert out["cls"].tolist() == [[4.0]]
+    torch.testing.assert_close(out["keypoints"], torch.tensor([[[15 / 40, 10 / 20, 1.0]]]))
+    torch.testing.assert_close(out["bboxes"], torch.tensor([[15 / 40, 10 / 20, 10 / 40, 20 / 20]]))
