@@ -4,6 +4,7 @@ class names and crowd flags that a source states."""
 
 from __future__ import annotations
 
+import cv2
 import pytest
 from sourcekit import make_objects, object_stream
 
@@ -206,3 +207,77 @@ def test_a_datasets_dataset_keeps_its_class_label_names_in_index_order(objects, 
     objects_ = {"objects": Sequence({"bbox": Sequence(object()), "category": ClassLabel(names)})}
     boxed = build(HFLike(good, objects_, boxes=True), tmp_path / "b", BuildConfig(**QUIET))
     assert boxed.manifest.classes == tuple(names)
+
+
+def test_parquet_objects_keep_iscrowd_and_class_label_names_keep_their_index_order(objects, tmp_path):
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    _, items = objects
+    good = open(items[0].path, "rb").read()
+    rows = [{"image": {"bytes": good}, "objects": {"bbox": [[1, 1, 5, 5], [2, 2, 8, 8]], "category": [0, 1],
+                                                    "iscrowd": [1, 0]}}] * 2  # fmt: skip
+    names = ["zebra", "apple"]  # not in sorted order
+    features = {
+        "objects": {"feature": {"category": {"names": names, "_type": "ClassLabel"}}, "_type": "Sequence"}
+    }
+    table = pa.Table.from_pylist(rows).replace_schema_metadata(
+        {b"huggingface": json.dumps({"info": {"features": features}})}
+    )
+    pq.write_table(table, tmp_path / "a.parquet")
+    result = build(str(tmp_path / "a.parquet"), tmp_path / "c", BuildConfig(**QUIET), box_format="xywh")
+    assert result.manifest.classes == ("zebra", "apple")
+    target = CachedDataset(tmp_path / "c")[1][1]
+    assert target["iscrowd"].tolist() == [1, 0] and target["classes"].tolist() == [0, 1]
+
+
+def test_voc_names_take_voc_s_own_order_and_yolo_names_by_id(objects, tmp_path):
+    from cachekit.build.voc import VOC_CLASSES
+
+    _, items = objects
+    raw = tmp_path / "voc"
+    (raw / "Annotations").mkdir(parents=True)
+    (raw / "JPEGImages").mkdir()
+    (raw / "JPEGImages" / "a.png").write_bytes(open(items[0].path, "rb").read())
+    h, w = cv2.imread(items[0].path).shape[:2]
+    boxes = "".join(
+        f"<object><name>{n}</name><bndbox><xmin>2</xmin><ymin>2</ymin><xmax>9</xmax><ymax>9</ymax></bndbox></object>"
+        for n in ("person", "aeroplane")
+    )
+    (raw / "Annotations" / "a.xml").write_text(
+        f"<annotation><filename>a.png</filename><size><width>{w}</width><height>{h}</height></size>{boxes}"
+        "</annotation>"
+    )
+    result = build(raw, tmp_path / "c", BuildConfig(**QUIET, annotations="voc"))
+    assert result.manifest.classes == VOC_CLASSES and VOC_CLASSES[:2] == ("aeroplane", "bicycle")
+    assert CachedDataset(tmp_path / "c")[0][1]["classes"].tolist() == [14, 0]  # person, aeroplane
+    yolo = tmp_path / "yolo"
+    (yolo / "images").mkdir(parents=True)
+    (yolo / "labels").mkdir()
+    (yolo / "images" / "a.png").write_bytes(open(items[0].path, "rb").read())
+    (yolo / "labels" / "a.txt").write_text("0 0.5 0.5 0.2 0.2\n1 0.3 0.3 0.1 0.1\n")
+    (yolo / "data.yaml").write_text("names:\n  1: bee\n  0: ant\n")  # by id, not in file order
+    result = build(yolo, tmp_path / "y", BuildConfig(**QUIET, annotations="yolo"))
+    assert result.manifest.classes == ("ant", "bee")
+
+
+class Crowd2:
+    classes = ["a"]
+
+    def __init__(self, good: bytes) -> None:
+        self.good = good
+
+    def __len__(self) -> int:
+        return 3
+
+    def __getitem__(self, i: int):
+        return self.good, {"boxes": [[1.0, 1.0, 8.0, 9.0]], "classes": [0], "iscrowd": [2 if i == 1 else 0]}
+
+
+def test_a_sample_s_iscrowd_2_is_skipped_at_build_with_its_reason(objects, tmp_path):
+    _, items = objects
+    result = build(Crowd2(open(items[0].path, "rb").read()), tmp_path / "c", BuildConfig(**QUIET))
+    assert result.manifest.num_samples == 2
+    assert [(s.path, "iscrowd" in s.reason) for s in result.manifest.skipped] == [("000000000001", True)]
