@@ -16,6 +16,7 @@ from cachekit import BuildConfig, CachedDataset, build, make_loader
 from cachekit.transforms import (
     CenterCrop,
     Letterbox,
+    MatrixOp,
     MixUp,
     Mosaic,
     RandAugment,
@@ -154,6 +155,11 @@ def _check_batch(images: np.ndarray, targets: list[dict], absent: bool = True) -
     return seen, mirrored
 
 
+def _mirror_shear(height, width, rng):
+    """A user's map: a horizontal mirror with a drawn shear and shift (continuous coordinates)."""
+    return np.array([[-1.0, rng.uniform(-0.2, 0.2), width - 8.0], [0.0, 0.9, rng.uniform(-4, 4)], [0, 0, 1]])
+
+
 SAME = CenterCrop((H, W))  # the whole image: a fixed output size for a cache of samples of their own size
 CASES = {
     "rrc+flip": [RandomResizedCrop(96, scale=(0.5, 1.0)), RandomHorizontalFlip()],
@@ -166,6 +172,7 @@ CASES = {
     "mosaic": [Mosaic(96), RandomHorizontalFlip()],
     "mosaic+affine": [Mosaic(96), RandomAffine(degrees=10, translate=(0.1, 0.1), scale=(0.8, 1.2))],
     "ioucrop": [RandomIoUCrop(), Resize((96, 96)), RandomHorizontalFlip()],
+    "matrixop": [MatrixOp(_mirror_shear, size=(80, 112))],
 }
 
 
@@ -189,7 +196,7 @@ def _dots_under_points(cache, case, path):
             s, m = _check_batch(_uint8(batch[0]), batch[1], absent="mosaic" not in case)
             seen, mirrored = seen + s, mirrored + m
     assert seen >= 2 * SAMPLES * K  # most points stay in view: the check is not vacuous
-    if case in ("hflip", "vflip"):  # every object mirrored: left and right swapped
+    if case in ("hflip", "vflip", "matrixop"):  # every object mirrored: left and right swapped
         assert mirrored == 2 * 2 * SAMPLES
     elif case in ("letterbox", "rotation", "perspective"):
         assert mirrored == 0
