@@ -14,7 +14,7 @@ from dataclasses import replace
 import numpy as np
 
 from ..errors import UsageError
-from ..store.limits import MAX_CLASSES
+from ..store.limits import MAX_CLASSES, short
 from .labels import read_text_file
 
 __all__ = ["read_names_file", "with_class_order", "VOC_CLASSES", "voc_palette_names"]
@@ -28,9 +28,20 @@ VOC_CLASSES = (
 
 def read_names_file(path, what: str, most: int = MAX_CLASSES) -> tuple[str, ...]:
     """Class names from a text file, one a line in index order (blank lines and ``#`` comments left
-    out); a repeated name or more than ``most`` of them is one line."""
-    text = read_text_file(path, what, 64 << 20, "a text file of class names, one a line")
-    names = [line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    out), or given as a list or tuple of names; a repeated name or more than ``most`` of them is one
+    line."""
+    if isinstance(path, (list, tuple)):
+        if not all(isinstance(n, str) and n.strip() for n in path):
+            raise UsageError(
+                f"{what} as a list takes class names (non-empty strings), got {short(list(path))}"
+            )
+        names = [n.strip() for n in path]
+        path = short(names)
+    else:
+        text = read_text_file(path, what, 64 << 20, "a text file of class names, one a line")
+        names = [
+            line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")
+        ]
     if not names:
         raise UsageError(f"{what} {path} names no class (one name a line)")
     if len(names) > most:
@@ -73,7 +84,10 @@ def with_class_order(source, names: tuple[str, ...], path) -> object:
     remap = np.array([index[c] for c in source.classes] or [0], dtype=np.int64)
     labels = np.where(source.labels >= 0, remap[np.maximum(source.labels, 0)], source.labels)
     targets = tuple(_remapped(t, remap) for t in source.targets) if source.targets else source.targets
-    return replace(source, classes=tuple(names), labels=labels, targets=targets)
+    reader = source.reader
+    if hasattr(reader, "options") and hasattr(reader.options, "remap"):  # samples from code: read later
+        reader = replace(reader, options=replace(reader.options, remap=tuple(remap.tolist())))
+    return replace(source, classes=tuple(names), labels=labels, targets=targets, reader=reader)
 
 
 def _remapped(target, remap: np.ndarray):

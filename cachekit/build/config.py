@@ -29,8 +29,9 @@ class BuildConfig:
     masks: str | Path | None = None
     #: A text file naming the mask values' classes, one a line (value 0 the first line).
     mask_classes: str | Path | None = None
-    #: A text file of class names, one a line: the class order of any source (a name's index its line).
-    classes: str | Path | None = None
+    #: A text file of class names, one a line, or a list of names: the class order of any source (a
+    #: name's index its line).
+    classes: str | Path | list | tuple | None = None
     #: Boxes keeping less of their area than this through the recipe (or a variant's crop) are dropped.
     min_visibility: float = DEFAULT_MIN_VISIBILITY
     #: Array fields: name -> a folder with a ``.npy`` per input (``a/b.jpg`` -> ``a/b.npy``).

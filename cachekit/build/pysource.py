@@ -12,6 +12,7 @@ whose ids changed, under ``--update``).
 from __future__ import annotations
 
 import hashlib
+import os
 import pickle
 from collections import Counter
 from collections.abc import Sequence
@@ -22,6 +23,7 @@ import numpy as np
 from ..errors import UsageError
 from ..image.ops import DecodeError
 from ..store.limits import MAX_CLASSES, MAX_SAMPLES, short
+from .classnames import read_names_file
 from .inputtable import Source
 from .records import Record, SourceRaised
 from .samples import DECLARABLE, SampleOptions, fields_of, to_record
@@ -112,8 +114,11 @@ def read_sample(dataset, i: int, options: SampleOptions) -> Record:
 
 
 def class_names(given, found, samples_have_classes: bool, what: str) -> tuple[str, ...]:
-    """The class names: ``given`` (names, or a number of classes), else ``found`` (a dataset's own
-    ``.classes``, a file's metadata); one line when the samples have classes and nothing names them."""
+    """The class names: ``given`` (names, a file of names, or a number of classes), else ``found``
+    (a dataset's own ``.classes``, a file's metadata); one line when the samples have classes and
+    nothing names them."""
+    if isinstance(given, (str, os.PathLike)):  # a file of names, one a line (as BuildConfig's classes)
+        given = read_names_file(given, "classes=")
     names = given if given is not None else found
     if isinstance(names, (list, tuple, dict)) and not names:
         names = None  # an empty list names nothing
@@ -122,7 +127,7 @@ def class_names(given, found, samples_have_classes: bool, what: str) -> tuple[st
             raise UsageError(f"classes={names}: give 1 to {MAX_CLASSES} classes")
         return tuple(str(i) for i in range(int(names)))
     if isinstance(names, (str, bytes)):  # a string would be taken as one class a character
-        raise UsageError(f"classes={short(names)}: give a list of names (in index order) or a number")
+        raise UsageError(f"classes={short(names)}: give a list of names (in index order), a file or a number")
     if isinstance(names, dict):  # {index: name}, or torchvision's class_to_idx {name: index}
         names = _indexed_names(names)
     if names is not None:

@@ -13,7 +13,7 @@ that sample with its reason.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -57,6 +57,8 @@ class SampleOptions:
     #: The fields the cache stores, once known: a sample carrying another is a skip (never stored
     #: without it); None: not known yet.
     fields: frozenset[str] | None = None
+    #: ``--classes``' order: the new index of each of the source's classes (None: as they are).
+    remap: tuple[int, ...] | None = None
 
 
 def _check_classes(values: np.ndarray, options: SampleOptions, what: str) -> None:
@@ -200,7 +202,7 @@ def _own_format(boxes, options: SampleOptions) -> SampleOptions:
     """A torchvision ``BoundingBoxes``' own format (``XYWH``, ...) over ``box_format``."""
     fmt = getattr(getattr(boxes, "format", None), "name", None)
     if isinstance(fmt, str) and fmt.lower() in BOX_FORMATS:
-        return SampleOptions(fmt.lower(), options.normalized, options.classes, options.fields)
+        return replace(options, box_format=fmt.lower())
     return options
 
 
@@ -274,6 +276,8 @@ def to_record(sample, options: SampleOptions = SampleOptions()) -> Record:
     else:
         raise DecodeError(f"a sample of type {type(sample).__name__}: expected (image, target) or a dict")
     raw, label = _target(target, options)
+    if options.remap is not None:
+        raw, label = _remap(raw, label, np.asarray(options.remap, dtype=np.int64))
     if options.fields is not None:
         extra = [name for name in target_fields(raw) if name not in options.fields]
         if extra:
@@ -302,6 +306,15 @@ def code_keypoints(points: np.ndarray, boxes: int) -> np.ndarray:
     if problem:
         raise DecodeError(problem)
     return points
+
+
+def _remap(raw: dict, label: int, remap: np.ndarray) -> tuple[dict, int]:
+    """A record's class indices in ``--classes``' order (its class, its boxes', its labels)."""
+    if "classes" in raw:
+        raw["classes"] = remap[raw["classes"]]
+    if "labels" in raw:
+        raw["labels"] = sorted(int(c) for c in remap[np.asarray(raw["labels"], dtype=np.int64)])
+    return raw, int(remap[label]) if label >= 0 else label
 
 
 def target_fields(raw: dict) -> list[str]:

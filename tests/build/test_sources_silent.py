@@ -281,3 +281,26 @@ def test_a_sample_s_iscrowd_2_is_skipped_at_build_with_its_reason(objects, tmp_p
     result = build(Crowd2(open(items[0].path, "rb").read()), tmp_path / "c", BuildConfig(**QUIET))
     assert result.manifest.num_samples == 2
     assert [(s.path, "iscrowd" in s.reason) for s in result.manifest.skipped] == [("000000000001", True)]
+
+
+def test_classes_are_a_names_file_or_a_list_in_build_config_and_in_build(objects, tmp_path):
+    from sourcekit import FileDataset
+
+    _, items = objects
+    files = [it.path for it in items[:4]]
+    names_file = tmp_path / "names.txt"
+    names_file.write_text("dog\ncat\n")
+    ds = FileDataset(files, ["x", "y"])  # classes i % 2
+    by_file = build(ds, tmp_path / "f", BuildConfig(**QUIET), classes=str(names_file))
+    by_list = build(ds, tmp_path / "l", BuildConfig(**QUIET), classes=["dog", "cat"])
+    assert by_file.manifest.classes == by_list.manifest.classes == ("dog", "cat")
+    assert [CachedDataset(tmp_path / "f")[i][1] for i in range(4)] == [0, 1, 0, 1]
+    # BuildConfig's classes: the class order, from a file or a list alike
+    order_file = tmp_path / "order.txt"
+    order_file.write_text("y\nx\n")
+    by_file = build(ds, tmp_path / "cf", BuildConfig(**QUIET, classes=str(order_file)))
+    by_list = build(ds, tmp_path / "cl", BuildConfig(**QUIET, classes=["y", "x"]))
+    assert by_file.manifest.classes == by_list.manifest.classes == ("y", "x")
+    assert [CachedDataset(tmp_path / "cl")[i][1] for i in range(4)] == [1, 0, 1, 0]
+    with pytest.raises(UsageError, match="names 'y' twice"):
+        build(ds, tmp_path / "bad", BuildConfig(**QUIET, classes=["y", "y", "x"]))
