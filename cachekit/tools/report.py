@@ -99,6 +99,9 @@ def _fields(m: Manifest) -> str:
         if spec.kind == "array":
             shape = ", ".join("*" if v is None else str(v) for v in spec.params["shape"])
             parts.append(f"{name}: array ({spec.params['dtype']} [{shape}])")
+        elif spec.kind == "keypoints":
+            k, flip = spec.params["k"], " flip_idx" if spec.params.get("flip_idx") else ""
+            parts.append(f"{name}: {k} keypoints per box (float32 [N, {k}, 3] x, y, visibility){flip}")
         else:
             parts.append(f"{name}: {_FIELD_WORDS[spec.kind]}")
     return "; ".join(parts) + " (target: dict)"

@@ -148,3 +148,13 @@ def test_params_are_checked_and_flip_idx_pairs_left_and_right_names():
         kind.check_params({"boxes": "boxes", "k": 0}, "f")
     assert flip_pairs(names) == [0, 2, 1, 4, 3]
     assert flip_pairs(["a", "b"]) is None
+
+
+def test_info_describes_the_keypoints_field(cache):
+    from click.testing import CliRunner
+
+    from cachekit.cli import main
+
+    result = CliRunner().invoke(main, ["info", str(cache)])
+    assert result.exit_code == 0, result.output
+    assert f"keypoints: {K} keypoints per box (float32 [N, {K}, 3] x, y, visibility)" in result.output
