@@ -14,9 +14,7 @@ from typing import Any
 
 import torch
 
-from .colour import jitter_batch
-from .warp import warp_batch
-from .warpmatrix import warp_fast_batch, warp_maps_batch
+from .devicework import DeviceWork
 
 __all__ = ["DeviceStage", "check_device"]
 
@@ -78,51 +76,23 @@ class DeviceStage:
 
     # -- per batch ----------------------------------------------------------------------------
 
-    #: Augmentation parameters read on the host (reading them from the device would sync it).
-    _HOST = ("out_size", "order", "fill")
-
-    def _move(self, value, host: tuple[str, ...] = ()):
-        """``value`` (a tensor, or lists and dicts of them) on the device; ``host``: keys of an aux
-        dict that stay where they are."""
+    def _move(self, value):
+        """``value`` (a tensor, a batch's ``DeviceWork``, or lists and dicts of tensors) on the device."""
         if self.device is None:
             return value
-        if isinstance(value, torch.Tensor):
-            return value.to(self.device, non_blocking=True)
+        if isinstance(value, (torch.Tensor, DeviceWork)):
+            return value.to(self.device, non_blocking=True) if isinstance(value, torch.Tensor) else value.to(self.device)
         if isinstance(value, dict):
-            return {k: v if k in host else self._move(v) for k, v in value.items()}
+            return {k: self._move(v) for k, v in value.items()}
         if isinstance(value, list):  # per-sample target dicts
             return [self._move(v) for v in value]
         return value
 
-    def _images(self, images: torch.Tensor, aux: dict | None) -> tuple[torch.Tensor, bool]:
+    def _images(self, images: torch.Tensor, work: DeviceWork | None) -> tuple[torch.Tensor, bool]:
         """Apply the augmentation left to do; returns (images, scaled_0_255_float)."""
-        if aux is None or ("boxes" not in aux and "matrices" not in aux):
+        if work is None:
             return images, False
-        out_size = tuple(int(v) for v in aux["out_size"].tolist())
-        if "matrices" in aux:  # one 3x3 map per sample
-            x = warp_maps_batch(
-                images, aux["matrices"], aux["sizes"], out_size, float(aux["fill"]), aux.get("shrink")
-            )
-        elif "vflips" in aux:  # whole-pixel crops with vertical flips
-            x = warp_fast_batch(
-                images, aux["boxes"], aux["flips"], aux["vflips"], aux["sizes"], out_size, float(aux["fill"])
-            )
-        else:
-            x = warp_batch(
-                images, aux["boxes"], aux["flips"], aux["sizes"], out_size, float(aux["fill"]), aux.get("pre")
-            )
-        if "jitter" in aux:
-            x = jitter_batch(x, aux["jitter"], hue=aux["hue"], order=aux.get("order"))
-        if "stage" in aux:  # per-sample pixel transforms (RandAugment, erasing, ...), then MixUp / CutMix
-            x = aux["stage"].apply_batch(x)
-        ops = aux.get("batch_ops")  # the user's BatchOps, on either side of MixUp / CutMix as listed
-        if ops is not None:
-            x = ops.apply_batch(x, after=False)
-        if "mix" in aux:
-            x = aux["mix"].apply_batch(x)
-        if ops is not None:
-            x = ops.apply_batch(x, after=True)
-        return x, True
+        return work.apply(images), True
 
     def _convert(self, x: torch.Tensor, scaled_255: bool) -> torch.Tensor:
         """uint8 (or float in [0, 255] from augmentation) to [0, 1]; floats from elsewhere as they are."""
@@ -140,13 +110,11 @@ class DeviceStage:
     def process(self, batch) -> tuple:
         """One batch, start to finish, on the current stream."""
         images, labels, *rest = batch
-        aux = rest[0] if rest and isinstance(rest[0], dict) else None
-        if aux is not None and "jitter" in aux:  # decided on the host: a device read would sync
-            aux = {**aux, "hue": bool((aux["jitter"][:, 3] != 0).any())}
+        work = rest[0] if rest and isinstance(rest[0], DeviceWork) else None
         images, labels = self._move(images), self._move(labels)
-        aux = self._move(aux, self._HOST)
-        extra = [] if aux is not None or not rest else [self._move(rest[0])]
-        x, scaled = self._images(images, aux)
+        work = self._move(work)
+        extra = [] if work is not None or not rest else [self._move(rest[0])]
+        x, scaled = self._images(images, work)
         x = self._convert(x, scaled)
         if self.channels_last and x.dim() == 4:
             x = x.contiguous(memory_format=torch.channels_last)

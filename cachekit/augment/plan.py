@@ -15,9 +15,11 @@ import numbers
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 
 from ..image.geometry import DEFAULT_MIN_VISIBILITY, Affine, move_boxes_flat
 from .catalogue import STEPS
+from .devicework import DeviceWork
 from .draws import uniforms
 from .maps import MapDraws, draw_maps
 from .mixing import BatchMix, compile_mixing
@@ -99,6 +101,37 @@ class Draws:
             (ph, pw), (sh, sw) = self.pre[j], self.source_hw[j]
             affine = Affine(pw / sw, ph / sh).then(affine)
         return affine.then(Affine.hflip(self.out_size[1])) if self.flips[j] else affine
+
+    def device_work(self, heights, widths, *, stage=None, batch_ops=None, mix=None) -> DeviceWork:
+        """What the device does to this batch read as stored (``heights``/``widths``: the stored
+        images' sizes): its geometry, colour, pixel ``stage``, the user's ``batch_ops`` and ``mix``."""
+        jitter = order = None
+        if self.jitter is not None:
+            jitter, order = torch.from_numpy(self.jitter), torch.from_numpy(self.order)
+        work = DeviceWork(
+            sizes=torch.from_numpy(np.stack([heights, widths], axis=1)),
+            out_size=tuple(int(v) for v in self.out_size),
+            fill=self.fill,
+            jitter=jitter,
+            order=order,
+            hue=bool((self.jitter[:, 3] != 0).any()) if self.jitter is not None else False,
+            stage=stage,
+            batch_ops=batch_ops,
+            mix=mix,
+        )
+        general = self.general
+        if general is None:  # the crop+resize path
+            work.boxes, work.flips = torch.from_numpy(self.boxes), torch.from_numpy(self.flips)
+            work.pre = torch.from_numpy(self.pre) if self.pre is not None else None
+            return work
+        work.sizes = torch.from_numpy(general.source_hw)  # each pixel source's (a mosaic's canvas window)
+        if general.fast is not None:
+            boxes, hflips, vflips = general.fast
+            work.boxes, work.flips, work.vflips = (torch.from_numpy(v) for v in (boxes, hflips, vflips))
+        else:
+            work.matrices = torch.from_numpy(general.warps)
+            work.shrink = torch.from_numpy(general.shrink) if general.shrink is not None else None
+        return work
 
     def inside(self, heights: np.ndarray, widths: np.ndarray) -> np.ndarray:
         """Which boxes lie within their image (the others need padding); of the resized one (``pre``)."""

@@ -27,7 +27,7 @@ from ..errors import CacheError
 from ..image.ops import hwc_into_planes
 from ..store.encoding import decode_sample, read_raw
 from .batch import SampleBatch
-from .rows import Rows, draw_batch, general_aux, read_indices
+from .rows import Rows, draw_batch, read_indices
 from .targets import box_keys, move_boxes_of_batch, sample_target
 
 __all__ = ["BatchRequest", "run_chunks", "assemble"]
@@ -184,24 +184,6 @@ def _source(dataset, reader, i: int) -> tuple[np.ndarray, bool]:
         return read_raw(reader.column, i, "pixels", channels), False
     array = reader.image_array
     return (array[i] if array is not None else reader.images(np.array([i]))[0]), False
-
-
-def _aux(draws, heights: np.ndarray, widths: np.ndarray) -> dict:
-    if draws.general is not None:
-        return general_aux(draws)
-    aux = {
-        "boxes": torch.from_numpy(draws.boxes),
-        "flips": torch.from_numpy(draws.flips),
-        "sizes": torch.from_numpy(np.stack([heights, widths], axis=1)),
-        "out_size": torch.tensor(draws.out_size, dtype=torch.int64),
-        "fill": draws.fill,
-    }
-    if draws.pre is not None:
-        aux["pre"] = torch.from_numpy(draws.pre)
-    if draws.jitter is not None:
-        aux["jitter"] = torch.from_numpy(draws.jitter)
-        aux["order"] = torch.from_numpy(draws.order)
-    return aux
 
 
 def _channels_last_rows(request: BatchRequest, draws, stage, channels: int) -> bool:
@@ -403,13 +385,8 @@ def assemble(
         ops.apply_rows(out, after=True)
     aux = None
     if draws is not None and request.on_device:
-        aux = _aux(draws, heights[:n], widths[:n])
-        if stage is not None:
-            aux["stage"] = stage
-        if ops is not None:
-            aux["batch_ops"] = ops
-        if mix is not None and mix.mixes:
-            aux["mix"] = mix
+        mixes = mix if mix is not None and mix.mixes else None
+        aux = draws.device_work(heights[:n], widths[:n], stage=stage, batch_ops=ops, mix=mixes)
     elif draws is None and dataset.ragged:
         aux = {"sizes": torch.from_numpy(np.stack([heights, widths], axis=1))}
     batch = SampleBatch(torch.from_numpy(out), torch.from_numpy(labels), aux)

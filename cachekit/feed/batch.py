@@ -92,14 +92,14 @@ def _fields_batch(batch: SampleBatch, mode: str):
     a batch the device will augment is normalised to the size it will have (``image_hw``), not to
     the stored images it carries there."""
     if mode == "yolo":
-        padded = batch.aux is not None and set(batch.aux) == {"sizes"}
+        padded = isinstance(batch.aux, dict) and set(batch.aux) == {"sizes"}
         hw = [tuple(batch.images.shape[-2:])] * len(batch.targets) if padded else None
         targets = yolo_batch(batch.fields, batch.targets, hw or batch.image_hw)
     else:
         targets = collate_targets(batch.fields, batch.targets, batch.masks)
     if batch.aux is None:
         return batch.images, targets
-    if set(batch.aux) == {"sizes"}:
+    if isinstance(batch.aux, dict) and set(batch.aux) == {"sizes"}:
         return batch.images, targets, batch.aux["sizes"]
     return batch.images, targets, batch.aux
 
@@ -129,7 +129,7 @@ class Collate:
                 return _fields_batch(batch, self.targets)
             if batch.aux is None:
                 return batch.images, batch.labels
-            if set(batch.aux) == {"sizes"}:  # variable-sized samples, already padded: as pad_collate gives
+            if isinstance(batch.aux, dict) and set(batch.aux) == {"sizes"}:  # variable-sized samples, already padded: as pad_collate gives
                 return batch.images, batch.labels, batch.aux["sizes"]
             return batch.images, batch.labels, batch.aux
         if batch and isinstance(batch[0], tuple) and isinstance(batch[0][0], torch.Tensor):

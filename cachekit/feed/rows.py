@@ -22,7 +22,7 @@ from ..augment.warpmatrix import resize_chw, warp_sample
 from ..image.ops import hwc_into_planes
 from .targets import move_target, sample_target
 
-__all__ = ["read_indices", "draw_batch", "general_aux", "boxes_field", "Rows"]
+__all__ = ["read_indices", "draw_batch", "boxes_field", "Rows"]
 
 
 def _extras(request, dataset) -> np.ndarray | None:
@@ -78,31 +78,6 @@ def draw_batch(dataset, request, readers, local, heights, widths, values, whole:
     draws = plan.draw(request.seed, request.epoch, np.asarray(request, dtype=np.int64), heights[:n], widths[:n],
                       extra=extra, extra_hw=extra_hw, boxes=boxes)  # fmt: skip
     return draws, early
-
-
-def general_aux(draws) -> dict:
-    """What the device stage needs of a batch of general maps (each from its pixel source's size)."""
-    general = draws.general
-    aux = {
-        "sizes": torch.from_numpy(general.source_hw),
-        "out_size": torch.tensor(draws.out_size, dtype=torch.int64),
-        "fill": draws.fill,
-    }
-    if general.fast is not None:
-        boxes, hflips, vflips = general.fast
-        aux |= {
-            "boxes": torch.from_numpy(boxes),
-            "flips": torch.from_numpy(hflips),
-            "vflips": torch.from_numpy(vflips),
-        }
-    else:
-        aux["matrices"] = torch.from_numpy(general.warps)
-        if general.shrink is not None:
-            aux["shrink"] = torch.from_numpy(general.shrink)
-    if draws.jitter is not None:
-        aux["jitter"] = torch.from_numpy(draws.jitter)
-        aux["order"] = torch.from_numpy(draws.order)
-    return aux
 
 
 _scratch = threading.local()

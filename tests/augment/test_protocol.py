@@ -14,9 +14,12 @@ import pytest
 import torch
 
 from cachekit import BuildConfig, CachedDataset, build, make_loader
+from cachekit.augment.devicework import DeviceWork
 from cachekit.augment.draws import uniforms
+from cachekit.augment.plan import compile_plan
 from cachekit.augment.protocol import Geometric, Pixel
 from cachekit.errors import UsageError
+from cachekit.feed.assemble import BatchRequest
 from cachekit.tools.synthetic_objects import make_object_dataset
 from cachekit.transforms import CenterCrop, RandomHorizontalFlip
 
@@ -108,3 +111,20 @@ def test_the_order_rules_follow_the_kind(cache):
     # a per-pixel op listed before a mirror is taken as written only when it says it is one
     with pytest.raises(UsageError, match="list it after RandomHorizontalFlip"):
         make_loader(cache, 4, augment=[CenterCrop(48), RandomInvert(), RandomHorizontalFlip()])
+
+
+@pytest.mark.parametrize(
+    ("augment", "geometry"),
+    [([CenterCrop(48), RandomHorizontalFlip()], "boxes"), ([CenterCrop((48, 32)), Transpose()], "matrices")],
+    ids=["crop", "map"],
+)
+def test_the_device_path_gets_a_typed_object_that_does_the_work(cache, augment, geometry):
+    plan = compile_plan([*augment, RandomInvert(p=1.0)])
+    batch = cache.read_request(BatchRequest([0, 1, 2], epoch=1, seed=3, plan=plan, on_device=True))
+    work = batch.aux
+    assert isinstance(work, DeviceWork) and work.stage is not None and work.mix is None
+    assert getattr(work, geometry) is not None and len(getattr(work, geometry)) == 3
+    assert work.jitter is None and work.hue is False
+    out = work.to(torch.device("cpu")).apply(batch.images)
+    threads = cache.read_request(BatchRequest([0, 1, 2], epoch=1, seed=3, plan=plan)).images
+    assert out.shape == threads.shape and (out.round() - threads.float()).abs().max() <= 1
