@@ -213,3 +213,30 @@ def test_a_build_time_crop_that_drops_a_box_drops_its_keypoints(tmp_path):
     np.testing.assert_allclose(got[0, :, 0], points[1, :, 0] * 0.8 - 34, atol=0.1)
     np.testing.assert_allclose(got[0, :, 1], points[1, :, 1] * 0.8 - 2, atol=0.1)
     np.testing.assert_array_equal(got[0, :, 2], [2, 1])
+
+
+def test_webdataset_json_targets_with_keypoints_round_trip(tmp_path):
+    import io
+    import tarfile
+
+    rng = np.random.default_rng(6)
+    truth = {}
+    with tarfile.open(tmp_path / "train-000000.tar", "w") as tar:
+        for i in range(3):
+            ok, png = cv2.imencode(".png", rng.integers(0, 256, (24, 32, 3), dtype=np.uint8))
+            points = np.concatenate([rng.uniform(2, 20, (1, 4, 2)).round(2), np.full((1, 4, 1), 2.0)], 2)
+            target = {"boxes": [[1.0, 1.0, 22.0, 22.0]], "classes": [0], "keypoints": points.tolist()}
+            truth[i] = points.astype(np.float32)
+            for name, data in (
+                (f"{i:04d}.png", png.tobytes()),
+                (f"{i:04d}.json", json.dumps(target).encode()),
+            ):
+                member = tarfile.TarInfo(name)
+                member.size = len(data)
+                tar.addfile(member, io.BytesIO(data))
+    build(str(tmp_path / "train-000000.tar"), tmp_path / "c", BuildConfig(pipeline="none", **QUIET))
+    ds = CachedDataset(tmp_path / "c")
+    assert ds.manifest.sample.fields["keypoints"].params == {"boxes": "boxes", "k": 4}
+    for i in range(len(ds)):
+        key = int(ds.source(i).rsplit("/", 1)[-1].split(".")[0])
+        np.testing.assert_allclose(ds[i][1]["keypoints"].numpy(), truth[key], atol=1e-4)
