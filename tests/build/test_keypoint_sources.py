@@ -240,3 +240,43 @@ def test_webdataset_json_targets_with_keypoints_round_trip(tmp_path):
     for i in range(len(ds)):
         key = int(ds.source(i).rsplit("/", 1)[-1].split(".")[0])
         np.testing.assert_allclose(ds[i][1]["keypoints"].numpy(), truth[key], atol=1e-4)
+
+
+def test_coco_objects_of_a_category_without_points_get_unlabelled_ones(tmp_path):
+    raw, ann, truth = _coco(tmp_path)
+    obj = json.loads(ann.read_text())
+    obj["categories"] += [
+        {"id": 2, "name": "ball"},  # no keypoints: its objects' points are all unlabelled
+        {"id": 3, "name": "dog", "keypoints": ["a", "b"]},  # another K: left out, with the reason
+    ]
+    obj["annotations"].append(
+        {"id": 999, "image_id": 1, "category_id": 2, "bbox": [40.0, 40.0, 10.0, 10.0], "iscrowd": 0}
+    )
+    ann.write_text(json.dumps(obj))
+    result = build(raw, tmp_path / "c", BuildConfig(annotations=str(ann), pipeline="none", **QUIET))
+    assert any(
+        "2 keypoints, another category has 5" in d["reason"] for d in result.manifest.source["dropped"]
+    )
+    ds = CachedDataset(tmp_path / "c")
+    target = next(ds[i][1] for i in range(len(ds)) if ds.source(i) == "0.png")
+    assert target["classes"].tolist() == [0, 0, 1]
+    np.testing.assert_allclose(target["keypoints"][:2].numpy(), truth["0.png"], atol=1e-4)
+    assert target["keypoints"][2].abs().sum() == 0
+
+
+def test_a_data_yaml_kpt_shape_that_cannot_be_right_is_one_line(tmp_path):
+    from cachekit import UsageError
+
+    raw, _ = _yolo(tmp_path)
+    for bad, words in (
+        ("kpt_shape: [4, 5]", "kpt_shape must be"),
+        ("flip_idx: [0, 0, 1, 2]", "flip_idx must"),
+    ):
+        text = (raw / "data.yaml").read_text().splitlines()
+        key = bad.split(":")[0]
+        (raw / "data.yaml").write_text(
+            "\n".join([line for line in text if not line.startswith(key)] + [bad]) + "\n"
+        )
+        with pytest.raises(UsageError, match=words):
+            build(raw, tmp_path / f"c{len(words)}", BuildConfig(annotations="yolo", pipeline="none", **QUIET))
+        (raw / "data.yaml").write_text("\n".join(text) + "\n")
