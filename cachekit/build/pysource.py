@@ -118,6 +118,11 @@ def class_names(given, found, samples_have_classes: bool, what: str) -> tuple[st
     (a dataset's own ``.classes``, a file's metadata); one line when the samples have classes and
     nothing names them."""
     if isinstance(given, (str, os.PathLike)):  # a file of names, one a line (as BuildConfig's classes)
+        if not os.path.isfile(given):  # "ab" is not two classes 'a' and 'b'
+            raise UsageError(
+                f"classes={short(os.fspath(given))}: no such file of class names; give a list of names (in "
+                "index order), a file of them or a number"
+            )
         given = read_names_file(given, "classes=")
     names = given if given is not None else found
     if isinstance(names, (list, tuple, dict)) and not names:

@@ -137,24 +137,90 @@ def _member(tar: tarfile.TarFile, m: tarfile.TarInfo, file: RecordFile, keys: di
         entry.setdefault("parts", {})[ext] = tar.extractfile(m).read(MAX_TARGET_BYTES)
 
 
+def _is_header(block: bytes) -> bool:
+    """True for a 512-byte block that is a ustar (or GNU, PAX) header with a right checksum."""
+    if block[257:262] != b"ustar":
+        return False
+    try:
+        tarfile.TarInfo.frombuf(block, "utf-8", "surrogateescape")
+    except tarfile.TarError:
+        return False
+    return True
+
+
+def _next_header(fh, start: int, end: int) -> int | None:
+    """The offset of the first header at a 512-byte boundary from ``start`` (rounded up) to ``end``."""
+    pos = -(-start // tarfile.BLOCKSIZE) * tarfile.BLOCKSIZE
+    while pos < end:
+        fh.seek(pos)
+        buf = fh.read(min(1 << 20, end - pos))
+        if not buf:
+            return None
+        for k in range(0, len(buf) - tarfile.BLOCKSIZE + 1, tarfile.BLOCKSIZE):
+            if _is_header(buf[k : k + tarfile.BLOCKSIZE]):
+                return pos + k
+        pos += len(buf) - len(buf) % tarfile.BLOCKSIZE or tarfile.BLOCKSIZE
+    return None
+
+
+def _walk(tar: tarfile.TarFile, fh, file: RecordFile, keys: dict, ignored: list) -> None:
+    """Every member of one tar, past damage: a header whose size is wrong (enlarged, a PAX record of
+    10**15 bytes) or that does not read ends that member, not the archive: the walk goes on at the
+    next valid header (members found there are read; the damaged one is listed as left out), and
+    what cannot be read is listed, never silently gone."""
+    last: tarfile.TarInfo | None = None
+    scan_from = 0
+    while True:
+        why = None
+        try:
+            m = tar.next()
+        except (tarfile.TarError, EOFError, OSError) as exc:
+            m, why = None, f"{type(exc).__name__}: {' '.join(str(exc).split())[:120]}"
+        if m is not None:
+            _member(tar, m, file, keys, ignored)
+            last, scan_from = m, m.offset_data
+            if m.offset_data + m.size <= file.size:
+                continue
+        # the end, a header that does not read, or a member said to run past the end: any header after?
+        found = _next_header(fh, scan_from, file.size) if last is not None else None
+        if found is None:
+            if why is not None:
+                ignored.append((file.name, f"damaged or cut short after {len(keys)} keys ({why})"))
+            return
+        expected = last.offset_data + -(-last.size // tarfile.BLOCKSIZE) * tarfile.BLOCKSIZE
+        if found < expected and found > last.offset:  # the last member's size runs over a header
+            _damaged(last, file, keys, ignored, found)
+        elif found > expected and why is None:
+            fh.seek(expected)
+            if fh.read(tarfile.BLOCKSIZE).strip(b"\0"):  # not the end-of-archive zeros: a bad header
+                ignored.append((file.name, f"a damaged header at byte {expected}: read on at byte {found}"))
+        elif why is not None:
+            ignored.append(
+                (file.name, f"a damaged header after {last.name!r} ({why}): read on at byte {found}")
+            )
+        tar.offset, scan_from = found, found + tarfile.BLOCKSIZE
+
+
+def _damaged(m: tarfile.TarInfo, file: RecordFile, keys: dict, ignored: list, found: int) -> None:
+    """``m``'s size runs over the next header (at ``found``): its bytes are not known, it is left out."""
+    key, ext = _split(m.name)
+    entry = keys.get(key)
+    if entry is None or entry.get("bad") or (ext not in IMAGE_KEYS and ext not in _TARGET_KEYS):
+        return  # left out already (listed), or never read
+    entry["bad"] = True
+    ignored.append(
+        (f"{file.name}/{m.name}", f"its header says {m.size} bytes, but the next header is at byte {found}: "
+         "damaged, left out")
+    )  # fmt: skip
+
+
 def _tar_rows(file: RecordFile, f: int, url: bool, options, storage_options) -> tuple[list, list, str | None]:
     """``(rows, ignored, problem)``: ``(rel, target, label)`` per sample of one tar, in member order."""
     keys: dict[str, dict] = {}
     ignored: list[tuple[str, str]] = []
     try:
         with open_file(file.where, url, storage_options) as fh, tarfile.open(fileobj=fh, mode="r:") as tar:
-            while True:
-                try:
-                    m = tar.next()
-                except (
-                    tarfile.TarError,
-                    EOFError,
-                ) as exc:  # damaged or cut short here: keep what came before
-                    ignored.append((file.name, f"damaged or cut short after {len(keys)} keys ({exc})"))
-                    break
-                if m is None:
-                    break
-                _member(tar, m, file, keys, ignored)
+            _walk(tar, fh, file, keys, ignored)
     except (tarfile.TarError, OSError, EOFError) as exc:
         return [], [], f"not a readable tar ({type(exc).__name__}: {' '.join(str(exc).split())[:160]})"
     rows = []

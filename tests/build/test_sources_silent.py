@@ -304,3 +304,53 @@ def test_classes_are_a_names_file_or_a_list_in_build_config_and_in_build(objects
     assert [CachedDataset(tmp_path / "cl")[i][1] for i in range(4)] == [1, 0, 1, 0]
     with pytest.raises(UsageError, match="names 'y' twice"):
         build(ds, tmp_path / "bad", BuildConfig(**QUIET, classes=["y", "y", "x"]))
+
+
+def _tar_of(path, items, keys: int = 5, pax: dict | None = None):
+    """``keys`` samples ``k<i>.png`` + ``k<i>.cls``; ``pax``: PAX records of k1.cls's header."""
+    import io
+    import tarfile
+
+    good = open(items[0].path, "rb").read()
+    with tarfile.open(path, "w", format=tarfile.PAX_FORMAT) as tar:
+        for i in range(keys):
+            for name, data in ((f"k{i}.png", good), (f"k{i}.cls", str(i % 2).encode())):
+                member = tarfile.TarInfo(name)
+                member.size = len(data)
+                if pax and name == "k1.cls":
+                    member.pax_headers = dict(pax)
+                tar.addfile(member, io.BytesIO(data))
+    return path
+
+
+def _set_size(path, name: str, size: int) -> None:
+    """Write ``size`` into member ``name``'s header and fix its checksum, as a damaged writer would."""
+    import tarfile
+
+    data = bytearray(path.read_bytes())
+    with tarfile.open(path) as tar:
+        offset = tar.getmember(name).offset
+    header = data[offset : offset + 512]
+    header[124:136] = b"%011o\0" % size
+    header[148:156] = b" " * 8
+    header[148:156] = b"%06o\0 " % sum(header)
+    data[offset : offset + 512] = header
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("how", ["one block more", "past the end", "pax 10**15"])
+def test_a_damaged_tar_header_ends_that_member_not_the_archive(objects, tmp_path, how):
+    _, items = objects
+    path = tmp_path / "t.tar"
+    if how == "pax 10**15":
+        _tar_of(path, items, pax={"size": str(10**15)})
+    else:
+        _tar_of(path, items)
+        size = len(open(items[0].path, "rb").read())
+        _set_size(path, "k1.png", -(-size // 512) * 512 + 1 if how == "one block more" else 10**9)
+    result = build(str(path), tmp_path / "c", BuildConfig(**QUIET), classes=["a", "b"])
+    reasons = {s.path: s.reason for s in result.manifest.skipped}
+    assert result.manifest.num_samples == 4, reasons  # k0, k2, k3, k4: the members after the damage
+    lost = "t.tar/k1.cls" if how == "pax 10**15" else "t.tar/k1.png"
+    assert lost in reasons, reasons
+    assert [CachedDataset(tmp_path / "c")[i][1] for i in range(4)] == [0, 0, 1, 0]  # k0, k2, k3, k4's classes
