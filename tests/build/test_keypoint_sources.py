@@ -280,3 +280,26 @@ def test_a_data_yaml_kpt_shape_that_cannot_be_right_is_one_line(tmp_path):
         with pytest.raises(UsageError, match=words):
             build(raw, tmp_path / f"c{len(words)}", BuildConfig(annotations="yolo", pipeline="none", **QUIET))
         (raw / "data.yaml").write_text("\n".join(text) + "\n")
+
+
+def test_offline_variants_swap_left_and_right_where_they_flip(tmp_path):
+    """One object whose left point lies left of its right point, flip_idx [1, 0]: every stored variant
+    (crops, rotations, flips) keeps point 0 left of point 1, which a flip without the swap breaks."""
+    raw = tmp_path / "raw"
+    (raw / "images").mkdir(parents=True)
+    (raw / "labels").mkdir()
+    (raw / "data.yaml").write_text("names: [person]\nkpt_shape: [2, 3]\nflip_idx: [1, 0]\n")
+    cv2.imwrite(str(raw / "images" / "a.png"), np.full((64, 96, 3), 128, np.uint8))
+    (raw / "labels" / "a.txt").write_text("0 0.5 0.5 0.8 0.6 0.3 0.5 2 0.7 0.5 2\n")
+    config = BuildConfig(
+        annotations="yolo", pipeline="classification-224", size=48, augment=64, augment_rotate=10, **QUIET
+    )
+    build(raw, tmp_path / "c", config)
+    ds = CachedDataset(tmp_path / "c")
+    both = 0
+    for i in range(len(ds)):
+        points = ds[i][1]["keypoints"].numpy()
+        if len(points) and (points[0, :, 2] > 0).all():
+            both += 1
+            assert points[0, 0, 0] < points[0, 1, 0], (i, points)
+    assert both >= 8
