@@ -68,6 +68,11 @@ def find_source(
 
             return text, tar_source(text, config.source, config.storage_options)
         raw = text if is_url(text) else Path(text)
+        if config.source.max_samples is not None:
+            raise UsageError(
+                "--max-samples takes the first samples of Parquet files, tars, a dataset or an iterable; "
+                "a folder's inputs are its files"
+            )
         check_apart(raw, out)
         source = discover(
             raw,
@@ -88,6 +93,7 @@ def find_source(
             classes=options.classes,
             source_id=options.source_id,
             fields=options.fields,
+            max_samples=options.limit(),
         )
         return source.root, source
     if hasattr(raw, "__iter__"):
@@ -99,6 +105,7 @@ def find_source(
             classes=options.classes,
             source_id=options.source_id,
             fields=options.fields,
+            max_samples=options.limit(),
         )
         return source.root, source
     raise UsageError(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
@@ -23,7 +24,10 @@ from .pysource import PROBE, declared_fields, index_path, own_class_names, probe
 from .records import Record, SourceRaised
 from .samples import SampleOptions, to_record
 
-__all__ = ["iterable_source", "StreamReader", "ChunkReader", "positions", "samples_digest"]
+__all__ = ["iterable_source", "StreamReader", "ChunkReader", "positions", "samples_digest", "LARGE_STREAM"]
+
+#: Samples after which an iterable built without ``max_samples=`` is warned about (once): it may not end.
+LARGE_STREAM = 10_000_000
 
 
 def _one_line(exc: BaseException) -> str:
@@ -37,12 +41,20 @@ class StreamReader:
 
     samples: Iterator
     options: SampleOptions
+    limit: int | None = None  # max_samples=: the first this-many only
     stream = True  # read once, in order, by ``streamrun``
     sequential = True
 
     def records(self) -> Iterator[Record | str]:
         position = 0
-        while True:
+        while self.limit is None or position < self.limit:
+            if position == LARGE_STREAM and self.limit is None:
+                warnings.warn(
+                    f"the iterable has yielded {LARGE_STREAM} samples and goes on: an iterable that never "
+                    "ends builds until the disk is full; pass max_samples= (--max-samples) to stop it",
+                    UserWarning,
+                    stacklevel=2,
+                )
             try:
                 sample = next(self.samples)
             except StopIteration:
@@ -86,7 +98,9 @@ def _identity(iterable, source_id) -> str:
     raise UsageError("source_id= of an iterable takes a string (a stream has no per-sample ids)")
 
 
-def iterable_source(iterable, options: SampleOptions, *, classes=None, source_id=None, fields=None) -> Source:
+def iterable_source(
+    iterable, options: SampleOptions, *, classes=None, source_id=None, fields=None, max_samples=None
+) -> Source:
     """The ``Source`` of an iterable: no inputs yet (``streamrun`` reads them), the fields of its first
     samples, and a ``StreamReader`` over it (the samples peeked at are read again from it)."""
     try:
@@ -95,7 +109,7 @@ def iterable_source(iterable, options: SampleOptions, *, classes=None, source_id
         raise UsageError(f"iter() of the source raised {_one_line(exc)}") from None
     peeked: list = []
     try:
-        peeked.extend(itertools.islice(samples, PROBE))
+        peeked.extend(itertools.islice(samples, min(PROBE, max_samples or PROBE)))
     except Exception as exc:  # the user's code: a generator that raised is over
         raise UsageError(f"the iterable raised at sample {len(peeked)} ({_one_line(exc)})") from None
     if not peeked:
@@ -115,7 +129,9 @@ def iterable_source(iterable, options: SampleOptions, *, classes=None, source_id
         fields=found,
         extra={"dataset": f"{type(iterable).__module__}.{type(iterable).__qualname__}"},
         reader=StreamReader(
-            itertools.chain(peeked, samples), replace(options, classes=len(names), fields=frozenset(found))
+            itertools.chain(peeked, samples),
+            replace(options, classes=len(names), fields=frozenset(found)),
+            max_samples,
         ),
         identity=f"{_identity(iterable, source_id)}|boxes:{options.box_format}"
         + ("/normalized" if options.normalized else ""),

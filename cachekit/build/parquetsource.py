@@ -181,8 +181,10 @@ def parquet_source(pattern: str, options: SourceOptions, storage_options: dict |
     pq = _pyarrow()
     url = "://" in pattern
     files = find_files(pattern, storage_options, "Parquet")
-    found, names = RecordRows(), None
+    found, names, most = RecordRows(), None, options.limit()
     for f, file in enumerate(files):
+        if most is not None and len(found.paths) >= most:
+            break  # --max-samples: the first rows only
         rows, file_names, problem = _file_rows(pq, file, url, f, options, storage_options)
         if problem is not None:
             found.ignored.append((file.name, problem))
@@ -190,6 +192,8 @@ def parquet_source(pattern: str, options: SourceOptions, storage_options: dict |
         names = names or file_names
         for (group, row), sample in rows:
             rel = f"{file.name}/{group}/{row}"
+            if most is not None and len(found.paths) >= most:
+                break
             if isinstance(sample, str):
                 found.ignored.append((rel, sample))
                 continue

@@ -258,7 +258,9 @@ def probe_schema(reads, what: str, classes, own_classes, declared=()) -> tuple[d
     return fields, class_names(classes, own_classes, has_classes, what)
 
 
-def dataset_source(dataset, options: SampleOptions, *, classes=None, source_id=None, fields=None) -> Source:
+def dataset_source(
+    dataset, options: SampleOptions, *, classes=None, source_id=None, fields=None, max_samples=None
+) -> Source:
     """The ``Source`` of a map-style dataset: its indices, with what its first samples' targets carry."""
     try:
         n = len(dataset)
@@ -277,6 +279,7 @@ def dataset_source(dataset, options: SampleOptions, *, classes=None, source_id=N
         ) from None
     except Exception:
         pass  # that sample's own problem: skipped with its reason when the build reads it
+    n = min(n, max_samples or n)  # max_samples=: the first indices only
     blob = pickled(dataset)
     reads = ((i, lambda i=i: read_sample(dataset, i, options)) for i in range(min(n, PROBE)))  # not a copy
     found, names = probe_schema(reads, "dataset", classes, own_class_names(dataset), declared_fields(fields))

@@ -27,12 +27,21 @@ class SourceOptions:
     #: Samples from code: the fields they have besides those their first samples carry (names of
     #: ``label``, ``boxes``, ``labels``, ``mask``, ``text``); a later sample with another is a skip.
     fields: object = None
+    #: Iterables, Parquet files and tars: build from the first this-many samples only (None: all).
+    max_samples: int | None = None
     #: Parquet columns: the image (``{bytes, path}`` or bytes), the class, the boxes (a struct of
     #: ``bbox`` and ``category`` lists, Hugging Face's ``objects``), a caption.
     image_column: str = "image"
     label_column: str = "label"
     boxes_column: str = "objects"
     text_column: str | None = None
+
+    def limit(self) -> int | None:
+        """``max_samples``, checked: a positive integer or None."""
+        n = self.max_samples
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+            raise UsageError(f"max_samples={n!r}: give a number of samples of 1 or more")
+        return n
 
     def samples(self) -> SampleOptions:
         if self.box_format not in BOX_FORMATS:

@@ -245,14 +245,16 @@ def tar_source(pattern: str, options: SourceOptions, storage_options: dict | Non
     """The samples of the tars ``pattern`` names, in tar and member order, with their targets."""
     url = "://" in pattern
     files = find_files(pattern, storage_options, "tar")
-    found = RecordRows()
+    found, most = RecordRows(), options.limit()
     for f, file in enumerate(files):
+        if most is not None and len(found.paths) >= most:
+            break  # --max-samples: the first samples only
         rows, left_out, problem = _tar_rows(file, f, url, options, storage_options)
         if problem is not None:
             found.ignored.append((file.name, problem))
             continue
         found.ignored += left_out
-        for rel, target, label in rows:
+        for rel, target, label in rows[: None if most is None else most - len(found.paths)]:
             found.add(rel, target, label, file)
     return found.source(
         pattern,

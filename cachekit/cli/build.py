@@ -98,6 +98,12 @@ from .app import EXIT_CODES, duration, friendly, main, options_of, with_storage_
 )
 @click.option("--text-column", default=None, help="Parquet: a caption column, kept as the text field.")
 @click.option(
+    "--max-samples",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Parquet and tars: build from the first N samples only (in file order).",
+)
+@click.option(
     "--box-format",
     type=click.Choice(["xyxy", "xywh", "cxcywh"]),
     metavar="FORMAT",
@@ -233,6 +239,7 @@ def build_cmd(
     label_column,
     boxes_column,
     text_column,
+    max_samples,
     box_format,
     min_visibility,
     compression,
@@ -308,6 +315,7 @@ def build_cmd(
             label_column=label_column,
             boxes_column=boxes_column,
             text_column=text_column,
+            max_samples=max_samples,
         ),
     )
     with warnings.catch_warnings(record=True) as caught:  # each a line of its own, as skips are

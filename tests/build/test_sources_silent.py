@@ -354,3 +354,55 @@ def test_a_damaged_tar_header_ends_that_member_not_the_archive(objects, tmp_path
     lost = "t.tar/k1.cls" if how == "pax 10**15" else "t.tar/k1.png"
     assert lost in reasons, reasons
     assert [CachedDataset(tmp_path / "c")[i][1] for i in range(4)] == [0, 0, 1, 0]  # k0, k2, k3, k4's classes
+
+
+def test_max_samples_stops_an_endless_iterable_and_a_long_one_without_it_warns_once(
+    objects, tmp_path, monkeypatch
+):
+    import itertools
+    import warnings
+
+    from cachekit.build import itersource
+
+    _, items = objects
+    endless = itertools.cycle(list(object_stream(items)))
+    result = build(endless, tmp_path / "c", BuildConfig(**QUIET), box_format="xywh", classes=object_classes(3),
+                   max_samples=5)  # fmt: skip
+    assert result.manifest.num_samples == 5
+    monkeypatch.setattr(itersource, "LARGE_STREAM", 4)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _stream_build(object_stream(items), tmp_path / "w")
+    said = [str(w.message) for w in caught if "max_samples=" in str(w.message)]
+    assert len(said) == 1 and "has yielded 4 samples" in said[0]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        build(object_stream(items), tmp_path / "m", BuildConfig(**QUIET), box_format="xywh",
+              classes=object_classes(3), max_samples=6)  # fmt: skip
+    assert not [w for w in caught if "max_samples=" in str(w.message)]
+    with pytest.raises(UsageError, match="max_samples=0"):
+        build(
+            object_stream(items),
+            tmp_path / "z",
+            BuildConfig(**QUIET),
+            classes=object_classes(3),
+            max_samples=0,
+        )
+
+
+def test_max_samples_takes_the_first_rows_of_parquet_and_tars_and_is_refused_for_a_folder(objects, tmp_path):
+    from sourcekit import write_parquet, write_tars
+
+    root, items = objects
+    pattern = write_parquet(items, tmp_path / "pq")  # 2 files of 4 rows
+    res = _cli("build", pattern, "--out", str(tmp_path / "p"), "--max-samples", "5", "--box-format", "xywh",
+               "--quiet", "--workers", "1")  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert read_manifest(tmp_path / "p").num_samples == 5
+    tars = write_tars(items, tmp_path / "tars")
+    result = build(tars, tmp_path / "t", BuildConfig(**QUIET), box_format="xywh", classes=object_classes(3),
+                   max_samples=3)  # fmt: skip
+    assert result.manifest.num_samples == 3
+    assert CachedDataset(tmp_path / "t")[2][1]["text"] == items[2].text  # the first three, in order
+    with pytest.raises(UsageError, match="--max-samples takes the first samples"):
+        build(root, tmp_path / "f", BuildConfig(**QUIET), max_samples=3)
