@@ -298,7 +298,11 @@ def test_offline_variants_swap_left_and_right_where_they_flip(tmp_path):
     ds = CachedDataset(tmp_path / "c")
     both = 0
     for i in range(len(ds)):
-        points = ds[i][1]["keypoints"].numpy()
+        points, boxes = ds[i][1]["keypoints"].numpy(), ds[i][1]["boxes"].numpy()
+        for (x0, y0, x1, y1), pts in zip(boxes, points):  # a visible point lies inside its object's box
+            seen = pts[pts[:, 2] > 0]
+            assert ((seen[:, 0] >= x0 - 0.5) & (seen[:, 0] <= x1 + 0.5)).all(), (i, pts, boxes)
+            assert ((seen[:, 1] >= y0 - 0.5) & (seen[:, 1] <= y1 + 0.5)).all(), (i, pts, boxes)
         if len(points) and (points[0, :, 2] > 0).all():
             both += 1
             assert points[0, 0, 0] < points[0, 1, 0], (i, points)
