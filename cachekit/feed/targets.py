@@ -132,7 +132,8 @@ def _image_sizes(column, rows: np.ndarray, shape: Sequence | None) -> np.ndarray
     if shape is None:
         return None
     if shape[1] is None:
-        return np.asarray(column("image_shape", rows), dtype=np.int64).reshape(len(rows), -1)[:, 1:3]
+        # (C, H, W) per row; reshaped to its 3 columns, so that no rows is an empty table, not an error
+        return np.asarray(column("image_shape", rows), dtype=np.int64).reshape(len(rows), 3)[:, 1:3]
     return np.tile(np.array(shape[1:3], dtype=np.int64), (len(rows), 1))
 
 
