@@ -406,3 +406,16 @@ def test_max_samples_takes_the_first_rows_of_parquet_and_tars_and_is_refused_for
     assert CachedDataset(tmp_path / "t")[2][1]["text"] == items[2].text  # the first three, in order
     with pytest.raises(UsageError, match="--max-samples takes the first samples"):
         build(root, tmp_path / "f", BuildConfig(**QUIET), max_samples=3)
+
+
+def test_the_class_order_maps_a_dataset_s_box_classes_and_labels_as_they_are_read(objects, tmp_path):
+    _, items = objects
+    good = open(items[0].path, "rb").read()
+    rows = [(good, {"boxes": [[1.0, 1.0, 8.0, 9.0], [2.0, 2.0, 6.0, 7.0]], "classes": [0, 1], "labels": [1]})]
+    result = build(
+        iter(rows * 3), tmp_path / "c", BuildConfig(**QUIET, classes=["b", "z", "a"]), classes=["a", "b"]
+    )
+    assert result.manifest.classes == ("b", "z", "a")
+    target = CachedDataset(tmp_path / "c")[0][1]
+    names = [result.manifest.classes[c] for c in target["classes"].tolist()]
+    assert names == ["a", "b"] and [result.manifest.classes[c] for c in target["labels"].tolist()] == ["b"]
