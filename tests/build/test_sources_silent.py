@@ -419,3 +419,19 @@ def test_the_class_order_maps_a_dataset_s_box_classes_and_labels_as_they_are_rea
     target = CachedDataset(tmp_path / "c")[0][1]
     names = [result.manifest.classes[c] for c in target["classes"].tolist()]
     assert names == ["a", "b"] and [result.manifest.classes[c] for c in target["labels"].tolist()] == ["b"]
+
+
+def test_a_finished_shard_recorded_again_keeps_the_digest_of_its_samples(objects, tmp_path):
+    from cachekit.build.resume import read_partial, write_sidecar
+    from cachekit.build.shardjob import ShardResult
+    from cachekit.store.location import open_location
+
+    _, items = objects
+    with pytest.raises(UsageError, match="raised at sample 7"):
+        _stream_build(_breaking(object_stream(items), 7), tmp_path / "c")
+    out = open_location(tmp_path / "c", {})
+    found = read_partial(out)
+    assert len(found.samples) == 2 and set(found.samples) == set(found.finished)
+    for k, (info, skipped) in enumerate(found.finished.values()):
+        write_sidecar(out, ShardResult(k, info, skipped))  # as the build that plans the whole stream does
+    assert read_partial(out).samples == found.samples
