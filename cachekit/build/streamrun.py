@@ -148,6 +148,8 @@ def stream_shards(t, config: BuildConfig):
     wave: list[ShardJob] = []
     digests: dict[str, str] = {}  # each shard's samples, recorded with it
     recorded = found.samples if found is not None else {}
+    kept = previous.source.get("samples") if old else None  # the cache's shards' samples, when recorded
+    kept = kept if isinstance(kept, dict) else {}
 
     def run_wave() -> None:
         nonlocal built
@@ -171,14 +173,19 @@ def stream_shards(t, config: BuildConfig):
         if shard.name not in planned:
             planned.append(shard.name)
         digests[shard.name] = digest = samples_digest(chunk)
-        mine = recorded.get(shard.name)  # what the shard finished before holds (None: not known)
-        if shard.name in finished and mine not in (None, digest) and not config.overwrite:
+        # what the shard finished before (or the cache's) holds; None: not known
+        mine = recorded.get(shard.name) if shard.name in finished else kept.get(shard.name)
+        if (
+            (shard.name in finished or shard.name in old)
+            and mine not in (None, digest)
+            and not config.overwrite
+        ):
             raise UsageError(
                 f"the iterable gave other samples than the build it resumes in {out.url} (samples {start} "
                 f"to {count - 1}): an iterable must repeat its order to resume; rebuild with --overwrite"
             )
         done = finished.get(shard.name) if mine == digest else None
-        done = done or ((old[shard.name], ()) if shard.name in old else None)
+        done = done or ((old[shard.name], ()) if shard.name in old and mine in (None, digest) else None)
         if done and done[0].inputs_digest == shard.digest and reusable(out, done[0], verify=False):
             reused += 1
             continue
@@ -189,6 +196,6 @@ def stream_shards(t, config: BuildConfig):
     if not count:
         raise UsageError("the iterable yields no samples: nothing to build")
     start_partial(out, fingerprint, planned, layout)
-    whole = _chunk(source, 0, count)
+    whole = replace(_chunk(source, 0, count), extra={**source.extra, "samples": digests})  # in the manifest
     config = replace(config, shard_size=size, update=config.update or previous is None, order="sorted")
     return replace(t, source=whole), config, Streamed(built, reused)

@@ -435,3 +435,15 @@ def test_a_finished_shard_recorded_again_keeps_the_digest_of_its_samples(objects
     for k, (info, skipped) in enumerate(found.finished.values()):
         write_sidecar(out, ShardResult(k, info, skipped))  # as the build that plans the whole stream does
     assert read_partial(out).samples == found.samples
+
+
+def test_a_finished_stream_cache_run_again_with_other_samples_is_refused_not_up_to_date(objects, tmp_path):
+    _, items = objects
+    first = _stream_build(object_stream(items), tmp_path / "c")
+    assert first.status == "built" and len(first.manifest.source["samples"]) == len(first.manifest.shards)
+    assert _stream_build(object_stream(items), tmp_path / "c").status == "up to date"
+    changed = list(object_stream(items))
+    changed[0] = {**changed[0], "text": "another caption"}
+    with pytest.raises(UsageError, match=r"other samples than the build it resumes.*\(samples 0 to 2\)"):
+        _stream_build(iter(changed), tmp_path / "c")
+    assert CachedDataset(tmp_path / "c")[0][1]["text"] == items[0].text
