@@ -210,9 +210,18 @@ class CacheLoader(DataLoader):
 
 
 def _named_timeouts(batches: Iterator, workers: int, timeout: float, context) -> Iterator:
-    """A DataLoader's batches, its timeout ("DataLoader timed out") said as what hung, in one line."""
+    """A DataLoader's batches, its timeout ("DataLoader timed out") said as what hung, in one line;
+    a usage error raised in a worker (an op of the user's that failed on a sample) as its own line,
+    not as the worker's traceback."""
     try:
         yield from batches
+    except UsageError as exc:
+        lines = str(exc).strip().splitlines()
+        if len(lines) < 2 or not lines[0].startswith("Caught "):
+            raise
+        name = type(exc).__name__
+        said = lines[-1].split(f"{name}: ", 1)[-1] if f"{name}: " in lines[-1] else lines[-1]
+        raise type(exc)(said) from None
     except RuntimeError as exc:
         if not str(exc).startswith("DataLoader timed out"):
             raise

@@ -382,3 +382,51 @@ def test_the_documented_example_runs_as_written(cache):
     for _, targets in runs[0]:
         for t in targets:
             assert ((t["boxes"] >= 0) & (t["boxes"] <= torch.tensor([W, H, W, H]))).all()
+
+
+# -- keypoints: moved by a MatrixOp, left alone by a PixelOp and a BatchOp ------------------------------
+
+
+@pytest.fixture(scope="module")
+def pose(tmp_path_factory):
+    """Six 64 x 64 samples, each with two objects: a box, a class, three keypoints, and a class map."""
+    rng = np.random.default_rng(11)
+    samples = []
+    for _ in range(6):
+        image = rng.integers(0, 256, (64, 64, 3), dtype=np.uint8)
+        x0 = rng.integers(2, 20, 2).astype(np.float32)
+        y0 = rng.integers(2, 20, 2).astype(np.float32)
+        boxes = np.stack([x0, y0, x0 + 30, y0 + 25], 1).astype(np.float32)
+        points = np.stack(
+            [boxes[:, None, 0] + rng.uniform(1, 29, (2, 3)), boxes[:, None, 1] + rng.uniform(1, 24, (2, 3)),
+             np.full((2, 3), 2.0)], -1,
+        ).astype(np.float32)  # fmt: skip
+        mask = np.zeros((64, 64), np.uint8)
+        mask[int(y0[0]) : int(y0[0]) + 25, int(x0[0]) : int(x0[0]) + 30] = 1
+        target = {"boxes": boxes, "classes": np.array([0, 1]), "keypoints": points, "mask": mask}
+        samples.append((image, target))
+    root = tmp_path_factory.mktemp("userops-pose")
+    build(samples, root / "c", BuildConfig(workers=1, progress=False, pipeline="none", order="sorted"), classes=2)
+    return CachedDataset(root / "c")
+
+
+@pytest.mark.parametrize("path", [THREADS, DEVICE], ids=["threads", "device"])
+def test_keypoints_move_with_a_matrix_op_and_stay_through_pixel_and_batch_ops(pose, path):
+    keep = MatrixOp(identity, size=(64, 64))  # the samples' own size, which a loader must be told
+    plain = _read(pose, [keep], batch_size=3, **path)
+    ops = [BatchOp(halve_some)] if path is DEVICE else [PixelOp(mark), BatchOp(halve_some)]
+    same = _read(pose, [keep, *ops], batch_size=3, **path)
+    turned = _read(pose, [MatrixOp(transpose, size=(64, 64)), *ops], batch_size=3, **path)
+    for (_, t0), (_, t1), (_, t2) in zip(plain, same, turned, strict=True):
+        for a, b, c in zip(t0, t1, t2, strict=True):
+            assert a["keypoints"].shape == (2, 3, 3)
+            _same_targets([a], [b])  # a pixel op and a batch op move no target
+            assert torch.equal(c["keypoints"], a["keypoints"][..., [1, 0, 2]])  # (x, y) -> (y, x)
+            assert torch.equal(c["mask"], a["mask"].T)
+            assert torch.equal(c["boxes"], a["boxes"][:, [1, 0, 3, 2]])
+
+
+def test_an_op_that_fails_in_a_worker_process_is_still_one_line(cache):
+    loader = make_loader(cache, 4, seed=SEED, augment=[*BASE, PixelOp(boom)], workers=1, threads=1, timeout=120)
+    with pytest.raises(UsageError, match=r"^augment: PixelOp\(test_user_ops.boom\) raised RuntimeError: my op broke on sample \d+$"):
+        next(iter(loader))
