@@ -279,7 +279,10 @@ def dataset_source(
         ) from None
     except Exception:
         pass  # that sample's own problem: skipped with its reason when the build reads it
-    n = min(n, max_samples or n)  # max_samples=: the first indices only
+    if max_samples is not None and max_samples < n:  # max_samples=: the first indices only
+        if isinstance(source_id, Sequence) and not isinstance(source_id, str) and len(source_id) == n:
+            source_id = source_id[:max_samples]  # one id per sample: the first samples' ids
+        n = max_samples
     blob = pickled(dataset)
     reads = ((i, lambda i=i: read_sample(dataset, i, options)) for i in range(min(n, PROBE)))  # not a copy
     found, names = probe_schema(reads, "dataset", classes, own_class_names(dataset), declared_fields(fields))

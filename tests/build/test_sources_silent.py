@@ -447,3 +447,14 @@ def test_a_finished_stream_cache_run_again_with_other_samples_is_refused_not_up_
     with pytest.raises(UsageError, match=r"other samples than the build it resumes.*\(samples 0 to 2\)"):
         _stream_build(iter(changed), tmp_path / "c")
     assert CachedDataset(tmp_path / "c")[0][1]["text"] == items[0].text
+
+
+def test_max_samples_of_a_dataset_takes_its_first_indices_and_their_ids(objects, tmp_path):
+    from sourcekit import FileDataset
+
+    _, items = objects
+    ds = FileDataset([it.path for it in items], ["x", "y"])
+    ids = [f"id{i}" for i in range(len(items))]
+    result = build(ds, tmp_path / "c", BuildConfig(**QUIET), source_id=ids, max_samples=3)
+    assert result.manifest.num_samples == 3
+    assert [CachedDataset(tmp_path / "c")[i][1] for i in range(3)] == [0, 1, 0]
