@@ -25,6 +25,7 @@ from .maps import MapDraws, draw_maps
 from .mixing import BatchMix, compile_mixing
 from .mosaic import Mosaic, mosaic_extras
 from .protocol import BATCH, COLOUR, GEOMETRY, MOSAIC, PIXEL, Transform
+from .samplework import SampleWork
 from .stage import Stage, compile_stage
 from .transforms import (
     ColorJitter,
@@ -101,6 +102,12 @@ class Draws:
             (ph, pw), (sh, sw) = self.pre[j], self.source_hw[j]
             affine = Affine(pw / sw, ph / sh).then(affine)
         return affine.then(Affine.hflip(self.out_size[1])) if self.flips[j] else affine
+
+    def sample_work(self, out, on_threads: bool, heights, widths, source, stage=None) -> SampleWork:
+        """What the reading threads do to each sample's pixels (``augment.samplework``): ``out`` the
+        batch buffer, ``source(r)`` row ``r``'s stored image (a mosaic's extra rows), ``stage`` the
+        per-sample pixel stage's draws."""
+        return SampleWork(self, out, on_threads, heights, widths, source, stage)
 
     def device_work(self, heights, widths, *, stage=None, batch_ops=None, mix=None) -> DeviceWork:
         """What the device does to this batch read as stored (``heights``/``widths``: the stored

@@ -322,16 +322,14 @@ def assemble(
     if draws is not None:
         source = lambda r: _source(dataset, readers[r], local_list[r])  # noqa: E731
         rows = Rows(
-            dataset, draws, out, on_threads, heights, widths, source, masks, targets, indices, visibility
+            dataset, draws, out, on_threads, heights, widths, source, masks, targets, indices, visibility, stage
         )
 
     def work(lo: int, hi: int) -> None:
         for j in range(lo, hi):
             src, hwc = _source(dataset, readers[j], local_list[j])
             if rows is not None:
-                rows.pixels(j, src, hwc)
-                if stage is not None and on_threads:  # the per-sample pixel stage, after the geometry
-                    stage.apply_row(out[j], j)
+                rows.pixels(j, src, hwc)  # its geometry, colour and (threads) pixel stage
                 if values is not None:
                     targets[j] = rows.target(j, values)
                     if stage is not None:  # RandAugment's shears, translations, rotations
