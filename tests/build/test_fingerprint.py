@@ -109,6 +109,7 @@ NOT_SHAPING = {
     "workers", "strict", "overwrite", "update", "grace", "executor", "executor_options", "progress",
     "storage_options",
     "source",  # Python datasets', Parquet's and tars' options: in their inputs' identity (test_sources.py)
+    "split",  # which splits are built: each split's cache is the same whichever others are
 }  # fmt: skip
 
 
