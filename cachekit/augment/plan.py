@@ -103,6 +103,20 @@ class Draws:
             affine = Affine(pw / sw, ph / sh).then(affine)
         return affine.then(Affine.hflip(self.out_size[1])) if self.flips[j] else affine
 
+    @property
+    def any_layout(self) -> bool:
+        """Whether its rows may be written in any layout (channels-last too): whole-pixel crops,
+        resizes and flips do; warps and colour jitter work on planes."""
+        return self.jitter is None and (self.general is None or self.general.fast is not None)
+
+    def source_size(self, ragged: bool) -> tuple[int, int] | None:
+        """The largest pixel source the device path reads per sample, when its pixel sources are not
+        the stored images as read (a mosaic's canvas window) or those differ in size; else None."""
+        general = self.general
+        if general is None or not (ragged or general.mosaic is not None):
+            return None
+        return int(general.source_hw[:, 0].max(initial=0)), int(general.source_hw[:, 1].max(initial=0))
+
     def sample_work(self, out, on_threads: bool, heights, widths, source, stage=None) -> SampleWork:
         """What the reading threads do to each sample's pixels (``augment.samplework``): ``out`` the
         batch buffer, ``source(r)`` row ``r``'s stored image (a mosaic's extra rows), ``stage`` the

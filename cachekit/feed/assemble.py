@@ -190,14 +190,12 @@ def _channels_last_rows(request: BatchRequest, draws, stage, channels: int) -> b
     """Whether the batch is written channels-last as it is augmented (``make_loader(channels_last=
     True)``): crops, resizes and flips write any layout; the warps, colour jitter, the pixel stage
     and mixing work on planes, and such a batch is converted once at the end instead."""
-    general = draws.general
     return (
         request.channels_last
         and channels in (3, 4)
         and stage is None
         and request.plan.mix is None
-        and draws.jitter is None
-        and (general is None or general.fast is not None)
+        and draws.any_layout
     )
 
 
@@ -287,7 +285,7 @@ def assemble(
     draws, early = draw_batch(dataset, request, readers, local, heights, widths, values, whole)
     if draws is not None and draws.jitter is not None and channels != 3:
         raise CacheError(f"ColorJitter needs RGB samples; this cache stores {channels} channel(s)")
-    general = draws.general if draws is not None else None
+    sources = draws.source_size(dataset.ragged) if draws is not None else None
     stage = _stage_draws(dataset, request, draws)
     on_threads = draws is not None and not request.on_device
     if on_threads and _channels_last_rows(request, draws, stage, channels):
@@ -298,9 +296,8 @@ def assemble(
         )
     elif on_threads:
         out = dataset._buffers.get((n, channels, *draws.out_size))
-    elif general is not None and (dataset.ragged or general.mosaic is not None):  # each pixel source
-        src_h, src_w = general.source_hw[:, 0], general.source_hw[:, 1]
-        out = dataset._buffers.get((n, channels, int(src_h.max(initial=0)), int(src_w.max(initial=0))))
+    elif sources is not None:  # each pixel source (a mosaic's canvas window), padded to the largest
+        out = dataset._buffers.get((n, channels, *sources))
         out.fill(0)
     elif dataset.ragged:  # padded to the largest, with zeros: padding is never sampled as data
         out = dataset._buffers.get((n, channels, int(heights.max(initial=0)), int(widths.max(initial=0))))
