@@ -170,7 +170,7 @@ def _pil_augment(img, p, out_hw):
 
 @suite
 def augment(args, root):
-    from cachekit.build.augment import AugmentConfig, colour_batch, crop_variant, variant_params
+    from cachekit.build.offline_variants import AugmentConfig, colour_batch, crop_variant, variant_params
 
     cv2.setNumThreads(1)
     rng = np.random.default_rng(0)
@@ -251,7 +251,7 @@ def size(args, root):
 
 @suite
 def mix(args, root):
-    from cachekit.build.plan import plan
+    from cachekit.build.shardplan import plan
     from cachekit.build.sources import Source
 
     n, classes, shard_size = 1_281_167, 1000, 890

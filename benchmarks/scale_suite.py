@@ -25,7 +25,7 @@ _PLAN = r"""
 import json, resource, sys, time
 import numpy as np
 from cachekit.build.listing import PathColumn
-from cachekit.build.plan import cache_fingerprint, plan
+from cachekit.build.shardplan import cache_fingerprint, plan
 from cachekit.build.sources import Source
 
 def status(key):

@@ -53,7 +53,7 @@ __all__ = [
 log = logging.getLogger("cachekit")
 
 #: The name of a shard file a build or a conversion writes: a content key of hex digits and the
-#: extension of one of the formats (``plan``, ``convert``).
+#: extension of one of the formats (``shardplan``, ``convert``).
 #: A format 5 cache's shard index (``index-<hex>.bin``) is retired and removed the same way.
 _SHARD_FILE = re.compile(r"^(?:shard-[0-9a-f]{6,64}\.(?:pt|h5|zarr)|index-[0-9a-f]{16}\.bin)$")
 

@@ -1,6 +1,6 @@
 """Build orchestration: plan shards, run shard jobs on an executor, resume, write the manifest last.
 
-Shard files are named by a hash of what they contain (``plan``), so a file that exists under its
+Shard files are named by a hash of what they contain (``shardplan``), so a file that exists under its
 planned name is the same shard: resume and ``--update`` reuse finished shards by name after
 checking their size (and, for an interrupted build's, their checksum). Every shard is checked to
 be at ``--out`` before the manifest is written, last; the shards it stops referencing are
@@ -39,16 +39,24 @@ from ..store.manifest import ArraySpec, Manifest, SampleSpec, ShardInfo, Skipped
 from ..store.manifestio import manifest_text
 from ..store.remote import is_object_store, is_url, redact, secrets_hidden
 from .anysource import find_source
-from .augment import AUGMENT_EXTRAS, AugmentConfig
 from .classnames import read_names_file, with_class_order
 from .config import BuildConfig, BuildResult, SplitsResult
 from .executors import run_jobs
 from .guards import check_apart, check_config, check_job_bytes, refuse
-from .plan import Content, PlannedShard, cache_fingerprint, default_shard_size, layout, option_changes, plan
+from .offline_variants import AUGMENT_EXTRAS, AugmentConfig
 from .pool import WorkerCrashed
 from .resume import existing_cache, read_partial, reusable, start_partial, write_sidecar
 from .retire import collect, recorded_shards, remove_temps, remove_unrecorded_plan, retire
 from .shardjob import ShardJob, ShardResult, run_shard_job
+from .shardplan import (
+    Content,
+    PlannedShard,
+    cache_fingerprint,
+    default_shard_size,
+    layout,
+    option_changes,
+    plan,
+)
 from .shardwrite import check_at_out, disk_full, remove_written
 from .sourceoptions import SourceOptions
 from .sources import Source

@@ -25,8 +25,8 @@ from ..store.manifest import SampleSpec, ShardInfo, SkippedInput
 from ..store.remote import redact
 from ..store.sourcecol import pack_sources
 from .annotate import ARRAY_FILE_MAX_BYTES
-from .augment import AugmentConfig, colour_batch, crop_variant, rotation, variant_params
 from .headers import jpeg_size
+from .inputorder import input_key
 from .inputs import (
     INPUT_ERRORS,
     decode_input,
@@ -37,7 +37,7 @@ from .inputs import (
     read_retrying,
     skip_reason,
 )
-from .order import input_key
+from .offline_variants import AugmentConfig, colour_batch, crop_variant, rotation, variant_params
 from .records import ReaderFailures, Record
 from .sampletargets import move_values, move_values_matrix, raw_values
 from .shardwrite import commit_shard, disk_full

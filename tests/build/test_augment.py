@@ -17,8 +17,8 @@ from cachekit import (
     build,
     read_manifest,
 )
-from cachekit.build.augment import AugmentConfig, variant_params
-from cachekit.build.order import input_key
+from cachekit.build.inputorder import input_key
+from cachekit.build.offline_variants import AugmentConfig, variant_params
 from cachekit.image import ops
 from cachekit.tools.synthetic import synthetic_image
 

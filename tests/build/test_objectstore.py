@@ -11,7 +11,7 @@ import pytest
 from conftest import S3_SECRET, holds_secret
 
 from cachekit import BuildConfig, build, read_manifest
-from cachekit.build import plan, run
+from cachekit.build import run, shardplan
 from cachekit.constants import DEFAULT_REMOTE_SHARD_BYTES, DEFAULT_SHARD_BYTES, MIN_SHARD_SAMPLES
 from cachekit.tools.verify import verify
 
@@ -21,8 +21,8 @@ s3fs = pytest.importorskip("s3fs")
 def test_the_default_shard_of_an_object_store_is_about_32_mb():
     """An ImageNet-sized plan at 224x224: ~32 MB shards on object storage, ~128 MB on disk."""
     sample = 3 * 224 * 224
-    remote = plan.default_shard_size(sample, 1_281_167, DEFAULT_REMOTE_SHARD_BYTES)
-    local = plan.default_shard_size(sample, 1_281_167)
+    remote = shardplan.default_shard_size(sample, 1_281_167, DEFAULT_REMOTE_SHARD_BYTES)
+    local = shardplan.default_shard_size(sample, 1_281_167)
     assert remote == DEFAULT_REMOTE_SHARD_BYTES // sample == 222  # 33.4 MB of pixels a shard
     assert local == DEFAULT_SHARD_BYTES // sample == 891
     assert DEFAULT_REMOTE_SHARD_BYTES == 32 * 1024 * 1024

@@ -4,7 +4,7 @@ A variant is a random-resized crop of the decoded, upright image (torchvision's
 ``RandomResizedCrop`` parameters), an optional rotation, a horizontal flip and a colour jitter
 (brightness, contrast, saturation, then hue). Its random draws come from a generator seeded with
 ``(seed, input key, variant)`` alone, where the key is a hash of the input's relative path
-(``order.input_key``): a build reproduces byte for byte whatever the worker count, shard layout,
+(``inputorder.input_key``): a build reproduces byte for byte whatever the worker count, shard layout,
 order or later ``--update`` (which adds files without moving any other input's draws). Geometry runs per image (OpenCV); flips and colour run on whole batches
 (broadcasting and lookup tables, see ``cachekit.ops``).
 """

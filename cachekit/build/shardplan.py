@@ -19,7 +19,7 @@ import numpy as np
 
 from ..constants import DEFAULT_SHARD_BYTES, MAX_SHARD_SAMPLES, MIN_SHARD_SAMPLES
 from ..store.manifest import Manifest
-from .order import default_shards, shard_rows
+from .inputorder import default_shards, shard_rows
 from .sources import Source
 
 __all__ = [
