@@ -23,7 +23,7 @@ from .devicework import DeviceWork
 from .draws import uniforms
 from .maps import MapDraws, draw_maps
 from .mixing import BatchMix, compile_mixing
-from .mosaic import Mosaic, mosaic_extras
+from .mosaic import Mosaic, mosaic_extras, render_mask_canvas
 from .protocol import BATCH, COLOUR, GEOMETRY, MOSAIC, PIXEL, Transform
 from .samplework import SampleWork
 from .stage import Stage, compile_stage
@@ -102,6 +102,17 @@ class Draws:
             (ph, pw), (sh, sw) = self.pre[j], self.source_hw[j]
             affine = Affine(pw / sw, ph / sh).then(affine)
         return affine.then(Affine.hflip(self.out_size[1])) if self.flips[j] else affine
+
+    def extra_rows(self, j: int) -> list[int]:
+        """The rows of the batch's read that sample ``j``'s mosaic is built from besides its own (none
+        without a mosaic)."""
+        mosaic = self.general.mosaic if self.general is not None else None
+        return mosaic.rows[j].tolist() if mosaic is not None and mosaic.on[j] else []
+
+    def mask_canvas(self, j: int, masks: list) -> np.ndarray:
+        """Sample ``j``'s mosaic canvas of class maps from its four rows' ``masks`` (its own first)."""
+        mosaic = self.general.mosaic
+        return render_mask_canvas(masks, mosaic.tiles[j], mosaic.regions[j], mosaic.canvas)
 
     @property
     def any_layout(self) -> bool:

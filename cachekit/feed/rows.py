@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..augment.mosaic import render_mask_canvas
 from .targets import move_target, sample_target
 
 __all__ = ["read_indices", "draw_batch", "boxes_field", "Rows"]
@@ -96,7 +95,6 @@ class Rows:
         self.dataset, self.draws, self.out, self.on_threads = dataset, draws, out, on_threads
         self.heights, self.widths, self.source = heights, widths, source
         self.masks, self.targets, self.indices, self.min_visibility = masks, targets, indices, min_visibility
-        self.mosaic = draws.general.mosaic if draws.general is not None else None
         self.work = draws.sample_work(out, on_threads, heights, widths, source, stage)
 
     def pixels(self, j: int, src: np.ndarray, hwc: bool) -> None:
@@ -110,19 +108,19 @@ class Rows:
     def target(self, j: int, values: list) -> dict:
         """Sample ``j``'s target, its masks moved (a mosaic's from its four rows' masks); its boxes
         move after, the whole batch's at once."""
-        draws, mosaic, fields = self.draws, self.mosaic, self.dataset.fields
+        draws, fields = self.draws, self.dataset.fields
         target = self._target(values, j)
         if not self.masks:
             return target
         rows = {name: buffer[j].numpy() for name, buffer in self.masks.items()}
-        if mosaic is not None and mosaic.on[j]:
+        extra = draws.extra_rows(j)
+        if extra:  # a mosaic: its masks' canvas from its four rows
             tiles = [target]
-            for r in mosaic.rows[j].tolist():
+            for r in extra:
                 tiles.append(self._target(values, r))
                 self.targets[r] = tiles[-1]  # its boxes join the batch's, into this sample
             for name in rows:
-                masks = [t[name] for t in tiles]
-                target[name] = render_mask_canvas(masks, mosaic.tiles[j], mosaic.regions[j], mosaic.canvas)
+                target[name] = draws.mask_canvas(j, [t[name] for t in tiles])
         return move_target(
             fields, target, draws.mask_map(j), draws.out_size, self.min_visibility, rows, False
         )
