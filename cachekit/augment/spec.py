@@ -50,7 +50,12 @@ def _user_op(name: str, args: list, kwargs: dict, ops: dict | None):
     if size is not None and not isinstance(size, (tuple, list)):
         raise ValueError(f"augment spec: {name}: size is (height, width) in a loader's state, got {size!r}")
     text = f"{name}({args[0]!r}{'' if size is None else f', size={tuple(size)!r}'})"
-    op = (ops or {}).get(text)
+    if ops is None:  # text from a command line or a file: no function can be named there
+        raise AugmentUsageError(
+            f"augment spec: {name} wraps a Python function and cannot be given as text: pass "
+            f"{name}(fn) in make_loader(augment=[...])"
+        )
+    op = ops.get(text)
     if op is None:
         raise AugmentUsageError(
             f"augment: {text} is the user's own op, and this loader was not given it: a loader resumed "

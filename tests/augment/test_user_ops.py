@@ -430,3 +430,15 @@ def test_an_op_that_fails_in_a_worker_process_is_still_one_line(cache):
     loader = make_loader(cache, 4, seed=SEED, augment=[*BASE, PixelOp(boom)], workers=1, threads=1, timeout=120)
     with pytest.raises(UsageError, match=r"^augment: PixelOp\(test_user_ops.boom\) raised RuntimeError: my op broke on sample \d+$"):
         next(iter(loader))
+
+
+def test_a_user_op_cannot_be_given_as_text():
+    from cachekit.augment.spec import format_spec, parse_spec
+
+    with pytest.raises(UsageError, match=r"^augment spec: PixelOp wraps a Python function .* make_loader\(augment="):
+        parse_spec("Resize(64), PixelOp('test_user_ops.mark')")
+    text = format_spec([Resize(64), MatrixOp(shift, size=(40, 48)), PixelOp(mark), BatchOp(halve_some)])
+    assert text == (
+        "Resize(size=64), MatrixOp('test_user_ops.shift', size=(40, 48)), PixelOp('test_user_ops.mark'), "
+        "BatchOp('test_user_ops.halve_some')"
+    )
