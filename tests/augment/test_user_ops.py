@@ -173,19 +173,29 @@ def test_a_batch_op_chooses_the_same_samples_on_threads_and_device(cache):
     assert chosen(THREADS) == chosen(DEVICE)
 
 
-def test_a_batch_op_listed_after_mixup_sees_the_mixed_batch(cache):
+@pytest.mark.parametrize("path", [THREADS, DEVICE], ids=["threads", "device"])
+def test_a_batch_op_listed_after_mixup_sees_the_mixed_batch(cache, path):
     seen = {}
 
     def record(images, generator):
         seen.setdefault("first", images.clone())
         return images
 
-    mixed = _read(cache, [*BASE, MixUp(p=1.0), BatchOp(record)], batch_size=10, **THREADS)
+    mixed = _read(cache, [*BASE, MixUp(p=1.0), BatchOp(record)], batch_size=10, **path)
     assert torch.equal(seen["first"], mixed[0][0])
     seen.clear()
-    _read(cache, [*BASE, BatchOp(record), MixUp(p=1.0)], batch_size=10, **THREADS)
-    plain = _read(cache, BASE, batch_size=10, **THREADS)
+    _read(cache, [*BASE, BatchOp(record), MixUp(p=1.0)], batch_size=10, **path)
+    plain = _read(cache, BASE, batch_size=10, **path)
     assert torch.equal(seen["first"], plain[0][0])  # listed before: the batch before mixing
+    assert not torch.equal(plain[0][0], mixed[0][0])
+
+
+def test_two_pixel_ops_draw_from_streams_of_their_own(cache):
+    twice = _read(cache, [*BASE, PixelOp(mark), PixelOp(mark)], **THREADS)
+    once = _read(cache, [*BASE, PixelOp(mark)], **THREADS)
+    a = torch.cat([x[:, 0, 0, 0] for x, _ in twice])
+    b = torch.cat([x[:, 0, 0, 0] for x, _ in once])
+    assert not torch.equal(a, b)  # the second op's draws are not the first's
 
 
 # -- MatrixOp -----------------------------------------------------------------------------------------
@@ -306,6 +316,10 @@ def smaller(image, rng):
     return image[1:]
 
 
+def as_floats(image, rng):
+    return image.astype(np.float64)
+
+
 def floats(images, generator):
     return images.float()
 
@@ -327,6 +341,7 @@ def two_by_three(height, width, rng):
     [
         (PixelOp(boom), THREADS, r"PixelOp\(test_user_ops.boom\) raised RuntimeError: my op broke on sample \d+$"),
         (PixelOp(smaller), THREADS, r"PixelOp\(test_user_ops.smaller\) returned uint8 \[59, 80, 3\] for sample \d+"),
+        (PixelOp(as_floats), THREADS, r"PixelOp\(test_user_ops.as_floats\) returned float64 \[\d+, \d+, 3\] for sample \d+"),
         (BatchOp(floats), THREADS, r"BatchOp\(test_user_ops.floats\) returned torch.float32 .* starting at sample \d+"),
         (BatchOp(floats), DEVICE, r"BatchOp\(test_user_ops.floats\) returned torch.float32 .* starting at sample \d+"),
         (MatrixOp(nan_matrix), THREADS, r"MatrixOp\(test_user_ops.nan_matrix\) returned a matrix with NaN .* sample \d+"),
