@@ -24,7 +24,7 @@ from registry import suite
 _PLAN = r"""
 import json, resource, sys, time
 import numpy as np
-from cachekit.build.listing import PathColumn
+from cachekit.build.sources.listing import PathColumn
 from cachekit.build.shardplan import cache_fingerprint, plan
 from cachekit.build.sources import Source
 

@@ -199,7 +199,7 @@ def test_every_install_line_names_this_distribution_or_a_known_one():
                     bad.append(f"{where}: {why}")
     assert bad == []
     # the scan reaches the messages, the README and the docs (a scan that finds nothing passes nothing)
-    assert f"{DIST_NAME}[parquet]" in seen["cachekit/build/parquetsource.py"]
+    assert f"{DIST_NAME}[parquet]" in seen["cachekit/build/sources/parquet.py"]
     assert f"{DIST_NAME}[plot]" in seen["cachekit/tools/benchview.py"]
     assert (
         f"{DIST_NAME}[parquet]" in seen["README.md"] and f"{DIST_NAME}[parquet]" in seen["docs/BUILDING.md"]
@@ -213,7 +213,7 @@ def test_no_install_line_in_prose_outside_code():
 
 
 def test_the_missing_pyarrow_message_names_this_distribution_and_its_extra(monkeypatch):
-    from cachekit.build import parquetsource
+    from cachekit.build.sources import parquet as parquetsource
 
     monkeypatch.setitem(sys.modules, "pyarrow", None)
     monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)

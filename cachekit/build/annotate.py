@@ -1,7 +1,7 @@
-"""A build's sources of targets beside the images: COCO or YOLO boxes, a folder of masks.
+"""A build's targets beside the images of any source: a folder of masks, folders of arrays, and the
+``Tree`` that annotation sources (``sources.coco``, ``sources.yolo``, ``sources.voc``) reach files through.
 
-``coco_source`` and ``yolo_source`` make the whole ``Source`` (their files are the inputs);
-``add_masks`` gives any source a ``mask`` field. Each input's raw target (its boxes in its own
+``add_masks`` gives any source a ``mask`` field, ``add_arrays`` an array field. Each input's raw target (its boxes in its own
 pixels, or YOLO's normalised rows, its mask file) travels with it to the shard job
 (``sampletargets``), where the image's decoded size is known; they are part of the inputs'
 digest, so a changed annotation or mask rebuilds its shard. Files are reached through a ``Tree``:
@@ -25,13 +25,12 @@ from ..store.fields.keypoints import flip_pairs
 from ..store.limits import MAX_ARRAY_BYTES
 from ..store.remote import access_error, filesystem, is_url
 from .classnames import voc_palette_names
-from .coco import read_coco
 from .inputs import read_input
-from .inputtable import Source, Walk, file_problem, is_image_name, path_key, stat_problem, table, walk
-from .remotesource import remote_files
-from .yolo import LABEL_FILE_MAX_BYTES, label_path, parse_label_file, read_names, read_pose
+from .inputtable import Source, Walk, file_problem, is_image_name, path_key, stat_problem, walk
+from .sources.layouts import FLAT, IMAGEFOLDER
+from .sources.objectstore import remote_files
 
-__all__ = ["Tree", "open_tree", "coco_source", "yolo_source", "add_masks", "add_arrays", "MASK_EXTENSION"]
+__all__ = ["Tree", "open_tree", "keypoints_field", "add_masks", "add_arrays", "MASK_EXTENSION"]
 
 MASK_EXTENSION = ".png"
 
@@ -132,119 +131,6 @@ def keypoints_field(names: list[str] | None, skeleton=None, flip_idx=None, k: in
     return FieldSpec("keypoints", params)
 
 
-def coco_source(root: str | Path, annotations: str | Path, storage_options: dict | None = None) -> Source:
-    """The images a COCO file lists (those that exist in RAW), each with its boxes."""
-    coco = read_coco(annotations)
-    tree = open_tree(root, storage_options)
-    rows, ignored, targets = [], [], {}
-    for rel in sorted(coco.images, key=path_key):
-        found = tree.stat(rel)
-        if isinstance(found, str):
-            ignored.append((rel, found))
-            continue
-        rows.append((rel, -1, *found))
-        entry = coco.images[rel]
-        targets[rel] = {"size": entry["size"], "boxes": entry["boxes"], "classes": entry["classes"],
-                        "iscrowd": entry["iscrowd"]}  # fmt: skip
-        if coco.keypoint_names is not None:
-            targets[rel]["keypoints"] = entry.get("keypoints", [])
-    source = table(root, "coco", rows, coco.classes, ignored, {})
-    fields = {"boxes": FieldSpec("boxes")}
-    if coco.keypoint_names is not None:
-        fields["keypoints"] = keypoints_field(coco.keypoint_names, coco.skeleton)
-    return source.with_targets(
-        fields,
-        [targets[p] for p in source.paths],
-        coco.dropped,
-        {"category_ids": coco.category_ids, "annotations": Path(annotations).name},
-    )
-
-
-def _utf8(data: bytes) -> bool:
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    return True
-
-
-def _yolo_layout(root: str | Path, tree: Tree) -> tuple[str, Tree, callable, Path | None]:
-    """Where the images and label files are: ``RAW/images/**`` with ``RAW/labels/**``, or RAW an
-    ``images`` folder itself (``dataset/images/train``, one split) with its labels where Ultralytics
-    looks for them, the last ``images`` in the path turned into ``labels``. Returns the images'
-    folder under RAW, the labels' tree, an image's label path in it, and the dataset's root."""
-    if tree.url or (Path(root) / "images").is_dir():
-        return "images", tree, label_path, None if tree.url else Path(root)
-    parts = Path(root).resolve().parts
-    if "images" not in parts:
-        raise UsageError(
-            f"--annotations yolo expects the Ultralytics layout: {root}/images/ with the images and "
-            f"{root}/labels/ with a .txt file per image, or RAW an images folder (dataset/images/train) "
-            "with its labels in the matching labels folder (dataset/labels/train)"
-        )
-    k = len(parts) - 1 - parts[::-1].index("images")
-    labels_root = Path(*parts[:k], "labels", *parts[k + 1 :])
-    if not labels_root.is_dir():
-        raise UsageError(f"--annotations yolo: no labels folder at {labels_root} for the images in {root}")
-    return "", Tree(labels_root), lambda rel: f"{rel.rsplit('.', 1)[0]}.txt", Path(*parts[:k])
-
-
-def yolo_source(root: str | Path, annotations: str, storage_options: dict | None = None) -> Source:
-    """The images of a YOLO dataset, each with the boxes of its label file (``_yolo_layout``).
-
-    A label file that is missing makes a background image (no boxes), as in Ultralytics; one that
-    is there but cannot be used (not a regular file, unreadable, not UTF-8) leaves its image out,
-    with the reason: its objects would otherwise be learnt as background.
-    """
-    tree = open_tree(root, storage_options)
-    top, labels_tree, label_of, dataset = _yolo_layout(root, tree)
-    yaml_path = Path(annotations) if annotations != "yolo" else None
-    if yaml_path is None and dataset is not None:
-        yaml_path = next(
-            (p for p in (Path(root) / "data.yaml", dataset / "data.yaml") if os.path.lexists(p)), None
-        )
-    names = read_names(yaml_path) if yaml_path is not None else None
-    pose = read_pose(yaml_path) if yaml_path is not None else None
-    kpt_shape = pose[0] if pose is not None else None
-    images, ignored, unread = tree.images(top)
-    labels = {rel: label_of(rel) for rel, *_ in images}
-    stats = {lab: labels_tree.stat(lab) for lab in labels.values() if lab}
-    texts = labels_tree.read_many(
-        [lab for lab, st in stats.items() if not isinstance(st, str)], LABEL_FILE_MAX_BYTES
-    )
-    rows_of, dropped, seen, keep = {}, [], 0, []
-    for rel, *_ in images:
-        lab = labels[rel]
-        st = stats.get(lab, "not found") if lab else "not found"
-        data = texts.get(lab) if lab else None
-        if isinstance(data, bytes) and not _utf8(data):
-            data = "not UTF-8 text"
-        if isinstance(st, str) and st != "not found" or isinstance(data, str):
-            ignored.append((rel, f"its label file {lab}: {data if isinstance(data, str) else st}"))
-            continue
-        rows, bad = (
-            parse_label_file(data, lab, len(names) if names else None, kpt_shape) if data else ([], [])
-        )
-        dropped += bad
-        seen = max([seen, *(int(r[0]) + 1 for r in rows)])
-        rows_of[rel] = {
-            "yolo": [r[:5] for r in rows],
-            "label_file": list(st) if not isinstance(st, str) else [0, 0],
-        }
-        if kpt_shape is not None:  # normalised (x, y, visibility) per point, per row
-            rows_of[rel]["nkeypoints"] = [[r[j : j + 3] for j in range(5, len(r), 3)] for r in rows]
-        keep.append((rel, -1, *_))
-    if not images:
-        raise UsageError(f"{root}{'/images' if top else ''} holds no images")
-    classes = names if names is not None else [str(i) for i in range(seen)]
-    source = table(root, "yolo", keep, classes, ignored, unread)
-    targets = [rows_of[p] for p in source.paths]
-    fields = {"boxes": FieldSpec("boxes")}
-    if pose is not None:
-        fields["keypoints"] = keypoints_field(None, None, pose[1], k=kpt_shape[0])
-    return source.with_targets(fields, targets, dropped, {"annotations": "yolo"})
-
-
 def add_masks(
     source: Source,
     masks: str | os.PathLike,
@@ -273,9 +159,9 @@ def add_masks(
             f"{masks} holds no mask for any input (looked for {MASK_EXTENSION} files named as the images)"
         )
     out = source.subset(keep, ignored)
-    if out.layout == "imagefolder" and len(np.unique(out.labels)) <= 1:
+    if out.layout == IMAGEFOLDER.name and len(np.unique(out.labels)) <= 1:
         # one folder of images (RAW/images/*.jpg) is no class: a mask cache needs none
-        out = replace(out, layout="flat", labels=np.full(len(out), -1, dtype=np.int64), classes=())
+        out = replace(out, layout=FLAT.name, labels=np.full(len(out), -1, dtype=np.int64), classes=())
     targets = [dict(t or {}) | {"mask": m} for t, m in zip(out.targets or [None] * len(out), found)]
     extra = dict(out.extra) | {"masks": str(masks) if is_url(masks) else str(Path(masks).resolve())}
     if mask_classes is None:

@@ -15,7 +15,8 @@ import numpy as np
 
 from ..errors import UsageError
 from ..store.limits import MAX_CLASSES, short
-from .labels import read_text_file
+from .sources.labelscsv import read_text_file
+from .sources.layouts import NUMBERED, layout_named
 
 __all__ = ["read_names_file", "with_class_order", "VOC_CLASSES", "voc_palette_names"]
 
@@ -54,14 +55,11 @@ def read_names_file(path, what: str, most: int = MAX_CLASSES) -> tuple[str, ...]
     return tuple(names)
 
 
-#: Layouts whose classes, when nothing names them, are the numbers their targets use.
-_NUMBERED = ("yolo", "webdataset", "parquet")
-
-
 def _yolo_numbers(source) -> bool:
     """A YOLO dataset without a data.yaml, or tars and Parquet files without class names: its classes
     are the numbers seen, named by their index (the names file names them in that order)."""
-    return source.layout in _NUMBERED and list(source.classes) == [str(i) for i in range(len(source.classes))]
+    row = layout_named(source.layout)
+    return row is not None and row.class_names == NUMBERED and list(source.classes) == [str(i) for i in range(len(source.classes))]
 
 
 def with_class_order(source, names: tuple[str, ...], path) -> object:

@@ -21,11 +21,15 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..constants import IMAGE_EXTENSIONS, UNREAD_IMAGE_EXTENSIONS
 from ..errors import UsageError
+
+if TYPE_CHECKING:  # the contract only: no reader is imported at run time
+    from .sources.base import RecordReader
 
 __all__ = [
     "Source",
@@ -75,7 +79,7 @@ class Source:
     """
 
     root: Path | str  # a folder, or an fsspec URL
-    layout: str  # "imagefolder" | "flat" | "csv"
+    layout: str  # the name of its row in ``sources.layouts.LAYOUTS``
     paths: Sequence[str]  # a tuple, or (object storage) a compact ``listing.PathColumn``
     labels: np.ndarray  # int64, -1 when unlabelled
     sizes: np.ndarray  # int64 bytes
@@ -91,8 +95,8 @@ class Source:
     dropped: tuple[tuple[str, str], ...] = ()
     #: What the manifest's ``source`` records besides the layout (COCO's category ids, ...).
     extra: dict = field(default_factory=dict)
-    #: How a shard job reads inputs that are not files under ``root`` (``records``); None: files.
-    reader: object | None = None
+    #: How a shard job reads inputs that are not files under ``root`` (``sources.base``); None: files.
+    reader: RecordReader | None = None
     #: What the user says the source is (``source_id=``), part of every shard's name; "" for files.
     identity: str = ""
 
@@ -293,3 +297,13 @@ def nonempty(source: Source) -> Source:
         )
         raise UsageError(f"{source.root} holds no images (looked for {exts}, any case){unread}")
     return source
+
+
+def local_folder(text: str) -> Path:
+    """``text`` as a local folder; one line when it does not exist or is no folder."""
+    root = Path(text)
+    if not root.exists():
+        raise UsageError(f"{root} does not exist")
+    if not root.is_dir():
+        raise UsageError(f"{root} is not a folder")
+    return root

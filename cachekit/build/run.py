@@ -38,7 +38,6 @@ from ..store.location import Location, commit_index, open_location, write_failur
 from ..store.manifest import ArraySpec, Manifest, SampleSpec, ShardInfo, SkippedInput
 from ..store.manifestio import manifest_text
 from ..store.remote import is_object_store, is_url, redact, secrets_hidden
-from .anysource import find_source
 from .classnames import read_names_file, with_class_order
 from .config import BuildConfig, BuildResult, SplitsResult
 from .executors import run_jobs
@@ -60,6 +59,8 @@ from .shardplan import (
 from .shardwrite import check_at_out, disk_full, remove_written
 from .sourceoptions import SourceOptions
 from .sources import Source
+from .sources.discovery import find_source
+from .sources.layouts import SORTED, VOC, layout_named
 from .splits import Split, find_splits, pick_splits, split_out
 from .streamrun import job_options, stream_shards
 
@@ -225,9 +226,22 @@ def _only(source: Source, split: Split) -> Source:
     folders = tuple(f"{p.rstrip('/')}/" for p in split.only if p not in files)
     keep = [i for i, p in enumerate(source.paths) if p in files or p.startswith(folders)]
     held = set(source.paths)
-    held_by = f"{root}/images" if split.annotations != "voc" else f"{root}/JPEGImages with an Annotations/ file"
+    held_by = f"{root}/images" if split.annotations != VOC.annotations else f"{root}/JPEGImages with an Annotations/ file"
     missing = [(p, f"listed by {split.origin} but not an image of {held_by}") for p in files - held]
     return source.subset(keep, [*split.missing, *sorted(missing)])
+
+
+def _class_rule(source: Source) -> str | None:
+    """How ``source``'s layout names its classes (``layouts``' SORTED, NUMBERED or LISTED)."""
+    row = layout_named(source.layout)
+    return row.class_names if row is not None else None
+
+
+def _fast_decode_takes(source: Source) -> bool:
+    """Whether ``source``'s layout may be decoded at a reduced size (its targets are not in the full
+    image's pixels); a layout the table lacks may not."""
+    row = layout_named(source.layout)
+    return row is not None and row.fast_decode
 
 
 def _union_classes(sources: list[Source]) -> tuple[str, ...]:
@@ -236,7 +250,7 @@ def _union_classes(sources: list[Source]) -> tuple[str, ...]:
     names: list[str] = []
     for source in sources:
         names += [c for c in source.classes if c not in names]
-    if all(s.layout == "imagefolder" or not s.classes for s in sources):
+    if all(_class_rule(s) == SORTED or not s.classes for s in sources):
         return tuple(sorted(names))
     return tuple(names)
 
@@ -303,7 +317,7 @@ def _build(raw: str | os.PathLike, out: str | os.PathLike, config: BuildConfig, 
     if (
         config.fast_decode
         and any(f.kind == "mask" for f in spec.fields.values())
-        or (config.fast_decode and (source.layout in ("coco", "voc") or source.reader is not None))
+        or (config.fast_decode and (not _fast_decode_takes(source) or source.reader is not None))
     ):
         raise UsageError(
             "--fast-decode decodes JPEGs at a reduced size, and masks and COCO, VOC and other sources' "

@@ -31,13 +31,22 @@ from pathlib import Path, PurePosixPath
 from ..constants import IMAGE_EXTENSIONS
 from ..errors import UsageError
 from ..store.remote import is_url
+from .sources.layouts import (
+    FILE_SPLITS,
+    FOLDER_SPLITS,
+    VOC,
+    VOC_SPLITS,
+    YOLO,
+    YOLO_SPLITS,
+    Request,
+    detect,
+    record_suffixes,
+)
 
 __all__ = ["SPLIT_NAMES", "Split", "find_splits", "pick_splits", "split_of_name", "split_out"]
 
 #: Folder and file names that name a split (Ultralytics', Hugging Face's, torchvision's).
 SPLIT_NAMES = ("train", "val", "valid", "validation", "test")
-#: Suffixes of files of records (as ``anysource`` reads them).
-_RECORD_SUFFIXES = (".parquet", ".tar")
 _NAME_HEAD = re.compile(r"^([A-Za-z]+)(?:[-_.].*)?$")
 _PATTERN_CHARS = set("*?[]{},")
 #: Loose images named in the warning about them (the count names them all).
@@ -111,20 +120,21 @@ def find_splits(raw, annotations=None, labels=None, storage_options=None) -> dic
     if labels is not None:
         return None
     local_dir = not is_url(text) and os.path.isdir(text)
+    row = detect(Request(raw, annotations=annotations))
+    rule = row.splits if row is not None else None
     if not local_dir:
-        if annotations is None and text.lower().endswith(_RECORD_SUFFIXES):
+        if annotations is None and rule == FILE_SPLITS:
             return _record_splits(text, storage_options, need=2)
         return None
-    if annotations is not None:
-        given = str(annotations)
-        if given == "yolo" or given.lower().endswith((".yaml", ".yml")):
-            return _yolo_splits(Path(text), given)
-        if given == "voc":
-            return _voc_splits(Path(text))
-        return None  # a COCO file says which images are inputs
+    if rule == YOLO_SPLITS:
+        return _yolo_splits(Path(text), str(annotations))
+    if rule == VOC_SPLITS:
+        return _voc_splits(Path(text))
+    if rule != FOLDER_SPLITS:
+        return None  # a COCO file says which images are inputs; a kind that names no split
     root = Path(text)
     for folder in (root, root / "data"):
-        for suffix in _RECORD_SUFFIXES:
+        for suffix in record_suffixes():
             if folder.is_dir() and any(
                 e.is_file() and e.name.lower().endswith(suffix) for e in os.scandir(folder)
             ):
@@ -155,7 +165,7 @@ def _folder_splits(root: Path) -> dict[str, Split] | None:
     for name in names:
         folder = root / name
         raw = str(folder)
-        for suffix in _RECORD_SUFFIXES:
+        for suffix in record_suffixes():
             if any(e.is_file() and e.name.lower().endswith(suffix) for e in os.scandir(folder)):
                 raw = str(folder / f"*{suffix}")
                 break
@@ -188,9 +198,9 @@ def _warn_loose(root: Path, splits: list[str]) -> None:
 def _record_splits(pattern: str, storage_options, need: int) -> dict[str, Split] | None:
     """The files ``pattern`` names grouped by ``split_of_name``; None when fewer than ``need``
     splits are named. Files of no split beside files of splits are one line (they would go nowhere)."""
-    from .recordfiles import _base, find_files
+    from .sources.recordfiles import _base, find_files
 
-    kind = "Parquet" if pattern.lower().endswith(".parquet") else "tar"
+    kind = detect(Request(pattern)).files_noun
     files = find_files(pattern, storage_options, kind)
     groups: dict[str, list] = {}
     for f in files:
@@ -216,7 +226,7 @@ def _pattern_of(base: str, names: list[str], split: str, pattern: str, storage_o
     """A pattern naming exactly ``names`` (relative to ``base``), kept relative to the same folder:
     ``base/train-*.parquet`` when that glob finds them all and no other, else a brace list
     (``base/{x/train-0,y/train-1}.parquet``)."""
-    from .recordfiles import find_files
+    from .sources.recordfiles import find_files
 
     join = (lambda rel: f"{base}/{rel}") if base else (lambda rel: rel)
     if len(names) == 1 and not _PATTERN_CHARS & set(names[0]):
@@ -247,7 +257,7 @@ def _pattern_of(base: str, names: list[str], split: str, pattern: str, storage_o
 def _read_yaml(path: Path) -> dict:
     import yaml
 
-    from .labels import read_text_file
+    from .sources.labelscsv import read_text_file
 
     text = read_text_file(path, "data.yaml", 16 << 20)
     try:
@@ -272,7 +282,7 @@ def _dataset_root(yaml_path: Path, data: dict, raw: Path) -> Path:
 
 
 def _yolo_splits(raw: Path, annotations: str) -> dict[str, Split] | None:
-    yaml_path = Path(annotations) if annotations != "yolo" else raw / "data.yaml"
+    yaml_path = Path(annotations) if annotations != YOLO.annotations else raw / "data.yaml"
     data = _read_yaml(yaml_path) if os.path.lexists(yaml_path) else {}
     keys = [k for k in ("train", "val", "test") if data.get(k)]
     yaml_arg = str(yaml_path) if os.path.lexists(yaml_path) else annotations
@@ -327,7 +337,7 @@ def _voc_splits(raw: Path) -> dict[str, Split] | None:
     """A VOC tree's ``ImageSets/Main/{train,val,trainval,test}.txt``: each a split of the images
     whose ids it lists (``JPEGImages/<id>.jpg``); ``trainval`` is left out, and said so, when
     ``train`` and ``val`` are there (it is their union). None when there are no such lists."""
-    from .labels import read_text_file
+    from .sources.labelscsv import read_text_file
 
     folder = raw / "ImageSets" / "Main"
     lists = {n: folder / f"{n}.txt" for n in VOC_LISTS if (folder / f"{n}.txt").is_file()}
@@ -358,7 +368,7 @@ def _voc_splits(raw: Path) -> dict[str, Split] | None:
             for i in ids
             if i not in image_of
         )
-        out[name] = Split(name, str(raw), "voc", tuple(only), missing,
+        out[name] = Split(name, str(raw), VOC.annotations, tuple(only), missing,
                           origin=f"{raw}/ImageSets/Main's lists")  # fmt: skip
     return _ordered(out)
 
@@ -366,7 +376,7 @@ def _voc_splits(raw: Path) -> dict[str, Split] | None:
 def _listed_images(txt: Path) -> list[Path]:
     """The image paths of an Ultralytics ``.txt`` list: one a line, relative ones (``./images/a.jpg``)
     to the list's folder."""
-    from .labels import read_text_file
+    from .sources.labelscsv import read_text_file
 
     text = read_text_file(txt, "an image list", 256 << 20, "a text file of image paths, one a line")
     out = []

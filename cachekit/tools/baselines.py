@@ -31,8 +31,8 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from ..build.recordfiles import bytes_read
 from ..build.shardjob import INPUT_ERRORS, decode_input, read_input, skip_reason
+from ..build.sources.recordfiles import bytes_read
 from ..errors import CachekitError, UsageError
 from ..image.recipes import Pipeline
 from .rawreads import RawReads, raw_source

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..build.sources.layouts import BENCH_ANNOTATIONS, BENCH_RECORDS, layout_named
 from ..feed.dataset import CachedDataset
 from ..image.recipes import Pipeline, Step
 from .baselines import RawInputs
@@ -33,11 +34,13 @@ def raw_discovery(manifest, raw) -> dict:
     name the manifest records, in RAW) and mask folder, as ``discover`` takes them."""
     source = manifest.source
     options = {}
-    if source.get("layout") == "yolo":
-        options["annotations"] = "yolo"
-    elif source.get("layout") == "coco" and source.get("annotations"):
+    row = layout_named(source.get("layout"))
+    how = row.bench_raw if row is not None else None
+    if how == BENCH_ANNOTATIONS and row.annotations is not None:  # named by --annotations (yolo)
+        options["annotations"] = row.annotations
+    elif how == BENCH_ANNOTATIONS and source.get("annotations"):  # the file of that name in RAW (COCO's)
         options["annotations"] = os.path.join(str(raw), source["annotations"])
-    if source.get("layout") in ("parquet", "webdataset"):  # read its files as the build did
+    if how == BENCH_RECORDS:  # read its files as the build did
         options["source"] = {k: source[k] for k in ("columns", "box_format") if k in source}
     if source.get("masks") and not str(source["masks"]).startswith(("s3://", "gs://")):
         options["masks"] = source["masks"]

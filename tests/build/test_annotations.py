@@ -216,7 +216,7 @@ def test_a_file_that_is_not_coco_is_one_line_and_exit_2(raw, tmp_path, text, wor
 def test_an_annotations_file_over_the_limit_is_refused_before_it_is_read(raw, tmp_path, monkeypatch):
     import importlib
 
-    monkeypatch.setattr(importlib.import_module("cachekit.build.coco"), "MAX_ANNOTATIONS_BYTES", 1000)
+    monkeypatch.setattr(importlib.import_module("cachekit.build.sources.coco"), "MAX_ANNOTATIONS_BYTES", 1000)
     with pytest.raises(UsageError, match="over the 0 MiB limit .*CACHEKIT_MAX_ANNOTATIONS_BYTES"):
         build(raw, tmp_path / "c", BuildConfig(annotations=str(raw / "coco.json"), **QUIET))
 

@@ -5,9 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cachekit.build import listing
-from cachekit.build.listing import PathColumn, list_files
-from cachekit.build.sources import discover
+from cachekit.build.sources import discover, listing
+from cachekit.build.sources.listing import PathColumn, list_files
 
 s3fs = pytest.importorskip("s3fs")
 

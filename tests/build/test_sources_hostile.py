@@ -264,7 +264,7 @@ _LAUGHS = (
 
 @pytest.mark.parametrize("enc", ["UTF-8", "UTF-16"])  # UTF-16 hides the declarations from a byte search
 def test_voc_xml_declaring_entities_is_refused_in_any_encoding(enc):
-    from cachekit.build.voc import parse_voc
+    from cachekit.build.sources.voc import parse_voc
 
     with pytest.raises(ValueError, match="declares a DOCTYPE or ENTITY"):
         parse_voc(_LAUGHS.format(enc=enc).encode(enc.lower()), "Annotations/a.xml")
@@ -291,7 +291,7 @@ def test_a_tar_key_seen_twice_or_json_nested_past_the_stack_is_a_reported_skip(o
 
 
 def test_hugging_face_metadata_nested_past_the_stack_names_no_classes():
-    from cachekit.build.parquetsource import hf_class_names
+    from cachekit.build.sources.parquet import hf_class_names
 
     assert hf_class_names({b"huggingface": b"[" * 200_000}, "label") is None
 

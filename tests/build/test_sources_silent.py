@@ -234,7 +234,7 @@ def test_parquet_objects_keep_iscrowd_and_class_label_names_keep_their_index_ord
 
 
 def test_voc_names_take_voc_s_own_order_and_yolo_names_by_id(objects, tmp_path):
-    from cachekit.build.voc import VOC_CLASSES
+    from cachekit.build.sources.voc import VOC_CLASSES
 
     _, items = objects
     raw = tmp_path / "voc"
@@ -362,7 +362,7 @@ def test_max_samples_stops_an_endless_iterable_and_a_long_one_without_it_warns_o
     import itertools
     import warnings
 
-    from cachekit.build import itersource
+    from cachekit.build.sources import iterable as itersource
 
     _, items = objects
     endless = itertools.cycle(list(object_stream(items)))

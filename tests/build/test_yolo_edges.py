@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from cachekit import BuildConfig, UsageError, build
-from cachekit.build.yolo import MAX_UNNAMED_CLASSES
+from cachekit.build.sources.yolo import MAX_UNNAMED_CLASSES
 from cachekit.cli import main
 from cachekit.tools.synthetic_objects import make_object_dataset, object_classes
 

@@ -14,12 +14,19 @@ by rounding (under 0.1%) are clipped.
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 
-from ..errors import UsageError
-from ..store.limits import MAX_CLASSES
+from ...errors import UsageError
+from ...store.fields import FieldSpec
+from ...store.limits import MAX_CLASSES
+from ..annotate import Tree, keypoints_field, open_tree
+from ..inputtable import Source, nonempty, table
+from .layouts import YOLO
 
 __all__ = [
+    "discover",
+    "yolo_source",
     "read_names",
     "read_pose",
     "parse_label_file",
@@ -49,7 +56,7 @@ def read_names(path: Path) -> list[str] | None:
     """Class names from a YOLO ``data.yaml``; None when it has none. A broken file: UsageError."""
     import yaml
 
-    from .labels import read_text_file
+    from .labelscsv import read_text_file
 
     text = read_text_file(path, "data.yaml", 16 << 20)
     try:
@@ -77,7 +84,7 @@ def read_names(path: Path) -> list[str] | None:
 def _load_yaml(path: Path):
     import yaml
 
-    from .labels import read_text_file
+    from .labelscsv import read_text_file
 
     text = read_text_file(path, "data.yaml", 16 << 20)
     try:
@@ -191,3 +198,93 @@ def parse_label_file(
         else:
             rows.append(row)
     return rows, dropped
+
+
+def _utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _yolo_layout(root: str | Path, tree: Tree) -> tuple[str, Tree, callable, Path | None]:
+    """Where the images and label files are: ``RAW/images/**`` with ``RAW/labels/**``, or RAW an
+    ``images`` folder itself (``dataset/images/train``, one split) with its labels where Ultralytics
+    looks for them, the last ``images`` in the path turned into ``labels``. Returns the images'
+    folder under RAW, the labels' tree, an image's label path in it, and the dataset's root."""
+    if tree.url or (Path(root) / "images").is_dir():
+        return "images", tree, label_path, None if tree.url else Path(root)
+    parts = Path(root).resolve().parts
+    if "images" not in parts:
+        raise UsageError(
+            f"--annotations yolo expects the Ultralytics layout: {root}/images/ with the images and "
+            f"{root}/labels/ with a .txt file per image, or RAW an images folder (dataset/images/train) "
+            "with its labels in the matching labels folder (dataset/labels/train)"
+        )
+    k = len(parts) - 1 - parts[::-1].index("images")
+    labels_root = Path(*parts[:k], "labels", *parts[k + 1 :])
+    if not labels_root.is_dir():
+        raise UsageError(f"--annotations yolo: no labels folder at {labels_root} for the images in {root}")
+    return "", Tree(labels_root), lambda rel: f"{rel.rsplit('.', 1)[0]}.txt", Path(*parts[:k])
+
+
+def yolo_source(root: str | Path, annotations: str, storage_options: dict | None = None) -> Source:
+    """The images of a YOLO dataset, each with the boxes of its label file (``_yolo_layout``).
+
+    A label file that is missing makes a background image (no boxes), as in Ultralytics; one that
+    is there but cannot be used (not a regular file, unreadable, not UTF-8) leaves its image out,
+    with the reason: its objects would otherwise be learnt as background.
+    """
+    tree = open_tree(root, storage_options)
+    top, labels_tree, label_of, dataset = _yolo_layout(root, tree)
+    yaml_path = Path(annotations) if annotations != YOLO.annotations else None
+    if yaml_path is None and dataset is not None:
+        yaml_path = next(
+            (p for p in (Path(root) / "data.yaml", dataset / "data.yaml") if os.path.lexists(p)), None
+        )
+    names = read_names(yaml_path) if yaml_path is not None else None
+    pose = read_pose(yaml_path) if yaml_path is not None else None
+    kpt_shape = pose[0] if pose is not None else None
+    images, ignored, unread = tree.images(top)
+    labels = {rel: label_of(rel) for rel, *_ in images}
+    stats = {lab: labels_tree.stat(lab) for lab in labels.values() if lab}
+    texts = labels_tree.read_many(
+        [lab for lab, st in stats.items() if not isinstance(st, str)], LABEL_FILE_MAX_BYTES
+    )
+    rows_of, dropped, seen, keep = {}, [], 0, []
+    for rel, *_ in images:
+        lab = labels[rel]
+        st = stats.get(lab, "not found") if lab else "not found"
+        data = texts.get(lab) if lab else None
+        if isinstance(data, bytes) and not _utf8(data):
+            data = "not UTF-8 text"
+        if isinstance(st, str) and st != "not found" or isinstance(data, str):
+            ignored.append((rel, f"its label file {lab}: {data if isinstance(data, str) else st}"))
+            continue
+        rows, bad = (
+            parse_label_file(data, lab, len(names) if names else None, kpt_shape) if data else ([], [])
+        )
+        dropped += bad
+        seen = max([seen, *(int(r[0]) + 1 for r in rows)])
+        rows_of[rel] = {
+            "yolo": [r[:5] for r in rows],
+            "label_file": list(st) if not isinstance(st, str) else [0, 0],
+        }
+        if kpt_shape is not None:  # normalised (x, y, visibility) per point, per row
+            rows_of[rel]["nkeypoints"] = [[r[j : j + 3] for j in range(5, len(r), 3)] for r in rows]
+        keep.append((rel, -1, *_))
+    if not images:
+        raise UsageError(f"{root}{'/images' if top else ''} holds no images")
+    classes = names if names is not None else [str(i) for i in range(seen)]
+    source = table(root, YOLO.name, keep, classes, ignored, unread)
+    targets = [rows_of[p] for p in source.paths]
+    fields = {"boxes": FieldSpec("boxes")}
+    if pose is not None:
+        fields["keypoints"] = keypoints_field(None, None, pose[1], k=kpt_shape[0])
+    return source.with_targets(fields, targets, dropped, {"annotations": YOLO.annotations})
+
+
+def discover(request) -> Source:
+    """``base.SourceKind``: a YOLO dataset's images with their label files' boxes."""
+    return nonempty(yolo_source(request.raw, str(request.annotations), request.storage_options))

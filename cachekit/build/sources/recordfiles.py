@@ -12,11 +12,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import UsageError
-from ..store.remote import access_error, filesystem, is_url, process_filesystem
-from .inputtable import Source, file_problem
-from .pysource import class_names
-from .samples import classes_seen, fields_of_targets
+from ...errors import UsageError
+from ...store.remote import access_error, filesystem, is_url, process_filesystem
+from ..inputtable import Source, file_problem
+from ..samples import classes_seen, fields_of_targets
+from .pydataset import class_names
 
 __all__ = [
     "RecordFile",

@@ -13,15 +13,16 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from ..constants import DIST_NAME
-from ..errors import UsageError
-from ..image.ops import DecodeError
-from .inputtable import Source
+from ...constants import DIST_NAME
+from ...errors import UsageError
+from ...image.ops import DecodeError
+from ..inputtable import Source
+from ..samples import json_target
+from ..sourceoptions import SourceOptions, recorded_options
+from .layouts import PARQUET, Request
 from .recordfiles import RecordFile, RecordRows, find_files, open_file
-from .samples import json_target
-from .sourceoptions import SourceOptions, recorded_options
 
-__all__ = ["parquet_source", "ParquetReader", "hf_class_names"]
+__all__ = ["discover", "parquet_source", "ParquetReader", "hf_class_names"]
 
 
 def _pyarrow():
@@ -180,7 +181,7 @@ def parquet_source(pattern: str, options: SourceOptions, storage_options: dict |
     """The rows of the Parquet files ``pattern`` names, in file and row order, with their targets."""
     pq = _pyarrow()
     url = "://" in pattern
-    files = find_files(pattern, storage_options, "Parquet")
+    files = find_files(pattern, storage_options, PARQUET.files_noun)
     found, names, most = RecordRows(), None, options.limit()
     for f, file in enumerate(files):
         if most is not None and len(found.paths) >= most:
@@ -200,7 +201,7 @@ def parquet_source(pattern: str, options: SourceOptions, storage_options: dict |
             found.add(rel, sample[0], sample[1], file)
     return found.source(
         pattern,
-        "parquet",
+        PARQUET.name,
         kind="Parquet files",
         classes=options.classes,
         names=names,
@@ -209,3 +210,8 @@ def parquet_source(pattern: str, options: SourceOptions, storage_options: dict |
         identity=f"image_column:{options.image_column}",  # the other columns are in the targets
         unit="rows",
     )
+
+
+def discover(request: Request) -> Source:
+    """``base.SourceKind``: the rows of the Parquet files RAW names, read with the build's source options."""
+    return parquet_source(request.text, request.config.source, request.config.storage_options)

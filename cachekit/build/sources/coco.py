@@ -19,11 +19,15 @@ import math
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from ..constants import MAX_ANNOTATIONS_BYTES
-from ..errors import UsageError
-from ..store.limits import short
+from ...constants import MAX_ANNOTATIONS_BYTES
+from ...errors import UsageError
+from ...store.fields import FieldSpec
+from ...store.limits import short
+from ..annotate import keypoints_field, open_tree
+from ..inputtable import Source, nonempty, path_key, table
+from .layouts import COCO
 
-__all__ = ["CocoImages", "read_coco", "OVERHANG"]
+__all__ = ["CocoImages", "read_coco", "coco_source", "OVERHANG"]
 
 #: How far (pixels) a box may reach past its image's edge and be clipped instead of dropped.
 OVERHANG = 1.0
@@ -252,3 +256,36 @@ def read_coco(path: str | Path) -> CocoImages:
         entry["classes"].append(cls)
         entry["iscrowd"].append(int(crowd))
     return found
+
+
+def coco_source(root: str | Path, annotations: str | Path, storage_options: dict | None = None) -> Source:
+    """The images a COCO file lists (those that exist in RAW), each with its boxes."""
+    coco = read_coco(annotations)
+    tree = open_tree(root, storage_options)
+    rows, ignored, targets = [], [], {}
+    for rel in sorted(coco.images, key=path_key):
+        found = tree.stat(rel)
+        if isinstance(found, str):
+            ignored.append((rel, found))
+            continue
+        rows.append((rel, -1, *found))
+        entry = coco.images[rel]
+        targets[rel] = {"size": entry["size"], "boxes": entry["boxes"], "classes": entry["classes"],
+                        "iscrowd": entry["iscrowd"]}  # fmt: skip
+        if coco.keypoint_names is not None:
+            targets[rel]["keypoints"] = entry.get("keypoints", [])
+    source = table(root, COCO.name, rows, coco.classes, ignored, {})
+    fields = {"boxes": FieldSpec("boxes")}
+    if coco.keypoint_names is not None:
+        fields["keypoints"] = keypoints_field(coco.keypoint_names, coco.skeleton)
+    return source.with_targets(
+        fields,
+        [targets[p] for p in source.paths],
+        coco.dropped,
+        {"category_ids": coco.category_ids, "annotations": Path(annotations).name},
+    )
+
+
+def discover(request) -> Source:
+    """``base.SourceKind``: the images ``--annotations``' COCO file lists, with their boxes."""
+    return nonempty(coco_source(request.raw, request.annotations, request.storage_options))

@@ -20,15 +20,17 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ..errors import UsageError
-from ..image.ops import DecodeError
-from ..store.limits import MAX_CLASSES, MAX_SAMPLES, short
-from .classnames import read_names_file
-from .inputtable import Source
-from .records import Record, SourceRaised
-from .samples import DECLARABLE, SampleOptions, fields_of, to_record
+from ...errors import UsageError
+from ...image.ops import DecodeError
+from ...store.limits import MAX_CLASSES, MAX_SAMPLES, short
+from ..classnames import read_names_file
+from ..inputtable import Source
+from ..records import Record, SourceRaised
+from ..samples import DECLARABLE, SampleOptions, fields_of, to_record
+from .layouts import DATASET, Request
 
 __all__ = [
+    "discover",
     "IndexPaths",
     "DatasetReader",
     "dataset_source",
@@ -293,7 +295,7 @@ def dataset_source(
     )
     return Source(
         root=f"<{type(dataset).__qualname__} of {n} samples>",
-        layout="dataset",
+        layout=DATASET.name,
         paths=IndexPaths(n),
         labels=np.full(n, -1, dtype=np.int64),
         sizes=np.zeros(n, dtype=np.int64),
@@ -304,4 +306,17 @@ def dataset_source(
         extra={"dataset": f"{type(dataset).__module__}.{type(dataset).__qualname__}"},
         reader=reader,
         identity=identity,
+    )
+
+
+def discover(request: Request) -> Source:
+    """``base.SourceKind``: a map-style dataset (``__len__`` and ``__getitem__``) with the build's options."""
+    options = request.config.source
+    return dataset_source(
+        request.raw,
+        options.samples(),
+        classes=options.classes,
+        source_id=options.source_id,
+        fields=options.fields,
+        max_samples=options.limit(),
     )

@@ -15,12 +15,13 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import UsageError
-from ..store.fields import FieldSpec
-from ..store.limits import MAX_CLASSES
-from .inputtable import path_key
+from ...errors import UsageError
+from ...store.fields import FieldSpec
+from ...store.limits import MAX_CLASSES
+from ..inputtable import Source, file_problem, local_folder, nonempty, path_key, stat_problem, table
+from .layouts import CSV
 
-__all__ = ["read_labels_csv", "read_text_file", "LabelsTable"]
+__all__ = ["discover", "csv_source", "read_labels_csv", "read_text_file", "LabelsTable"]
 
 
 #: Largest labels CSV read (ImageNet's 1.28M rows are ~50 MB).
@@ -162,3 +163,26 @@ def read_labels_csv(root, labels_csv: Path) -> LabelsTable:
         multi = {p: sorted({index[t.strip()] for t in entries[p][1].split(";") if t.strip()}) for p in names}
     captions = {p: entries[p][2] for p in names} if "caption" in columns else None
     return LabelsTable(pairs, classes, multi, captions, "label" in columns)
+
+
+def csv_source(root: Path, labels_csv: Path) -> Source:
+    """Exactly the files a labels CSV lists under ``root``, with its labels (and multi-labels, captions)."""
+    labels = read_labels_csv(root, labels_csv)
+    rows, ignored = [], []
+    for rel, label in labels.pairs:
+        try:
+            st = (root / rel).stat()
+        except OSError as exc:
+            ignored.append((rel, stat_problem(exc)))
+            continue
+        problem = file_problem(st)
+        if problem is not None:
+            ignored.append((rel, problem))
+        else:
+            rows.append((rel, label, st.st_size, st.st_mtime_ns))
+    return labels.attach(table(root, CSV.name, rows, labels.classes, ignored, {}))
+
+
+def discover(request) -> Source:
+    """``base.SourceKind``: a local folder with ``--labels`` (a URL's is ``objectstore``'s)."""
+    return nonempty(csv_source(local_folder(request.text), Path(request.labels)))

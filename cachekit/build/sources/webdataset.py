@@ -17,13 +17,14 @@ import re
 import tarfile
 from dataclasses import dataclass
 
-from ..image.ops import DecodeError
-from .inputtable import Source
+from ...image.ops import DecodeError
+from ..inputtable import Source
+from ..samples import json_target
+from ..sourceoptions import SourceOptions, recorded_options
+from .layouts import WEBDATASET, Request
 from .recordfiles import RecordFile, RecordRows, find_files, open_file, read_range
-from .samples import json_target
-from .sourceoptions import SourceOptions, recorded_options
 
-__all__ = ["tar_source", "TarReader", "IMAGE_KEYS", "MAX_TARGET_BYTES"]
+__all__ = ["discover", "tar_source", "TarReader", "IMAGE_KEYS", "MAX_TARGET_BYTES"]
 
 IMAGE_KEYS = ("jpg", "jpeg", "png", "webp")
 _TARGET_KEYS = ("cls", "txt", "json")
@@ -244,7 +245,7 @@ def _tar_rows(file: RecordFile, f: int, url: bool, options, storage_options) -> 
 def tar_source(pattern: str, options: SourceOptions, storage_options: dict | None = None) -> Source:
     """The samples of the tars ``pattern`` names, in tar and member order, with their targets."""
     url = "://" in pattern
-    files = find_files(pattern, storage_options, "tar")
+    files = find_files(pattern, storage_options, WEBDATASET.files_noun)
     found, most = RecordRows(), options.limit()
     for f, file in enumerate(files):
         if most is not None and len(found.paths) >= most:
@@ -258,10 +259,15 @@ def tar_source(pattern: str, options: SourceOptions, storage_options: dict | Non
             found.add(rel, target, label, file)
     return found.source(
         pattern,
-        "webdataset",
+        WEBDATASET.name,
         kind="tars",
         classes=options.classes,
         names=None,
         extra=lambda fields: {"files": len(files), **recorded_options(options, fields, columns=False)},
         reader=TarReader(tuple(f.where for f in files), url),
     )
+
+
+def discover(request: Request) -> Source:
+    """``base.SourceKind``: the samples of the tars RAW names, read with the build's source options."""
+    return tar_source(request.text, request.config.source, request.config.storage_options)

@@ -17,14 +17,15 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ..errors import UsageError
-from ..image.ops import DecodeError
-from .inputtable import Source
-from .pysource import PROBE, declared_fields, index_path, own_class_names, probe_schema
-from .records import Record, SourceRaised
-from .samples import SampleOptions, to_record
+from ...errors import UsageError
+from ...image.ops import DecodeError
+from ..inputtable import Source
+from ..records import Record, SourceRaised
+from ..samples import SampleOptions, to_record
+from .layouts import STREAM, Request
+from .pydataset import PROBE, declared_fields, index_path, own_class_names, probe_schema
 
-__all__ = ["iterable_source", "StreamReader", "ChunkReader", "positions", "samples_digest", "LARGE_STREAM"]
+__all__ = ["discover", "iterable_source", "StreamReader", "ChunkReader", "positions", "samples_digest", "LARGE_STREAM"]
 
 #: Samples after which an iterable built without ``max_samples=`` is warned about (once): it may not end.
 LARGE_STREAM = 10_000_000
@@ -120,7 +121,7 @@ def iterable_source(
     )
     return Source(
         root=f"<{type(iterable).__qualname__}>",
-        layout="stream",
+        layout=STREAM.name,
         paths=(),
         labels=np.zeros(0, dtype=np.int64),
         sizes=np.zeros(0, dtype=np.int64),
@@ -176,3 +177,16 @@ def samples_digest(records) -> str:
         else:
             _feed(h, ("skip", str(record)))
     return h.hexdigest()
+
+
+def discover(request: Request) -> Source:
+    """``base.SourceKind``: an iterable of samples (read once, in order, by ``streamrun``)."""
+    options = request.config.source
+    return iterable_source(
+        request.raw,
+        options.samples(),
+        classes=options.classes,
+        source_id=options.source_id,
+        fields=options.fields,
+        max_samples=options.limit(),
+    )

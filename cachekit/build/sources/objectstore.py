@@ -9,13 +9,14 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import UsageError
-from ..store.remote import access_error, filesystem, reach
-from .inputtable import Source, is_image_name, nonempty, unread_extension
-from .labels import read_labels_csv
+from ...errors import UsageError
+from ...store.remote import access_error, filesystem, reach
+from ..inputtable import Source, is_image_name, nonempty, unread_extension
+from .labelscsv import read_labels_csv
+from .layouts import CSV, FLAT, IMAGEFOLDER
 from .listing import Listing, list_files
 
-__all__ = ["discover_remote", "remote_files"]
+__all__ = ["discover", "discover_remote", "remote_files"]
 
 
 def _listing(url: str, storage_options: dict | None) -> Listing:
@@ -68,7 +69,7 @@ def discover_remote(url: str, labels_csv: str | os.PathLike | None, storage_opti
                 mtimes=found.stamps[rows],
                 classes=tuple(classes),
                 ignored=tuple(ignored),
-                unread=dict(sorted(unread.items())) if layout != "csv" else {},
+                unread=dict(sorted(unread.items())) if layout != CSV.name else {},
             )
         )
 
@@ -84,7 +85,7 @@ def discover_remote(url: str, labels_csv: str | os.PathLike | None, storage_opti
         keep = np.flatnonzero(at >= 0)
         labels = [pairs[k][1] for k in keep.tolist()]
         ignored = [(pairs[k][0], "unreadable: not found") for k in np.flatnonzero(at < 0).tolist()]
-        return nonempty(table_.attach(source("csv", at[keep], labels, classes, ignored)))
+        return nonempty(table_.attach(source(CSV.name, at[keep], labels, classes, ignored)))
     if nested.any():
         names = sorted(tops)
         rank = np.empty(len(tops), dtype=np.int64)
@@ -92,6 +93,11 @@ def discover_remote(url: str, labels_csv: str | os.PathLike | None, storage_opti
             rank[tops[name]] = label
         rows = np.flatnonzero(nested)
         ignored = [(paths[i], "outside any class folder") for i in np.flatnonzero(image & ~nested).tolist()]
-        return source("imagefolder", rows, rank[top_of[rows]], names, ignored)
+        return source(IMAGEFOLDER.name, rows, rank[top_of[rows]], names, ignored)
     rows = np.flatnonzero(image)
-    return source("flat", rows, np.full(len(rows), -1), (), ())
+    return source(FLAT.name, rows, np.full(len(rows), -1), (), ())
+
+
+def discover(request) -> Source:
+    """``base.SourceKind``: a folder on object storage, with ``--labels`` or as a folder of images."""
+    return discover_remote(request.text, request.labels, request.storage_options)

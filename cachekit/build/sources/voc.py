@@ -15,12 +15,13 @@ import posixpath
 import xml.etree.ElementTree as ET
 from xml.parsers import expat
 
-from ..errors import UsageError
-from ..store.fields import FieldSpec
-from .annotate import open_tree
-from .inputtable import Source, path_key, table
+from ...errors import UsageError
+from ...store.fields import FieldSpec
+from ..annotate import open_tree
+from ..inputtable import Source, nonempty, path_key, table
+from .layouts import VOC
 
-__all__ = ["voc_source", "parse_voc", "VOC_CLASSES", "MAX_XML_BYTES"]
+__all__ = ["discover", "voc_source", "parse_voc", "VOC_CLASSES", "MAX_XML_BYTES"]
 
 #: The 20 classes of Pascal VOC, in their usual order (used when every name found is one of them).
 VOC_CLASSES = (
@@ -153,9 +154,9 @@ def voc_source(root, storage_options: dict | None = None) -> Source:
             "classes": [index[o[0]] for o in e["objects"]],
             "iscrowd": [o[2] for o in e["objects"]],
         }
-    source = table(root, "voc", rows, classes, ignored, {})
+    source = table(root, VOC.name, rows, classes, ignored, {})
     return source.with_targets(
-        {"boxes": FieldSpec("boxes")}, [targets[p] for p in source.paths], dropped, {"annotations": "voc"}
+        {"boxes": FieldSpec("boxes")}, [targets[p] for p in source.paths], dropped, {"annotations": VOC.annotations}
     )
 
 
@@ -173,3 +174,8 @@ def _annotation_files(tree) -> list[str]:
     except OSError as exc:
         raise UsageError(f"--annotations voc: {folder} cannot be listed ({exc.strerror or exc})") from None
     return [f"Annotations/{n}" for n in names]
+
+
+def discover(request) -> Source:
+    """``base.SourceKind``: Pascal VOC's annotated images with their boxes."""
+    return nonempty(voc_source(request.raw, request.storage_options))
