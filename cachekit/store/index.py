@@ -161,7 +161,7 @@ def check_record(obj: object, where: str) -> dict:
     if out["shards"] < 1:
         raise CacheError(f"{where}.shards: a cache has at least one shard")
     sha = obj.get("sha256")
-    if not isinstance(sha, str) or not _HEX64.match(sha):
+    if not isinstance(sha, str) or not _HEX64.fullmatch(sha):  # "$" alone would let a final newline in
         raise CacheError(f"{where}.sha256: expected 64 lowercase hex digits, got {short(sha)}")
     out["sha256"] = sha
     out["file"] = check_shard_name(obj.get("file"), f"{where}.file")

@@ -112,3 +112,124 @@ def test_values_on_each_bound_are_kept(tmp_path):
         300,
     ]
     assert cols["inputs"].tolist() == [BIG, 1, 4] and cols["pixel_count"].tolist() == [0, 0, 60]
+
+
+def test_the_shapes_of_columns_are_the_index_counts_and_channels(tmp_path):
+    """A column of another length (shards, offsets or channels), with a missing dimension or of
+    another dtype is refused by name; a 1-byte file name, empty first and last names and a cache of
+    one channel are fine."""
+    for change, words in (
+        (dict(bytes=np.array([100, 7, 300, 4])), r"column bytes is <i8 \[4\], expected <i8 \[3\]"),
+        (
+            dict(name_offsets=np.array([0, 10, 20, 30, 30])),
+            r"column name_offsets is <i8 \[5\], expected <i8 \[4\]",
+        ),
+        (dict(pixel_sum=np.zeros((3, 1))), r"column pixel_sum is <f8 \[3, 1\], expected <f8 \[3, 3\]"),
+        (dict(sha256=np.zeros(96, np.uint8)), r"column sha256 is \|u1 \[96\], expected \|u1 \[3, -1\]"),
+    ):
+        with pytest.raises(CacheError, match=words):
+            _open(tmp_path, _cols(**change))
+    ok = _cols(**dict(zip(("name_offsets", "name_bytes"), _strings(["a", "b", "c"]))))
+    for key in ("first", "last"):
+        ok[f"{key}_offsets"], ok[f"{key}_bytes"] = _strings(["", "", ""])
+    index = _open(tmp_path, ok)
+    assert [index.text("name", k) for k in range(3)] == ["a", "b", "c"] and index.text("last", 2) == ""
+    path = tmp_path / "index.bin"
+    write_index_columns(path, _cols(pixel_sum=np.ones((3, 1)), pixel_sumsq=np.ones((3, 1))), 1)
+    record = {"file": path.name, "bytes": path.stat().st_size, "shards": 3, "samples": 5}
+    assert ShardIndex(path, record).columns["pixel_sum"].shape == (3, 1)
+    write_index_columns(path, _cols(pixel_sum=np.ones((3, 2)), pixel_sumsq=np.ones((3, 2))), 2)
+    with pytest.raises(CacheError, match="its counts are not the manifest's"):  # 1 or 3 channels only
+        ShardIndex(path, record | {"bytes": path.stat().st_size})
+    write_index_columns(path, _cols(), 3)
+    with pytest.raises(CacheError, match="its counts are not the manifest's"):
+        ShardIndex(path, record | {"bytes": path.stat().st_size, "shards": 4})
+
+
+def test_a_file_too_short_of_another_version_or_header_length_is_refused_by_its_reason(tmp_path):
+    import struct
+
+    path = tmp_path / "index.bin"
+    write_index_columns(path, _cols(), 3)
+    good = path.read_bytes()
+    length = int.from_bytes(good[12:16], "little")
+    cases = {
+        "too short": good[:15],
+        "bad magic, version or header": good[:16],  # a head and nothing after it
+        "bad magic, version or header ": good[:8] + struct.pack("<I", 2) + good[12:],  # version 2
+        " bad magic, version or header": good[:12] + struct.pack("<I", len(good) - 10) + good[16:],
+        "bad header: ": good[:16] + b"x" + good[17:],  # not JSON
+    }
+    for words, data in cases.items():
+        path.write_bytes(data)
+        record = {"file": path.name, "bytes": len(data), "shards": 3, "samples": 5}
+        with pytest.raises(CacheError, match=rf"index\.bin: not a valid shard index \({words.strip()}"):
+            ShardIndex(path, record)
+    assert length < len(good)
+
+
+def test_an_index_that_is_a_link_or_missing_is_refused_in_one_line(tmp_path):
+    real = tmp_path / "real.bin"
+    write_index_columns(real, _cols(), 3)
+    link = tmp_path / "index.bin"
+    link.symlink_to(real)  # opened without following links
+    record = {"file": link.name, "bytes": real.stat().st_size, "shards": 3, "samples": 5}
+    with pytest.raises(
+        CacheError, match=r"the shard index cannot be opened \(Too many levels of symbolic links\)$"
+    ):
+        ShardIndex(link, record)
+    with pytest.raises(CacheError, match="index-none.bin: the cache's shard index is missing"):
+        ShardIndex(tmp_path / "index-none.bin", record)
+    lazy = ShardIndex(tmp_path / "index-none.bin", record, lazy=True)  # mapped when first used
+    with pytest.raises(CacheError, match="missing"):
+        len(lazy.columns)
+    assert len(lazy) == 3
+
+
+GOOD_RECORD = {
+    "file": "index-ab.bin",
+    "version": 1,
+    "bytes": 4096,
+    "sha256": "ab" * 32,
+    "shards": 3,
+    "samples": 5,
+}
+
+
+@pytest.mark.parametrize(
+    "change, words",
+    [
+        ({"version": True}, r"idx\.version: expected a whole number from 0 to 2147483648, got True"),
+        ({"bytes": -1}, r"idx\.bytes: expected a whole number from 0 to 281474976710656, got -1"),
+        ({"bytes": 2**48 + 1}, r"idx\.bytes: expected a whole number"),
+        ({"shards": 2**40 + 1}, r"idx\.shards: expected a whole number from 0 to 1099511627776"),
+        ({"samples": 5.0}, r"idx\.samples: expected a whole number from 0 to 1099511627776, got 5\.0"),
+        ({"samples": None}, r"idx\.samples: expected a whole number"),
+        ({"version": 2}, r"index format mismatch: code=1, file=2; rebuild the cache"),
+        ({"shards": 0}, r"idx\.shards: a cache has at least one shard"),
+        ({"sha256": "AB" * 32}, r"idx\.sha256: expected 64 lowercase hex digits, got 'ABAB"),
+        ({"sha256": "ab" * 32 + "\n"}, r"idx\.sha256: expected 64 lowercase hex digits"),
+        ({"file": "../index.bin"}, r"idx\.file: '\.\./index\.bin' is not a plain file name"),
+    ],
+)
+def test_the_manifests_index_record_is_checked_key_by_key(change, words):
+    from cachekit.store.index import check_record
+
+    with pytest.raises(CacheError, match=words):
+        check_record(GOOD_RECORD | change, "idx")
+
+
+def test_a_record_on_each_bound_is_kept():
+    from cachekit.store.index import check_record, index_record
+
+    for change in (
+        {},
+        {"bytes": 0, "samples": 0, "shards": 1},
+        {"bytes": 2**48, "samples": 2**40, "shards": 2**40},
+    ):
+        record = GOOD_RECORD | change
+        assert check_record(record, "idx") == record
+    made = index_record("index-ab.bin", np.int64(4096), "ab" * 32, np.int64(3), 5)
+    assert made == GOOD_RECORD and all(type(v) is type(GOOD_RECORD[k]) for k, v in made.items())
+    with pytest.raises(CacheError, match=r"idx: expected an object, got \['file'\]"):
+        check_record(["file"], "idx")
