@@ -28,6 +28,7 @@ from .loaderchecks import (
     batch_bytes,
     check_augment_plan,
     check_counts,
+    check_plan_pickles,
     choose_augment_on,
     fit_workers,
     open_dataset,
@@ -368,6 +369,8 @@ def make_loader(
     if workers is None:
         workers = suggest_num_workers(batch_size) if per_sample or codec in _SERIAL_CODECS else 0
     workers = fit_workers(workers, asked, batch_bytes(dataset, batch_size, plan), prefetch_factor)
+    if workers > 0:
+        check_plan_pickles(plan)
     if threads is None:
         threads = 1 if workers > 0 else suggest_threads()
     if prefetch_thread is None:

@@ -166,6 +166,25 @@ def check_mosaic_targets(dataset, plan: Plan | None) -> None:
         )
 
 
+def check_plan_pickles(plan: Plan | None) -> None:
+    """Refuse, in one line, a plan whose user ops cannot travel to worker processes (a lambda or a
+    function defined inside another): each batch request carries its plan there, and one that does
+    not pickle would leave the loader waiting for batches that never come."""
+    if plan is None:
+        return
+    for step in plan.listed:
+        if not hasattr(step, "spec_text"):  # the catalogue's transforms are plain data
+            continue
+        try:
+            pickle.dumps(step)
+        except Exception:  # noqa: BLE001 -- whatever pickling raises, the answer is the same
+            raise AugmentUsageError(
+                f"augment: {step!r} cannot be sent to the loader's worker processes (its function is a "
+                "lambda or defined inside another function): define it at the top level of a module, or "
+                "pass workers=0"
+            ) from None
+
+
 def check_augment_plan(
     dataset, batch_size: int, plan: Plan | None, *, pad: bool, per_sample: bool, on_device: bool
 ) -> None:

@@ -457,3 +457,12 @@ def test_a_user_op_cannot_be_given_as_text():
         "Resize(size=64), MatrixOp('test_user_ops.shift', size=(40, 48)), PixelOp('test_user_ops.mark'), "
         "BatchOp('test_user_ops.halve_some')"
     )
+
+
+def test_an_op_that_cannot_reach_worker_processes_is_refused_when_the_loader_is_made(cache):
+    def local(image, rng):  # defined inside a function: it does not pickle
+        return image
+
+    with pytest.raises(UsageError, match=r"PixelOp\(test_user_ops\..*local\) cannot be sent to the loader's worker"):
+        make_loader(cache, 4, seed=SEED, augment=[*BASE, PixelOp(local)], workers=1)
+    make_loader(cache, 4, seed=SEED, augment=[*BASE, PixelOp(local)], workers=0)  # in this process: fine
