@@ -345,7 +345,11 @@ def make_loader(
     def on_device_for(plan) -> bool:
         return choose_augment_on(augment_on, device, plan)
 
+    sent = {"workers": 0}  # known once the first plan has sized them
+
     def check(plan) -> None:
+        if sent["workers"] > 0:  # a later plan (set_augment, a schedule) goes to the same workers
+            check_plan_pickles(plan)
         check_augment_plan(
             dataset, batch_size, plan, pad=pad, per_sample=per_sample, on_device=on_device_for(plan)
         )
@@ -369,6 +373,7 @@ def make_loader(
     if workers is None:
         workers = suggest_num_workers(batch_size) if per_sample or codec in _SERIAL_CODECS else 0
     workers = fit_workers(workers, asked, batch_bytes(dataset, batch_size, plan), prefetch_factor)
+    sent["workers"] = workers
     if workers > 0:
         check_plan_pickles(plan)
     if threads is None:

@@ -466,3 +466,6 @@ def test_an_op_that_cannot_reach_worker_processes_is_refused_when_the_loader_is_
     with pytest.raises(UsageError, match=r"PixelOp\(test_user_ops\..*local\) cannot be sent to the loader's worker"):
         make_loader(cache, 4, seed=SEED, augment=[*BASE, PixelOp(local)], workers=1)
     make_loader(cache, 4, seed=SEED, augment=[*BASE, PixelOp(local)], workers=0)  # in this process: fine
+    loader = make_loader(cache, 4, seed=SEED, augment=BASE, workers=1)
+    with pytest.raises(UsageError, match="cannot be sent to the loader's worker"):
+        loader.set_augment([*BASE, MatrixOp(lambda h, w, rng: np.eye(3))])
