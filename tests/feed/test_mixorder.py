@@ -1,0 +1,136 @@
+"""A mix's order piece by piece: each pass's blocks (the window, the ramp), the order without shuffle,
+the shares of an epoch, and the lazy order as an array."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from cachekit.feed.mixorder import MixedOrder, Source, mixed_order, shares
+
+
+def _one_source(shards: int, shard: int, window: int, ramp: bool) -> list[Source]:
+    return [Source(0, np.arange(0, shards * shard + 1, shard), window, ramp)]
+
+
+def _blocks(one_pass: np.ndarray, shard: int, bounds: list[int]) -> list[list[int]]:
+    """The shards of each block of a pass cut at ``bounds``, checked to be whole shards, shuffled."""
+    out = []
+    for lo, hi in zip(bounds, bounds[1:]):
+        block = one_pass[lo:hi]
+        ids = sorted(set((block // shard).tolist()))
+        assert sorted(block.tolist()) == [s * shard + j for s in ids for j in range(shard)], (lo, hi)
+        assert len(ids) == (hi - lo) // shard and not np.array_equal(block, np.sort(block))
+        if len(ids) > 1:  # the shards' samples are shuffled together, not read shard after shard
+            assert np.count_nonzero(np.diff(block // shard)) > len(ids) - 1
+        out.append(ids)
+    return out
+
+
+@pytest.mark.parametrize(
+    "ramp, bounds",
+    [
+        (True, [0, 10, 20, 40, 70, 100, 130, 160, 190, 200]),  # 1, 1, 2, 3 shards, then the window's 3
+        (False, [0, 30, 60, 90, 120, 150, 180, 200]),  # as many shards as fill the window exactly
+    ],
+)
+def test_each_pass_reads_whole_shards_in_blocks_of_the_window_with_the_ramp(ramp, bounds):
+    """Shards of 10 and a window of 30: a block holds the shards that fit the window (three, the
+    window filled exactly), the ramp opens a pass with blocks of 1, 1, 2 shards; every pass of a small
+    source read many times an epoch keeps that shape, each its own order of the shards."""
+    order = mixed_order(_one_source(20, 10, 30, ramp), [1.0], 600, seed=5, epoch=0)
+    passes = [_blocks(order[p * 200 : (p + 1) * 200], 10, bounds) for p in range(3)]
+    assert passes[0] != passes[1] != passes[2]
+    again = mixed_order(_one_source(20, 10, 30, ramp), [1.0], 200, seed=5, epoch=2)  # epoch 2: the third pass
+    assert _blocks(again, 10, bounds) == passes[2]
+
+
+def test_a_window_smaller_than_a_shard_reads_one_shard_a_block():
+    order = mixed_order(_one_source(6, 10, 0, False), [1.0], 60, seed=1, epoch=0)
+    assert len(_blocks(order, 10, list(range(0, 61, 10)))) == 6
+
+
+def test_without_shuffle_each_source_is_read_in_order_and_spread_evenly():
+    sources = [Source(0, np.array([0, 10, 20]), 30, True), Source(20, np.array([0, 5, 10]), 30, True)]
+    first = mixed_order(sources, [2, 1], 45, seed=1, epoch=0, shuffle=False)
+    assert first.tolist() == [
+        0, 20, 1, 2, 21, 3, 4, 22, 5, 6, 23, 7, 8, 24, 9, 10, 25, 11, 12, 26, 13, 14, 27, 15, 16, 28, 17, 18, 29,
+        19, 0, 20, 1, 2, 21, 3, 4, 22, 5, 6, 23, 7, 8, 24, 9,
+    ]  # fmt: skip
+    second = mixed_order(sources, [2, 1], 45, seed=1, epoch=1, shuffle=False)
+    assert second[:6].tolist() == [10, 25, 11, 12, 26, 13]  # each stream goes on where the last epoch left it
+    lazy = MixedOrder(sources, [2, 1], 45, 1, 1, shuffle=False)
+    assert np.array_equal(lazy[:], second)
+
+
+def test_shares_are_proportional_with_the_largest_remainders_and_ties_to_the_first():
+    assert shares(10, [1, 1, 1]).tolist() == [4, 3, 3]
+    assert shares(7, [0.5, 0.25, 0.25]).tolist() == [3, 2, 2]
+    assert shares(9, [1, 2]).tolist() == [3, 6] and shares(0, [1, 2]).tolist() == [0, 0]
+    assert shares(5, [0.2, 0.8]).dtype == np.int64
+
+
+def test_the_lazy_order_as_an_array_is_the_whole_order():
+    sources = [Source(0, np.arange(0, 61, 7), 30, True), Source(60, np.array([0, 40]), 30, True)]
+    whole = mixed_order(sources, [0.6, 0.4], 333, seed=9, epoch=4, partitions=2)
+    lazy = MixedOrder(sources, [0.6, 0.4], 333, 9, 4, partitions=2)
+    assert np.array_equal(np.asarray(lazy), whole) and np.asarray(lazy).dtype == np.int64
+    as32 = np.asarray(lazy, dtype=np.int32)
+    assert as32.dtype == np.int32 and np.array_equal(as32, whole)
+    assert lazy[7] == whole[7] and isinstance(lazy[7], int) and len(lazy.at([])) == 0
+    with pytest.raises(IndexError, match=r"range\(333\)"):
+        lazy.at([333])
+    with pytest.raises(IndexError, match=r"range\(333\)"):
+        lazy.at([-1, 0])
+
+
+@pytest.mark.parametrize("ramp", [True, False])
+@pytest.mark.parametrize("span", [1, 30, 100])
+def test_many_passes_are_grouped_into_blocks_as_one_pass_is(ramp, span):
+    """The blocks of many passes at once (each row a pass's pieces in its drawn order) are those
+    ``order.block_bounds`` gives each pass alone, pieces larger than the window included."""
+    from cachekit.feed.mixorder import _group_block_ids
+    from cachekit.feed.order import block_bounds
+
+    rng = np.random.default_rng(span + ramp)
+    units = rng.integers(1, 45, size=(40, 12))
+    units[:5, 0] = span + 5  # a pass that opens with a piece larger than the window
+    got = _group_block_ids(units, span, ramp)
+    for row, ids in zip(units, got):
+        bounds = block_bounds(row, span, ramp)
+        assert ids.tolist() == (np.searchsorted(bounds, np.arange(len(row)), side="right") - 1).tolist()
+
+
+def test_the_order_of_a_seed_and_epoch_stays_what_it_was():
+    """A saved state resumes on the order a later release computes: the order of (seed, epoch) is
+    pinned, not only shaped right (a pass shuffled the other way round is as random, but not the same)."""
+    sources = [Source(0, np.array([0, 4, 8, 12]), 5, True), Source(12, np.array([0, 3, 6]), 5, True)]
+    want = [17, 13, 5, 6, 10, 2, 16, 14, 9, 3, 17, 1, 8, 12, 11, 0, 15, 13, 11, 2, 17, 12, 10, 3]
+    assert mixed_order(sources, [0.6, 0.4], 24, seed=11, epoch=1, partitions=2).tolist() == want
+    assert MixedOrder(sources, [0.6, 0.4], 24, 11, 1, partitions=2)[:].tolist() == want
+
+
+def test_the_lazy_order_keeps_each_streams_pass_group_for_the_caller(monkeypatch):
+    from cachekit.feed import mixorder
+
+    drawn = []
+    real = mixorder._pass_group
+    monkeypatch.setattr(mixorder, "_pass_group", lambda *a: drawn.append(a[3]) or real(*a))
+    monkeypatch.setattr(MixedOrder, "CHUNK", 50)
+    sources = [Source(0, np.arange(0, 301, 10), 30, True), Source(300, np.arange(0, 201, 10), 30, True)]
+    whole = mixed_order(sources, [0.5, 0.5], 400, 3, 0)
+    drawn.clear()
+    kept: dict = {}
+    lazy = MixedOrder(sources, [0.5, 0.5], 400, 3, 0, kept=kept)
+    assert np.array_equal(lazy[:], whole)  # eight chunks, each source's one group of passes drawn once
+    assert sorted(map(tuple, drawn)) == [(3, 0, 0), (3, 1, 0)] and sorted(kept) == [(3, 0, 0), (3, 1, 0)]
+    drawn.clear()
+    own = MixedOrder(sources, [0.5, 0.5], 400, 3, 0)  # no dict given: it keeps its own
+    assert np.array_equal(own[:], whole) and len(drawn) == 2
+
+
+def test_positions_of_any_shape_are_read_flat():
+    sources = [Source(0, np.arange(0, 61, 7), 30, True), Source(60, np.array([0, 40]), 30, True)]
+    whole = mixed_order(sources, [0.6, 0.4], 100, seed=2, epoch=0)
+    lazy = MixedOrder(sources, [0.6, 0.4], 100, 2, 0)
+    assert lazy.at(np.array([[3, 1], [99, 0]])).tolist() == whole[[3, 1, 99, 0]].tolist()
