@@ -240,7 +240,8 @@ def _pattern_of(base: str, names: list[str], split: str, pattern: str, storage_o
             if candidate.endswith(f"/*{suffix}") and PurePosixPath(folder).name.lower() != split:
                 continue
             try:
-                got = {f.name for f in find_files(join(candidate), storage_options, "")}
+                # the candidate's names are relative to its own folder (base/prefix), ``names`` to base
+                got = {f"{prefix}{f.name}" for f in find_files(join(candidate), storage_options, "")}
             except UsageError:
                 continue
             if got == set(names):
