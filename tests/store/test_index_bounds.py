@@ -233,3 +233,23 @@ def test_a_record_on_each_bound_is_kept():
     assert made == GOOD_RECORD and all(type(v) is type(GOOD_RECORD[k]) for k, v in made.items())
     with pytest.raises(CacheError, match=r"idx: expected an object, got \['file'\]"):
         check_record(["file"], "idx")
+
+
+@pytest.mark.parametrize("where", ["unaligned", "past the end", "negative"])
+def test_a_column_off_its_alignment_or_outside_the_file_is_refused(tmp_path, where):
+    import json
+
+    path = tmp_path / "index.bin"
+    write_index_columns(path, _cols(), 3)
+    data = path.read_bytes()
+    length = int.from_bytes(data[12:16], "little")
+    header = json.loads(data[16 : 16 + length])
+    column = header["columns"][1]  # bytes: 3 int64s
+    column["offset"] = {"unaligned": column["offset"] + 8, "past the end": -(-len(data) // 64) * 64 - 64, "negative": -64}[
+        where
+    ]
+    text = json.dumps(header).encode().ljust(length)
+    path.write_bytes(data[:16] + text + data[16 + length :])
+    record = {"file": path.name, "bytes": len(data), "shards": 3, "samples": 5}
+    with pytest.raises(CacheError, match=r"not a valid shard index \(column bytes lies outside the file\)"):
+        ShardIndex(path, record)
