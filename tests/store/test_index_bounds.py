@@ -245,9 +245,11 @@ def test_a_column_off_its_alignment_or_outside_the_file_is_refused(tmp_path, whe
     length = int.from_bytes(data[12:16], "little")
     header = json.loads(data[16 : 16 + length])
     column = header["columns"][1]  # bytes: 3 int64s
-    column["offset"] = {"unaligned": column["offset"] + 8, "past the end": -(-len(data) // 64) * 64 - 64, "negative": -64}[
-        where
-    ]
+    column["offset"] = {
+        "unaligned": column["offset"] + 8,
+        "past the end": -(-len(data) // 64) * 64 - 64,
+        "negative": -64,
+    }[where]
     text = json.dumps(header).encode().ljust(length)
     path.write_bytes(data[:16] + text + data[16 + length :])
     record = {"file": path.name, "bytes": len(data), "shards": 3, "samples": 5}
