@@ -101,6 +101,7 @@ def test_a_palette_png_with_vocs_colours_brings_vocs_names(tmp_path):
     (tmp_path / "m.png").write_bytes(small)
     assert cv2.imread(str(tmp_path / "m.png"), cv2.IMREAD_UNCHANGED) is not None  # a PNG a decoder reads
     assert voc_palette_names(small) == VOC_CLASSES
+    assert voc_palette_names(small[: 33 + 12 + 63]) == VOC_CLASSES  # read up to the palette only
     full = [*VOC_PUBLISHED, *[(i, i, i) for i in range(21, 255)], VOID]
     assert voc_palette_names(_png(3, full, width=600)) == VOC_CLASSES
 
