@@ -11,7 +11,7 @@ import pytest
 from sourcekit import make_objects, write_parquet
 
 from cachekit import UsageError
-from cachekit.build.splits import find_splits, pick_splits, split_of_name
+from cachekit.build.splits import find_splits, pick_splits, split_of_name, split_out
 from cachekit.tools.synthetic import make_synthetic_folder
 
 
@@ -205,3 +205,93 @@ def test_a_voc_image_set_that_does_not_read_is_one_line(tmp_path):
         f"an image set {raw}/ImageSets/Main/train.txt is not UTF-8 text (byte 4); expected a text file of "
         "image ids, one a line"
     )
+
+
+def test_a_split_out_is_a_folder_or_a_url_below_out():
+    assert split_out("s3://bucket/BOX//", "train") == "s3://bucket/BOX/train"
+    assert split_out("cache//", "val") == "cache//val"
+
+
+def test_split_folders_beside_hidden_folders_and_holding_other_files(tmp_path):
+    root = tmp_path / "raw"
+    for split in ("train", "val"):
+        make_synthetic_folder(root / split, 2, classes=1, size=(16, 16), seed=1)
+    (root / ".git").mkdir()
+    (root / "train" / "notes.txt").write_text("not a parquet file\n")
+    found = find_splits(root)
+    assert _raws(found) == {"train": f"{root}/train", "val": f"{root}/val"}
+    assert {s.origin for s in found.values()} == {f"the folders of {root}"}
+
+
+def test_yolo_splits_name_their_data_yaml_and_origin(tmp_path):
+    raw = _yolo(tmp_path / "a", "train: images/train\nval: images/val\n")
+    found = find_splits(raw, "yolo")
+    assert {(s.name, s.annotations, s.origin) for s in found.values()} == {
+        (n, f"{raw}/data.yaml", "data.yaml's train/val/test") for n in ("train", "val")
+    }
+    (raw / "data.yaml").unlink()  # no data.yaml: images/<split>/ folders, --annotations as given
+    found = find_splits(raw, "yolo")
+    assert {(s.name, s.raw, s.annotations, s.origin) for s in found.values()} == {
+        (n, f"{raw}/images/{n}", "yolo", f"the folders of {raw}/images") for n in ("train", "val")
+    }
+    other = tmp_path / "elsewhere.yaml"  # a data.yaml named by its path, outside RAW
+    other.write_text(f"path: {raw}\ntrain: images/train\nval: images/val\n")
+    assert {s.annotations for s in find_splits(raw, str(other)).values()} == {str(other)}
+
+
+def test_yolo_lists_name_their_origin_and_absolute_entries(tmp_path):
+    raw = _yolo(tmp_path / "a", "")
+    (raw / "train.txt").write_text("images/train/x.jpg\n")
+    val = raw / "images" / "val"
+    (raw / "data.yaml").write_text(f"train: train.txt\nval: [{val}, {raw / 'images' / 'train'}]\n")
+    found = find_splits(raw, "yolo")
+    assert (found["train"].name, found["train"].only, found["train"].annotations) == (
+        "train",
+        ("images/train/x.jpg",),
+        f"{raw}/data.yaml",
+    )
+    assert found["val"].only == ("images/val", "images/train")
+    assert {s.origin for s in found.values()} == {"data.yaml's train/val/test"}
+    (raw / "data.yaml").write_text("train: train.txt\n")  # one split, but a list: not every image
+    assert list(find_splits(raw, "yolo")) == ["train"]
+    (raw / "data.yaml").write_text("train: [images/train, train.csv]\n")
+    (raw / "train.csv").write_text("images/train/x.jpg\n")
+    with pytest.raises(UsageError) as err:
+        find_splits(raw, "yolo")
+    assert (
+        str(err.value) == f"{raw}/data.yaml: train: train.csv is neither a folder nor a .txt file of images"
+    )
+
+
+def test_a_single_split_of_every_image_is_the_dataset_wherever_path_puts_it(tmp_path):
+    raw = _yolo(tmp_path / "a", "path: ds\ntrain: images\n", where="ds")
+    assert find_splits(raw, "yolo") is None
+    raw = _yolo(tmp_path / "b", f"path: {tmp_path / 'a'}\ntrain: {tmp_path / 'b' / 'images'}\n")
+    assert find_splits(raw, "yolo") is None
+
+
+def test_a_data_yaml_without_splits_and_images_not_all_splits_names_none(tmp_path):
+    raw = _yolo(tmp_path / "a", "- train\n- val\n")  # a list, not a mapping: it names nothing
+    assert set(find_splits(raw, "yolo")) == {"train", "val"}  # images/<split>/ still do
+    make_synthetic_folder(raw / "images" / "cats", 1, classes=1, size=(16, 16), seed=3)
+    assert find_splits(raw, "yolo") is None
+
+
+def test_a_data_yaml_that_is_not_yaml_or_nested_too_deep_is_one_line(tmp_path):
+    import yaml
+
+    raw = _yolo(tmp_path / "a", "")
+    bad = "train: [images/train, " + "x" * 300 + "\n" + "v" * 120 + ": }\n"
+    (raw / "data.yaml").write_text(bad)
+    try:
+        yaml.safe_load(bad)
+    except yaml.YAMLError as exc:
+        why = " ".join(str(exc).split())
+    assert len(why) > 200
+    with pytest.raises(UsageError) as err:
+        find_splits(raw, "yolo")
+    assert str(err.value) == f"{raw}/data.yaml: not valid YAML ({why[:200]})"
+    (raw / "data.yaml").write_text("train: " + "[" * 20000 + "]" * 20000 + "\n")
+    with pytest.raises(UsageError) as err:
+        find_splits(raw, "yolo")
+    assert str(err.value) == f"{raw}/data.yaml: nested too deep to be a data.yaml"
