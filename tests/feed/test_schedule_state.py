@@ -128,3 +128,16 @@ def test_user_ops_asked_for_by_set_augment_are_read_back_from_a_state(small_cach
 def test_a_schedule_that_returns_no_list_is_refused_naming_what_it_returned(small_cache, returned, said):
     with pytest.raises(AugmentUsageError, match=rf"augment\(0\) returned {said}, not a list of transforms"):
         make_loader(CachedDataset(small_cache), 8, augment=lambda epoch: returned)
+
+
+def test_a_state_saved_at_an_epochs_end_resumes_with_the_plan_asked_for_next(small_cache):
+    ds = CachedDataset(small_cache)
+    loader = make_loader(ds, 8, seed=1, augment=A)
+    for _ in loader:
+        pass
+    loader.set_augment(B)  # for epoch 1, asked after epoch 0 ended
+    state = loader.state_dict()
+    assert state["augment_next"] == "CenterCrop(size=24)"
+    resumed = make_loader(ds, 8, seed=1, augment=A)
+    resumed.load_state_dict(state)
+    assert _sizes(resumed) == {(24, 24)} and _sizes(resumed) == {(24, 24)}  # epoch 1 and on: B
