@@ -10,7 +10,9 @@ crops, flips and colour run on the GPU as one batched kernel after a side-stream
 
 from __future__ import annotations
 
+import functools
 import logging
+import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -33,6 +35,7 @@ from .loaderchecks import (
     fit_workers,
     open_dataset,
     resolve_seed,
+    take_environment,
     worker_context,
 )
 from .order import default_window, node_partitions
@@ -439,6 +442,8 @@ def make_loader(
             worker_context(multiprocessing_context, dataset, collate_fn) if readable else multiprocessing_context
         )
         extra["timeout"] = float(timeout)
+        if extra["multiprocessing_context"] == "forkserver":  # its children inherit the server's environment
+            extra["worker_init_fn"] = functools.partial(take_environment, dict(os.environ))
     loader = CacheLoader(
         dataset,
         batch_size=batch_size,

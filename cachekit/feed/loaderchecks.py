@@ -33,6 +33,7 @@ __all__ = [
     "check_augment_plan",
     "check_mosaic_targets",
     "worker_context",
+    "take_environment",
     "WORKER_PRELOAD",
 ]
 
@@ -223,6 +224,16 @@ def check_augment_plan(
 
 #: Modules the forkserver imports once, so that each worker it forks starts with them loaded.
 WORKER_PRELOAD = ("torch", "cv2", "cachekit.feed.dataset", "cachekit.feed.mix")
+
+
+def take_environment(environment: dict[str, str], worker_id: int) -> None:
+    """A forkserver's worker (``worker_init_fn``): the environment of the process that made the
+    loader, as it was then. A forkserver's children inherit the server's environment, from when the
+    first loader of the process started it: credentials or settings set since (``AWS_PROFILE``, a
+    proxy, ``OMP_NUM_THREADS``) would be missing in the workers, as they are not in a forked one."""
+    for name in [name for name in os.environ if name not in environment]:
+        del os.environ[name]
+    os.environ.update(environment)
 
 
 def worker_context(explicit, *picklable):

@@ -182,6 +182,26 @@ def test_worker_processes_start_from_a_forkserver_unless_told_or_unpicklable(sma
     assert plain.multiprocessing_context is None and sum(len(b[0]) for b in plain) == 16
 
 
+def _fill_from_environment(image):
+    """A picklable per-sample transform: the image filled with the worker's ``CACHEKIT_TEST_FILL``."""
+    import os
+
+    return torch.full_like(torch.as_tensor(image), int(os.environ.get("CACHEKIT_TEST_FILL", "0")))
+
+
+def test_forkserver_workers_see_the_environment_of_when_the_loader_was_made(small_cache, monkeypatch):
+    monkeypatch.delenv("CACHEKIT_TEST_FILL", raising=False)
+    ds = CachedDataset(small_cache, transform=_fill_from_environment)
+    first = make_loader(ds, 8, workers=1, shuffle=False)  # starts the forkserver (if none runs yet)
+    assert first.multiprocessing_context.get_start_method() == "forkserver"
+    assert int(next(iter(first))[0].max()) == 0
+    monkeypatch.setenv("CACHEKIT_TEST_FILL", "7")  # set after the server started: credentials, a proxy
+    later = make_loader(ds, 8, workers=2, shuffle=False)
+    assert {int(x.min()) for x, _ in later} == {7} and {int(x.max()) for x, _ in later} == {7}
+    monkeypatch.delenv("CACHEKIT_TEST_FILL")
+    assert {int(x.max()) for x, _ in make_loader(ds, 8, workers=1, shuffle=False)} == {0}  # and unset again
+
+
 def test_a_stuck_read_ends_in_one_line_instead_of_waiting_for_ever(small_cache):
     from cachekit.feed.prefetch import ReadTimeout
 
