@@ -203,7 +203,7 @@ class ShardInfo:
         sha = get_str(obj, "sha256", where)
         digest = get_str(obj, "inputs_digest", where)
         for key, value in (("sha256", sha), ("inputs_digest", digest)):
-            if not _HEX64.match(value):
+            if not _HEX64.fullmatch(value):
                 raise CacheError(f"{where}.{key}: expected 64 lowercase hex digits, got {value!r}")
         info = cls(
             file=check_shard_name(get(obj, "file", where), f"{where}.file"),

@@ -300,3 +300,13 @@ def test_garbage_recipe_name_or_size_in_a_manifest_is_refused(good_manifest, fie
     obj["pipeline"][field] = value
     with pytest.raises(CacheError, match=rf"manifest\.pipeline: {field}"):
         parse_manifest(json.dumps(obj), "manifest.json")
+
+
+@pytest.mark.parametrize("key", ["sha256", "inputs_digest"])
+def test_a_shard_digest_with_a_final_newline_is_refused(small_cache, key):
+    from cachekit.store.manifest import ShardInfo
+
+    shard = read_manifest(small_cache).shards[0].to_json()
+    assert ShardInfo.from_json(dict(shard), "shards[0]").sha256 == shard["sha256"]
+    with pytest.raises(CacheError, match=rf"shards\[0\]\.{key}: expected 64 lowercase hex digits"):
+        ShardInfo.from_json({**shard, key: shard[key] + "\n"}, "shards[0]")  # "$" alone lets the newline in
