@@ -24,7 +24,7 @@ def test_points_and_skeleton_are_drawn_where_they_lie(tmp_path):
     manifest = listed_manifest(tmp_path / "c")
     manifest["sample"]["fields"]["keypoints"]["skeleton"] = [[0, 1], [3, 2]]
     (tmp_path / "c" / "manifest.json").write_text(json.dumps(manifest))
-    result = cachekit.preview(tmp_path / "c", n=1, cell=200)
+    result = cachekit.preview(tmp_path / "c", n=1, cell=200, out=tmp_path / "grid.png")
     grid, cell = result.image, result.cells[0]
     colour = np.array(PALETTE[1])
 
