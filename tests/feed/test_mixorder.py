@@ -134,3 +134,21 @@ def test_positions_of_any_shape_are_read_flat():
     whole = mixed_order(sources, [0.6, 0.4], 100, seed=2, epoch=0)
     lazy = MixedOrder(sources, [0.6, 0.4], 100, 2, 0)
     assert lazy.at(np.array([[3, 1], [99, 0]])).tolist() == whole[[3, 1, 99, 0]].tolist()
+
+
+def test_a_position_of_the_lazy_order_costs_a_chunk_not_the_epoch(monkeypatch):
+    """Reading a few positions draws about one chunk of each partition (the chunk they are in),
+    never the whole epoch: the order is cut where its share of the epoch puts each position."""
+    from cachekit.feed import mixorder
+
+    drawn = []
+    real = mixorder._stream
+    monkeypatch.setattr(mixorder, "_stream", lambda *a: drawn.append(a[4]) or real(*a))
+    monkeypatch.setattr(MixedOrder, "CHUNK", 97)
+    sources = [Source(0, np.arange(0, 3001, 7), 30, True), Source(3000, np.arange(0, 2001, 10), 30, True)]
+    whole = mixed_order(sources, [0.6, 0.4], 5_003, 7, 2)
+    for positions in ([2_500], [0], [5_002], [1_000, 1_001, 1_002]):
+        drawn.clear()
+        lazy = MixedOrder(sources, [0.6, 0.4], 5_003, 7, 2)
+        assert lazy.at(positions).tolist() == whole[positions].tolist()
+        assert 0 < sum(drawn) <= 2 * 97, (positions, sum(drawn))
