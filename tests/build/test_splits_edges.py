@@ -295,3 +295,25 @@ def test_a_data_yaml_that_is_not_yaml_or_nested_too_deep_is_one_line(tmp_path):
     with pytest.raises(UsageError) as err:
         find_splits(raw, "yolo")
     assert str(err.value) == f"{raw}/data.yaml: nested too deep to be a data.yaml"
+
+
+def test_split_names_picked_from_a_string_or_a_list(parquet, tmp_path):
+    repo = _files(parquet, tmp_path, ["train-0.parquet", "val-0.parquet", "test-0.parquet"])
+    found = find_splits(f"{repo}/*.parquet")
+    assert list(pick_splits(found, " test , train,", repo)) == ["train", "test"]
+    assert list(pick_splits(found, ["val"], repo)) == ["val"]
+    assert pick_splits(found, None, repo) == found
+    for nothing in ("", " , ", []):
+        with pytest.raises(UsageError) as err:
+            pick_splits(found, nothing, repo)
+        assert str(err.value) == "--split names no split (give NAME[,NAME...])"
+    with pytest.raises(UsageError, match=r"^--split x,y: "):
+        pick_splits(found, "x,train,y", repo)
+
+
+def test_only_a_folder_or_files_of_records_without_annotations_name_splits(parquet, tmp_path):
+    repo = _files(parquet, tmp_path, ["train-0.parquet", "test-0.parquet"])
+    assert find_splits(f"{repo}/*.parquet", annotations=str(repo / "coco.json")) is None
+    assert find_splits(str(repo / "train-0.parquet")) is None  # one file: one split at most
+    (repo / "a.jpg").write_bytes(b"")
+    assert find_splits(str(repo / "a.jpg")) is None
