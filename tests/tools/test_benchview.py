@@ -130,6 +130,29 @@ def test_the_words_of_rows_caches_and_crops():
     assert augment_text({"augment": {"spec": None, "size": [64, 64]}}).startswith("RandomResizedCrop(64)")
 
 
+def test_the_table_of_an_augmented_result_says_what_every_row_does(result):
+    how = {"raw": "decode, then crop in PIL", "make_loader": "batched on threads"}
+    result["augment"] = {"size": [96, 128], "scale": [0.08, 1.0], "ratio": [0.75, 4 / 3], "flip_p": 0.5, "how": how}
+    result["caches"][0]["pipeline"] = None
+    result["repeats"] = 2
+    lines = format_table(result).splitlines()
+    assert lines[0] == "augmented rows: every row does RandomResizedCrop(96x128) + horizontal flip per sample"
+    assert lines[1].split("  ")[0] == "loader" and "warm/s (min-max)" in lines[1] and lines[2].startswith("-" * 10)
+    assert lines[1].split() == ["loader", "workers", "epoch", "1/s", "warm/s", "(min-max)", "MB/s", "1st",
+                                "batch", "speed-up"]  # fmt: skip
+    assert all(len(line) == len(lines[2]) for line in lines[1:3]) and set(lines[2]) == {"-", " "}
+    assert lines[7] == "" and lines[8].startswith("512 samples per epoch")
+    text = "\n".join(lines)
+    assert "the median of 2 warm epochs (their min-max)" in text
+    assert "cache: 1.1 GB (pt, 256x256, 512 samples) /data/cache" in text
+    assert "augment: crops of 96x128, scale (0.08, 1.0), ratio (0.75, 1.33), flip p 0.5" in text
+    assert "  raw: decode, then crop in PIL\n  make_loader: batched on threads" in text
+    result["augment"] = {"spec": "RandomHorizontalFlip(p=0.5)", "size": [96, 128], "how": how}
+    text = format_table(result)
+    assert text.startswith("augmented rows: make_loader(augment=[RandomHorizontalFlip(p=0.5)]), batched")
+    assert "augment: RandomHorizontalFlip(p=0.5) (output 96x128)" in text and "crops of" not in text
+
+
 @pytest.mark.parametrize("relative", [True, False])
 def test_the_chart_draws_each_bar_at_its_median_with_its_range(result, relative):
     from matplotlib.container import BarContainer
