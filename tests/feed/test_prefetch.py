@@ -113,7 +113,9 @@ def test_stopping_a_thread_that_reads_on_warns_and_stopping_at_exit_joins_every_
     p = Prefetcher(stuck(), 1)
     with caplog.at_level(logging.WARNING, logger="cachekit"):
         p.stop(0.2)
-    assert p._thread.is_alive() and "still reading a batch 0.2 s after it was told to stop" in caplog.text
+    assert p._thread.is_alive() and caplog.messages == [
+        "a loader's prefetch thread was still reading a batch 0.2 s after it was told to stop"
+    ]
     release.set()
     endless = Prefetcher(iter(range(10**6)), 1)  # its queue full: it waits to put its next item
     _until(lambda: endless._queue.full())
