@@ -87,6 +87,7 @@ def test_keys_group_members_by_folder_and_first_dot(tmp_path):
             ("d.json", b"5"),
             ("e.png", png),
             ("e.cls", b"-1"),
+            ("f/x.png", png),  # the same stem in another folder: another key
         ],
     )
     source = tar_source(path, SourceOptions())
@@ -96,6 +97,7 @@ def test_keys_group_members_by_folder_and_first_dot(tmp_path):
         "k.tar/c.webp",
         "k.tar/d.jpeg",
         "k.tar/e.png",
+        "k.tar/f/x.png",
     ]
     assert source.labels.tolist()[0] == 7 and source.labels.tolist()[2:4] == [2, 5]
     assert source.targets[1]["text"] == "a caption, é"
@@ -148,8 +150,9 @@ def test_a_member_over_its_limit_is_listed_with_its_size(tmp_path):
 def test_a_shard_jobs_reads_are_each_members_bytes_across_tars(tmp_path):
     _, items = make_objects(tmp_path / "objects", 5)
     pattern = write_tars(items, tmp_path / "tars", files=2)
-    source = tar_source(pattern, SourceOptions())
+    source = tar_source(pattern, SourceOptions(box_format="xywh"))  # the boxes as sourcekit writes them
     assert isinstance(source.reader, TarReader) and len(source.reader.files) == 2
+    assert [t["at"][0] for t in source.targets] == [0, 0, 0, 1, 1]
     read = source.reader.open(None, 0)
     wanted = {Path(it.path).name: Path(it.path).read_bytes() for it in items}
     order = [*range(len(source.paths)), 0, len(source.paths) - 1, 0]  # back and forth between the tars
