@@ -169,3 +169,49 @@ def test_a_shard_jobs_reads_are_each_members_bytes_across_tars(tmp_path):
         source.reader.open(None, size)(source.paths[0], source.targets[0])
         == wanted[source.paths[0].rsplit("/", 1)[1]]
     )
+
+
+def test_target_messages_and_limits_at_their_edges(tmp_path):
+    from cachekit.build.sources import webdataset
+
+    exact = b'{"text": "' + b"a" * (webdataset.MAX_TARGET_BYTES - 12) + b'"}'
+    assert len(exact) == webdataset.MAX_TARGET_BYTES
+    rng = np.random.default_rng(5)
+    ok, big = cv2.imencode(".png", rng.integers(0, 255, (700, 700, 3), dtype=np.uint8))
+    assert ok and len(big) > webdataset.MAX_TARGET_BYTES  # an image may be larger than a target
+    path = _tar(
+        tmp_path / "t.tar",
+        [
+            ("a.png", _png(1)), ("a.json", exact),
+            ("b.png", big.tobytes()),
+            ("c.png", _png(2)), ("c.cls", b"\xff"),
+            ("d.png", _png(3)), ("d.cls", b"x" * 50),
+            ("e.png", _png(4)), ("e.json", b"\xff"),
+        ],
+    )  # fmt: skip
+    source = tar_source(path, SourceOptions())
+    assert list(source.paths) == ["t.tar/a.png", "t.tar/b.png"]
+    assert source.ignored == (
+        ("t.tar/c.png", "its .cls '\ufffd' is not an integer class"),
+        ("t.tar/d.png", f"its .cls {'x' * 40!r} is not an integer class"),
+        (
+            "t.tar/e.png",
+            "its .json is not JSON ('utf-8' codec can't decode byte 0xff in position 0: invalid start byte)",
+        ),
+    )
+
+
+def test_a_member_cut_short_is_listed_and_one_that_ends_with_the_file_is_kept(tmp_path):
+    first, second = _png(1), _png(2)
+    path = Path(_tar(tmp_path / "t.tar", [("a.png", first), ("b.png", second)]))
+    with tarfile.open(path) as tar:
+        b = tar.getmember("b.png")
+    data = path.read_bytes()
+    path.write_bytes(data[: b.offset_data + len(second) - 1])  # the last byte of b.png gone
+    source = tar_source(str(path), SourceOptions())
+    assert list(source.paths) == ["t.tar/a.png"]
+    assert ("t.tar/b.png", "runs past the end of the tar (cut short)") in source.ignored
+    assert not [w for w, _ in source.ignored if w == "t.tar/b"]  # not also "no image"
+    path.write_bytes(data[: b.offset_data + len(second)])  # ends exactly with b.png's bytes
+    source = tar_source(str(path), SourceOptions())
+    assert list(source.paths) == ["t.tar/a.png", "t.tar/b.png"]
