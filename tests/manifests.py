@@ -8,11 +8,15 @@ which readers still accept, validated entry by entry as before.
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
-from cachekit import read_manifest
+import torch
 
-__all__ = ["listed_manifest"]
+from cachekit import read_manifest
+from cachekit.store.atomic import sha256_path
+
+__all__ = ["listed_manifest", "tampered_copy"]
 
 
 def listed_manifest(cache: str | Path) -> dict:
@@ -24,3 +28,19 @@ def listed_manifest(cache: str | Path) -> dict:
             obj.pop(key, None)
         obj["format_version"] = 4
     return obj
+
+
+def tampered_copy(cache: str | Path, copy: Path, change) -> Path:
+    """A copy of a ``.pt`` ``cache`` at ``copy`` whose first shard's columns went through ``change``
+    (a function editing the dict of columns in place), its size and checksum recomputed: what a
+    reader meets when a shard was altered by someone who also fixed the manifest."""
+    shutil.copytree(cache, copy)
+    manifest = listed_manifest(copy)
+    info = manifest["shards"][0]
+    path = copy / info["file"]
+    columns = torch.load(path, weights_only=True)
+    change(columns)
+    torch.save(columns, path)
+    info["bytes"], info["sha256"] = path.stat().st_size, sha256_path(path)
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    return copy

@@ -7,15 +7,11 @@ the cache's classes are a CacheError from ``ds[i]`` and ``make_loader`` alike (a
 
 from __future__ import annotations
 
-import json
-import shutil
-
 import pytest
 import torch
-from manifests import listed_manifest
+from manifests import tampered_copy
 
 from cachekit import BuildConfig, CachedDataset, CacheError, build, make_loader, verify
-from cachekit.store.atomic import sha256_path
 from cachekit.tools.synthetic_objects import make_object_dataset
 from cachekit.transforms import Letterbox
 
@@ -38,17 +34,7 @@ def caches(tmp_path_factory):
 
 def _tampered(cache, tmp_path, change):
     """A copy of ``cache`` whose first shard's columns went through ``change``, checksums recomputed."""
-    copy = tmp_path / "c"
-    shutil.copytree(cache, copy)
-    manifest = listed_manifest(copy)
-    info = manifest["shards"][0]
-    path = copy / info["file"]
-    columns = torch.load(path, weights_only=True)
-    change(columns)
-    torch.save(columns, path)
-    info["bytes"], info["sha256"] = path.stat().st_size, sha256_path(path)
-    (copy / "manifest.json").write_text(json.dumps(manifest))
-    return copy
+    return tampered_copy(cache, tmp_path / "c", change)
 
 
 def _last_box(part, value):

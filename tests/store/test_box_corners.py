@@ -5,16 +5,11 @@ write, still reads."""
 
 from __future__ import annotations
 
-import json
-import shutil
-
 import numpy as np
 import pytest
-import torch
-from manifests import listed_manifest
+from manifests import tampered_copy
 
 from cachekit import BuildConfig, CachedDataset, CacheError, build, make_loader, verify
-from cachekit.store.atomic import sha256_path
 from cachekit.tools.synthetic_objects import make_object_dataset
 
 
@@ -30,19 +25,13 @@ def cache(tmp_path_factory):
 
 def _tampered(cache, tmp_path, change):
     """A copy of ``cache`` whose first shard's last box went through ``change``, checksums recomputed."""
-    copy = tmp_path / "c"
-    shutil.copytree(cache, copy)
-    manifest = listed_manifest(copy)
-    info = manifest["shards"][0]
-    path = copy / info["file"]
-    columns = torch.load(path, weights_only=True)
-    box = columns["boxes__boxes"][-1]
-    assert box[2] > box[0] and box[3] > box[1]  # a real box with area, inside its image
-    columns["boxes__boxes"][-1] = change(box.clone())
-    torch.save(columns, path)
-    info["bytes"], info["sha256"] = path.stat().st_size, sha256_path(path)
-    (copy / "manifest.json").write_text(json.dumps(manifest))
-    return copy
+
+    def last_box(columns):
+        box = columns["boxes__boxes"][-1]
+        assert box[2] > box[0] and box[3] > box[1]  # a real box with area, inside its image
+        columns["boxes__boxes"][-1] = change(box.clone())
+
+    return tampered_copy(cache, tmp_path / "c", last_box)
 
 
 CHANGES = {

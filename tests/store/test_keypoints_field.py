@@ -11,10 +11,9 @@ import shutil
 import numpy as np
 import pytest
 import torch
-from manifests import listed_manifest
+from manifests import listed_manifest, tampered_copy
 
 from cachekit import BuildConfig, CachedDataset, CacheError, build, make_loader, verify
-from cachekit.store.atomic import sha256_path
 from cachekit.store.fields import FIELD_KINDS, FieldSpec
 from cachekit.store.fields.keypoints import flip_pairs
 
@@ -72,17 +71,7 @@ def test_points_read_back_as_stored_with_k_in_the_manifest(cache):
 
 def _tampered(cache, tmp_path, change):
     """A copy of ``cache`` whose first shard's columns went through ``change``, checksums recomputed."""
-    copy = tmp_path / "c"
-    shutil.copytree(cache, copy)
-    manifest = listed_manifest(copy)
-    info = manifest["shards"][0]
-    path = copy / info["file"]
-    columns = torch.load(path, weights_only=True)
-    change(columns)
-    torch.save(columns, path)
-    info["bytes"], info["sha256"] = path.stat().st_size, sha256_path(path)
-    (copy / "manifest.json").write_text(json.dumps(manifest))
-    return copy
+    return tampered_copy(cache, tmp_path / "c", change)
 
 
 def _nan(c):

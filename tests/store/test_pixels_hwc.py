@@ -7,16 +7,12 @@ channels-last; damage must be named.
 
 from __future__ import annotations
 
-import json
-import shutil
-
 import numpy as np
 import pytest
 import torch
-from manifests import listed_manifest
+from manifests import tampered_copy
 
 from cachekit import BuildConfig, CachedDataset, CacheError, build, make_loader, read_manifest
-from cachekit.store.atomic import sha256_path
 from cachekit.store.formats import get_format
 from cachekit.store.manifest import shard_path
 from cachekit.tools.convert import convert
@@ -153,17 +149,7 @@ def test_convert_keeps_the_store_and_pixels(pairs, tmp_path, target):
 
 def _tampered(cache, tmp_path, change):
     """A copy of ``cache`` whose first shard's columns went through ``change``, checksums recomputed."""
-    copy = tmp_path / "tampered"
-    shutil.copytree(cache, copy)
-    manifest = listed_manifest(copy)
-    info = manifest["shards"][0]
-    path = copy / info["file"]
-    columns = torch.load(path, weights_only=True)
-    change(columns)
-    torch.save(columns, path)
-    info["bytes"], info["sha256"] = path.stat().st_size, sha256_path(path)
-    (copy / "manifest.json").write_text(json.dumps(manifest))
-    return copy
+    return tampered_copy(cache, tmp_path / "tampered", change)
 
 
 def _shape_of_row(row, shape):
