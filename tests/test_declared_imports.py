@@ -158,7 +158,7 @@ def problems(found: list[_Import]) -> list[str]:
 def package_imports() -> list[_Import]:
     found = []
     for path in sorted(PACKAGE.rglob("*.py")):
-        found += imports_of(path.read_text(encoding="utf-8"), str(path.relative_to(ROOT)))
+        found += imports_of(path.read_text(encoding="utf-8"), str(path.relative_to(PACKAGE.parent)))
     return found
 
 
