@@ -135,8 +135,28 @@ def _letterbox_boxes(size: int, vh: np.ndarray, vw: np.ndarray) -> np.ndarray:
     return np.stack([-top / sy, -left / sx, size / sy, size / sx], axis=1)
 
 
+class _CropToSize(Geometric):
+    """A crop of each view (``crop_boxes``, the subclass's) resized to ``size``: its map, and the
+    fixed output size it sets (RandomResizedCrop, CenterCrop)."""
+
+    def draw_matrices(self, seed, epoch, idx, stream, vh, vw):
+        """Its crop of each view, resized to its size."""
+        from .matrices import crop_matrices
+
+        top, left, ch, cw = self.crop_boxes(seed, epoch, idx, stream, vh, vw).T
+        out_h, out_w = _size(self.size, type(self).__name__)
+        n = len(idx)
+        return crop_matrices(top, left, ch, cw, out_h, out_w), np.full(n, float(out_h)), np.full(n, float(out_w))
+
+    def fixed_size(self, size):
+        return _size(self.size, type(self).__name__)
+
+    def size_varies(self, varies: bool) -> bool:
+        return False
+
+
 @dataclass(frozen=True)
-class RandomResizedCrop(Geometric):
+class RandomResizedCrop(_CropToSize):
     """A random box of ``scale`` x the area and aspect ``ratio``, resized to ``size`` (torchvision's)."""
 
     size: int | tuple[int, int]
@@ -153,21 +173,6 @@ class RandomResizedCrop(Geometric):
         n = len(idx)
         u = uniforms(seed, epoch, idx, stream, _ATTEMPTS * 4).reshape(n, _ATTEMPTS, 4)
         return _rrc_boxes(self, u, vh, vw)
-
-    def draw_matrices(self, seed, epoch, idx, stream, vh, vw):
-        """Its crop of each view, resized to its size."""
-        from .matrices import crop_matrices
-
-        top, left, ch, cw = self.crop_boxes(seed, epoch, idx, stream, vh, vw).T
-        out_h, out_w = _size(self.size, type(self).__name__)
-        n = len(idx)
-        return crop_matrices(top, left, ch, cw, out_h, out_w), np.full(n, float(out_h)), np.full(n, float(out_w))
-
-    def fixed_size(self, size):
-        return _size(self.size, type(self).__name__)
-
-    def size_varies(self, varies: bool) -> bool:
-        return False
 
 
 @dataclass(frozen=True)
@@ -215,7 +220,7 @@ class ColorJitter(Colour):
 
 
 @dataclass(frozen=True)
-class CenterCrop(Geometric):
+class CenterCrop(_CropToSize):
     """The central ``size`` region (padded with zeros where the image is smaller)."""
 
     size: int | tuple[int, int]
@@ -231,21 +236,6 @@ class CenterCrop(Geometric):
             [np.round((vh - out_h) / 2), np.round((vw - out_w) / 2), np.full(n, out_h), np.full(n, out_w)],
             axis=1,
         ).astype(np.float64)
-
-    def draw_matrices(self, seed, epoch, idx, stream, vh, vw):
-        """Its crop of each view, resized to its size."""
-        from .matrices import crop_matrices
-
-        top, left, ch, cw = self.crop_boxes(seed, epoch, idx, stream, vh, vw).T
-        out_h, out_w = _size(self.size, type(self).__name__)
-        n = len(idx)
-        return crop_matrices(top, left, ch, cw, out_h, out_w), np.full(n, float(out_h)), np.full(n, float(out_w))
-
-    def fixed_size(self, size):
-        return _size(self.size, type(self).__name__)
-
-    def size_varies(self, varies: bool) -> bool:
-        return False
 
 
 @dataclass(frozen=True)
