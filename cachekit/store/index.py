@@ -222,12 +222,14 @@ class ShardIndex:
             raise self._bad("bad magic, version or header")
         try:
             header = json.loads(bytes(data[_HEAD.size : _HEAD.size + length]))
-            self._cols = self._columns(data, header, size)
+            self._cols = self._columns(data, header, size, _HEAD.size + length)
         except (ValueError, TypeError, KeyError, OverflowError, RecursionError, AttributeError) as exc:
             raise self._bad(f"bad header: {short(str(exc))}") from None
         return self._cols
 
-    def _columns(self, data: mmap.mmap, header: dict, size: int) -> dict[str, np.ndarray]:
+    def _columns(self, data: mmap.mmap, header: dict, size: int, start: int) -> dict[str, np.ndarray]:
+        """The columns the header names, each checked to lie between the header's end (``start``) and
+        the file's: a column over the header would read its JSON as numbers."""
         n, samples, channels = header["shards"], header["samples"], header["channels"]
         if (n, samples) != (self.record["shards"], self.record["samples"]) or channels not in (1, 3):
             raise self._bad("its counts are not the manifest's")
@@ -243,6 +245,10 @@ class ShardIndex:
             count, offset = int(np.prod(got)), int(e["offset"])
             if offset < 0 or offset % _ALIGN or offset + count * np.dtype(dtype).itemsize > size:
                 raise self._bad(f"column {name} lies outside the file")
+            if offset < start:
+                raise self._bad(
+                    f"column {name} lies inside the header (offset {offset}, the header ends at {start})"
+                )
             cols[name] = np.frombuffer(data, dtype=dtype, count=count, offset=offset).reshape(got)
         self._check(cols, n, samples)
         return cols

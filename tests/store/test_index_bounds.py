@@ -255,3 +255,31 @@ def test_a_column_off_its_alignment_or_outside_the_file_is_refused(tmp_path, whe
     record = {"file": path.name, "bytes": len(data), "shards": 3, "samples": 5}
     with pytest.raises(CacheError, match=r"not a valid shard index \(column bytes lies outside the file\)"):
         ShardIndex(path, record)
+
+
+@pytest.mark.parametrize("where", ["zero", "last aligned inside", "at its end"])
+def test_a_column_inside_the_header_is_refused(tmp_path, where):
+    """A column may not start inside the magic, version and JSON header (at offset 0 it would read
+    them as numbers); one starting where the header ends is read. The header is padded here to end
+    exactly at the first column, on the 64-byte alignment."""
+    import json
+
+    path = tmp_path / "index.bin"
+    write_index_columns(path, _cols(), 3)
+    data = path.read_bytes()
+    length = int.from_bytes(data[12:16], "little")
+    header = json.loads(data[16 : 16 + length])
+    first = header["columns"][0]["offset"]  # offsets: the first column, where the header's room ends
+    assert first % 64 == 0 and first > 16 + length - 64
+    column = header["columns"][1]  # bytes: 3 int64s
+    if where != "at its end":
+        column["offset"] = {"zero": 0, "last aligned inside": first - 64}[where]
+    text = json.dumps(header).encode().ljust(first - 16)
+    path.write_bytes(data[:12] + (first - 16).to_bytes(4, "little") + text + data[first:])
+    record = {"file": path.name, "bytes": len(data), "shards": 3, "samples": 5}
+    if where == "at its end":
+        assert ShardIndex(path, record).columns["offsets"].tolist() == [0, 2, 2, 5]
+        return
+    with pytest.raises(CacheError, match=r"^\S+: not a valid shard index \(column bytes lies inside the header "
+                       rf"\(offset {column['offset']}, the header ends at {first}\)\); rebuild"):  # fmt: skip
+        ShardIndex(path, record)
