@@ -14,7 +14,10 @@ where there is a ``p``; on ``det`` followed by a fixed ``Resize``, since its sam
 on ``cls`` and on ``det`` where it applies, with a few variants where a parameter switches code
 (``expand``, ``perspective``, AutoAugment's policies, RandomErasing's values, Mosaic's ``p``); the
 DeiT and YOLO recipes of README.md run as written there at small sizes (YOLO with its
-``close_mosaic`` for the last epoch). Each case reads 3 epochs with a fixed seed, on CPU threads
+``close_mosaic`` for the last epoch). ``layout.*`` runs RandomResizedCrop + flip and both recipes
+from the caches stored channels-last (``cls-hwc``, ``boxes-hwc``: ``--store pixels-hwc``) and
+with ``channels_last=True`` batches, from either store (their digests are of the values, and a
+channels-last batch says so in its key). Each case reads 3 epochs with a fixed seed, on CPU threads
 (``augment_on="threads"``) and on the device path run on the CPU (``device="cpu",
 augment_on="device"``), and ``stored.*`` reads each cache without augmentation (so that a change
 in the data or the order shows there and not as a transform's). A batch is recorded as the
@@ -128,12 +131,16 @@ def build_caches(folder: str | Path) -> dict[str, Path]:
     non-square sizes), ``boxes`` (the same boxes, no masks)."""
     folder = Path(folder)
     quiet = {"workers": 1, "progress": False, "shard_size": 5}
-    paths = {name: folder / name for name in ("cls", "det", "boxes")}
+    paths = {name: folder / name for name in ("cls", "det", "boxes", "cls-hwc", "boxes-hwc")}
     build(_classification_samples(), paths["cls"], BuildConfig(pipeline="classification-224", size=40, **quiet),
           classes=[f"class_{c}" for c in range(4)])  # fmt: skip
     names = ["red", "green", "blue"]
     build(_detection_samples(True), paths["det"], BuildConfig(pipeline="none", **quiet), classes=names)
     build(_detection_samples(False), paths["boxes"], BuildConfig(pipeline="none", **quiet), classes=names)
+    build(_classification_samples(), paths["cls-hwc"], BuildConfig(pipeline="classification-224", size=40,
+          store="pixels-hwc", **quiet), classes=[f"class_{c}" for c in range(4)])  # fmt: skip
+    build(_detection_samples(False), paths["boxes-hwc"], BuildConfig(pipeline="none", store="pixels-hwc", **quiet),
+          classes=names)  # fmt: skip
     return paths
 
 
@@ -220,6 +227,17 @@ RECIPES = {
 }
 
 
+#: The stores and memory formats of a batch: the same recipes from the default store and from a cache
+#: stored channels-last (``--store pixels-hwc``), each as planes and as ``channels_last=True`` batches.
+#: name -> (the cache's suffix, channels_last).
+LAYOUTS = {"planes": ("", False), "hwc": ("-hwc", False), "hwc-cl": ("-hwc", True), "cl": ("", True)}
+LAYOUT_RECIPES = {
+    "RRC-flip": Case("cls", [RandomResizedCrop((40, 56)), RandomHorizontalFlip()]),
+    "DeiT": RECIPES["recipe.DeiT"],
+    "YOLO": RECIPES["recipe.YOLO"],
+}
+
+
 def _fixes_size(step) -> bool:
     return isinstance(step, (RandomResizedCrop, CenterCrop, Letterbox, Mosaic)) or (
         isinstance(step, Resize) and not isinstance(step.size, int)
@@ -256,9 +274,13 @@ def cases() -> dict[str, Case]:
     base["det.none"] = Case("det", [Resize(DET_SIZE)])  # what a transform that does nothing gives there
     base.update(BATCH_CASES)
     base.update(RECIPES)
+    for recipe, case in LAYOUT_RECIPES.items():
+        for layout, (suffix, last) in LAYOUTS.items():
+            options = {**case.options, "channels_last": last}
+            base[f"layout.{recipe}.{layout}"] = Case(case.cache + suffix, case.augment, options, case.last_epoch)
     every = {f"{name}.{path}": case for name, case in base.items() for path in PATHS}
-    for cache in ("cls", "det", "boxes"):
-        every[f"stored.{cache}"] = Case(cache, None, {"pad": cache != "cls"})
+    for cache in ("cls", "det", "boxes", "cls-hwc", "boxes-hwc"):
+        every[f"stored.{cache}"] = Case(cache, None, {"pad": not cache.startswith("cls")})
     return every
 
 
@@ -306,8 +328,10 @@ def digest_batch(batch) -> dict[str, str]:
     for key, index, leaf in _leaves(_batch_parts(batch), "", ()):
         h = hashes.setdefault(key, hashlib.sha256())
         if isinstance(leaf, torch.Tensor):
-            t = leaf.detach().to("cpu").contiguous()
-            h.update(f"{index}|{t.dtype}|{tuple(t.shape)}|".encode())
+            t = leaf.detach().to("cpu")
+            last = t.dim() == 4 and not t.is_contiguous() and t.is_contiguous(memory_format=torch.channels_last)
+            t = t.contiguous()
+            h.update(f"{index}|{t.dtype}|{tuple(t.shape)}|{'channels_last|' if last else ''}".encode())
             h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")  # scalars too
         elif isinstance(leaf, np.ndarray):
             a = np.ascontiguousarray(leaf)

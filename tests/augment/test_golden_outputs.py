@@ -62,7 +62,7 @@ def test_the_record_holds_every_case_and_every_transform_of_the_catalogue():
     assert golden.uncovered() == []
     assert sorted(EXPECTED["cases"]) == sorted(CASES)
     assert set(EXPECTED["versions"]) == {"torch", "cv2", "numpy"}
-    per_epoch = {"cls": 3, "det": 3, "boxes": 3, "recipe": 3, "stored": 3}  # 16 samples in batches of 6
+    per_epoch = {"cls": 3, "det": 3, "boxes": 3, "recipe": 3, "stored": 3, "layout": 3}  # 16 samples in batches of 6
     for name, batches in EXPECTED["cases"].items():
         assert len(batches) == golden.EPOCHS * per_epoch[name.split(".")[0]], name
         assert batches[2]["images"] != batches[0]["images"], name  # the last batch is short: 4 samples
@@ -74,6 +74,8 @@ def test_every_case_acts_and_differs_from_every_other():
     recorded keys are the outputs each kind of cache gives."""
     seen: dict[str, str] = {}
     for name, batches in sorted(EXPECTED["cases"].items()):
+        if name.startswith("layout.") or name.endswith("-hwc"):  # the same values as another store's
+            continue
         images = json.dumps([b["images"] for b in batches])
         other = seen.setdefault(images, name)
         assert other == name or other.rsplit(".", 1)[0] == name.rsplit(".", 1)[0], (other, name)
@@ -88,6 +90,28 @@ def test_every_case_acts_and_differs_from_every_other():
     assert len({b["labels"] for b in deit}) == len(deit)  # soft labels: each batch its own mix
     # epochs draw anew: epoch 1's first batch is not epoch 0's
     assert all(b[0] != b[3] for n, b in EXPECTED["cases"].items() if not n.startswith("stored")), "epochs"
+
+
+def test_a_store_and_a_memory_format_change_no_value():
+    """A recipe read from a ``pixels-hwc`` cache gives the default store's batches; a ``channels_last=True``
+    batch the same values, channels-last (named so in its images' digest); each recipe's cases
+    act (they differ from the other recipes')."""
+    cases = EXPECTED["cases"]
+    assert cases["stored.cls-hwc"] == cases["stored.cls"] and cases["stored.boxes-hwc"] == cases["stored.boxes"]
+    for recipe in golden.LAYOUT_RECIPES:
+        for path in golden.PATHS:
+            got = {layout: cases[f"layout.{recipe}.{layout}.{path}"] for layout in golden.LAYOUTS}
+            assert got["hwc"] == got["planes"] and got["hwc-cl"] == got["cl"], (recipe, path)
+            for planes, last in zip(got["planes"], got["cl"]):
+                assert planes["images"] != last["images"], (recipe, path)
+                assert {k: v for k, v in planes.items() if k != "images"} == {
+                    k: v for k, v in last.items() if k != "images"
+                }, (recipe, path)
+    for recipe in ("DeiT", "YOLO"):
+        for path in golden.PATHS:
+            assert cases[f"layout.{recipe}.planes.{path}"] == cases[f"recipe.{recipe}.{path}"]
+    firsts = {cases[f"layout.{recipe}.planes.threads"][0]["images"] for recipe in golden.LAYOUT_RECIPES}
+    assert len(firsts) == len(golden.LAYOUT_RECIPES)
 
 
 def _batch(seed: int = 0):
@@ -119,6 +143,9 @@ def test_a_batch_digest_names_each_output_and_follows_every_bit():
     # the same bytes as another dtype or shape
     assert golden.digest_batch((images.view(2, 3, 8, 6), targets))["images"] != base["images"]
     assert golden.digest_batch((images.view(torch.int8), targets))["images"] != base["images"]
+    # the same values channels-last: named so
+    last = golden.digest_batch((images.contiguous(memory_format=torch.channels_last), targets))
+    assert last["images"] != base["images"] and last["targets[].boxes"] == base["targets[].boxes"]
     scalar = golden.digest_batch((images, torch.tensor(0.5)))["labels"]
     assert scalar != golden.digest_batch((images, torch.tensor(0.25)))["labels"]
     assert scalar != golden.digest_batch((images, torch.tensor([0.5])))["labels"]
