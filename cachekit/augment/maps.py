@@ -27,7 +27,55 @@ from .matrices import (
 from .mosaic import MosaicDraws, canvas_window, mosaic_layout
 from .protocol import COLOUR, MOSAIC
 
-__all__ = ["MapDraws", "draw_maps", "GEOMETRIC_STEPS"]
+__all__ = ["MapDraws", "CropRects", "draw_maps", "GEOMETRIC_STEPS"]
+
+
+@dataclass(frozen=True)
+class CropRects:
+    """The crop+resize path's whole-pixel rects, carried through the walk beside the maps while every
+    step is a crop, resize or horizontal flip (not ``GENERAL``): ``boxes`` int64 ``[n, 4]`` (top,
+    left, height, width) in source pixels (of the resized image, ``pre``, when the list starts with
+    ``Resize``), ``flips`` bool ``[n]``, ``pre`` int64 ``[n, 2]`` or None. Each crop's rect is drawn
+    in the view and composed exactly, rounded once at the end, as torchvision crops a crop: never
+    re-derived from the composed float map (two crops would round their .5s otherwise)."""
+
+    boxes: np.ndarray
+    flips: np.ndarray
+    pre: np.ndarray | None = None
+
+
+class _Rects:
+    """The walk's running rect (``CropRects``) in float source pixels: the view's box ``top, left,
+    bh, bw`` and its size ``vh, vw``; ``pre`` the size a leading resize gives."""
+
+    def __init__(self, vh: np.ndarray, vw: np.ndarray) -> None:
+        n = len(vh)
+        self.top, self.left, self.bh, self.bw = np.zeros(n), np.zeros(n), vh.copy(), vw.copy()
+        self.flips = np.zeros(n, dtype=bool)
+        self.pre, self.cropped = None, False
+
+    def resize(self, vh: np.ndarray, vw: np.ndarray) -> None:
+        """A resize of the view to ``vh`` x ``vw``: before any crop, of the whole image first."""
+        if not self.cropped:
+            n = len(vh)
+            self.pre = np.stack([vh, vw], axis=1).astype(np.int64)
+            self.top, self.left, self.bh, self.bw = np.zeros(n), np.zeros(n), vh.copy(), vw.copy()
+
+    def crop(self, crop: np.ndarray, vh: np.ndarray, vw: np.ndarray) -> None:
+        """A crop ``[n, 4]`` (top, left, height, width) of the ``vh`` x ``vw`` view (mirrored where
+        the view is), composed onto the box in source pixels."""
+        ct, cl, ch, cw = crop.T
+        cl = np.where(self.flips, vw - cl - cw, cl)  # a crop of the mirrored view, in unmirrored terms
+        sy, sx = self.bh / vh, self.bw / vw
+        self.top, self.left = self.top + ct * sy, self.left + cl * sx
+        self.bh, self.bw = ch * sy, cw * sx
+        self.cropped = True
+
+    def done(self) -> CropRects:
+        y0, x0 = np.round(self.top), np.round(self.left)
+        h = np.maximum(1, np.round(self.top + self.bh) - y0)
+        w = np.maximum(1, np.round(self.left + self.bw) - x0)
+        return CropRects(np.stack([y0, x0, h, w], axis=1).astype(np.int64), self.flips, self.pre)
 
 @dataclass(frozen=True)
 class MapDraws:
@@ -36,7 +84,9 @@ class MapDraws:
     pixel source: a mosaic's window, ``windows [n, 4]`` (x0, y0, x1, y1 on the canvas: the part the
     output sees, all of it when it is pre-resized); ``source_hw [n, 2]`` the pixel sources' sizes;
     ``shrink [n, 2]`` sizes they are resized to first (antialiasing) or None; ``fast`` ``(boxes,
-    hflips, vflips)`` when every map is a whole-pixel crop and flips; ``keep_rects [n, 4]`` (NaN:
+    hflips, vflips)`` when every map of a general list is a whole-pixel crop and flips; ``crops``
+    (``CropRects``) a list of crops, resizes and horizontal flips alone, whose batch takes the
+    crop+resize path (no ``fast``, ``shrink`` nor ``warps`` then); ``keep_rects [n, 4]`` (NaN:
     none) the IoU crops in the view ``keep_maps`` leads to, whose boxes' centres stay; ``mosaic``
     the batch's mosaics."""
 
@@ -51,6 +101,7 @@ class MapDraws:
     mosaic: MosaicDraws | None = None
     warps: np.ndarray | None = None
     windows: np.ndarray | None = None
+    crops: CropRects | None = None
 
     def rows(self, n_rows: int) -> tuple[np.ndarray, np.ndarray]:
         """For each row of the batch's read (samples, then mosaics' extra samples): its sample and tile."""
@@ -108,19 +159,23 @@ def draw_maps(
     extra_hw: np.ndarray | None = None,
     boxes: list | None = None,
 ) -> MapDraws:
-    """Every sample's map through ``steps`` (colour steps skipped). ``crop_of(step, stream, seed,
-    epoch, idx, vh, vw)`` gives the crops of ``RandomResizedCrop``, ``CenterCrop`` and ``Letterbox``
-    as the crop+resize path draws them; ``extra``/``extra_hw`` the mosaics' extra samples and their
-    sizes; ``boxes`` each sample's boxes (xyxy, stored pixels) for ``RandomIoUCrop``."""
+    """Every sample's map through ``steps`` (colour steps skipped): the one walk of a list's geometry.
+    Each step draws its map once (``draw_matrices``); while no step is ``GENERAL`` the walk also
+    carries the crop+resize path's exact rects (``crops``: a resize's new view size, a mirror's flip,
+    a crop's ``crop_boxes``, the very numbers its map was drawn from), and no warp is drawn. ``extra``/``extra_hw`` the mosaics' extra samples
+    and their sizes; ``boxes`` each sample's boxes (xyxy, stored pixels) for ``RandomIoUCrop``."""
     n = len(idx)
     hw = np.stack([np.asarray(heights), np.asarray(widths)], axis=1).reshape(-1, 2).astype(np.int64)
     vh, vw = hw[:, 0].astype(np.float64), hw[:, 1].astype(np.float64)
     m, fill, mosaic, source_hw = eye(n), 0, None, hw
     keep_rects = keep_maps = None
+    rects: _Rects | None = _Rects(vh, vw)  # until a step needs a general map
     for k, step in enumerate(steps):
         stream = k + 1
         if step.KIND == COLOUR:
             continue
+        if step.GENERAL:
+            rects = None
         if step.KIND == MOSAIC:  # the sample built from four: its canvas and tiles
             u = draw_uniforms(seed, epoch, idx, stream, step)[:, :2]
             ex = extra if extra is not None else np.full((n, 3), -1, np.int64)
@@ -139,8 +194,17 @@ def draw_maps(
             c, vh, vw, keep_rects = iou_crop(step, u, vh, vw, in_view)
             keep_maps, m = m.copy(), c @ m
             continue
+        view_h, view_w = vh, vw
         own, vh, vw = step.draw_matrices(seed, epoch, idx, stream, vh, vw)
         m, fill = own @ m, step.map_fill(fill)
+        if rects is None:
+            continue
+        if hasattr(step, "view_size"):  # a resize of the view
+            rects.resize(vh, vw)
+        elif step.MIRROR:  # the horizontal flip (a vertical one is GENERAL)
+            rects.flips ^= own[:, 0, 0] < 0
+        else:  # a crop of the view, resized: its exact rect, as its map was drawn from it
+            rects.crop(step.crop_boxes(seed, epoch, idx, stream, view_h, view_w), view_h, view_w)
     if n and (np.ptp(vh) or np.ptp(vw)):
         raise ValueError(
             "augment gives outputs of different sizes for images of different sizes (or after a "
@@ -153,6 +217,8 @@ def draw_maps(
             f"augment gives outputs of {out[0]} x {out[1]} pixels, past the largest side an image may have, "
             f"{MAX_SIDE}: end it with RandomResizedCrop, CenterCrop or Resize((height, width))"
         )
+    if rects is not None:  # the crop+resize path takes the carried rects; no warp is drawn
+        return MapDraws(m, source_hw, out, int(fill), crops=rects.done())
     on = mosaic is not None and bool(mosaic.on.any())
     fast = as_boxes(m, out) if n and not on else None
     shrink = None if fast is not None or not n else shrink_sizes(m, source_hw, out)

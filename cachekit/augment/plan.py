@@ -1,11 +1,12 @@
 """A compiled list of transforms: every sample's draws for a batch, from (seed, epoch, index) alone.
 
 ``compile_plan`` checks a list of ``cachekit.transforms`` and compiles it into a ``Plan``; its
-``draw`` folds the list's geometry into one box per sample (after a first resize of the whole image
-when the list starts with ``Resize``), with the flips, the colour factors and their order, as
-``Draws``, whose ``affine``/``maps`` say where each sample's points go (boxes and masks follow).
-A list with a rotation, an affine or perspective map, a vertical flip, a zoom-out, an IoU crop or
-a mosaic draws one 3x3 map per sample instead (``Draws.general``, ``cachekit.augment.maps``).
+``draw`` walks the list's geometry once (``cachekit.augment.maps.draw_maps``: each sample's 3x3
+map, and for a list of crops, resizes and horizontal flips alone the exact crop box per sample,
+after a first resize of the whole image when the list starts with ``Resize``), then draws the
+colour factors and their order, as ``Draws``, whose ``affine``/``maps`` say where each sample's
+points go (boxes and masks follow). A list with a rotation, an affine or perspective map, a
+vertical flip, a zoom-out, an IoU crop or a mosaic keeps its 3x3 maps (``Draws.general``).
 """
 
 from __future__ import annotations
@@ -258,82 +259,21 @@ class Plan:
         (``extra_indices``) and ``extra_hw [n, 3, 2]`` the mosaics' other samples and their sizes;
         ``boxes`` each sample's boxes (xyxy) where ``needs_boxes``."""
         idx = np.asarray(indices, dtype=np.int64).reshape(-1)
-        if self.general:
-            return self._draw_general(seed, epoch, idx, heights, widths, extra, extra_hw, boxes)
-        n = len(idx)
-        vh = np.asarray(heights, dtype=np.float64).reshape(-1)
-        vw = np.asarray(widths, dtype=np.float64).reshape(-1)
-        top, left = np.zeros(n), np.zeros(n)  # the current view's box in source pixels
-        bh, bw = vh.copy(), vw.copy()
-        flips = np.zeros(n, dtype=bool)
-        jitter = order = pre = None
-        fill = 0
-        cropped = False
-        for k, step in enumerate(self.steps):
-            stream = k + 1
-            if step.KIND == COLOUR:
-                jitter = self._jitter(step, uniforms(seed, epoch, idx, stream, 4))
-                order = np.argsort(uniforms(seed, epoch, idx, stream + 1000, 4), axis=1).astype(np.int8)
-                continue
-            if hasattr(step, "view_size"):  # a resize of the view
-                vh, vw = step.view_size(vh, vw)
-                if not cropped:  # the whole image is resized first, as torchvision does; crops follow
-                    pre = np.stack([vh, vw], axis=1).astype(np.int64)
-                    top, left, bh, bw = np.zeros(n), np.zeros(n), vh.copy(), vw.copy()
-                continue
-            if step.MIRROR:  # on this path, the horizontal flip (a vertical one needs a general map)
-                flips ^= uniforms(seed, epoch, idx, stream, 1)[:, 0] < step.p
-                continue
-            out_h, out_w = step.fixed_size(None)  # a crop of the view, resized
-            fill = step.map_fill(fill)
-            crop = step.crop_boxes(seed, epoch, idx, stream, vh, vw)
-            cropped = True
-            ct, cl, ch, cw = crop.T
-            cl = np.where(flips, vw - cl - cw, cl)  # a crop of the mirrored view, in unmirrored terms
-            sy, sx = bh / vh, bw / vw
-            top, left, bh, bw = top + ct * sy, left + cl * sx, ch * sy, cw * sx
-            vh, vw = np.full(n, float(out_h)), np.full(n, float(out_w))
-        if n and (np.ptp(vh) or np.ptp(vw)):
-            raise ValueError(
-                "augment gives outputs of different sizes for images of different sizes: end it with "
-                "RandomResizedCrop, CenterCrop or Resize((height, width))"
-            )
-        y0, x0 = np.round(top), np.round(left)
-        boxes = np.stack(
-            [y0, x0, np.maximum(1, np.round(top + bh) - y0), np.maximum(1, np.round(left + bw) - x0)], axis=1
-        )
-        out = (int(vh[0]), int(vw[0])) if n else (0, 0)
-        source = np.stack([np.asarray(heights), np.asarray(widths)], axis=1).reshape(-1, 2).astype(np.int64)
-        return Draws(
-            boxes=boxes.astype(np.int64),
-            flips=flips,
-            out_size=out,
-            jitter=jitter,
-            order=order,
-            fill=fill,
-            pre=pre,
-            source_hw=source if pre is not None else None,
-        )
-
-    def _draw_general(self, seed, epoch, idx, heights, widths, extra, extra_hw, boxes) -> Draws:
-        """One 3x3 map per sample (``maps.draw_maps``), colour as ``draw`` draws it."""
-        general = draw_maps(self.steps, seed, epoch, idx, heights, widths,
-                            extra=extra, extra_hw=extra_hw, boxes=boxes)  # fmt: skip
+        maps = draw_maps(self.steps, seed, epoch, idx, heights, widths,
+                         extra=extra, extra_hw=extra_hw, boxes=boxes)  # fmt: skip
         jitter = order = None
         for k, step in enumerate(self.steps):
             if step.KIND == COLOUR:
                 jitter = self._jitter(step, uniforms(seed, epoch, idx, k + 1, 4))
                 order = np.argsort(uniforms(seed, epoch, idx, k + 1 + 1000, 4), axis=1).astype(np.int8)
-        n = len(idx)
-        return Draws(
-            boxes=np.zeros((n, 4), np.int64),
-            flips=np.zeros(n, dtype=bool),
-            out_size=general.out_size,
-            jitter=jitter,
-            order=order,
-            fill=general.fill,
-            general=general,
-        )
+        crops = maps.crops
+        if crops is None:  # one general map per sample
+            n = len(idx)
+            return Draws(np.zeros((n, 4), np.int64), np.zeros(n, dtype=bool), maps.out_size, jitter, order,
+                         maps.fill, general=maps)  # fmt: skip
+        source = np.stack([np.asarray(heights), np.asarray(widths)], axis=1).reshape(-1, 2).astype(np.int64)
+        return Draws(crops.boxes, crops.flips, maps.out_size, jitter, order, maps.fill, crops.pre,
+                     source if crops.pre is not None else None)  # fmt: skip
 
     @staticmethod
     def _jitter(step: ColorJitter, u: np.ndarray) -> np.ndarray:
