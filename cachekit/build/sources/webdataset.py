@@ -3,8 +3,9 @@ by key (``dir/key.jpg`` + ``dir/key.cls``), the image from ``jpg``/``jpeg``/``pn
 class from ``cls``, a caption from ``txt``, boxes and labels from ``json`` (the schema's names).
 
 Read with the standard ``tarfile`` module, never extracted: discovery walks each tar's headers
-(reading only the small ``cls``/``txt``/``json`` members) and records where each image lies; a
-shard job reads those bytes by offset, one image at a time. A member named outside the archive
+(reading the small ``cls``/``txt``/``json`` members, and scanning each image's blocks for a header
+a damaged size would hide) and records where each image lies; a shard job reads those bytes by
+offset, one image at a time. A member named outside the archive
 (``../``, ``/``), a link, a device or FIFO, or of an absurd size is left out and reported; a tar
 that cannot be read (cut short, not a tar) is left out whole, with its reason.
 """
@@ -138,9 +139,13 @@ def _member(tar: tarfile.TarFile, m: tarfile.TarInfo, file: RecordFile, keys: di
         entry.setdefault("parts", {})[ext] = tar.extractfile(m).read(MAX_TARGET_BYTES)
 
 
+#: Where a ustar (GNU, PAX) header holds its magic.
+_MAGIC_AT = 257
+
+
 def _is_header(block: bytes) -> bool:
     """True for a 512-byte block that is a ustar (or GNU, PAX) header with a right checksum."""
-    if block[257:262] != b"ustar":
+    if block[_MAGIC_AT : _MAGIC_AT + 5] != b"ustar":
         return False
     try:
         tarfile.TarInfo.frombuf(block, "utf-8", "surrogateescape")
@@ -157,18 +162,32 @@ def _next_header(fh, start: int, end: int) -> int | None:
         buf = fh.read(min(1 << 20, end - pos))
         if not buf:
             return None
-        for k in range(0, len(buf) - tarfile.BLOCKSIZE + 1, tarfile.BLOCKSIZE):
-            if _is_header(buf[k : k + tarfile.BLOCKSIZE]):
+        at = buf.find(b"ustar", _MAGIC_AT)  # only blocks with the magic are parsed (fast over images)
+        while at >= 0 and at - _MAGIC_AT + tarfile.BLOCKSIZE <= len(buf):
+            k = at - _MAGIC_AT
+            if k % tarfile.BLOCKSIZE == 0 and _is_header(buf[k : k + tarfile.BLOCKSIZE]):
                 return pos + k
+            at = buf.find(b"ustar", at + 1)
         pos += len(buf) - len(buf) % tarfile.BLOCKSIZE or tarfile.BLOCKSIZE
     return None
+
+
+def _hidden_header(fh, m: tarfile.TarInfo) -> int | None:
+    """The first header inside the data blocks of ``m`` (an image or target member), or None: its
+    size was enlarged onto a later header, and the members between are hidden in what it claims.
+    Other members' bytes are never read (a ``.tar`` member may hold headers of its own)."""
+    if not m.isfile() or _split(m.name)[1] not in IMAGE_KEYS + _TARGET_KEYS:
+        return None
+    blocks = -(-m.size // tarfile.BLOCKSIZE) * tarfile.BLOCKSIZE
+    return _next_header(fh, m.offset_data, m.offset_data + blocks)
 
 
 def _walk(tar: tarfile.TarFile, fh, file: RecordFile, keys: dict, ignored: list) -> None:
     """Every member of one tar, past damage: a header whose size is wrong (enlarged, a PAX record of
     10**15 bytes) or that does not read ends that member, not the archive: the walk goes on at the
     next valid header (members found there are read; the damaged one is listed as left out), and
-    what cannot be read is listed, never silently gone."""
+    what cannot be read is listed, never silently gone. An image or target member's data blocks are
+    scanned for headers: a size enlarged exactly onto a later header hides the members between."""
     last: tarfile.TarInfo | None = None
     scan_from = 0
     while True:
@@ -181,6 +200,11 @@ def _walk(tar: tarfile.TarFile, fh, file: RecordFile, keys: dict, ignored: list)
             _member(tar, m, file, keys, ignored)
             last, scan_from = m, m.offset_data
             if m.offset_data + m.size <= file.size:
+                hidden = _hidden_header(fh, m)
+                if hidden is None:
+                    continue
+                _damaged(m, file, keys, ignored, hidden)  # its size runs over members: read on at them
+                tar.offset, scan_from = hidden, hidden + tarfile.BLOCKSIZE
                 continue
         # the end, a header that does not read, or a member said to run past the end: any header after?
         found = _next_header(fh, scan_from, file.size) if last is not None else None
