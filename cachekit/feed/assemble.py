@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 
 import cv2
 import numpy as np
@@ -27,6 +29,7 @@ from ..errors import CacheError
 from ..image.ops import hwc_into_planes
 from ..store.encoding import decode_sample, read_raw
 from .batch import SampleBatch
+from .prefetch import READ_TIMEOUT_SECONDS, ReadTimeout
 from .rows import Rows, draw_batch, read_indices
 from .targets import box_keys, move_boxes_of_batch, sample_target
 
@@ -46,19 +49,24 @@ class BatchRequest(list):
         threads: int = 1,
         on_device: bool = False,
         channels_last: bool = False,
+        timeout: float = READ_TIMEOUT_SECONDS,
     ) -> None:
         super().__init__(indices)
         self.epoch, self.seed, self.plan = epoch, seed, plan
         self.threads, self.on_device = threads, on_device
         # augmented on threads: rows written channels-last where they can be
         self.channels_last = channels_last
+        #: The longest the batch waits for its threads (the loader's ``timeout=``): ``ReadTimeout`` then.
+        self.timeout = float(timeout)
 
     def __reduce__(self):
-        options = (self.epoch, self.seed, self.plan, self.threads, self.on_device, self.channels_last)
+        options = (self.epoch, self.seed, self.plan, self.threads, self.on_device, self.channels_last, self.timeout)
         return (_restore, (list(self), *options))
 
 
-def _restore(indices, epoch, seed, plan, threads, on_device, channels_last=False) -> BatchRequest:
+def _restore(
+    indices, epoch, seed, plan, threads, on_device, channels_last=False, timeout=READ_TIMEOUT_SECONDS
+) -> BatchRequest:
     return BatchRequest(
         indices,
         epoch=epoch,
@@ -67,6 +75,7 @@ def _restore(indices, epoch, seed, plan, threads, on_device, channels_last=False
         threads=threads,
         on_device=on_device,
         channels_last=channels_last,
+        timeout=timeout,
     )
 
 
@@ -83,6 +92,14 @@ def _after_fork() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork)
+
+
+def _forget(pool: ThreadPoolExecutor) -> None:
+    """Leave ``pool`` (a thread of it is stuck) to finish on its own: the next batch makes a new one."""
+    with _pools_lock:
+        if _pools.get(os.getpid()) is pool:
+            del _pools[os.getpid()]
+    pool.shutdown(wait=False)
 
 
 def _pool(threads: int) -> ThreadPoolExecutor:
@@ -114,8 +131,11 @@ def _opencv_one_thread() -> None:
 CHUNK = 8
 
 
-def run_chunks(n: int, threads: int, fn: Callable[[int, int], None]) -> None:
+def run_chunks(n: int, threads: int, fn: Callable[[int, int], None], timeout: float | None = None) -> None:
     """``fn(lo, hi)`` over pieces of ``range(n)``, taken in turn by ``threads`` threads (the caller is one).
+
+    ``timeout``: the longest the caller waits for the other threads, from the start (the loader's
+    ``timeout=``), then ``ReadTimeout`` in one line; the pool with the stuck thread is left behind.
 
     Pieces of ``CHUNK`` samples (fewer when the batch is small for its threads, so that every
     thread has some: a batch of 16 mosaics on 16 threads goes out a sample at a time) are handed
@@ -142,7 +162,9 @@ def run_chunks(n: int, threads: int, fn: Callable[[int, int], None]) -> None:
                 failed.set()
                 raise
 
-    futures = [_pool(threads - 1).submit(drain) for _ in range(1, threads)]
+    deadline = None if timeout is None else time.monotonic() + float(timeout)
+    pool = _pool(threads - 1)
+    futures = [pool.submit(drain) for _ in range(1, threads)]
     error = None
     try:
         drain()
@@ -150,7 +172,14 @@ def run_chunks(n: int, threads: int, fn: Callable[[int, int], None]) -> None:
         error = exc
     for future in futures:
         try:
-            future.result()
+            future.result(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        except FutureTimeout:
+            failed.set()  # the others stop at their next piece
+            _forget(pool)
+            raise ReadTimeout(
+                f"a thread over the batch read no more samples in {timeout:g} s: a read is stuck "
+                "(storage that does not answer, or a lock held for ever)"
+            ) from None
         except BaseException as exc:
             error = error or exc
     if error is not None:
@@ -234,7 +263,10 @@ def _mix_batch(dataset, request: BatchRequest, draws, out, labels, targets, mask
     if on_threads and mix.mixes:
         mixed = dataset._buffers.get(out.shape)
         run_chunks(
-            len(out), request.threads, lambda lo, hi: [mix.mix_row(out, mixed, j) for j in range(lo, hi)]
+            len(out),
+            request.threads,
+            lambda lo, hi: [mix.mix_row(out, mixed, j) for j in range(lo, hi)],
+            request.timeout,
         )
         out = mixed
     return mix, out, labels
@@ -352,7 +384,7 @@ def assemble(
 
     if on_threads or dataset.store != "pixels" or values is not None:
         _opencv_one_thread()
-    run_chunks(n, request.threads, work)
+    run_chunks(n, request.threads, work, request.timeout)
     if whole and early is not None:  # read before the draws (an IoU crop's): moved now
         targets = early
         move_boxes_of_batch(dataset.fields, targets, draws.box_mover(visibility), keypoint_mover(draws))

@@ -433,6 +433,7 @@ def make_loader(
             "on_device": on_device,
             "on_device_for": on_device_for,
             "channels_last": channels_last,
+            "timeout": timeout,
         }
     extra = {"persistent_workers": True, "prefetch_factor": prefetch_factor} if workers > 0 else {}
     if workers > 0:  # the user's context as given, else a forkserver for a cache (see worker_context);
