@@ -112,6 +112,21 @@ from .app import EXIT_CODES, duration, friendly, main, options_of, with_storage_
     help="Parquet and tar boxes: corners, COCO's x,y,w,h, or centre and size (in pixels).",
 )
 @click.option(
+    "--flip-idx",
+    default=None,
+    metavar="I,J,...",
+    help="Keypoints: the point each one becomes in a mirrored image (Ultralytics' flip_idx, e.g. "
+    "0,2,1,4,3), recorded in the cache so a horizontal flip swaps left and right; any source with "
+    "keypoints (replaces COCO's and data.yaml's).",
+)
+@click.option(
+    "--keypoint-names",
+    default=None,
+    metavar="NAME,NAME,...",
+    help="Keypoints: the points' names, recorded in the cache; left_/right_ names pair up as flip_idx "
+    "when --flip-idx is not given.",
+)
+@click.option(
     "--min-visibility",
     type=float,
     default=DEFAULT_MIN_VISIBILITY,
@@ -241,6 +256,8 @@ def build_cmd(
     text_column,
     max_samples,
     box_format,
+    flip_idx,
+    keypoint_names,
     min_visibility,
     compression,
     store,
@@ -316,6 +333,8 @@ def build_cmd(
             boxes_column=boxes_column,
             text_column=text_column,
             max_samples=max_samples,
+            flip_idx=flip_idx,
+            keypoint_names=keypoint_names,
         ),
     )
     with warnings.catch_warnings(record=True) as caught:  # each a line of its own, as skips are

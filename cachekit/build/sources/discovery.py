@@ -8,6 +8,7 @@ Source modules sit below this one and never import it back.
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 
 from ...errors import UsageError
@@ -16,6 +17,7 @@ from ..annotate import add_arrays, add_masks
 from ..config import BuildConfig
 from ..guards import check_apart
 from ..inputtable import Source, nonempty
+from ..sourceoptions import with_keypoint_options
 from .layouts import Request, detect, record_files_kind
 
 __all__ = ["discover", "find_source", "record_files_kind"]
@@ -70,7 +72,7 @@ def find_source(
                 raise UsageError(
                     f"fields= declares the fields of samples from code; {what}'s come from its columns and members"
                 )
-        source = row.module().discover(request)
+        source = _with_points(row.module().discover(request), config)
         return (request.text if request.text is not None else source.root), source
     text = request.text
     raw = text if is_url(text) else Path(text)
@@ -89,7 +91,13 @@ def find_source(
         storage_options=config.storage_options,
         mask_classes=mask_classes,
     )
-    return raw, source
+    return raw, _with_points(source, config)
+
+
+def _with_points(source: Source, config: BuildConfig) -> Source:
+    """``source`` with the keypoint options (``flip_idx=``, ``keypoint_names=``) in its keypoints field."""
+    fields = with_keypoint_options(source.fields, config.source)
+    return source if fields is source.fields else replace(source, fields=fields)
 
 
 def discover(

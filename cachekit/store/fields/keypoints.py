@@ -21,7 +21,7 @@ from ...errors import CacheError
 from ..limits import short
 from .base import Column, ColumnReader, column_name, pack_ragged, ragged_gather, row_spans
 
-__all__ = ["KeypointsKind", "points_problem", "flip_pairs", "MAX_KEYPOINTS"]
+__all__ = ["KeypointsKind", "points_problem", "flip_pairs", "flip_problem", "MAX_KEYPOINTS"]
 
 #: The most points an object may have (COCO-WholeBody has 133).
 MAX_KEYPOINTS = 1024
@@ -54,6 +54,26 @@ def flip_pairs(names: Sequence[str]) -> list[int] | None:
                 out[i], paired = where[b + n[len(a) :]], True
                 break
     return out if paired else None
+
+
+def flip_problem(flip_idx: Sequence[int], k: int, involution: bool = True) -> str | None:
+    """What is wrong with ``flip_idx`` (integers) for ``k`` points, or None: it must list each point
+    index from 0 to ``k - 1`` once (a permutation), and, a mirror being its own undoing, send each
+    point's image back to it (``flip_idx[flip_idx[i]] == i``) unless ``involution`` is False."""
+    if len(flip_idx) != k:
+        return f"it lists {len(flip_idx)} points, the keypoints have {k}"
+    if sorted(flip_idx) != list(range(k)):
+        bad = next(v for v in flip_idx if not 0 <= v < k or list(flip_idx).count(v) > 1)
+        said = "is not one" if not 0 <= bad < k else "is there twice"
+        return f"it must list each point index from 0 to {k - 1} once ({bad} {said})"
+    if involution:
+        for i, j in enumerate(flip_idx):
+            if flip_idx[j] != i:
+                return (
+                    f"point {i} becomes {j} but {j} becomes {flip_idx[j]}: a mirror swaps points in pairs "
+                    "(flip_idx[flip_idx[i]] == i)"
+                )
+    return None
 
 
 def _index_list(value, k: int, where: str, what: str) -> list[int]:
@@ -97,6 +117,9 @@ class KeypointsKind:
             out["skeleton"] = [list(e) for e in edges]
         if params.get("flip_idx") is not None:
             out["flip_idx"] = _index_list(params["flip_idx"], k, where, "flip_idx")
+            problem = flip_problem(out["flip_idx"], k, involution=False)
+            if problem:  # a point twice and another lost: a mirrored sample would not hold its points
+                raise CacheError(f"{where}.flip_idx: {problem}")
         return out
 
     def columns(self, name: str, params: dict) -> dict[str, Column]:
