@@ -30,39 +30,25 @@ from pathlib import Path
 
 from feed_suites import _cpu_now, _interleaved, _train256
 from recipe_baselines import DeitPerSample, MixCollate, YoloPerSample, yolo_collate
+from recipe_runner import build_cache, recipe
 from registry import suite
 from torch.utils.data import DataLoader
 
 import cachekit.transforms as T
-from cachekit import BuildConfig, CachedDataset, build, make_loader
+from cachekit import CachedDataset, make_loader
 from cachekit.tools.synthetic_objects import make_object_dataset
 
-__all__ = ["deit", "yolo", "missing_transforms", "deit_recipe", "yolo_recipe", "YOLO_FILL"]
-
-#: Ultralytics' grey, on both sides of every YOLO comparison: its mosaic canvas and its affine's border.
-YOLO_FILL = 114
+__all__ = ["deit", "yolo", "missing_transforms", "deit_recipe", "yolo_recipe"]
 
 
 def deit_recipe() -> list:
     """DeiT's training augmentation, as cachekit's transforms."""
-    return [
-        T.RandomResizedCrop(224),
-        T.RandomHorizontalFlip(),
-        T.RandAugment(num_ops=2, magnitude=9),
-        T.RandomErasing(0.25),
-        T.MixUp(0.8),
-        T.CutMix(1.0),
-    ]
+    return recipe("deit")
 
 
 def yolo_recipe() -> list:
     """Ultralytics' default training augmentation (no MixUp), as cachekit's transforms, fill 114."""
-    return [
-        T.Mosaic(640, fill=YOLO_FILL),
-        T.RandomAffine(degrees=0, translate=(0.1, 0.1), scale=(0.5, 1.5), fill=YOLO_FILL),
-        T.RandomHSV(h=0.015, s=0.7, v=0.4),
-        T.RandomHorizontalFlip(),
-    ]
+    return recipe("yolo")
 
 
 def missing_transforms(*names: str) -> list[str]:
@@ -121,10 +107,7 @@ def _detection_raw(args, root: Path) -> Path:
 
 def _detection_cache(args, root: Path) -> Path:
     raw = _detection_raw(args, root)
-    cache = root / f"detect-{raw.name}"
-    if not cache.is_dir():  # the longer side at 640, as Ultralytics' load_image and image cache keep them
-        build(raw, cache, BuildConfig(annotations="yolo", pipeline="max-side-512", size=640, progress=False))
-    return cache
+    return build_cache("det", raw, root / f"detect-{raw.name}")
 
 
 def _images_pass(loader) -> tuple[float, float]:

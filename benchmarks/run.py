@@ -20,6 +20,8 @@ Suites (sizes are flags; defaults fit a 2-core laptop in a few minutes):
   deit, yolo   whole recipes (DeiT: crop, flip, RandAugment, erasing, MixUp/CutMix; YOLO: mosaic,
           affine, HSV, flip with boxes) through make_loader against the same per sample in 2 workers,
           and yolo against real Ultralytics with --ultralytics-python: recipe_suites.py
+  floors, parent   RRC+flip, DeiT and YOLO through make_loader against their bare kernels in one loop
+          (1 thread), and against another checkout's make_loader (--parent-tree): recipe_floors.py
   stream  a cache on throttled loopback S3: first batch, waiting, downloads, a tight limit: stream_suite.py
   mixing  cachekit.mix: each source's share of the draws, mixed read speed against each alone: mix_suite.py
   listing a raw folder on (loopback) object storage listed for a build: time and peak memory: listing_suite.py
@@ -343,6 +345,7 @@ import detect_suites  # noqa: E402,F401  (registers detect, ceiling)
 import feed_suites  # noqa: E402,F401  (registers the read-path suites: feed, jpeg, ffcv)
 import listing_suite  # noqa: E402,F401  (registers listing)
 import mix_suite  # noqa: E402,F401  (registers mixing)
+import recipe_floors  # noqa: E402,F401  (registers floors, parent)
 import recipe_suites  # noqa: E402,F401  (registers deit, yolo)
 import scale_suite  # noqa: E402,F401  (registers scale)
 import sources_suite  # noqa: E402,F401  (registers sources)
@@ -361,6 +364,11 @@ def main() -> None:
         "--ultralytics-python",
         default=None,
         help="yolo suite: an interpreter that can import ultralytics (also times its YOLODataset)",
+    )
+    parser.add_argument(
+        "--parent-tree",
+        default=None,
+        help="parent suite: another checkout whose make_loader runs the same recipes (git worktree add)",
     )
     parser.add_argument("--latency-ms", type=float, default=20.0, help="stream suite: per-request latency")
     parser.add_argument("--link-mb-s", type=float, default=200.0, help="stream suite: the link's MB/s")

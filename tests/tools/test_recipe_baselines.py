@@ -191,3 +191,25 @@ def test_yolo_loader_gives_canvases_and_boxes_inside(caches):
         boxes = t["boxes"]
         assert boxes.dtype == torch.float32 and len(boxes) == len(t["classes"])
         assert ((boxes >= 0) & (boxes <= 128)).all() and (boxes[:, 2:] > boxes[:, :2]).all()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_yolo_floor_renders_only_the_window_the_warp_reads(seed):
+    """The floor's canvas window holds the full canvas's pixels, and warping it gives the full warp."""
+    rng, draw = np.random.default_rng(seed), random.Random(seed)
+    s = 64
+    sizes = [(48, 64), (40, 56), (64, 50), (30, 44)]  # tiles at the longer side 64, and smaller ones resized
+    tiles = [np.ascontiguousarray(synthetic_image(rng, h, w).transpose(2, 0, 1)) for h, w in sizes]
+    xc, yc = int(draw.uniform(s // 2, 3 * s // 2)), int(draw.uniform(s // 2, 3 * s // 2))
+    matrix = rb.yolo_matrix(s, draw.uniform(0.5, 1.5), draw.uniform(0.4, 0.6), draw.uniform(0.4, 0.6))
+    full, _ = rb.mosaic_canvas(tiles, xc, yc, s)
+    x0, y0, x1, y1 = window = rb.canvas_window(matrix, s, 2 * s)
+    part = rb.window_canvas(tiles, xc, yc, s, window)
+    assert np.array_equal(part, full[y0:y1, x0:x1])
+    assert (x1 - x0) * (y1 - y0) < (2 * s) ** 2 or matrix[0, 0] < 0.55  # a window, not the canvas
+    shifted = matrix @ np.array([[1, 0, x0], [0, 1, y0], [0, 0, 1]], float)
+    a, b = np.empty((3, s, s), np.uint8), np.empty((3, s, s), np.uint8)
+    rb.yolo_pixels(full, matrix, [0.01, 0.3, -0.2], seed % 2 == 0, s, a)
+    rb.yolo_pixels(part, shifted, [0.01, 0.3, -0.2], seed % 2 == 0, s, b)
+    diff = np.abs(a.astype(int) - b.astype(int))
+    assert diff.max() <= 2 and (diff == 0).mean() > 0.99
