@@ -10,7 +10,7 @@ import torch
 from torch.utils.data import default_collate
 
 from ..store.fields import FieldSpec
-from .targets import COLLATES, collate_targets, yolo_batch, yolo_rows
+from .targets import COLLATES, collate_targets, yolo_batch
 
 __all__ = ["SampleBatch", "Collate", "collate_batch", "collate_padded", "pad_collate", "stack_images"]
 
@@ -104,24 +104,56 @@ def _fields_batch(batch: SampleBatch, mode: str):
     return batch.images, targets, batch.aux
 
 
-def _pairs_targets(targets: list, mode: str, hw) -> Any:
-    """Per-sample targets of pairs (a ``transform=``): classes collated, field dicts kept as a list."""
+def _pairs_targets(targets: list, mode: str, hw, fields: dict | None = None) -> Any:
+    """Per-sample targets of pairs (a ``transform=``): classes collated, field dicts kept as a list;
+    ``collate="yolo"``: Ultralytics' rows, or its pose batch when the targets carry keypoints."""
     if targets and isinstance(targets[0], dict):
         if mode == "yolo":
-            fields = {k: FieldSpec("boxes") for k in ("boxes",) if k in targets[0]}
-            return yolo_rows(fields, targets, hw)
+            return yolo_batch(*_yolo_pairs(targets, fields), hw)
         return [_tensors(t) for t in targets]
     return default_collate(targets)
 
 
+def _yolo_pairs(targets: list[dict], fields: dict | None) -> tuple[dict, list[dict]]:
+    """The fields ``yolo_batch`` reads from targets a per-sample transform returned: the boxes, and the
+    keypoints with their ``K`` (the cache's ``fields``, else what the targets hold). A transform that
+    drops the cache's keypoints, or returns another number of point blocks than boxes: one line."""
+    fields = fields or {}
+    boxes = next((n for n, s in fields.items() if s.kind == "boxes"), "boxes")
+    points = next((n for n, s in fields.items() if s.kind == "keypoints"), None)
+    found = {boxes: FieldSpec("boxes")} if boxes in targets[0] else {}
+    name = points or ("keypoints" if "keypoints" in targets[0] and boxes == "boxes" else None)
+    if name is None or not found:
+        return found, targets
+    if any(name not in t for t in targets):
+        raise ValueError(
+            f'collate="yolo": this cache has keypoints ({name!r}), and the targets your transform returned '
+            f'lack them: return target[{name!r}] moved with the image ([N, K, 3]), or use collate="auto"'
+        )
+    values = [np.asarray(t[name], dtype=np.float32) for t in targets]
+    k = fields[name].params["k"] if points else values[0].shape[1] if values[0].ndim == 3 else 0
+    for i, (t, v) in enumerate(zip(targets, values)):
+        n = len(np.asarray(t[boxes]).reshape(-1, 4))
+        if v.ndim != 3 or v.shape[1:] != (k, 3) or len(v) != n:
+            raise ValueError(
+                f'collate="yolo": sample {i} of the batch has {n} boxes and {name!r} of shape {list(v.shape)} '
+                f"from your transform; Ultralytics' pose batch needs [{n}, {k}, 3], one block of points per box"
+            )
+    found[name] = FieldSpec("keypoints", {"boxes": boxes, "k": k})
+    return found, targets
+
+
 class Collate:
     """``make_loader``'s collate: batches read whole pass through already stacked; ``pad`` pads
-    per-sample pairs (a ``transform=``) of different sizes; ``targets`` is ``"auto"`` or ``"yolo"``."""
+    per-sample pairs (a ``transform=``) of different sizes; ``targets`` is ``"auto"`` or ``"yolo"``;
+    ``fields``: the cache's, so that ``"yolo"`` gives the pose batch of pairs whose targets a
+    transform returned (and says so when it dropped the keypoints)."""
 
-    def __init__(self, *, pad: bool = False, targets: str = "auto") -> None:
+    def __init__(self, *, pad: bool = False, targets: str = "auto", fields: dict | None = None) -> None:
         if targets not in COLLATES:
             raise ValueError(f"collate must be one of {', '.join(COLLATES)}, got {targets!r}")
         self.pad, self.targets = pad, targets
+        self.fields = fields  # the cache's fields: what a transform's targets should still carry
 
     def __call__(self, batch: Any) -> Any:
         if isinstance(batch, SampleBatch):
@@ -129,16 +161,18 @@ class Collate:
                 return _fields_batch(batch, self.targets)
             if batch.aux is None:
                 return batch.images, batch.labels
-            if isinstance(batch.aux, dict) and set(batch.aux) == {"sizes"}:  # variable-sized samples, already padded: as pad_collate gives
+            if isinstance(batch.aux, dict) and set(batch.aux) == {
+                "sizes"
+            }:  # variable-sized samples, already padded: as pad_collate gives
                 return batch.images, batch.labels, batch.aux["sizes"]
             return batch.images, batch.labels, batch.aux
         if batch and isinstance(batch[0], tuple) and isinstance(batch[0][0], torch.Tensor):
             hw = [tuple(b[0].shape[-2:]) for b in batch]
             if self.pad:
                 images, _, sizes = pad_collate([(b[0], 0) for b in batch])
-                return images, _pairs_targets([b[1] for b in batch], self.targets, hw), sizes
+                return images, _pairs_targets([b[1] for b in batch], self.targets, hw, self.fields), sizes
             images = stack_images([b[0] for b in batch])
-            return images, _pairs_targets([b[1] for b in batch], self.targets, hw)
+            return images, _pairs_targets([b[1] for b in batch], self.targets, hw, self.fields)
         return default_collate(batch)
 
 

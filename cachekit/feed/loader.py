@@ -365,7 +365,7 @@ def make_loader(
         raise TypeError("augment needs a cachekit CachedDataset")
     schedule = AugmentSchedule(augment, min_visibility=min_visibility, check=check) if readable else None
     plan = schedule.upcoming(0) if schedule is not None else None  # the first epoch's: sizes workers
-    collate_fn = Collate(pad=pad, targets=collate)
+    collate_fn = Collate(pad=pad, targets=collate, fields=getattr(dataset, "fields", None))
     if collate == "yolo":
         check_yolo_collate(getattr(dataset, "fields", {}))
     seed_chosen = seed is None
