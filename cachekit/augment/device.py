@@ -9,14 +9,18 @@ Everywhere else (``device="cpu"``, or no device) the very same code runs without
 from __future__ import annotations
 
 import contextlib
+import threading
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 import torch
 
+from ..image.ops import planes_into_hwc
 from .devicework import DeviceWork
 
-__all__ = ["DeviceStage", "check_device"]
+__all__ = ["DeviceStage", "check_device", "channels_last"]
 
 
 def check_device(device: torch.device | str | None) -> torch.device | None:
@@ -42,6 +46,57 @@ def _tensors_in(value) -> Iterator[torch.Tensor]:
     elif isinstance(value, (list, tuple)):
         for v in value:
             yield from _tensors_in(v)
+
+
+#: The dtypes OpenCV merges (torch's own copy takes the rest).
+_MERGED = (torch.uint8, torch.float32)
+
+
+def channels_last(x: torch.Tensor) -> torch.Tensor:
+    """A ``[B, C, H, W]`` batch in channels-last memory, the same values. A CPU batch of planes is
+    interleaved a sample at a time by OpenCV (``image.ops.planes_into_hwc``): torch's copy of a uint8
+    batch runs element by element on the CPU (88 ms for 32 samples of 640 x 640, 3 ms by OpenCV)."""
+    if x.is_contiguous(memory_format=torch.channels_last):
+        return x
+    if x.device.type != "cpu" or x.dtype not in _MERGED or x.shape[1] < 2 or not x.is_contiguous():
+        return x.contiguous(memory_format=torch.channels_last)
+    b, c, h, w = x.shape
+    dst = _blocks.get((b, h, w, c), _numpy_dtype(x.dtype))
+    src = x.numpy()
+    for i in range(b):
+        planes_into_hwc(src[i], dst[i])
+    return torch.from_numpy(dst).permute(0, 3, 1, 2)
+
+
+class _Blocks:
+    """Arrays of a shape handed out again once nothing holds them (a fresh 40 MB batch costs its page
+    faults again each time: as much as the interleaving itself). Each handed-out array is a view whose
+    collection gives its block back; a few blocks are kept."""
+
+    def __init__(self, keep: int = 4) -> None:
+        self.keep, self._free, self._lock = keep, [], threading.Lock()
+
+    def get(self, shape: tuple[int, ...], dtype) -> np.ndarray:
+        with self._lock:
+            found = [k for k, b in enumerate(self._free) if b.shape == shape and b.dtype == dtype]
+            block = self._free.pop(found[0]) if found else None
+        if block is None:
+            block = np.empty(shape, dtype)
+        handle = block.view()
+        weakref.finalize(handle, self._release, block)
+        return handle
+
+    def _release(self, block: np.ndarray) -> None:
+        with self._lock:
+            self._free.append(block)
+            del self._free[: -self.keep]
+
+
+_blocks = _Blocks()
+
+
+def _numpy_dtype(dtype: torch.dtype) -> type:
+    return np.uint8 if dtype == torch.uint8 else np.float32
 
 
 class DeviceStage:
@@ -117,7 +172,7 @@ class DeviceStage:
         x, scaled = self._images(images, work)
         x = self._convert(x, scaled)
         if self.channels_last and x.dim() == 4:
-            x = x.contiguous(memory_format=torch.channels_last)
+            x = channels_last(x)
         return (x, labels, *extra)
 
     # -- the pipeline -------------------------------------------------------------------------

@@ -21,11 +21,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..image.geometry import Affine, warp_mask
-from ..image.ops import hwc_into_planes
+from ..image.ops import hwc_into_planes, planes_as_pixels, planes_into_hwc
 from .draws import uniforms
 from .geometric import check_fill, check_p
 from .protocol import MOSAIC, Geometric
 from .transforms import _size
+from .warpmatrix import resize_hwc
 
 __all__ = [
     "Mosaic",
@@ -33,6 +34,7 @@ __all__ = [
     "mosaic_extras",
     "mosaic_layout",
     "render_canvas",
+    "render_canvas_pixels",
     "canvas_window",
     "render_mask_canvas",
 ]
@@ -172,6 +174,33 @@ def render_canvas(
             hwc_into_planes(part.transpose(1, 2, 0), dst)
         else:
             dst[...] = part
+
+
+def render_canvas_pixels(
+    sources: list, tiles: np.ndarray, regions: np.ndarray, fill: int, out: np.ndarray, origin=(0, 0)
+) -> None:
+    """``render_canvas`` into channels-last ``out [h, w, C]`` (uint8, C > 1): ``sources`` the four
+    images as ``(array, channels_last)`` as stored. Each tile is resized as pixels, all its channels
+    in one call (``warpmatrix.resize_hwc``: ``resize_chw``'s values); a tile of planes at its own
+    size is interleaved straight into the canvas (``cv2.merge``), one of planes to resize is
+    interleaved first; pixels stored channels-last are read as they are, never permuted."""
+    out[...] = fill
+    ox, oy = origin
+    height, width = out.shape[:2]
+    for (src, hwc), tile, (x0, y0, x1, y1) in zip(sources, tiles, regions):
+        a0, b0, a1, b1 = max(x0, ox), max(y0, oy), min(x1, ox + width), min(y1, oy + height)
+        if a1 <= a0 or b1 <= b0:
+            continue
+        h, w = src.shape[:2] if hwc else src.shape[-2:]
+        nh, nw = int(round(h * tile[1, 1])), int(round(w * tile[0, 0]))
+        padw, padh = int(tile[0, 2]), int(tile[1, 2])
+        dst = out[b0 - oy : b1 - oy, a0 - ox : a1 - ox]
+        rows, cols = slice(b0 - padh, b1 - padh), slice(a0 - padw, a1 - padw)
+        if not hwc and (nh, nw) == (h, w):
+            planes_into_hwc(src[:, rows, cols], dst)
+            continue
+        pixels = src if hwc else planes_as_pixels(src)
+        dst[...] = resize_hwc(pixels, (nh, nw))[rows, cols]
 
 
 def canvas_window(

@@ -317,6 +317,9 @@ class _HSV:
     def apply_row(self, chw: np.ndarray, j: int) -> None:
         pixelkernels.hsv(chw, self.gains[j])
 
+    def apply_pixels(self, hwc: np.ndarray, j: int) -> None:
+        pixelkernels.hsv_pixels(hwc, self.gains[j])
+
     def apply_batch(self, x: torch.Tensor) -> torch.Tensor:
         return pixelbatch.hsv(x, self.gains)
 

@@ -14,11 +14,11 @@ import threading
 import numpy as np
 import torch
 
-from ..image.ops import hwc_into_planes
+from ..image.ops import hwc_into_planes, planes_as_pixels
 from .colour import jitter_planes
-from .mosaic import render_canvas
+from .mosaic import render_canvas, render_canvas_pixels
 from .warp import flip_sample, warp_hwc, warp_planes
-from .warpmatrix import resize_chw, warp_sample
+from .warpmatrix import resize_chw, warp_pixels, warp_sample
 
 __all__ = ["SampleWork"]
 
@@ -64,43 +64,70 @@ class SampleWork:
             self.inside = self.inside.tolist()
 
     def run(self, j: int, src: np.ndarray, hwc: bool) -> None:
-        """Sample ``j`` (its stored image ``src``) into its row, then its pixel stage."""
-        self.pixels(j, src, hwc)
+        """Sample ``j`` (its stored image ``src``) into its row, then its pixel stage: the stage's first
+        steps on the sample's channels-last pixels where the work left it so (``apply_pixels``), the
+        rest on the row."""
+        pixels = self.pixels(j, src, hwc)
+        done = 0
+        if pixels is not None:
+            if self.stage is not None:
+                done = self.stage.apply_pixels(pixels, j)
+            hwc_into_planes(pixels, self.out[j])
         if self.stage is not None:
-            self.stage.apply_row(self.out[j], j)
+            self.stage.apply_row(self.out[j], j, done)
 
-    def pixels(self, j: int, src: np.ndarray, hwc: bool) -> None:
+    def _on_pixels(self, j: int, hwc: bool) -> bool:
+        """Whether sample ``j``'s one map runs on channels-last pixels, its result split into the row
+        once after the steps that work on pixels: a mosaic's canvas, pixels stored channels-last, a
+        stage that starts on pixels (RandomHSV); not before ColorJitter (it works on planes)."""
+        if not self.on_threads or self.out.shape[1] not in (3, 4) or self.draws.jitter is not None:
+            return False
+        starts_on_pixels = self.stage is not None and hasattr(self.stage.parts[0], "apply_pixels")
+        return hwc or starts_on_pixels or (self.mosaic is not None and bool(self.mosaic.on[j]))
+
+    def pixels(self, j: int, src: np.ndarray, hwc: bool) -> np.ndarray | None:
         """Sample ``j`` into its row: the crop+resize path, or its one map (a mosaic's canvas first);
-        for the device, its pixel source as it is (a mosaic's canvas)."""
+        for the device, its pixel source as it is (a mosaic's canvas). Returns the sample's
+        channels-last pixels instead when its map left them so (``_on_pixels``), for the caller to
+        finish and split into the row (this thread's scratch: valid until its next sample)."""
         draws, out, mosaic = self.draws, self.out, self.mosaic
         shrink = None
         if self.general is not None and self.general.shrink is not None:
             shrink = self.general.shrink[j]
+        general = self.general is not None and self.general.fast is None
+        on_pixels = general and self._on_pixels(j, hwc)
         if mosaic is not None and mosaic.on[j]:  # the window of its canvas the output sees
             x0, y0, x1, y1 = (int(v) for v in self.general.windows[j])
-            shape = (out.shape[1], y1 - y0, x1 - x0)
-            canvas = _canvas(shape) if self.on_threads else out[j, :, : shape[1], : shape[2]]
-            sources = [_chw(src, hwc)] + [_chw(*self.source(r)) for r in mosaic.rows[j]]
-            render_canvas(
-                sources, mosaic.tiles[j], mosaic.regions[j], mosaic.fill, resize_chw, canvas, (x0, y0)
-            )
-            if not self.on_threads:  # the device warps it
-                return
-            src, hwc = canvas, False
+            sources = [(src, hwc)] + [self.source(r) for r in mosaic.rows[j]]
+            if on_pixels:  # channels-last, all channels of a tile at once
+                src, hwc = _canvas((y1 - y0, x1 - x0, out.shape[1])), True
+                render_canvas_pixels(sources, mosaic.tiles[j], mosaic.regions[j], mosaic.fill, src, (x0, y0))
+            else:
+                shape = (out.shape[1], y1 - y0, x1 - x0)
+                canvas = _canvas(shape) if self.on_threads else out[j, :, : shape[1], : shape[2]]
+                render_canvas([_chw(a, last) for a, last in sources], mosaic.tiles[j], mosaic.regions[j],
+                              mosaic.fill, resize_chw, canvas, (x0, y0))  # fmt: skip
+                if not self.on_threads:  # the device warps it
+                    return None
+                src, hwc = canvas, False
         elif not self.on_threads:
             dst = out[j, :, : self.heights[j], : self.widths[j]]
             if hwc:
                 hwc_into_planes(src, dst)
             else:
                 dst[...] = src
-            return
-        if self.general is None or self.general.fast is not None:
+            return None
+        if not general:
             pre = draws.pre[j] if draws.pre is not None else None
             warp = warp_hwc if hwc else warp_planes
             warp(src, self.boxes[j], self.flips[j], self.inside[j], out[j], draws.fill, pre)
             if self.vflips is not None and self.vflips[j]:
                 flip_sample(out[j], vertical=True)
+        elif on_pixels:
+            pixels = src if hwc else planes_as_pixels(src)
+            return warp_pixels(pixels, self.general.warps[j], out.shape[2:], draws.fill, shrink)
         else:
             warp_sample(src, hwc, self.general.warps[j], out[j], draws.fill, shrink)
         if draws.jitter is not None:
             jitter_planes(out[j], draws.jitter[j], draws.order[j])
+        return None

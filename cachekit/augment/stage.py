@@ -3,8 +3,9 @@
 ``Stage`` is the compiled part of an augment list made of ``cachekit.augment.photometric``
 transforms, each with its own stream of draws. ``Stage.draw`` gives a batch's ``StageDraws``:
 ``apply_row`` runs a sample's chain on its uint8 row in place (the loader's threads, right after
-the warp and ColorJitter), ``apply_batch`` runs every chain on a float batch in torch (the device
-path); the ops that move pixels (RandAugment's shears, translations, rotations) move the sample's
+the warp and ColorJitter; its first steps run on the sample's channels-last pixels before they are
+split into the row, where they can: ``apply_pixels``), ``apply_batch`` runs every chain on a float
+batch in torch (the device path); the ops that move pixels (RandAugment's shears, translations, rotations) move the sample's
 mask (``move_mask``, nearest, 0 where uncovered) and boxes (``move_boxes``, the box round the moved
 corners, clipped, ``min_visibility``) through the very same maps.
 """
@@ -32,9 +33,24 @@ class StageDraws:
     parts: tuple
     out_hw: tuple[int, int]
 
-    def apply_row(self, chw: np.ndarray, j: int) -> None:
-        """Sample ``j``'s chain on its uint8 ``[C, H, W]`` row, in place."""
+    def apply_pixels(self, hwc: np.ndarray, j: int) -> int:
+        """The first steps of sample ``j``'s chain that have a kernel for channels-last pixels
+        (``apply_pixels``: RandomHSV's colour conversions work on pixels), on its uint8 ``[H, W, C]``
+        pixels before they are split into its row, in place; returns how many ran (``apply_row``
+        runs the rest on the row, from there)."""
+        done = 0
         for part in self.parts:
+            kernel = getattr(part, "apply_pixels", None)
+            if kernel is None:
+                break
+            kernel(hwc, j)
+            done += 1
+        return done
+
+    def apply_row(self, chw: np.ndarray, j: int, start: int = 0) -> None:
+        """Sample ``j``'s chain on its uint8 ``[C, H, W]`` row, in place, from its step ``start`` (those
+        before it ran on the pixels: ``apply_pixels``)."""
+        for part in self.parts[start:]:
             part.apply_row(chw, j)
 
     def apply_batch(self, x: torch.Tensor) -> torch.Tensor:

@@ -18,6 +18,8 @@ would cost more than the rest of the sample (measured: 9.5 of 15 ms at 640).
 
 from __future__ import annotations
 
+import threading
+
 import cv2
 import numpy as np
 import torch
@@ -26,7 +28,15 @@ import torch.nn.functional as F
 from ..image.ops import hwc_into_planes
 from .warp import antialiased, resize_weights, warp_batch
 
-__all__ = ["index_matrix", "resize_chw", "warp_sample", "warp_maps_batch", "warp_fast_batch"]
+__all__ = [
+    "index_matrix",
+    "resize_chw",
+    "resize_hwc",
+    "warp_sample",
+    "warp_pixels",
+    "warp_maps_batch",
+    "warp_fast_batch",
+]
 
 
 def index_matrix(matrix: np.ndarray) -> np.ndarray:
@@ -52,10 +62,74 @@ def resize_chw(src: torch.Tensor, hw: tuple[int, int]) -> torch.Tensor:
     return antialiased(src, (oh, ow))
 
 
+def resize_hwc(src: np.ndarray, hw: tuple[int, int]) -> np.ndarray:
+    """``src [h, w, C]`` uint8 pixels resized to ``hw``, ``resize_chw``'s pixels, channels-last:
+    OpenCV's bilinear when enlarging, torch's antialiased kernel (on pixels, its channels-last
+    kernel) when shrinking. ``src`` itself when the size is its own."""
+    oh, ow = int(hw[0]), int(hw[1])
+    h, w = src.shape[:2]
+    if (h, w) == (oh, ow):
+        return src
+    if h <= oh and w <= ow:
+        return cv2.resize(src, (ow, oh), interpolation=cv2.INTER_LINEAR).reshape(oh, ow, -1)
+    resized = antialiased(torch.from_numpy(src).permute(2, 0, 1), (oh, ow)).permute(1, 2, 0)
+    return resized.numpy() if resized.is_contiguous() else np.ascontiguousarray(resized.numpy())
+
+
 def _scaled(matrix: np.ndarray, hw, shrink) -> np.ndarray:
     """The map from the ``shrink``-resized source (its pixels ``hw / shrink`` times larger)."""
     s = np.diag([hw[1] / shrink[1], hw[0] / shrink[0], 1.0])
     return np.asarray(matrix, dtype=np.float64) @ s
+
+
+def _inverse(matrix: np.ndarray) -> tuple[np.ndarray, bool]:
+    """OpenCV's inverse map of pixel indices for ``matrix``, and whether it is affine."""
+    inverse = np.linalg.inv(index_matrix(matrix))
+    return inverse, bool(np.allclose(inverse[2], (0.0, 0.0, 1.0), atol=1e-12))
+
+
+def _warp(image: np.ndarray, inverse: np.ndarray, affine: bool, hw, fill: int, dst=None) -> np.ndarray:
+    oh, ow = hw
+    flags = cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP
+    if affine:
+        return cv2.warpAffine(image, inverse[:2], (ow, oh), dst=dst, flags=flags,
+                              borderMode=cv2.BORDER_CONSTANT, borderValue=(fill,) * 4)  # fmt: skip
+    return cv2.warpPerspective(image, inverse, (ow, oh), dst=dst, flags=flags,
+                               borderMode=cv2.BORDER_CONSTANT, borderValue=(fill,) * 4)  # fmt: skip
+
+
+_local = threading.local()
+
+
+def _scratch(shape: tuple[int, ...]) -> np.ndarray:
+    """This thread's reusable uint8 buffer for a warp's channels-last output (a fresh 640 x 640 x 3
+    array costs its page faults every sample)."""
+    size = int(np.prod(shape))
+    buffer = getattr(_local, "warped", None)
+    if buffer is None or buffer.size < size:
+        buffer = _local.warped = np.empty(size, np.uint8)
+    return buffer[:size].reshape(shape)
+
+
+def warp_pixels(
+    src: np.ndarray, matrix: np.ndarray, out_hw: tuple[int, int], fill: int = 0, shrink=None, into=None
+) -> np.ndarray:
+    """Channels-last ``src [H, W, C]`` (C > 1, rows contiguous) through ``matrix``: one OpenCV warp of
+    all its channels into ``into [h, w, C]`` (a channels-last row) or this thread's scratch, which is
+    returned (valid until the thread's next warp). ``shrink``: as ``warp_sample``."""
+    hw = tuple(src.shape[:2])
+    if shrink is not None and tuple(int(v) for v in shrink) != hw:
+        matrix = _scaled(matrix, hw, shrink)
+        src = resize_hwc(src, (int(shrink[0]), int(shrink[1])))
+    if src.strides[1:] != (src.shape[2] * src.itemsize, src.itemsize):
+        src = np.ascontiguousarray(src)
+    oh, ow = int(out_hw[0]), int(out_hw[1])
+    dst = into if into is not None else _scratch((oh, ow, src.shape[2]))
+    inverse, affine = _inverse(matrix)
+    found = _warp(src, inverse, affine, (oh, ow), fill, dst)
+    if found is not dst:  # OpenCV wrote elsewhere (a buffer it could not take)
+        dst[...] = found.reshape(dst.shape)
+    return dst
 
 
 def warp_sample(
@@ -71,18 +145,8 @@ def warp_sample(
     if shrink is not None and tuple(int(v) for v in shrink) != hw:
         matrix = _scaled(matrix, hw, shrink)
         t, hwc = resize_chw(t, (int(shrink[0]), int(shrink[1]))), False
-    inverse = np.linalg.inv(index_matrix(matrix))
+    inverse, affine = _inverse(matrix)
     oh, ow = out.shape[-2:]
-    flags = cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP
-    affine = np.allclose(inverse[2], (0.0, 0.0, 1.0), atol=1e-12)
-
-    def warp(image, dst=None):
-        if affine:
-            return cv2.warpAffine(image, inverse[:2], (ow, oh), dst=dst, flags=flags,
-                                  borderMode=cv2.BORDER_CONSTANT, borderValue=(fill,) * 4)  # fmt: skip
-        return cv2.warpPerspective(image, inverse, (ow, oh), dst=dst, flags=flags,
-                                   borderMode=cv2.BORDER_CONSTANT, borderValue=(fill,) * 4)  # fmt: skip
-
     planes = t.numpy()
     if not hwc and planes.shape[0] in (3, 4) and not (affine and inverse[0, 1] == 0 and inverse[1, 0] == 0):
         # A map that rotates, shears or bends: OpenCV warps pixels 1.3-4x faster than three planes
@@ -90,11 +154,12 @@ def warp_sample(
         # same values for affine maps. Scales and shifts alone stay plane by plane (0.5 against 0.6 ms).
         src, hwc = cv2.merge(list(planes)), True
     if hwc:  # pixels: one warp of them, then planes
-        warped = warp(np.ascontiguousarray(src))
+        src = np.ascontiguousarray(src)
+        warped = _warp(src, inverse, affine, (oh, ow), fill, _scratch((oh, ow, src.shape[2])))
         hwc_into_planes(warped.reshape(oh, ow, -1), out)
         return
     for c in range(planes.shape[0]):
-        found = warp(np.ascontiguousarray(planes[c]), out[c])
+        found = _warp(np.ascontiguousarray(planes[c]), inverse, affine, (oh, ow), fill, out[c])
         if found.ctypes.data != out[c].ctypes.data:  # OpenCV wrote elsewhere (a row it could not take)
             out[c] = found
 
