@@ -14,7 +14,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..constants import MAX_SIDE
-from ..image.geometry import _clip
 from .catalogue import GEOMETRIC_STEPS  # kept importable from here, where it was
 from .matrices import (
     as_boxes,
@@ -114,37 +113,6 @@ class MapDraws:
                 has = rows >= 0
                 sample[rows[has]], tile[rows[has]] = np.flatnonzero(has), k + 1
         return sample, tile
-
-    def move_boxes(
-        self, boxes: np.ndarray, owner: np.ndarray, min_visibility: float
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """xyxy ``boxes [M, 4]`` of rows ``owner`` through their samples' maps (a mosaic's tiles first,
-        clipped to its canvas): ``(moved float32 [M, 4], keep [M], sample [M])``."""
-        b = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
-        owner = np.asarray(owner, dtype=np.int64)
-        rows = self.mosaic.rows.max(initial=-1) + 1 if self.mosaic is not None else 0
-        sample_of, tile_of = self.rows(max(int(owner.max(initial=-1)) + 1, len(self.matrices), int(rows)))
-        j, t = sample_of[owner], tile_of[owner]
-        keep = np.ones(len(b), dtype=bool)
-        if self.mosaic is not None and len(b):
-            on = self.mosaic.on[j]
-            placed = box_corners(b[on], self.mosaic.tiles[j[on], t[on]])
-            size = self.mosaic.canvas
-            placed, inside = _clip(placed, np.zeros(len(placed)), (size, size), 0.0)
-            b[on] = placed
-            keep[np.flatnonzero(on)[~inside]] = False
-        if self.keep_rects is not None and len(b):
-            centre = box_corners(b, self.keep_maps[j])
-            cx, cy = (centre[:, 0] + centre[:, 2]) / 2, (centre[:, 1] + centre[:, 3]) / 2
-            r = self.keep_rects[j]
-            keep &= np.isnan(r[:, 0]) | ((r[:, 0] < cx) & (cx < r[:, 2]) & (r[:, 1] < cy) & (cy < r[:, 3]))
-        moved = box_corners(b, self.matrices[j]) if len(b) else np.zeros((0, 4))
-        before = (moved[:, 2] - moved[:, 0]) * (moved[:, 3] - moved[:, 1])
-        moved, visible = _clip(moved, before, self.out_size, min_visibility)
-        moved = moved.astype(np.float32)
-        # a box just past the edge clips to a sliver of rounding error (1e-14 px): none once float32
-        visible &= (moved[:, 2] > moved[:, 0]) & (moved[:, 3] > moved[:, 1])
-        return moved, keep & visible, j
 
 
 def draw_maps(

@@ -18,11 +18,13 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..image.geometry import DEFAULT_MIN_VISIBILITY, Affine, move_boxes_flat
+from ..image.geometry import DEFAULT_MIN_VISIBILITY, Affine
 from .catalogue import STEPS
 from .devicework import DeviceWork
 from .draws import uniforms
+from .instances import Instances
 from .maps import MapDraws, draw_maps
+from .matrices import eye
 from .mixing import BatchMix, compile_mixing
 from .mosaic import Mosaic, mosaic_extras, render_mask_canvas
 from .protocol import BATCH, COLOUR, GEOMETRY, MOSAIC, PIXEL, Transform
@@ -52,7 +54,8 @@ class Draws:
 
     ``general``: a list with rotations, affine or perspective maps, vertical flips, zoom-outs, IoU
     crops or mosaics draws one 3x3 map per sample instead (``cachekit.augment.maps``); ``boxes``,
-    ``flips`` and ``pre`` are then unused, and ``box_mover``/``mask_map`` follow the maps.
+    ``flips`` and ``pre`` are then unused. Targets follow ``geometry()`` either way (``move_instances``,
+    ``mask_map``: ``cachekit.augment.instances``).
     """
 
     boxes: np.ndarray
@@ -65,21 +68,26 @@ class Draws:
     source_hw: np.ndarray | None = None
     general: MapDraws | None = None
 
-    def box_mover(self, min_visibility: float):
-        """``move(boxes [M, 4], owner [M]) -> (moved, keep, sample)``: the batch's boxes (box ``m`` of
-        row ``owner[m]`` of the read) through their samples' maps, clipped, ``min_visibility`` kept."""
+    def geometry(self) -> MapDraws:
+        """Each sample's 3x3 map as its targets take it (``augment.instances``): the general maps, or
+        on the crop+resize path each sample's ``affine`` as a matrix."""
         if self.general is not None:
-            return lambda boxes, owner: self.general.move_boxes(boxes, owner, min_visibility)
-        maps = self.maps()
+            return self.general
+        sx, sy, tx, ty = self.maps()
+        m = eye(len(sx))
+        m[:, 0, 0], m[:, 1, 1], m[:, 0, 2], m[:, 1, 2] = sx, sy, tx, ty
+        hw = self.source_hw if self.source_hw is not None else np.zeros((len(sx), 2), np.int64)
+        return MapDraws(m, hw, self.out_size)
 
-        def move(boxes, owner):
-            moved, keep = move_boxes_flat(boxes, owner, maps, self.out_size, min_visibility)
-            return moved, keep, owner
-
-        return move
+    def move_instances(self, instances: Instances, min_visibility: float) -> Instances:
+        """A batch's objects (``Instances``, owned by the rows of the batch's read) through their
+        samples' maps: boxes clipped, those below ``min_visibility`` dropped with their keypoints and
+        labels, each object now owned by the sample it lands in."""
+        return instances.moved(self.geometry(), min_visibility)
 
     def mask_map(self, j: int):
-        """Where sample ``j``'s mask pixels go: an ``Affine``, or its 3x3 map (from its pixel source)."""
+        """Where sample ``j``'s mask pixels go (``instances.move_mask``): an ``Affine`` on the
+        crop+resize path (its masks are sampled row by row, as its pixels), else its 3x3 map."""
         return self.general.matrices[j] if self.general is not None else self.affine(j)
 
     def maps(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

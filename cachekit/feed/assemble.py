@@ -22,7 +22,6 @@ import cv2
 import numpy as np
 import torch
 
-from ..augment.keypoints import keypoint_mover, move_stage_points
 from ..augment.plan import Plan
 from ..augment.warp import single_threaded_torch
 from ..errors import CacheError
@@ -31,7 +30,7 @@ from ..store.encoding import decode_sample, read_raw
 from .batch import SampleBatch
 from .prefetch import READ_TIMEOUT_SECONDS, ReadTimeout
 from .rows import Rows, draw_batch, read_indices
-from .targets import box_keys, move_boxes_of_batch, sample_target
+from .targets import box_keys, move_boxes_of_batch, sample_target, stage_targets
 
 __all__ = ["BatchRequest", "run_chunks", "assemble"]
 
@@ -387,11 +386,11 @@ def assemble(
     run_chunks(n, request.threads, work, request.timeout)
     if whole and early is not None:  # read before the draws (an IoU crop's): moved now
         targets = early
-        move_boxes_of_batch(dataset.fields, targets, draws.box_mover(visibility), keypoint_mover(draws))
+        move_boxes_of_batch(dataset.fields, targets, draws, visibility)
     elif whole:
         targets = dataset.batch_targets(indices, readers, local, draws, visibility)
     elif values is not None and draws is not None:
-        move_boxes_of_batch(dataset.fields, targets, draws.box_mover(visibility), keypoint_mover(draws))
+        move_boxes_of_batch(dataset.fields, targets, draws, visibility)
     targets = targets[:n]
     labels = labels[:n]
     keys = (
@@ -400,8 +399,7 @@ def assemble(
         else []
     )
     if stage is not None and (values is not None or whole) and keys:
-        move_stage_points(stage, targets, _point_pairs(dataset), visibility)
-        stage.move_boxes(targets, keys, visibility)
+        stage_targets(dataset.fields, targets, stage, visibility)
     mix = None
     ops = plan.draw_batch_ops(request.seed, request.epoch, request) if draws is not None else None
     if ops is not None and on_threads:  # the user's BatchOps listed before MixUp / CutMix

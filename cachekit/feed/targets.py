@@ -20,11 +20,10 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from ..augment.keypoints import keypoint_mover
+from ..augment.instances import Instances, move_mask, sample_geometry
 from ..errors import CacheError
-from ..image.geometry import Affine, move_boxes, warp_mask, warp_mask_map
+from ..image.geometry import Affine
 from ..store.fields import FieldSpec, decode_mask
-from ..store.fields.base import row_spans
 
 __all__ = [
     "COLLATES",
@@ -35,6 +34,8 @@ __all__ = [
     "sample_target",
     "move_target",
     "move_boxes_of_batch",
+    "stage_targets",
+    "instances_of",
     "box_keys",
     "collate_targets",
     "yolo_rows",
@@ -202,8 +203,6 @@ def batch_targets(
         return out
     for _, column, rows, samples, memo in groups:
         check_classes(boxes, column, rows, samples, classes, memo, shape=shape)
-    move = draws.box_mover(min_visibility) if draws is not None else None
-    points_move = keypoint_mover(draws) if draws is not None else None
     for name, spec in boxes.items():
         owners, parts = [], []
         for pos, column, rows, samples, memo in groups:
@@ -218,7 +217,7 @@ def batch_targets(
             found = [kspec.handler.gather(kp, kspec.params, g[1], g[2], g[3], g[4])[1] for g in groups]
             stacked = np.concatenate(found) if found else np.zeros((0, kspec.params["k"], 3), np.float32)
             points.append((kp, stacked[order], kspec.params.get("flip_idx")))
-        _place_boxes(out, name, flat, owner[order], move, points, points_move)
+        _place_boxes(out, name, Instances(*flat, owner[order], tuple(points)), draws, min_visibility)
     keys = [
         key for name, spec in fields.items() for key in (box_keys(name) if spec.kind == "boxes" else (name,))
     ]
@@ -252,25 +251,56 @@ def move_target(
     mask_out: dict[str, np.ndarray] | None = None,
     boxes: bool = True,
 ) -> dict:
-    """A sample's target after its pixels went through ``affine`` into ``out_hw``; masks are written
-    into ``mask_out[name]`` when given (a row of the batch's mask buffer). ``boxes=False`` leaves the
-    boxes for ``move_boxes_of_batch``. ``affine`` may be a 3x3 map (masks only: its boxes move with
-    the batch's, ``boxes=False``)."""
+    """A sample's target after its pixels went through ``affine`` (an ``Affine`` or a 3x3 map) into
+    ``out_hw``, by the carrier's movers (``augment.instances``); masks are written into
+    ``mask_out[name]`` when given (a row of the batch's mask buffer). ``boxes=False`` leaves the
+    boxes and their keypoints for ``move_boxes_of_batch``."""
     out = dict(target)
     for name, spec in fields.items():
         if spec.kind == "boxes" and boxes:
-            b, c, k = box_keys(name)
-            moved = move_boxes(
-                {"boxes": target[b], "c": target[c], "k": target[k]}, affine, out_hw, min_visibility
-            )
-            out[b], out[c], out[k] = moved["boxes"], moved["c"], moved["k"]
+            instances = instances_of(fields, target, name).moved(sample_geometry(affine, out_hw), min_visibility)
+            _write_back(out, fields, name, instances, type(target[box_keys(name)[0]]))
         elif spec.kind == "mask":
             dst = mask_out.get(name) if mask_out else None
-            if isinstance(affine, np.ndarray):
-                out[name] = warp_mask_map(target[name], affine, out_hw, fill=0, out=dst)
-            else:
-                out[name] = warp_mask(target[name], affine, out_hw, fill=0, out=dst)
+            out[name] = move_mask(target[name], affine, out_hw, dst)
     return out
+
+
+def instances_of(fields: dict[str, FieldSpec], target: dict, name: str, owner: int = 0) -> Instances:
+    """A sample's objects of boxes field ``name`` (and its keypoints fields) as the carrier holds them."""
+    b, c, k = box_keys(name)
+    boxes = np.asarray(target[b])
+    points = tuple(
+        (kp, np.asarray(target[kp]).reshape(len(boxes), ks.params["k"], 3), ks.params.get("flip_idx"))
+        for kp, ks in keypoint_fields(fields, name)
+        if kp in target
+    )
+    owners = np.full(len(boxes), owner, np.int64)
+    return Instances(boxes, np.asarray(target[c]), np.asarray(target[k]), owners, points)
+
+
+def _write_back(target: dict, fields: dict[str, FieldSpec], name: str, instances: Instances, kind) -> None:
+    """``instances`` into a sample's target dict as its fields' keys, as tensors or arrays (``kind``)."""
+    parts = [*zip(box_keys(name), (instances.boxes, instances.classes, instances.iscrowd)),
+             *((kp, p) for kp, p, _ in instances.points)]  # fmt: skip
+    for key, value in parts:
+        value = np.ascontiguousarray(value)
+        target[key] = torch.from_numpy(value) if kind is torch.Tensor else value
+
+
+def stage_targets(fields: dict[str, FieldSpec], targets: list[dict], stage, min_visibility: float) -> None:
+    """Each sample's objects through the per-sample stage's maps (RandAugment's shears,
+    translations, rotations: ``stage.matrices(j)``, 2x3 maps of pixel indices), in place: boxes
+    clipped and dropped below ``min_visibility`` with their labels and keypoints."""
+    for j, target in enumerate(targets):
+        maps = stage.matrices(j)
+        if not maps:
+            continue
+        for name, spec in fields.items():
+            if spec.kind == "boxes":
+                kind = type(target[box_keys(name)[0]])
+                staged = instances_of(fields, target, name).staged(maps, stage.out_hw, min_visibility)
+                _write_back(target, fields, name, staged, kind)
 
 
 def keypoint_fields(fields: dict[str, FieldSpec], boxes: str) -> list[tuple[str, FieldSpec]]:
@@ -278,54 +308,40 @@ def keypoint_fields(fields: dict[str, FieldSpec], boxes: str) -> list[tuple[str,
     return [(n, s) for n, s in fields.items() if s.kind == "keypoints" and s.params["boxes"] == boxes]
 
 
-def move_boxes_of_batch(fields: dict[str, FieldSpec], targets: list[dict], move, points_move=None) -> None:
-    """Every boxes field of a batch's targets through each sample's map (``Draws.box_mover``), in
-    place, all at once; boxes of a mosaic's extra rows go to the samples they are drawn into. Their
-    keypoints go with them (``points_move``: ``cachekit.augment.keypoints.keypoint_mover``)."""
+def move_boxes_of_batch(
+    fields: dict[str, FieldSpec], targets: list[dict], draws, min_visibility: float = 0.0
+) -> None:
+    """Every boxes field of a batch's targets through each sample's map (``draws.move_instances``),
+    in place, all at once; boxes of a mosaic's extra rows go to the samples they are drawn into,
+    their labels and keypoints with them."""
     if not targets:
         return
     for name, spec in fields.items():
         if spec.kind != "boxes":
             continue
-        keys = box_keys(name)
-        counts = [len(t[keys[0]]) for t in targets]
-        flat = [np.concatenate([np.asarray(t[key]) for t in targets]) for key in keys]
-        owner = np.repeat(np.arange(len(targets)), counts)
-        points = [
-            (kp, np.concatenate([np.asarray(t[kp]).reshape(-1, ks.params["k"], 3) for t in targets]),
-             ks.params.get("flip_idx"))
-            for kp, ks in keypoint_fields(fields, name)
-        ]  # fmt: skip
-        _place_boxes(targets, name, flat, owner, move, points, points_move)
+        parts = [instances_of(fields, t, name, j) for j, t in enumerate(targets)]
+        points = tuple(
+            (kp, np.concatenate([p.points[i][1] for p in parts]), flip_idx)
+            for i, (kp, _, flip_idx) in enumerate(parts[0].points)
+        )
+        flat = Instances(
+            *(np.concatenate([getattr(p, a) for p in parts]) for a in ("boxes", "classes", "iscrowd", "owner")),
+            points,
+        )
+        _place_boxes(targets, name, flat, draws, min_visibility)
 
 
-def _place_boxes(
-    targets: list[dict],
-    name: str,
-    flat: list[np.ndarray],
-    owner: np.ndarray,
-    move,
-    points=(),
-    points_move=None,
-) -> None:
-    """A boxes field of a whole batch, ``flat`` (boxes, classes, iscrowd back to back in the batch's
-    order, box ``m`` of row ``owner[m]``), moved by ``move`` when given (``Draws.box_mover``: one set
-    of array operations for every box; it says which sample each box lands in), into each sample's
-    target as tensors of its own (none can grow into the next sample's). ``points``: its keypoints
-    fields, ``(name, [M, K, 3], flip_idx)``, moved by ``points_move`` and kept with their boxes."""
-    if move is not None:
-        read_owner = owner
-        moved, keep, owner = move(flat[0], owner)
-        flat, owner = [moved[keep], flat[1][keep], flat[2][keep]], owner[keep]
-        points = [
-            (kp, (points_move(p, read_owner, f) if points_move is not None else p)[keep], f)
-            for kp, p, f in points
-        ]
-        order = np.argsort(owner, kind="stable")  # a mosaic's boxes: its own, then its tiles'
-        flat, owner = [f[order] for f in flat], owner[order]
-        points = [(kp, p[order], f) for kp, p, f in points]
-    spans = row_spans(np.bincount(owner, minlength=len(targets)))
-    for key, values in [*zip(box_keys(name), flat), *((kp, p) for kp, p, _ in points)]:
+def _place_boxes(targets: list[dict], name: str, instances: Instances, draws, min_visibility: float) -> None:
+    """A boxes field of a whole batch (``instances``: back to back in the batch's order, object ``m``
+    of row ``owner[m]``), moved by ``draws`` when given (``Draws.move_instances``: one set of array
+    operations for every object; it says which sample each lands in), into each sample's target as
+    tensors of its own (none can grow into the next sample's)."""
+    if draws is not None:
+        instances = draws.move_instances(instances, min_visibility)
+    spans = instances.spans(len(targets))
+    parts = [*zip(box_keys(name), (instances.boxes, instances.classes, instances.iscrowd)),
+             *((kp, p) for kp, p, _ in instances.points)]  # fmt: skip
+    for key, values in parts:
         values = np.ascontiguousarray(values)
         for t, (a, b) in zip(targets, spans):
             t[key] = torch.from_numpy(values[a:b])

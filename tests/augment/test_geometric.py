@@ -19,6 +19,7 @@ from cachekit.augment.geometric import (
     RandomVerticalFlip,
     RandomZoomOut,
 )
+from cachekit.augment.instances import move_boxes
 from cachekit.augment.mosaic import Mosaic, canvas_window, render_canvas
 from cachekit.augment.plan import compile_plan
 from cachekit.augment.transforms import CenterCrop, Letterbox, RandomHorizontalFlip, RandomResizedCrop, Resize
@@ -240,7 +241,7 @@ def test_iou_crops_keep_a_box_centre_with_enough_overlap_and_drop_the_others():
         x0, y0, x1, y1 = rects[j]
         inside = (x0 < cx) & (cx < x1) & (y0 < cy) & (cy < y1)
         assert inside.any()
-        moved, keep, owner = g.move_boxes(b, np.full(3, j), 0.0)
+        moved, keep, owner = move_boxes(b, np.full(3, j), g, 0.0)
         assert np.array_equal(keep, inside & keep) and (owner == j).all()  # centres outside: dropped
         scale = [(x1 - x0) / 50, (y1 - y0) / 50]
         assert np.allclose(moved[keep][:, :2] * scale, np.maximum(b[keep][:, :2] - [x0, y0], 0), atol=1e-3)
@@ -373,7 +374,7 @@ def test_a_mosaic_s_boxes_are_its_tiles_cut_at_the_canvas_s_edges():
     rows = g.mosaic.rows
     owner = np.concatenate([[j, *rows[j]] for j in range(n)])
     boxes = np.array([[0, 0, w, h] for _ in range(n) for h, w in sizes], np.float64)
-    moved, keep, sample = g.move_boxes(boxes, owner, 0.0)
+    moved, keep, sample = move_boxes(boxes, owner, g, 0.0)
     assert keep.all() and np.array_equal(sample, np.repeat(np.arange(n), 4))
     want = 0.4 * g.mosaic.regions.reshape(-1, 4) + 0.1 * s
     assert np.allclose(moved, want, atol=1e-3)
@@ -834,7 +835,7 @@ def test_a_box_just_past_the_edge_is_dropped_not_kept_as_a_zero_width_sliver():
     plan = compile_plan([RandomZoomOut(p=1.0), RandomResizedCrop(50, scale=(0.05, 0.3))], min_visibility=0.0)
     n = 400
     draws = plan.draw(0, 0, np.arange(n), [100] * n, [100] * n)
-    moved, keep, _ = draws.box_mover(0.0)(np.array([[20.0, 20.0, 60.0, 50.0]] * n), np.arange(n))
+    moved, keep, _ = move_boxes(np.array([[20.0, 20.0, 60.0, 50.0]] * n), np.arange(n), draws.geometry(), 0.0)
     assert keep.sum() > 50
     assert (moved[keep, 2] > moved[keep, 0]).all() and (moved[keep, 3] > moved[keep, 1]).all()
 

@@ -4,6 +4,8 @@ how boxes, masks and the other fields come out per sample and collated, and Ultr
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -189,21 +191,17 @@ def test_a_stored_image_class_just_past_either_end_is_refused(bad):
 
 
 class _Mover:
-    """A box mover as ``Draws.box_mover`` gives: each box shifted right by its sample's place, the
-    boxes of sample 1 dropped; records the ``min_visibility`` it was made with."""
-
-    general = None  # no general maps: the points' mover would read the maps (no keypoints here)
+    """Draws that move a batch's objects (``Draws.move_instances``): each box shifted right by its
+    sample's place, the objects of sample 1 dropped; records the ``min_visibility`` it was asked for."""
 
     def __init__(self):
         self.seen = []
 
-    def box_mover(self, min_visibility):
+    def move_instances(self, instances, min_visibility):
         self.seen.append(min_visibility)
-
-        def move(boxes, owner):
-            return boxes + owner[:, None].astype(np.float32), owner != 1, owner
-
-        return move
+        owner = instances.owner
+        shifted = dataclasses.replace(instances, boxes=instances.boxes + owner[:, None].astype(np.float32))
+        return shifted.select(owner != 1)
 
 
 @pytest.mark.parametrize("memo", [None, dict], ids=["no memo", "memo"])
@@ -252,10 +250,11 @@ def test_a_batch_reads_a_shards_columns_once_with_its_memo():
 
 
 class _Tiles(_Mover):
-    """A mover that sends each sample's boxes to another sample (as a mosaic's tiles go), all kept."""
+    """Draws that send each sample's objects to another sample (as a mosaic's tiles go), all kept."""
 
-    def box_mover(self, min_visibility):
-        return lambda boxes, owner: (boxes, np.ones(len(owner), bool), 7 - owner)
+    def move_instances(self, instances, min_visibility):
+        moved = dataclasses.replace(instances, owner=7 - instances.owner)
+        return moved.select(np.argsort(moved.owner, kind="stable"))
 
 
 def test_batch_boxes_keep_each_samples_stored_order_among_many():
@@ -285,7 +284,9 @@ def test_batch_boxes_keep_each_samples_stored_order_among_many():
 def test_move_boxes_of_batch_moves_each_samples_boxes_into_its_own_tensors():
     fields = {"text": TEXT, "boxes": BOXES}
     targets = [T.sample_target(fields, s, "") for s in SAMPLES]
-    T.move_boxes_of_batch(fields, targets, _Mover().box_mover(0.5))
+    mover = _Mover()
+    T.move_boxes_of_batch(fields, targets, mover, 0.5)
+    assert mover.seen == [0.5]
     for j, (t, s) in enumerate(zip(targets, SAMPLES)):
         n = 0 if j == 1 else len(s["boxes"]["boxes"])
         assert t["boxes"].shape == (n, 4) and t["text"] == s["text"]

@@ -1,0 +1,188 @@
+"""The one target carrier: a batch's objects moved together through each sample's map, one mover per kind."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from cachekit.augment.instances import Instances, move_boxes, move_mask, move_points, sample_geometry
+from cachekit.augment.maps import MapDraws
+from cachekit.augment.plan import compile_plan
+from cachekit.augment.transforms import RandomHorizontalFlip, RandomResizedCrop, Resize
+from cachekit.image.geometry import Affine
+
+FLIP_IDX = [1, 0, 2]  # left, right, centre
+
+
+def _maps(*matrices, out=(100, 200)) -> MapDraws:
+    m = np.stack([np.asarray(x, dtype=np.float64) for x in matrices])
+    return MapDraws(m, np.zeros((len(m), 2), np.int64), out)
+
+
+def _shift(dx=0.0, dy=0.0, sx=1.0, sy=1.0):
+    return [[sx, 0, dx], [0, sy, dy], [0, 0, 1]]
+
+
+def _objects(owner, points=True) -> Instances:
+    n = len(owner)
+    boxes = np.array([[10 + i, 20, 30 + i, 40] for i in range(n)], np.float32)
+    p = np.zeros((n, 3, 3), np.float32)
+    p[:, :, 0] = [[12, 28, 20]] * n  # left, right, centre
+    p[:, :, 1] = 30
+    p[:, :, 2] = 2
+    return Instances(
+        boxes,
+        np.arange(n) + 100,
+        np.arange(n) % 2,
+        np.asarray(owner, np.int64),
+        (("keypoints", p, FLIP_IDX),) if points else (),
+    )
+
+
+def test_select_takes_every_part_of_each_object():
+    objects = _objects([0, 1, 1])
+    kept = objects.select(np.array([True, False, True]))
+    assert len(kept) == 2 and kept.boxes[:, 0].tolist() == [10, 12]
+    assert kept.classes.tolist() == [100, 102] and kept.iscrowd.tolist() == [0, 0] and kept.owner.tolist() == [0, 1]
+    assert kept.points[0][0] == "keypoints" and kept.points[0][2] == FLIP_IDX and kept.points[0][1].shape == (2, 3, 3)
+
+
+def test_objects_move_through_their_own_samples_map_scaled_and_shifted():
+    g = _maps(_shift(5, -3), _shift(0, 0, 2, 0.5))
+    moved = _objects([1, 0]).moved(g, 0.0)
+    # sorted by sample: object 1 (of sample 0) first
+    assert moved.owner.tolist() == [0, 1] and moved.classes.tolist() == [101, 100]
+    assert moved.boxes.dtype == np.float32
+    assert moved.boxes.tolist() == [[16, 17, 36, 37], [20, 10, 60, 20]]
+    points = moved.points[0][1]
+    assert points.dtype == np.float32
+    assert points[0, :, :2].tolist() == [[17, 27], [33, 27], [25, 27]]
+    assert points[1, :, :2].tolist() == [[24, 15], [56, 15], [40, 15]]
+    assert (points[..., 2] == 2).all()  # all inside: visibility kept
+
+
+def test_a_box_keeping_too_little_is_dropped_with_its_labels_and_keypoints():
+    # box 0 keeps 10 of its 20 px width (0.5), box 1 all of it: 200 px wide output
+    objects = Instances(
+        np.array([[190, 0, 210, 10], [0, 0, 20, 10]], np.float32),
+        np.array([7, 8]),
+        np.array([1, 0]),
+        np.array([0, 0]),
+        (("keypoints", np.ones((2, 3, 3), np.float32), FLIP_IDX),),
+    )
+    g = _maps(_shift())
+    assert len(objects.moved(g, 0.5)) == 2  # exactly the share asked for: kept
+    kept = objects.moved(g, 0.51)
+    assert kept.classes.tolist() == [8] and kept.iscrowd.tolist() == [0] and kept.points[0][1].shape == (1, 3, 3)
+    clipped = objects.moved(g, 0.0)
+    assert clipped.boxes[0].tolist() == [190, 0, 200, 10]  # clipped to the output
+
+
+def test_a_box_moved_wholly_outside_is_dropped_even_with_no_min_visibility():
+    kept = _objects([0, 0]).moved(_maps(_shift(-500)), 0.0)
+    assert len(kept) == 0 and kept.points[0][1].shape == (0, 3, 3)
+
+
+def test_points_outside_the_output_get_visibility_zero_and_are_clipped():
+    p = np.array([[[-5, 10, 2], [50, 50, 1], [250, 120, 2]]], np.float32)
+    moved = move_points(p, np.array([0]), _maps(_shift()))
+    assert moved[0].tolist() == [[0, 10, 0], [50, 50, 1], [200, 100, 0]]
+
+
+def test_a_mirror_swaps_left_and_right_by_flip_idx_and_only_a_mirror():
+    p = np.array([[[10, 5, 2], [30, 5, 1], [20, 5, 2]]], np.float32)
+    hflip = _maps([[-1, 0, 200], [0, 1, 0], [0, 0, 1]])
+    moved = move_points(p, np.array([0]), hflip, FLIP_IDX)
+    # the left point (10) lands at 190 and becomes the right one; the right (30 -> 170) the left one
+    assert moved[0].tolist() == [[170, 5, 1], [190, 5, 2], [180, 5, 2]]
+    vflip = _maps([[1, 0, 0], [0, -1, 100], [0, 0, 1]])
+    assert move_points(p, np.array([0]), vflip, FLIP_IDX)[0, :, 0].tolist() == [30, 10, 20]
+    both = _maps([[-1, 0, 200], [0, -1, 100], [0, 0, 1]])  # a half turn mirrors nothing
+    assert move_points(p, np.array([0]), both, FLIP_IDX)[0, :, 0].tolist() == [190, 170, 180]
+    assert move_points(p, np.array([0]), hflip, None)[0, :, 0].tolist() == [190, 170, 180]  # no flip_idx
+
+
+def test_a_point_past_a_perspective_horizon_is_not_visible():
+    m = [[1, 0, 0], [0, 1, 0], [-0.01, 0, 1]]  # w = 1 - x / 100: the horizon at x = 100
+    p = np.array([[[50, 10, 2], [150, 10, 2], [20, 10, 2]]], np.float32)
+    moved = move_points(p, np.array([0]), _maps(m))
+    assert moved[0, :, 2].tolist() == [2, 0, 2]
+    assert moved[0, 0, :2].tolist() == [100, 20]  # divided through: (50, 10) / 0.5
+    boxes, keep, _ = move_boxes(np.array([[40, 0, 160, 20]]), np.array([0]), _maps(m), 0.0)
+    assert not keep[0]  # a box with a corner past the horizon frames nothing
+
+
+def test_objects_of_the_same_sample_keep_their_order_after_those_of_earlier_samples():
+    g = _maps(_shift(), _shift(), _shift())
+    moved = _objects([2, 0, 2, 1, 0]).moved(g, 0.0)
+    assert moved.owner.tolist() == [0, 0, 1, 2, 2]
+    assert moved.classes.tolist() == [101, 104, 103, 100, 102]
+    assert moved.spans(3) == [(0, 2), (2, 3), (3, 5)]
+    assert moved.spans(4) == [(0, 2), (2, 3), (3, 5), (5, 5)]
+
+
+def test_the_stage_maps_move_boxes_and_points_in_pixel_indices_and_drop_together():
+    objects = _objects([0, 0, 0])
+    assert objects.staged([], (100, 200), 0.5) is objects  # no map: as they were
+    right = np.array([[1.0, 0, 170], [0, 1, 0]])  # 170 px right in pixel indices: 0.5 px either way cancels
+    staged = objects.staged([right], (100, 200), 0.5)
+    # boxes 10-30, 11-31, 12-32 go to 180-200, 181-201, 182-202 of a 200 px row: 20, 19 and 18 px of 20 stay
+    assert staged.classes.tolist() == [100, 101, 102] and staged.boxes[:, 2].tolist() == [200, 200, 200]
+    twice = objects.staged([right, np.array([[1.0, 0, 1], [0, 1, 0]])], (100, 200), 0.5)
+    # a second px right, of the boxes the first one clipped at 200: each keeps all but 1 px
+    assert twice.boxes[:, 0].tolist() == [181, 182, 183]
+    dropped = objects.staged([np.array([[1.0, 0, 175], [0, 1, 0]])], (100, 200), 0.5)
+    # 175 px right: 15, 14 and 13 px of 20 stay (0.75, 0.7, 0.65): all kept at 0.5; at 0.7 the last one
+    # goes, with its label and points
+    assert len(dropped) == 3
+    strict = objects.staged([np.array([[1.0, 0, 175], [0, 1, 0]])], (100, 200), 0.7)
+    assert strict.classes.tolist() == [100, 101] and strict.points[0][1].shape == (2, 3, 3)
+    assert strict.points[0][1][:, :, 0].tolist() == [[187, 200, 195], [187, 200, 195]]
+    assert strict.points[0][1][:, :, 2].tolist() == [[2, 0, 2], [2, 0, 2]]  # 203: outside
+    mirror = objects.staged([np.array([[-1.0, 0, 199], [0, 1, 0]])], (100, 200), 0.0)
+    assert mirror.points[0][1][0, :, 0].tolist() == [172, 188, 180]  # swapped by flip_idx
+
+
+def test_a_mask_moves_nearest_by_affine_or_by_map_zero_outside():
+    mask = (np.arange(4 * 6).reshape(4, 6) % 7 + 1).astype(np.uint8)
+    shifted = np.zeros_like(mask)
+    shifted[:, 2:] = mask[:, :-2]
+    for where in (Affine(1.0, 1.0, 2.0, 0.0), np.array(_shift(2))):
+        assert np.array_equal(move_mask(mask, where, (4, 6)), shifted)
+    out = np.full((8, 12), 9, np.uint8)
+    doubled = move_mask(mask, Affine(2.0, 2.0), (8, 12), out)
+    assert doubled is out and np.array_equal(out, mask.repeat(2, 0).repeat(2, 1))
+    mirrored = move_mask(mask, np.array([[-1.0, 0, 6], [0, 1, 0], [0, 0, 1]]), (4, 6))
+    assert np.array_equal(mirrored, mask[:, ::-1])
+
+
+def test_one_samples_geometry_from_an_affine_or_a_map():
+    g = sample_geometry(Affine(2.0, 0.5, 3.0, -1.0), (10, 20))
+    assert g.out_size == (10, 20) and g.matrices.shape == (1, 3, 3)
+    assert g.matrices[0].tolist() == [[2, 0, 3], [0, 0.5, -1], [0, 0, 1]]
+    m = np.array([[0, -1, 10], [1, 0, 0], [0, 0, 1]], np.float64)
+    assert np.array_equal(sample_geometry(m, (4, 5)).matrices[0], m)
+
+
+@pytest.mark.parametrize(
+    "steps", [[RandomResizedCrop(24), RandomHorizontalFlip()], [Resize((40, 30)), RandomHorizontalFlip(1.0)]]
+)
+def test_the_crop_paths_maps_move_objects_as_each_samples_affine(steps):
+    """On the crop+resize path the carrier takes each sample's ``affine`` as its 3x3 map: boxes and
+    points land where that affine sends them, a mirror swaps them."""
+    n = 12
+    plan = compile_plan(steps)
+    draws = plan.draw(4, 1, np.arange(n), np.full(n, 50), np.full(n, 70))
+    objects = _objects(list(range(n)))
+    moved = draws.move_instances(objects, 0.0)
+    for k, j in enumerate(moved.owner.tolist()):
+        a = draws.affine(j)
+        i = int(np.flatnonzero(objects.classes == moved.classes[k])[0])
+        x = np.sort(objects.boxes[i, [0, 2]] * a.sx + a.tx).clip(0, draws.out_size[1])
+        assert np.allclose(moved.boxes[k, [0, 2]], x, atol=1e-4)
+        px = objects.points[0][1][i, :, 0] * a.sx + a.tx
+        if a.sx < 0:
+            px = px[FLIP_IDX]
+        assert np.allclose(moved.points[0][1][k, :, 0], px.clip(0, draws.out_size[1]), atol=1e-4)
+    if steps[-1].p == 1.0:
+        assert draws.flips.all()
