@@ -186,3 +186,17 @@ def test_the_crop_paths_maps_move_objects_as_each_samples_affine(steps):
         assert np.allclose(moved.points[0][1][k, :, 0], px.clip(0, draws.out_size[1]), atol=1e-4)
     if steps[-1].p == 1.0:
         assert draws.flips.all()
+
+
+def test_on_the_crop_path_a_box_just_past_the_edge_is_dropped_not_kept_zero_wide():
+    """A stored box may reach a pixel past its image (``[W, y0, W + 1, y1]``): resized from 94 to 48
+    columns its left edge lands at 47.99999999999999, clipped to a sliver of 1e-14 px that is 0 px
+    wide once float32; the general maps dropped it, and now the crop path does too."""
+    draws = compile_plan([Resize((48, 48))], min_visibility=0.0).draw(0, 0, [0], [60], [94])
+    assert draws.general is None and draws.out_size == (48, 48)
+    objects = Instances(
+        np.array([[94, 10, 95, 20], [40, 10, 94, 20]], np.float32), np.array([3, 4]), np.zeros(2), np.zeros(2, np.int64)
+    )
+    moved = draws.move_instances(objects, 0.0)
+    assert moved.classes.tolist() == [4]
+    assert (moved.boxes[:, 2] > moved.boxes[:, 0]).all()
