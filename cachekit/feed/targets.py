@@ -3,9 +3,11 @@
 A sample's target is its class (an int) in a classification cache, and otherwise a dict of its
 fields (``cachekit.store.fields``): ``boxes`` (float32 ``[N, 4]`` xyxy) with ``classes`` and
 ``iscrowd``, ``mask`` (uint8 ``[H, W]``), ``labels`` (int64 class indices), ``text`` (str), ``label``
-(int), arrays by their names. When a batch is augmented, each sample's boxes and mask go through the
-very map its pixels went through (``cachekit.image.geometry``): boxes clipped and dropped below
-``min_visibility``, masks sampled nearest with 0 outside the image.
+(int), arrays by their names. When a batch is augmented, each sample's boxes, keypoints and mask go
+through the very map its pixels went through, by the one target carrier and its movers
+(``cachekit.augment.instances``: the stored fields are converted to ``Instances`` and back): boxes
+clipped and dropped below ``min_visibility`` with their labels and keypoints, masks sampled nearest
+with 0 outside the image.
 
 Batches come as torchvision's detection models take them: a list of per-sample dicts when any
 field varies in size from sample to sample (boxes, classes, text), else a dict of stacked tensors
@@ -182,8 +184,8 @@ def batch_targets(
 
     ``groups``: per shard of the batch, ``(positions in the batch, column reader, rows, samples,
     memo)``. Boxes stay flat, as the shards store them: each shard's rows gathered at once, every
-    box of the batch moved in one set of array operations (``move_boxes_flat``), then cut into
-    per-sample tensors; other fields are read per sample (``read_values``).
+    object of the batch (``augment.instances.Instances``: boxes, labels, keypoints) moved in one set
+    of array operations (``Draws.move_instances``), then cut into per-sample tensors; other fields are read per sample (``read_values``).
     """
     boxes = {name: spec for name, spec in fields.items() if spec.kind == "boxes"}
     others = {name: spec for name, spec in fields.items() if spec.kind not in ("boxes", "keypoints")}
