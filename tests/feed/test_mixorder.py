@@ -152,3 +152,42 @@ def test_a_position_of_the_lazy_order_costs_a_chunk_not_the_epoch(monkeypatch):
         lazy = MixedOrder(sources, [0.6, 0.4], 5_003, 7, 2)
         assert lazy.at(positions).tolist() == whole[positions].tolist()
         assert 0 < sum(drawn) <= 2 * 97, (positions, sum(drawn))
+
+
+@pytest.mark.parametrize("seed", [-1, -(2**63), 2**64 - 1])
+def test_a_negative_seed_orders_as_the_seed_torch_wraps_it_to(seed):
+    """Seeds run from -2**63 to 2**64 - 1 as torch.manual_seed's do, and a negative one names the same
+    draws as its wrap: the streams' and the strata's generators are keyed by the seed modulo 2**64."""
+    sources = [Source(0, np.arange(0, 61, 7), 30, True), Source(60, np.array([0, 40]), 30, True)]
+    whole = mixed_order(sources, [0.6, 0.4], 150, seed=seed, epoch=3, partitions=2)
+    wrapped = mixed_order(sources, [0.6, 0.4], 150, seed=seed % 2**64, epoch=3, partitions=2)
+    assert whole.tolist() == wrapped.tolist()
+    assert MixedOrder(sources, [0.6, 0.4], 150, seed, 3, partitions=2)[:].tolist() == whole.tolist()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_source_with_one_draw_an_epoch_lands_where_the_lazy_order_puts_it(seed):
+    """A source whose share of the epoch is one sample is placed by its one jittered key (``u / 1``)
+    in the whole order and the lazy one alike."""
+    sources = [Source(0, np.arange(0, 101, 10), 30, True), Source(100, np.array([0, 5]), 30, True)]
+    whole = mixed_order(sources, [0.95, 0.05], 20, seed=seed, epoch=1)
+    assert np.count_nonzero(whole >= 100) == 1
+    assert MixedOrder(sources, [0.95, 0.05], 20, seed, 1)[:].tolist() == whole.tolist()
+
+
+def test_the_whole_order_keeps_each_streams_pass_group_in_the_callers_dict(monkeypatch):
+    """``mixed_order(kept=...)`` keeps each stream's last group of passes there, so the next epoch
+    reuses it (no new draw) and still gives the order it gives without the dict."""
+    from cachekit.feed import mixorder
+
+    sources = [Source(0, np.arange(0, 301, 10), 30, True), Source(300, np.arange(0, 201, 10), 30, True)]
+    plain = [mixed_order(sources, [0.5, 0.5], 100, 3, e) for e in (0, 1)]
+    drawn = []
+    real = mixorder._pass_group
+    monkeypatch.setattr(mixorder, "_pass_group", lambda *a: drawn.append(a[3]) or real(*a))
+    kept: dict = {}
+    first = mixed_order(sources, [0.5, 0.5], 100, 3, 0, kept=kept)
+    assert sorted(kept) == [(3, 0, 0), (3, 1, 0)] and len(drawn) == 2
+    second = mixed_order(sources, [0.5, 0.5], 100, 3, 1, kept=kept)
+    assert len(drawn) == 2  # epoch 1 reads on in the passes epoch 0 drew
+    assert first.tolist() == plain[0].tolist() and second.tolist() == plain[1].tolist()
