@@ -9,10 +9,16 @@ import numpy as np
 import torch
 from torch.utils.data import default_collate
 
+from ..errors import UsageError
 from ..store.fields import FieldSpec
 from .targets import COLLATES, collate_targets, yolo_batch
 
 __all__ = ["SampleBatch", "Collate", "collate_batch", "collate_padded", "pad_collate", "stack_images"]
+
+
+class CollateError(UsageError, ValueError):
+    """Targets a collate cannot give as asked (a transform's that lost a field): one line, also when
+    raised in a worker process (a ``UsageError``), and a ``ValueError`` as the loader's refusals are."""
 
 
 class SampleBatch(list):
@@ -126,7 +132,7 @@ def _yolo_pairs(targets: list[dict], fields: dict | None) -> tuple[dict, list[di
     if name is None or not found:
         return found, targets
     if any(name not in t for t in targets):
-        raise ValueError(
+        raise CollateError(
             f'collate="yolo": this cache has keypoints ({name!r}), and the targets your transform returned '
             f'lack them: return target[{name!r}] moved with the image ([N, K, 3]), or use collate="auto"'
         )
@@ -135,7 +141,7 @@ def _yolo_pairs(targets: list[dict], fields: dict | None) -> tuple[dict, list[di
     for i, (t, v) in enumerate(zip(targets, values)):
         n = len(np.asarray(t[boxes]).reshape(-1, 4))
         if v.ndim != 3 or v.shape[1:] != (k, 3) or len(v) != n:
-            raise ValueError(
+            raise CollateError(
                 f'collate="yolo": sample {i} of the batch has {n} boxes and {name!r} of shape {list(v.shape)} '
                 f"from your transform; Ultralytics' pose batch needs [{n}, {k}, 3], one block of points per box"
             )

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from cachekit import BuildConfig, CachedDataset, build, make_loader
+from cachekit import BuildConfig, CachedDataset, UsageError, build, make_loader
 
 H, W, K, SAMPLES, PAD = 40, 56, 3, 4, 16
 FLIP = [0, 2, 1]  # nose, left, right
@@ -97,15 +97,19 @@ def test_the_pose_batch_comes_from_the_points_a_transform_returns(cache, pad):
     assert seen == 2 * SAMPLES
 
 
-def test_a_transform_that_drops_the_keypoints_or_a_block_is_one_line(cache):
-    dropped = make_loader(CachedDataset(cache, transforms=drop_points), 2, workers=0, collate="yolo")
-    with pytest.raises(ValueError) as err:
+@pytest.mark.parametrize("workers", [0, 1])
+def test_a_transform_that_drops_the_keypoints_or_a_block_is_one_line(cache, workers):
+    """In this process or in a worker process (the default with a transform), the same one line."""
+    dropped = make_loader(CachedDataset(cache, transforms=drop_points), 2, workers=workers, collate="yolo")
+    with pytest.raises(UsageError) as err:
         next(iter(dropped))
     assert str(err.value) == (
         "collate=\"yolo\": this cache has keypoints ('keypoints'), and the targets your transform returned lack "
         "them: return target['keypoints'] moved with the image ([N, K, 3]), or use collate=\"auto\""
     )
-    short = make_loader(CachedDataset(cache, transforms=one_point_block_short), 2, workers=0, collate="yolo")
+    short = make_loader(
+        CachedDataset(cache, transforms=one_point_block_short), 2, workers=workers, collate="yolo"
+    )
     with pytest.raises(ValueError) as err:
         next(iter(short))
     assert str(err.value) == (
