@@ -226,3 +226,26 @@ def test_a_yolo_pose_folder_takes_flip_idx_and_names_over_its_data_yaml(tmp_path
     assert CachedDataset(tmp_path / "c").manifest.sample.fields["keypoints"].params == {
         "boxes": "boxes", "k": K, "names": names, "flip_idx": [0, 2, 1, 3]
     }  # fmt: skip
+
+
+def test_a_parquet_source_takes_flip_idx_and_a_flip_swaps_by_it(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = []
+    for i, (image, target) in enumerate(_samples()):
+        png = cv2.imencode(".png", image[:, :, ::-1])[1].tobytes()
+        objects = {"bbox": target["boxes"].tolist(), "category": target["classes"].tolist(),
+                   "keypoints": target["keypoints"].tolist()}  # fmt: skip
+        rows.append({"image": {"bytes": png, "path": f"{i}.png"}, "objects": objects})
+    (tmp_path / "pq").mkdir()
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "pq" / "train-00000.parquet")
+    build(str(tmp_path / "pq" / "*.parquet"), tmp_path / "c", BuildConfig(**QUIET), classes=2 * SAMPLES,
+          flip_idx=FLIP)  # fmt: skip
+    ds = CachedDataset(tmp_path / "c")
+    assert ds.manifest.sample.fields["keypoints"].params == {"boxes": "boxes", "k": K, "flip_idx": FLIP}
+    images, targets = next(iter(make_loader(ds, SAMPLES, shuffle=False, augment=FLIP_ALL, threads=1)))
+    for image, t in zip(_uint8(images), targets):
+        for c, points in zip(t["classes"].tolist(), t["keypoints"].numpy()):
+            for i, (x, y, _) in enumerate(points):
+                assert (image[:, int(y), int(x)] == _colour(*divmod(c, 2), FLIP[i])).all()
