@@ -18,8 +18,8 @@ The movers, one per kind, take each sample's 3x3 map in continuous coordinates a
 - ``move_mask``: a class map sampled nearest through the map, 0 outside (the crop+resize path's
   separable ``Affine`` row by row, as its pixels are taken; a general map with OpenCV).
 
-``Instances.staged`` moves one sample's objects through the per-sample stage's 2x3 maps of pixel
-indices (RandAugment's shears, translations, rotations), in order.
+``Instances.staged`` and ``stage_mask`` move one sample's objects and class map through the
+per-sample stage's 2x3 maps of pixel indices (RandAugment's shears, translations, rotations), in order.
 """
 
 from __future__ import annotations
@@ -38,11 +38,12 @@ from ..image.geometry import (
     swap_points,
     warp_mask,
     warp_mask_map,
+    warp_mask_matrix,
 )
 from .maps import MapDraws
 from .matrices import box_corners
 
-__all__ = ["Instances", "move_boxes", "move_points", "move_mask", "sample_geometry"]
+__all__ = ["Instances", "move_boxes", "move_points", "move_mask", "stage_mask", "sample_geometry"]
 
 
 @dataclass(frozen=True)
@@ -190,6 +191,13 @@ def move_mask(
     if isinstance(where, Affine):
         return warp_mask(mask, where, out_hw, fill=0, out=out)
     return warp_mask_map(mask, where, out_hw, fill=0, out=out)
+
+
+def stage_mask(mask: np.ndarray, maps: Sequence[np.ndarray], out_hw: tuple[int, int]) -> None:
+    """A class map through the per-sample stage's ``maps`` (2x3 of pixel indices, ``warpAffine``'s)
+    in order, nearest, 0 where uncovered; in place (a row of the batch's mask buffer)."""
+    for m in maps:
+        mask[...] = warp_mask_matrix(mask, m, out_hw, fill=0)
 
 
 def sample_geometry(where: Affine | np.ndarray, out_hw: tuple[int, int]) -> MapDraws:

@@ -22,6 +22,7 @@ import cv2
 import numpy as np
 import torch
 
+from ..augment.instances import stage_mask
 from ..augment.plan import Plan
 from ..augment.warp import single_threaded_torch
 from ..errors import CacheError
@@ -362,7 +363,7 @@ def assemble(
                     targets[j] = rows.target(j, values)
                     if stage is not None:  # RandAugment's shears, translations, rotations
                         for buffer in masks.values():
-                            stage.move_mask(buffer[j].numpy(), j)
+                            stage_mask(buffer[j].numpy(), stage.matrices(j), stage.out_hw)
                 continue
             dst = out[j, :, : heights[j], : widths[j]]
             if hwc:

@@ -5,7 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cachekit.augment.instances import Instances, move_boxes, move_mask, move_points, sample_geometry
+from cachekit.augment.instances import (
+    Instances,
+    move_boxes,
+    move_mask,
+    move_points,
+    sample_geometry,
+    stage_mask,
+)
 from cachekit.augment.maps import MapDraws
 from cachekit.augment.plan import compile_plan
 from cachekit.augment.transforms import RandomHorizontalFlip, RandomResizedCrop, Resize
@@ -200,3 +207,15 @@ def test_on_the_crop_path_a_box_just_past_the_edge_is_dropped_not_kept_zero_wide
     moved = draws.move_instances(objects, 0.0)
     assert moved.classes.tolist() == [4]
     assert (moved.boxes[:, 2] > moved.boxes[:, 0]).all()
+
+
+def test_the_stage_maps_move_a_mask_in_place_in_order_zero_where_uncovered():
+    mask = (np.arange(4 * 6).reshape(4, 6) % 7 + 1).astype(np.uint8)
+    row = mask.copy()
+    stage_mask(row, [np.array([[1.0, 0, 2], [0, 1, 0]]), np.array([[1.0, 0, 0], [0, 1, 1]])], (4, 6))
+    want = np.zeros_like(mask)
+    want[1:, 2:] = mask[:-1, :-2]  # 2 px right, then 1 px down
+    assert np.array_equal(row, want)
+    same = mask.copy()
+    stage_mask(same, [], (4, 6))
+    assert np.array_equal(same, mask)
