@@ -92,6 +92,13 @@ def recorded(source: dict) -> SourceOptions:
     return SourceOptions(box_format=fmt.split("/")[0], normalized=fmt.endswith("/normalized"), **known)
 
 
+def _said(value) -> str:
+    """``value`` as an error message shows it: short, on one line (an array as its shape)."""
+    if isinstance(value, np.ndarray) and value.ndim != 1:
+        return f"an array of shape {list(value.shape)}"
+    return " ".join(short(value).split())
+
+
 def _listed(value, what: str) -> list:
     """A list given as a list (tuple, array) or as comma-separated text."""
     if isinstance(value, str):
@@ -100,7 +107,7 @@ def _listed(value, what: str) -> list:
         return value.tolist()
     if isinstance(value, (list, tuple)):
         return list(value)
-    raise UsageError(f"{what}={short(value)}: give a list, or the values separated by commas")
+    raise UsageError(f"{what}={_said(value)}: give a list, or the values separated by commas")
 
 
 def _flip_indices(value) -> list[int]:
@@ -109,7 +116,7 @@ def _flip_indices(value) -> list[int]:
         if isinstance(v, str) and v.lstrip("-").isdigit() and v.isascii():
             v = int(v)
         if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
-            raise UsageError(f"flip_idx={short(value)}: {short(v)} is not a point index (a whole number)")
+            raise UsageError(f"flip_idx={_said(value)}: {_said(v)} is not a point index (a whole number)")
         out.append(int(v))
     return out
 
@@ -138,10 +145,10 @@ def with_keypoint_options(fields: dict, options: SourceOptions) -> dict:
         names = _listed(options.keypoint_names, "keypoint_names")
         if len(names) != k or not all(isinstance(n, str) and n for n in names):
             raise UsageError(
-                f"keypoint_names={short(names)}: give {k} names, one a point (the samples have {k})"
+                f"keypoint_names={_said(names)}: give {k} names, one a point (the samples have {k})"
             )
         if len(set(names)) != len(names):
-            raise UsageError(f"keypoint_names={short(names)}: each point needs its own name")
+            raise UsageError(f"keypoint_names={_said(names)}: each point needs its own name")
         params["names"] = names
         paired = flip_pairs(names)
         if paired is not None:  # a flip_idx given beside the names replaces it below
@@ -150,6 +157,6 @@ def with_keypoint_options(fields: dict, options: SourceOptions) -> dict:
         flip = _flip_indices(options.flip_idx)
         problem = flip_problem(flip, k)
         if problem:
-            raise UsageError(f"flip_idx={short(flip)}: {problem}")
+            raise UsageError(f"flip_idx={_said(flip)}: {problem}")
         params["flip_idx"] = flip
     return {**fields, name: FieldSpec("keypoints", params)}

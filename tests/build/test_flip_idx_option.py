@@ -96,6 +96,13 @@ def test_a_flip_swaps_points_by_the_flip_idx_given_to_the_build(caches, source, 
     assert objects == 2 * SAMPLES
 
 
+@pytest.mark.parametrize("given", [tuple(FLIP), np.array(FLIP), " 1 ,0, 3,2 ", [np.int64(v) for v in FLIP]])
+def test_flip_idx_as_a_tuple_an_array_text_or_numpy_integers(tmp_path, given):
+    build(_samples(), tmp_path / "c", BuildConfig(**QUIET), classes=2 * SAMPLES, flip_idx=given)
+    flip = CachedDataset(tmp_path / "c").manifest.sample.fields["keypoints"].params["flip_idx"]
+    assert flip == FLIP and all(type(v) is int for v in flip)
+
+
 def test_keypoint_names_pair_left_and_right_and_a_flip_idx_given_beside_them_wins(tmp_path):
     names = ["left_eye", "right_eye", "left_hand", "right_hand"]
     build(_samples(), tmp_path / "n", BuildConfig(**QUIET), classes=2 * SAMPLES, keypoint_names=names)
@@ -135,6 +142,11 @@ def test_keypoint_names_pair_left_and_right_and_a_flip_idx_given_beside_them_win
         ([1.0, 0, 3, 2], "flip_idx=[1.0, 0, 3, 2]: 1.0 is not a point index (a whole number)"),
         ([True, 0, 3, 2], "flip_idx=[True, 0, 3, 2]: True is not a point index (a whole number)"),
         (7, "flip_idx=7: give a list, or the values separated by commas"),
+        (
+            np.zeros((2, 2), int),
+            "flip_idx=an array of shape [2, 2]: give a list, or the values separated by commas",
+        ),
+        ("1,0,3,\u0662", "flip_idx='1,0,3,\u0662': '\u0662' is not a point index (a whole number)"),
     ],
 )
 def test_a_flip_idx_that_cannot_be_right_is_one_line(tmp_path, given, why):
