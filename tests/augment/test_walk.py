@@ -28,6 +28,7 @@ FAST_LISTS = [
     [Letterbox(48)],
     [Resize((50, 70)), CenterCrop(44)],
     [CenterCrop(200)],  # larger than the image: padded
+    [RandomResizedCrop(32), Resize((20, 24)), RandomHorizontalFlip()],  # a resize after a crop: no pre
 ]
 
 
@@ -96,3 +97,14 @@ def test_an_output_past_the_largest_side_is_one_line_on_the_crop_path_too():
     plan = compile_plan([Resize(MAX_SIDE // 2)])
     with pytest.raises(ValueError, match="past the largest side"):
         plan.draw(0, 0, [0], [10], [100])
+
+
+def test_crops_of_a_resized_crop_compose_exactly_and_round_once():
+    """45 x 45 pixels: the central 40 (from 2), resized to 30, its central 15 (from 8 of 30): in source
+    pixels from 2 + 8 * 4 / 3 = 12.67, 20 tall, rounded once at the end to 13 and 20 (never a crop
+    rounded on its own before the next is drawn, nor truncated)."""
+    steps = (CenterCrop(40), Resize((30, 30)), CenterCrop(15))
+    rects = draw_maps(steps, 0, 0, np.arange(2), [45, 45], [45, 45]).crops
+    assert rects.pre is None and rects.boxes.tolist() == [[13, 13, 20, 20]] * 2
+    first = draw_maps((Resize((30, 30)), CenterCrop(15)), 0, 0, np.arange(1), [45], [45]).crops
+    assert first.pre.tolist() == [[30, 30]] and first.boxes.tolist() == [[8, 8, 15, 15]]  # in the resized image
