@@ -215,6 +215,12 @@ def test_cli_flip_idx_for_a_tar_of_json_targets(tmp_path):
     assert bad.output.strip().splitlines() == [
         "error: flip_idx=[0, 1, 2]: it lists 3 points, the keypoints have 4"
     ]
+    named = CliRunner().invoke(
+        main, ["build", *common, str(names), "--out", str(tmp_path / "e"), "--keypoint-names", "l_a,r_a,b,c"]
+    )
+    assert named.exit_code == 0, named.output
+    params = CachedDataset(tmp_path / "e").manifest.sample.fields["keypoints"].params
+    assert params == {"boxes": "boxes", "k": K, "names": ["l_a", "r_a", "b", "c"], "flip_idx": [1, 0, 2, 3]}
 
 
 def test_a_yolo_pose_folder_takes_flip_idx_and_names_over_its_data_yaml(tmp_path):
