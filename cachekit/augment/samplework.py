@@ -14,11 +14,11 @@ import threading
 import numpy as np
 import torch
 
-from ..image.ops import hwc_into_planes, planes_as_pixels
+from ..image.ops import hwc_into_planes
 from .colour import jitter_planes
 from .mosaic import render_canvas, render_canvas_pixels
 from .warp import flip_sample, warp_hwc, warp_planes
-from .warpmatrix import resize_chw, warp_pixels, warp_sample
+from .warpmatrix import resize_chw, warp_pixels, warp_planes_to_pixels, warp_sample
 
 __all__ = ["SampleWork"]
 
@@ -99,7 +99,7 @@ class SampleWork:
         if mosaic is not None and mosaic.on[j]:  # the window of its canvas the output sees
             x0, y0, x1, y1 = (int(v) for v in self.general.windows[j])
             sources = [(src, hwc)] + [self.source(r) for r in mosaic.rows[j]]
-            if on_pixels:  # channels-last, all channels of a tile at once
+            if on_pixels and hwc:  # stored channels-last: pixels, all channels of a tile at once
                 src, hwc = _canvas((y1 - y0, x1 - x0, out.shape[1])), True
                 render_canvas_pixels(sources, mosaic.tiles[j], mosaic.regions[j], mosaic.fill, src, (x0, y0))
             else:
@@ -123,9 +123,10 @@ class SampleWork:
             warp(src, self.boxes[j], self.flips[j], self.inside[j], out[j], draws.fill, pre)
             if self.vflips is not None and self.vflips[j]:
                 flip_sample(out[j], vertical=True)
+        elif on_pixels and hwc:
+            return warp_pixels(src, self.general.warps[j], out.shape[2:], draws.fill, shrink)
         elif on_pixels:
-            pixels = src if hwc else planes_as_pixels(src)
-            return warp_pixels(pixels, self.general.warps[j], out.shape[2:], draws.fill, shrink)
+            return warp_planes_to_pixels(src, self.general.warps[j], out.shape[2:], draws.fill, shrink)
         else:
             warp_sample(src, hwc, self.general.warps[j], out[j], draws.fill, shrink)
         if draws.jitter is not None:

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..image.ops import hwc_into_planes
+from ..image.ops import hwc_into_planes, planes_as_pixels, planes_into_hwc
 from .warp import antialiased, resize_weights, warp_batch
 
 __all__ = [
@@ -34,6 +34,7 @@ __all__ = [
     "resize_hwc",
     "warp_sample",
     "warp_pixels",
+    "warp_planes_to_pixels",
     "warp_maps_batch",
     "warp_fast_batch",
 ]
@@ -56,9 +57,12 @@ def resize_chw(src: torch.Tensor, hw: tuple[int, int]) -> torch.Tensor:
     if (h, w) == (oh, ow):
         return src
     if h <= oh and w <= ow:
-        a = np.ascontiguousarray(src.numpy().transpose(1, 2, 0))
-        out = cv2.resize(a, (ow, oh), interpolation=cv2.INTER_LINEAR)
-        return torch.from_numpy(out.reshape(oh, ow, -1)).permute(2, 0, 1).contiguous()
+        a = src.numpy()
+        pixels = a.transpose(1, 2, 0) if a.strides[-1] != a.itemsize else planes_as_pixels(a)
+        resized = cv2.resize(np.ascontiguousarray(pixels), (ow, oh), interpolation=cv2.INTER_LINEAR)
+        out = np.empty((resized.reshape(oh, ow, -1).shape[2], oh, ow), np.uint8)
+        hwc_into_planes(resized.reshape(oh, ow, -1), out)
+        return torch.from_numpy(out)
     return antialiased(src, (oh, ow))
 
 
@@ -130,6 +134,41 @@ def warp_pixels(
     if found is not dst:  # OpenCV wrote elsewhere (a buffer it could not take)
         dst[...] = found.reshape(dst.shape)
     return dst
+
+
+def _scratch_named(name: str, shape: tuple[int, ...]) -> np.ndarray:
+    size = int(np.prod(shape))
+    buffer = getattr(_local, name, None)
+    if buffer is None or buffer.size < size:
+        buffer = np.empty(size, np.uint8)
+        setattr(_local, name, buffer)
+    return buffer[:size].reshape(shape)
+
+
+def warp_planes_to_pixels(
+    planes: np.ndarray, matrix: np.ndarray, out_hw: tuple[int, int], fill: int = 0, shrink=None
+) -> np.ndarray:
+    """Channels-first ``planes [C, H, W]`` (C > 1) through ``matrix``, as channels-last pixels
+    ``[h, w, C]`` (this thread's scratch, valid until its next warp): a map that only scales and
+    shifts warps plane by plane and interleaves the output (cheaper than interleaving the larger
+    source: a mosaic's canvas), any other map interleaves the source and warps once
+    (``warp_pixels``). The values of ``warp_sample``."""
+    hw = tuple(planes.shape[-2:])
+    if shrink is not None and tuple(int(v) for v in shrink) != hw:
+        pixels = resize_hwc(planes_as_pixels(planes), (int(shrink[0]), int(shrink[1])))
+        return warp_pixels(pixels, _scaled(matrix, hw, shrink), out_hw, fill)
+    inverse, affine = _inverse(matrix)
+    if not (affine and inverse[0, 1] == 0 and inverse[1, 0] == 0):
+        return warp_pixels(planes_as_pixels(planes), matrix, out_hw, fill)
+    oh, ow = int(out_hw[0]), int(out_hw[1])
+    warped = _scratch_named("planes", (planes.shape[0], oh, ow))
+    for c in range(planes.shape[0]):
+        found = _warp(planes[c], inverse, affine, (oh, ow), fill, warped[c])
+        if found.ctypes.data != warped[c].ctypes.data:  # OpenCV wrote elsewhere
+            warped[c] = found
+    pixels = _scratch((oh, ow, planes.shape[0]))
+    planes_into_hwc(warped, pixels)
+    return pixels
 
 
 def warp_sample(

@@ -18,7 +18,7 @@ from cachekit.augment import pixelkernels
 from cachekit.augment.device import channels_last
 from cachekit.augment.mosaic import mosaic_layout, render_canvas, render_canvas_pixels
 from cachekit.augment.plan import compile_plan
-from cachekit.augment.warpmatrix import resize_chw, warp_pixels, warp_sample
+from cachekit.augment.warpmatrix import resize_chw, warp_pixels, warp_planes_to_pixels, warp_sample
 from cachekit.tools.synthetic import synthetic_image
 from cachekit.transforms import (
     Mosaic,
@@ -138,6 +138,8 @@ def test_one_warp_of_pixels_is_the_planes_warp(name, shrink):
     warp_sample(planes, False, matrix, want, 114, shrink)
     got = warp_pixels(rgb, matrix, (36, 44), 114, shrink)
     assert got.shape == (36, 44, 3) and np.array_equal(got.transpose(2, 0, 1), want)
+    from_planes = warp_planes_to_pixels(planes, matrix, (36, 44), 114, shrink)  # a canvas of planes
+    assert from_planes.shape == (36, 44, 3) and np.array_equal(from_planes.transpose(2, 0, 1), want)
     assert (want == 114).any() and (want != 114).any()  # the map leaves the image somewhere, not all
     # straight into a channels-last row of a batch
     batch = torch.zeros((2, 36, 44, 3), dtype=torch.uint8)
@@ -202,7 +204,7 @@ def test_the_yolo_recipe_from_channels_last_pixels_never_goes_through_planes(tmp
     splits = []
     split = samplework.hwc_into_planes
     monkeypatch.setattr(samplework, "hwc_into_planes", lambda src, out: (splits.append(src.shape), split(src, out)))
-    for module, name in ((samplework, "render_canvas"), (samplework, "warp_sample"), (samplework, "planes_as_pixels"),
+    for module, name in ((samplework, "render_canvas"), (samplework, "warp_sample"), (samplework, "warp_planes_to_pixels"),
                          (mosaic_module, "planes_as_pixels"), (mosaic_module, "planes_into_hwc"),
                          (pixelkernels, "hsv")):  # fmt: skip
         monkeypatch.setattr(module, name, refused)
