@@ -122,9 +122,9 @@ from .app import EXIT_CODES, duration, friendly, main, options_of, with_storage_
 @click.option(
     "--keypoint-names",
     default=None,
-    metavar="NAME,NAME,...",
-    help="Keypoints: the points' names, recorded in the cache; left_/right_ names pair up as flip_idx "
-    "when --flip-idx is not given.",
+    metavar="NAMES",
+    help="Keypoints: the points' names, comma-separated, recorded in the cache; left_/right_ names pair "
+    "up as flip_idx when --flip-idx is not given.",
 )
 @click.option(
     "--min-visibility",
