@@ -191,3 +191,16 @@ def test_the_whole_order_keeps_each_streams_pass_group_in_the_callers_dict(monke
     second = mixed_order(sources, [0.5, 0.5], 100, 3, 1, kept=kept)
     assert len(drawn) == 2  # epoch 1 reads on in the passes epoch 0 drew
     assert first.tolist() == plain[0].tolist() and second.tolist() == plain[1].tolist()
+
+
+def test_every_group_of_passes_draws_its_own_order(monkeypatch):
+    """Passes drawn a group at a time (here one pass a group) each get their own order of the shards
+    and samples: group ``g``'s generator is keyed by ``g`` itself, so passes 0 and 2 never repeat."""
+    from cachekit.feed import mixorder
+
+    monkeypatch.setattr(mixorder, "PASS_GROUP_SAMPLES", 1)
+    sources = _one_source(12, 5, 10, False)
+    order = mixed_order(sources, [1.0], 4 * 60, seed=3, epoch=0)
+    passes = [tuple(order[p * 60 : (p + 1) * 60].tolist()) for p in range(4)]
+    assert all(sorted(p) == list(range(60)) for p in passes)
+    assert len(set(passes)) == 4
