@@ -176,6 +176,7 @@ class Collate:
             hw = [tuple(b[0].shape[-2:]) for b in batch]
             if self.pad:
                 images, _, sizes = pad_collate([(b[0], 0) for b in batch])
+                hw = [tuple(images.shape[-2:])] * len(batch)  # YOLO rows: the padded size, as a loss sees it
                 return images, _pairs_targets([b[1] for b in batch], self.targets, hw, self.fields), sizes
             images = stack_images([b[0] for b in batch])
             return images, _pairs_targets([b[1] for b in batch], self.targets, hw, self.fields)

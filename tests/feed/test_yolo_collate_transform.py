@@ -63,6 +63,12 @@ def mirror_and_pad(image: torch.Tensor, target: dict):
     return image, {**target, "boxes": boxes, "keypoints": points}
 
 
+def mirror_and_pad_by_sample(image: torch.Tensor, target: dict):
+    """``mirror_and_pad``, then 8 more columns for odd samples: a batch of two sizes, padded."""
+    image, target = mirror_and_pad(image, target)
+    return torch.nn.functional.pad(image, (0, 8 * (int(target["classes"][0]) // 2 % 2))), target
+
+
 def drop_points(image: torch.Tensor, target: dict):
     return image, {k: v for k, v in target.items() if k != "keypoints"}
 
@@ -73,8 +79,12 @@ def one_point_block_short(image: torch.Tensor, target: dict):
 
 @pytest.mark.parametrize("pad", [False, True])
 def test_the_pose_batch_comes_from_the_points_a_transform_returns(cache, pad):
-    ds = CachedDataset(cache, transforms=mirror_and_pad)
-    loader = make_loader(ds, 3, seed=2, workers=0, collate="yolo", pad=pad)
+    """Normalised to the batch's size: with ``pad``, samples of two widths padded to the wider, as a
+    loss on the padded batch reads them."""
+    ds = CachedDataset(cache, transforms=mirror_and_pad_by_sample if pad else mirror_and_pad)
+    loader = make_loader(
+        ds, 4 if pad else 3, seed=2, workers=0, collate="yolo", pad=pad
+    )  # pad: one batch, both sizes
     original = {2 * s + o: t["keypoints"][o] for s, (_, t) in enumerate(_samples()) for o in range(2)}
     seen = 0
     for batch in loader:
@@ -82,16 +92,17 @@ def test_the_pose_batch_comes_from_the_points_a_transform_returns(cache, pad):
         assert isinstance(got, dict) and set(got) == {"batch_idx", "cls", "bboxes", "keypoints"}
         points = got["keypoints"]
         assert points.dtype == torch.float32 and points.shape == (len(got["cls"]), K, 3)
-        assert images.shape[-2:] == (H, W + PAD)
+        width = images.shape[-1]
+        assert images.shape[-2] == H and width == W + PAD + (8 if pad else 0)
         for b, c, pts in zip(
             got["batch_idx"].long().tolist(), got["cls"][:, 0].long().tolist(), points.numpy()
         ):
             s, o = divmod(c, 2)
             was = original[c][FLIP]
-            want = np.stack([(W - was[:, 0]) / (W + PAD), was[:, 1] / H, was[:, 2]], 1)
+            want = np.stack([(W - was[:, 0]) / width, was[:, 1] / H, was[:, 2]], 1)
             np.testing.assert_allclose(pts, want, rtol=1e-6)
             for i, (x, y, _) in enumerate(pts):  # the dot under each point is the one it was mirrored from
-                pixel = images[b][:, int(y * H), int(x * (W + PAD))].numpy()
+                pixel = images[b][:, int(y * H), int(x * width)].numpy()
                 assert (pixel == _colour(s, o, FLIP[i])).all()
             seen += 1
     assert seen == 2 * SAMPLES
