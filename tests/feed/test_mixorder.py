@@ -204,3 +204,14 @@ def test_every_group_of_passes_draws_its_own_order(monkeypatch):
     passes = [tuple(order[p * 60 : (p + 1) * 60].tolist()) for p in range(4)]
     assert all(sorted(p) == list(range(60)) for p in passes)
     assert len(set(passes)) == 4
+
+
+@pytest.mark.parametrize("shuffle", [True, False])
+def test_a_source_whose_share_rounds_to_nothing_is_left_out_of_the_epoch(shuffle):
+    """An epoch too short for a source's weight to earn it a sample reads none of it, in the whole
+    order and the lazy one alike (its count of keys below every threshold is zero)."""
+    sources = [Source(0, np.arange(0, 101, 10), 30, True), Source(100, np.array([0, 5]), 30, True)]
+    whole = mixed_order(sources, [0.98, 0.02], 12, seed=4, epoch=2, shuffle=shuffle, partitions=2)
+    assert len(whole) == 12 and not np.any(whole >= 100)
+    lazy = MixedOrder(sources, [0.98, 0.02], 12, 4, 2, shuffle=shuffle, partitions=2)
+    assert lazy[:].tolist() == whole.tolist() and lazy.at([11, 0]).tolist() == whole[[11, 0]].tolist()
