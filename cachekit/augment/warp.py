@@ -22,7 +22,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..image.ops import hwc_into_planes
+from ..image.ops import hwc_into_planes, planes_into_hwc
 
 __all__ = [
     "warp_planes",
@@ -174,12 +174,27 @@ def _resize_into(src: torch.Tensor, out: np.ndarray) -> None:
     _resize_array(src.numpy(), out)
 
 
+def _copy_into(a: np.ndarray, out: np.ndarray) -> None:
+    """``a [C, h, w]`` into ``out [C, h, w]``, either of them planes or channels-last pixels seen
+    channels-first: OpenCV interleaves planes into a channels-last row and splits pixels into planes
+    (numpy copies those element by element: a center crop of planes into a channels-last batch read
+    at 0.19x the planes' copy); the same layouts copy as they are."""
+    into = pixels_of(out)
+    pixels_in = a.ndim == 3 and a.shape[0] > 1 and a.strides[-1] != a.itemsize
+    if into is not None and not pixels_in:
+        planes_into_hwc(a, into)
+    elif into is None and pixels_in and out.shape[0] > 1:
+        hwc_into_planes(a.transpose(1, 2, 0), out)
+    else:
+        out[...] = a
+
+
 def _resize_array(a: np.ndarray, out: np.ndarray) -> None:
     """``_resize_into`` for ``a [C, h, w]`` as a numpy array (a view of a memory-mapped row)."""
     oh, ow = out.shape[-2:]
     h, w = a.shape[-2:]
     if (h, w) == (oh, ow):
-        out[...] = a
+        _copy_into(a, out)
         return
     if a.strides[-1] != a.itemsize:  # a channels-last image seen channels-first: its pixels as they are
         pixels = a.transpose(1, 2, 0)

@@ -21,6 +21,7 @@ from cachekit.augment.plan import compile_plan
 from cachekit.augment.warpmatrix import resize_chw, warp_pixels, warp_planes_to_pixels, warp_sample
 from cachekit.tools.synthetic import synthetic_image
 from cachekit.transforms import (
+    CenterCrop,
     Mosaic,
     RandomAffine,
     RandomGrayscale,
@@ -213,3 +214,36 @@ def test_the_yolo_recipe_from_channels_last_pixels_never_goes_through_planes(tmp
     assert len(got) == len(want) and all(torch.equal(a, b) for a, b in zip(got, want))
     last = [b[0] for b in make_loader(pixels, 4, seed=2, augment=YOLO, threads=2, collate="yolo", channels_last=True)]
     assert all(x.is_contiguous(memory_format=torch.channels_last) and torch.equal(x, y) for x, y in zip(last, want))
+
+
+def _crop_cache(path, store: str):
+    def samples():
+        for i in range(6):
+            yield synthetic_image(np.random.default_rng([6, i]), 40, 52), i % 2
+
+    build(samples(), path, BuildConfig(pipeline="none", store=store, workers=1, progress=False, shard_size=4),
+          classes=["a", "b"])  # fmt: skip
+    return path
+
+
+def test_a_crop_at_its_own_size_is_interleaved_or_split_by_opencv_into_any_layout(tmp_path, monkeypatch):
+    """CenterCrop at the output's size copies the crop into the row: planes into a channels-last
+    batch are interleaved (``cv2.merge``) and stored pixels into planes are split (``cv2.split``),
+    never copied element by element by numpy; every store and memory format gives the same batch."""
+    import cachekit.augment.warp as warp_module
+
+    calls = []
+    for name in ("planes_into_hwc", "hwc_into_planes"):
+        real = getattr(warp_module, name)
+        monkeypatch.setattr(warp_module, name, lambda a, out, real=real, name=name: (calls.append(name), real(a, out)))
+    caches = {store: _crop_cache(tmp_path / store, store) for store in ("pixels", "pixels-hwc")}
+    want = torch.cat([b[0] for b in make_loader(caches["pixels"], 4, seed=1, augment=[CenterCrop((32, 40))])])
+    assert calls == []  # planes into planes: a plain copy
+    for store, last, kernel in (("pixels", True, "planes_into_hwc"), ("pixels-hwc", False, "hwc_into_planes"),
+                                ("pixels-hwc", True, None)):  # fmt: skip
+        calls.clear()
+        loader = make_loader(caches[store], 4, seed=1, augment=[CenterCrop((32, 40))], channels_last=last)
+        got = [b[0] for b in loader]
+        assert all(x.is_contiguous(memory_format=torch.channels_last) == last for x in got)
+        assert torch.equal(torch.cat(got), want), (store, last)
+        assert calls == ([kernel] * 6 if kernel else []), (store, last)
