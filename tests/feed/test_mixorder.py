@@ -215,3 +215,22 @@ def test_a_source_whose_share_rounds_to_nothing_is_left_out_of_the_epoch(shuffle
     assert len(whole) == 12 and not np.any(whole >= 100)
     lazy = MixedOrder(sources, [0.98, 0.02], 12, 4, 2, shuffle=shuffle, partitions=2)
     assert lazy[:].tolist() == whole.tolist() and lazy.at([11, 0]).tolist() == whole[[11, 0]].tolist()
+
+
+def test_the_lazy_order_keeps_its_last_chunk_for_the_next_positions(monkeypatch):
+    """A rank reads the epoch a batch at a time: positions in the chunk merged last are read from it,
+    not drawn again (each batch would otherwise draw a whole chunk of every source)."""
+    from cachekit.feed import mixorder
+
+    drawn = []
+    real = mixorder._stream
+    monkeypatch.setattr(mixorder, "_stream", lambda *a: drawn.append(a[4]) or real(*a))
+    monkeypatch.setattr(MixedOrder, "CHUNK", 97)
+    sources = [Source(0, np.arange(0, 3001, 7), 30, True), Source(3000, np.arange(0, 2001, 10), 30, True)]
+    whole = mixed_order(sources, [0.6, 0.4], 5_003, 7, 2)
+    lazy = MixedOrder(sources, [0.6, 0.4], 5_003, 7, 2)
+    assert lazy.at([2_500]).tolist() == whole[[2_500]].tolist()
+    first = len(drawn)
+    assert first > 0
+    assert lazy.at([2_500]).tolist() == whole[[2_500]].tolist() and lazy[2_500] == whole[2_500]
+    assert len(drawn) == first
