@@ -212,7 +212,7 @@ def test_a_source_whose_share_rounds_to_nothing_is_left_out_of_the_epoch(shuffle
     order and the lazy one alike (its count of keys below every threshold is zero)."""
     sources = [Source(0, np.arange(0, 101, 10), 30, True), Source(100, np.array([0, 5]), 30, True)]
     whole = mixed_order(sources, [0.98, 0.02], 12, seed=4, epoch=2, shuffle=shuffle, partitions=2)
-    assert len(whole) == 12 and not np.any(whole >= 100)
+    assert len(whole) == 12 and not np.any(whole >= 100) and whole.dtype == np.int64
     lazy = MixedOrder(sources, [0.98, 0.02], 12, 4, 2, shuffle=shuffle, partitions=2)
     assert lazy[:].tolist() == whole.tolist() and lazy.at([11, 0]).tolist() == whole[[11, 0]].tolist()
 
@@ -234,3 +234,24 @@ def test_the_lazy_order_keeps_its_last_chunk_for_the_next_positions(monkeypatch)
     assert first > 0
     assert lazy.at([2_500]).tolist() == whole[[2_500]].tolist() and lazy[2_500] == whole[2_500]
     assert len(drawn) == first
+
+
+def test_a_source_is_as_long_as_its_last_offset_and_caps_the_partitions():
+    source = Source(0, np.array([0, 2, 4, 6]), 5, True)
+    assert len(source) == 6
+    order = mixed_order([source], [1.0], 6, seed=1, epoch=0, partitions=5, shuffle=False)
+    assert sorted(order.tolist()) == list(range(6))
+    assert MixedOrder([source], [1.0], 6, 1, 0, shuffle=False, partitions=9).partitions == 6  # its 6 samples
+
+
+def test_a_source_larger_than_a_pass_group_draws_one_pass_at_a_time(monkeypatch):
+    """A source of more samples than ``PASS_GROUP_SAMPLES`` draws its passes one at a time (the work
+    of an epoch that reads a little of it is one pass, never two)."""
+    from cachekit.feed import mixorder
+
+    monkeypatch.setattr(mixorder, "PASS_GROUP_SAMPLES", 50)
+    per = []
+    real = mixorder._pass_group
+    monkeypatch.setattr(mixorder, "_pass_group", lambda *a: per.append(a[5]) or real(*a))
+    order = mixed_order(_one_source(12, 5, 10, False), [1.0], 70, seed=3, epoch=0)
+    assert sorted(order[:60].tolist()) == list(range(60)) and per == [1, 1]
