@@ -170,6 +170,8 @@ class DeviceStage:
         work = self._move(work)
         extra = [] if work is not None or not rest else [self._move(rest[0])]
         x, scaled = self._images(images, work)
+        if self.channels_last and x.dim() == 4 and x.dtype == torch.uint8:
+            x = channels_last(x)  # a byte a value to interleave, not four; the scaling keeps the layout
         x = self._convert(x, scaled)
         if self.channels_last and x.dim() == 4:
             x = channels_last(x)

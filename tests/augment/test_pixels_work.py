@@ -247,3 +247,23 @@ def test_a_crop_at_its_own_size_is_interleaved_or_split_by_opencv_into_any_layou
         assert all(x.is_contiguous(memory_format=torch.channels_last) == last for x in got)
         assert torch.equal(torch.cat(got), want), (store, last)
         assert calls == ([kernel] * 6 if kernel else []), (store, last)
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.float32])
+def test_a_window_of_pixels_splits_into_planes_at_any_alignment(dtype):
+    """A crop of pixels (strided rows) is copied whole before ``cv2.split`` (which crawls from such a
+    window into planes off 32-byte alignment); the planes are the crop's whatever their alignment,
+    and a second window after it does not see the first's copy."""
+    from cachekit.image.ops import hwc_into_planes
+
+    rng = np.random.default_rng(8)
+    pixels = rng.integers(0, 256, (50, 70, 3)).astype(dtype)
+    raw = np.zeros(3 * 30 * 40 * 4 + 256, np.uint8)
+    base = (-raw.ctypes.data) % 64
+    for offset in (0, 4, 16, 32, 48):
+        start = base + offset
+        out = raw[start : start + 3 * 30 * 40 * np.dtype(dtype).itemsize].view(dtype).reshape(3, 30, 40)
+        for top, left in ((3, 5), (20, 30)):
+            window = pixels[top : top + 30, left : left + 40]
+            hwc_into_planes(window, out)
+            assert np.array_equal(out, window.transpose(2, 0, 1)), (offset, top)
