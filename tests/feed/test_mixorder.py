@@ -255,3 +255,29 @@ def test_a_source_larger_than_a_pass_group_draws_one_pass_at_a_time(monkeypatch)
     monkeypatch.setattr(mixorder, "_pass_group", lambda *a: per.append(a[5]) or real(*a))
     order = mixed_order(_one_source(12, 5, 10, False), [1.0], 70, seed=3, epoch=0)
     assert sorted(order[:60].tolist()) == list(range(60)) and per == [1, 1]
+
+
+def test_a_late_epoch_draws_only_the_passes_it_reads(monkeypatch):
+    """Epoch 5 of a source read a pass an epoch draws pass 5 alone (no earlier group of passes), and
+    without shuffling its order costs one pass of memory, not one per epoch gone by."""
+    import tracemalloc
+
+    from cachekit.feed import mixorder
+
+    monkeypatch.setattr(mixorder, "PASS_GROUP_SAMPLES", 1)
+    groups = []
+    real = mixorder._pass_group
+    monkeypatch.setattr(mixorder, "_pass_group", lambda *a: groups.append(a[4]) or real(*a))
+    order = mixed_order(_one_source(12, 5, 10, False), [1.0], 60, seed=3, epoch=5)
+    assert sorted(order.tolist()) == list(range(60)) and groups == [5]
+    tracemalloc.start()
+    try:
+        late = mixed_order(_one_source(2, 5, 10, False), [1.0], 10, seed=3, epoch=100_000, shuffle=False)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert late.tolist() == list(range(10)) and peak < 1_000_000
+
+
+def test_a_window_under_one_sample_is_one_sample():
+    assert Source(0, np.array([0, 1, 2]), 0, True).window == 1 and Source(0, np.array([0, 3]), -4, False).window == 1
