@@ -5,7 +5,10 @@ MixUp and CutMix, the antialiased crop; and the DataLoader baselines give the ba
 from __future__ import annotations
 
 import importlib.util
+import json
+import os
 import random
+import subprocess
 import sys
 from pathlib import Path
 
@@ -213,3 +216,73 @@ def test_yolo_floor_renders_only_the_window_the_warp_reads(seed):
     rb.yolo_pixels(part, shifted, [0.01, 0.3, -0.2], seed % 2 == 0, s, b)
     diff = np.abs(a.astype(int) - b.astype(int))
     assert diff.max() <= 2 and (diff == 0).mean() > 0.99
+
+
+def test_draws_are_the_recipes():
+    draw = random.Random(0)
+    chains = [rb.draw_ops(2, 9, 224, 224, draw) for _ in range(2000)]
+    names = [name for chain in chains for name, _ in chain]
+    assert all(len(chain) == 2 for chain in chains) and set(names) == set(rb.RAND_OPS)
+    rotations = [m for chain in chains for name, m in chain if name == "Rotate"]
+    assert {round(abs(m), 4) for m in rotations} == {9.0} and min(rotations) < 0 < max(rotations)
+    assert all(m == 7.0 for chain in chains for name, m in chain if name == "Posterize")  # unsigned
+    boxes = [rb.draw_erase(224, 0.25, draw) for _ in range(4000)]
+    erased = [b for b in boxes if b is not None]
+    assert 0.2 < len(erased) / len(boxes) < 0.3
+    for top, left, h, w in erased:
+        assert 0 <= top <= 224 - h and 0 <= left <= 224 - w and 0.02 * 0.9 <= h * w / 224**2 <= 0.33 * 1.1
+    assert rb.draw_erase(224, 0.0, draw) is None
+    kinds = [rb.draw_mix(20, 30, draw) for _ in range(400)]
+    assert 0.4 < sum(k == "mixup" for k, _, _ in kinds) / 400 < 0.6
+    for kind, lam, box in kinds:
+        assert 0 <= lam <= 1
+        if kind == "cutmix":  # a box of about 1 - lam of the image, at most the image
+            y1, y2, x1, x2 = box
+            assert 0 <= y1 <= y2 <= 20 and 0 <= x1 <= x2 <= 30
+
+
+def test_yolo_matrix_and_boxes_move_as_ultralytics():
+    matrix = rb.yolo_matrix(640, 0.5, 0.4, 0.6)
+    assert np.allclose(matrix @ [640, 640, 1], [256, 384])  # the canvas's centre to (tx, ty) x size
+    assert np.allclose(matrix @ [740, 640, 1], [306, 384])  # scaled by 0.5
+    boxes = np.array([[640, 640, 740, 700], [0, 0, 10, 10], [700, 640, 703, 900]], np.float32)
+    new, keep = rb._moved_boxes(boxes, matrix, 0.5, 640)
+    assert np.allclose(new[0], [256, 384, 306, 414])
+    assert keep.tolist() == [True, False, False]  # one off the image, one 1.5 px wide after the warp
+
+
+@pytest.mark.parametrize("name", ["rrc", "deit", "yolo"])
+def test_floor_runs_the_recipe_on_every_sample(name, monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import recipe_floors
+
+    rng = np.random.default_rng(0)
+    shape = (96, 128) if name == "yolo" else (60, 70)
+    images = [np.ascontiguousarray(synthetic_image(rng, *shape).transpose(2, 0, 1)) for _ in range(5)]
+    floor = recipe_floors.Floor(name, images, 2)
+    floor.size = 64 if name == "yolo" else 32
+    floor.out = np.zeros((2, 3, floor.size, floor.size), np.uint8)
+    params = floor.draw(1)
+    assert [len(batch) for batch, _ in params] == [2, 2, 1]
+    assert floor.run(params) == 5
+    if name == "rrc":  # the last batch's one sample, by hand
+        i, box, flip = params[-1][0][0]
+        expected = rb.crop_resize(images[i], box, (32, 32), rb.resize_antialiased)
+        expected = expected[:, ::-1] if flip else expected
+        assert np.array_equal(floor.out[0], expected.transpose(2, 0, 1))
+        assert floor.draw(1) == params  # drawn from the seed alone
+
+
+def test_runner_times_passes_of_the_checkout_on_its_path(caches, tmp_path):
+    """The parent suite's child: the cachekit of PYTHONPATH, a pass over the whole cache per request."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "recipe_runner.py"), "rrc", "--raw", str(tmp_path / "unused"),
+           "--cache", str(caches[0]), "--batch-size", "3"]  # fmt: skip
+    done = subprocess.run(
+        cmd, input="pass\npass\nquit\n", capture_output=True, text=True, env=env, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    ready, *passes = [json.loads(line) for line in done.stdout.splitlines()]
+    assert Path(ready["cachekit"]) == ROOT / "cachekit"
+    assert [p["samples"] for p in passes] == [8, 8]
+    assert all(p["cpu"] > 0 and p["wall"] > 0 for p in passes)
