@@ -3,9 +3,12 @@ by key (``dir/key.jpg`` + ``dir/key.cls``), the image from ``jpg``/``jpeg``/``pn
 class from ``cls``, a caption from ``txt``, boxes and labels from ``json`` (the schema's names).
 
 Read with the standard ``tarfile`` module, never extracted: discovery walks each tar's headers
-(reading the small ``cls``/``txt``/``json`` members, and scanning each image's blocks for a header
-a damaged size would hide) and records where each image lies; a shard job reads those bytes by
-offset, one image at a time. A member named outside the archive
+(reading only the small ``cls``/``txt``/``json`` members) and records where each image lies; a shard
+job reads those bytes by offset, one image at a time. A size enlarged exactly onto a later header
+hides the members between inside the bytes it claims: each member's blocks are looked through for a
+header where they are read anyway (a target at discovery, which then reads on at the header it
+found; an image in its shard job, which skips it naming the members it hides, never built), so
+discovery reads no image bytes. A member named outside the archive
 (``../``, ``/``), a link, a device or FIFO, or of an absurd size is left out and reported; a tar
 that cannot be read (cut short, not a tar) is left out whole, with its reason.
 """
@@ -23,7 +26,7 @@ from ..inputtable import Source
 from ..samples import json_target
 from ..sourceoptions import SourceOptions, recorded_options
 from .layouts import WEBDATASET, Request
-from .recordfiles import RecordFile, RecordRows, find_files, open_file, read_range
+from .recordfiles import RecordFile, RecordRows, find_files, open_file
 
 __all__ = ["discover", "tar_source", "TarReader", "IMAGE_KEYS", "MAX_TARGET_BYTES"]
 
@@ -54,7 +57,12 @@ class TarReader:
                 if state["fh"] is not None:
                     state["fh"].close()
                 state["fh"], state["index"] = open_file(self.files[f], self.url, storage_options), f
-            return read_range(state["fh"], offset, size)
+            # its whole blocks (a tar pads each member to 512 bytes): a header may lie in the last one
+            data = _read_blocks(state["fh"], offset, size)
+            hidden = hidden_members(data)
+            if hidden:
+                raise DecodeError(hidden_reason(size, hidden))
+            return data if len(data) == size else data[:size]
 
         return read
 
@@ -109,34 +117,58 @@ def _target(parts: dict[str, bytes]) -> dict:
     return target
 
 
-def _member(tar: tarfile.TarFile, m: tarfile.TarInfo, file: RecordFile, keys: dict, ignored: list) -> None:
-    """Note one member: an image's place, a target's bytes, or why it is left out."""
+def _blocks(size: int) -> int:
+    """The bytes of the 512-byte blocks a member of ``size`` bytes takes in its tar."""
+    return -(-size // tarfile.BLOCKSIZE) * tarfile.BLOCKSIZE
+
+
+def _read_blocks(fh, offset: int, size: int) -> bytes:
+    """A member's ``size`` bytes at ``offset`` and the rest of its last block (as far as the file
+    goes): the bytes a read of the member fetches anyway, looked through for a header."""
+    fh.seek(offset)
+    data = fh.read(_blocks(size))
+    if len(data) < size:
+        raise OSError(f"{size} bytes at {offset} asked, {len(data)} read: the file was cut or changed")
+    return data
+
+
+def _member(fh, m: tarfile.TarInfo, file: RecordFile, keys: dict, ignored: list) -> int | None:
+    """Note one member: an image's place, a target's bytes, or why it is left out. Returns the
+    offset of a header found inside the blocks of a member read here (a target, or a member left
+    out, which no shard job reads), or None: an image a shard job reads is looked through there."""
     where = f"{file.name}/{m.name}"
     problem = _member_problem(m)
     if problem is not None:
         if problem:
             ignored.append((where, problem))
-        return
+        return None
     key, ext = _split(m.name)
     if ext not in IMAGE_KEYS and ext not in _TARGET_KEYS:
-        return  # other members (.pickle, .npy, ...) are never read
+        return None  # other members (.pickle, .npy, ...) are never read
     entry = keys.setdefault(key, {})
     limit = MAX_IMAGE_BYTES if ext in IMAGE_KEYS else MAX_TARGET_BYTES
     if m.size > limit:
         ignored.append((where, f"{m.size} bytes, over the {limit} a .{ext} member may have"))
         entry["bad"] = True
-    elif m.offset_data + m.size > file.size:
+        return _next_header(fh, m.offset_data, m.offset_data + _blocks(m.size))  # damaged input only
+    if m.offset_data + m.size > file.size:
         ignored.append((where, "runs past the end of the tar (cut short)"))
         entry["bad"] = True
-    elif ext in IMAGE_KEYS:
-        if "image" in entry:  # a key seen again (a second image, or the same name twice): not a sample
-            ignored.append((where, f"a second image for the key {key!r}, left out"))
-        else:
+        return None  # the walk looks for the next header itself
+    if ext in IMAGE_KEYS:
+        if "image" not in entry:
             entry["image"] = (m.name, m.offset_data, m.size)
-    elif ext in entry.get("parts", {}):
+            return None  # its shard job looks through its bytes
+        # a key seen again (a second image, or the same name twice): not a sample, never read later
+        ignored.append((where, f"a second image for the key {key!r}, left out"))
+        return _next_header(fh, m.offset_data, m.offset_data + _blocks(m.size))
+    data = _read_blocks(fh, m.offset_data, m.size)  # a target: read whole blocks, looked through free
+    if ext in entry.get("parts", {}):
         ignored.append((where, f"a second .{ext} for the key {key!r}, left out"))
     else:
-        entry.setdefault("parts", {})[ext] = tar.extractfile(m).read(MAX_TARGET_BYTES)
+        entry.setdefault("parts", {})[ext] = data[: m.size]
+    k = _scan(data)
+    return None if k is None else m.offset_data + k
 
 
 #: Where a ustar (GNU, PAX) header holds its magic.
@@ -154,6 +186,19 @@ def _is_header(block: bytes) -> bool:
     return True
 
 
+def _scan(buf: bytes, start: int = 0) -> int | None:
+    """The offset in ``buf`` (which starts on a block) of its first whole header at a 512-byte
+    boundary from ``start`` on, or None. Only blocks holding the magic are parsed (a find over the
+    bytes, fast over images)."""
+    at = buf.find(b"ustar", start + _MAGIC_AT)
+    while at >= 0 and at - _MAGIC_AT + tarfile.BLOCKSIZE <= len(buf):
+        k = at - _MAGIC_AT
+        if k % tarfile.BLOCKSIZE == 0 and _is_header(buf[k : k + tarfile.BLOCKSIZE]):
+            return k
+        at = buf.find(b"ustar", at + 1)
+    return None
+
+
 def _next_header(fh, start: int, end: int) -> int | None:
     """The offset of the first header at a 512-byte boundary from ``start`` (rounded up) to ``end``."""
     pos = -(-start // tarfile.BLOCKSIZE) * tarfile.BLOCKSIZE
@@ -162,32 +207,60 @@ def _next_header(fh, start: int, end: int) -> int | None:
         buf = fh.read(min(1 << 20, end - pos))
         if not buf:
             return None
-        at = buf.find(b"ustar", _MAGIC_AT)  # only blocks with the magic are parsed (fast over images)
-        while at >= 0 and at - _MAGIC_AT + tarfile.BLOCKSIZE <= len(buf):
-            k = at - _MAGIC_AT
-            if k % tarfile.BLOCKSIZE == 0 and _is_header(buf[k : k + tarfile.BLOCKSIZE]):
-                return pos + k
-            at = buf.find(b"ustar", at + 1)
+        k = _scan(buf)
+        if k is not None:
+            return pos + k
         pos += len(buf) - len(buf) % tarfile.BLOCKSIZE or tarfile.BLOCKSIZE
     return None
 
 
-def _hidden_header(fh, m: tarfile.TarInfo) -> int | None:
-    """The first header inside the data blocks of ``m`` (an image or target member), or None: its
-    size was enlarged onto a later header, and the members between are hidden in what it claims.
-    Other members' bytes are never read (a ``.tar`` member may hold headers of its own)."""
-    if not m.isfile() or _split(m.name)[1] not in IMAGE_KEYS + _TARGET_KEYS:
-        return None
-    blocks = -(-m.size // tarfile.BLOCKSIZE) * tarfile.BLOCKSIZE
-    return _next_header(fh, m.offset_data, m.offset_data + blocks)
+#: Headers of a member's metadata (a PAX record, a GNU long name): the member is the next header.
+_META = (tarfile.XHDTYPE, tarfile.XGLTYPE, tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK)
+#: A PAX record of a member's path (``"27 path=some/long/name.jpg\n"``).
+_PAX_PATH = re.compile(rb"(?:^|\n)[0-9]+ path=([^\n]*)\n")
+#: The most hidden members a reason names.
+_NAMED = 8
+
+
+def hidden_members(data: bytes) -> list[str]:
+    """The names in the headers inside a member's blocks ``data``: its size was enlarged over later
+    members, hidden in the bytes it claims. Read from the first header found on, header to header
+    by their sizes (a header that does not follow is looked for again); none in an intact member."""
+    names: list[str] = []
+    long_name = None  # a PAX path or GNU long name: the next member's name
+    k = _scan(data)
+    while k is not None:
+        m = tarfile.TarInfo.frombuf(data[k : k + tarfile.BLOCKSIZE], "utf-8", "surrogateescape")
+        body = data[k + tarfile.BLOCKSIZE : k + tarfile.BLOCKSIZE + min(m.size, MAX_TARGET_BYTES)]
+        if m.type == tarfile.GNUTYPE_LONGNAME:
+            long_name = body.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
+        elif m.type == tarfile.XHDTYPE:
+            path = _PAX_PATH.search(body)
+            long_name = path.group(1).decode("utf-8", "surrogateescape") if path else long_name
+        elif m.type not in _META:
+            names.append(long_name or m.name)
+            long_name = None
+        k = _scan(data, k + tarfile.BLOCKSIZE + _blocks(m.size))
+    return names
+
+
+def hidden_reason(size: int, names: list[str]) -> str:
+    """Why a member whose blocks hold the headers of ``names`` is skipped, naming them."""
+    shown = ", ".join(names[:_NAMED]) + (f" and {len(names) - _NAMED} more" if len(names) > _NAMED else "")
+    hidden = f"{len(names)} member{'s' if len(names) != 1 else ''}"
+    return (
+        f"its header says {size} bytes, which run over the tar headers of {shown}: damaged; it and the "
+        f"{hidden} hidden in it are not built"
+    )
 
 
 def _walk(tar: tarfile.TarFile, fh, file: RecordFile, keys: dict, ignored: list) -> None:
     """Every member of one tar, past damage: a header whose size is wrong (enlarged, a PAX record of
     10**15 bytes) or that does not read ends that member, not the archive: the walk goes on at the
     next valid header (members found there are read; the damaged one is listed as left out), and
-    what cannot be read is listed, never silently gone. An image or target member's data blocks are
-    scanned for headers: a size enlarged exactly onto a later header hides the members between."""
+    what cannot be read is listed, never silently gone. A size enlarged exactly onto a later header
+    hides the members between: the blocks of a member read here (a target) are looked through for
+    a header, and the walk reads on at it; an image's are looked through by its shard job."""
     last: tarfile.TarInfo | None = None
     scan_from = 0
     while True:
@@ -197,10 +270,9 @@ def _walk(tar: tarfile.TarFile, fh, file: RecordFile, keys: dict, ignored: list)
         except (tarfile.TarError, EOFError, OSError) as exc:
             m, why = None, f"{type(exc).__name__}: {' '.join(str(exc).split())[:120]}"
         if m is not None:
-            _member(tar, m, file, keys, ignored)
+            hidden = _member(fh, m, file, keys, ignored)
             last, scan_from = m, m.offset_data
             if m.offset_data + m.size <= file.size:
-                hidden = _hidden_header(fh, m)
                 if hidden is None:
                     continue
                 _damaged(m, file, keys, ignored, hidden)  # its size runs over members: read on at them
@@ -243,27 +315,39 @@ def _tar_rows(file: RecordFile, f: int, url: bool, options, storage_options) -> 
     """``(rows, ignored, problem)``: ``(rel, target, label)`` per sample of one tar, in member order."""
     keys: dict[str, dict] = {}
     ignored: list[tuple[str, str]] = []
+    rows = []
+    sample_options = options.samples()
     try:
         with open_file(file.where, url, storage_options) as fh, tarfile.open(fileobj=fh, mode="r:") as tar:
             _walk(tar, fh, file, keys, ignored)
+            for key, entry in keys.items():
+                if "image" not in entry:
+                    if not entry.get("bad"):
+                        ignored.append((f"{file.name}/{key}", f"no image ({', '.join(IMAGE_KEYS)})"))
+                    continue
+                name, offset, size = entry["image"]
+                rel = f"{file.name}/{name}"
+                if entry.get("bad"):  # its key left out for another member (listed): no job reads it
+                    hidden = _unread(fh, offset, size)
+                    if hidden:
+                        ignored.append((rel, hidden[2:]))
+                    continue
+                try:
+                    raw, label = json_target(_target(entry.get("parts", {})), sample_options)
+                except DecodeError as exc:
+                    ignored.append((rel, str(exc) + _unread(fh, offset, size)))
+                    continue
+                rows.append((rel, raw | {"at": [f, offset, size]}, label))
     except (tarfile.TarError, OSError, EOFError) as exc:
         return [], [], f"not a readable tar ({type(exc).__name__}: {' '.join(str(exc).split())[:160]})"
-    rows = []
-    sample_options = options.samples()
-    for key, entry in keys.items():
-        if "image" not in entry or entry.get("bad"):
-            if "image" not in entry and not entry.get("bad"):
-                ignored.append((f"{file.name}/{key}", f"no image ({', '.join(IMAGE_KEYS)})"))
-            continue
-        name, offset, size = entry["image"]
-        rel = f"{file.name}/{name}"
-        try:
-            raw, label = json_target(_target(entry.get("parts", {})), sample_options)
-        except DecodeError as exc:
-            ignored.append((rel, str(exc)))
-            continue
-        rows.append((rel, raw | {"at": [f, offset, size]}, label))
     return rows, ignored, None
+
+
+def _unread(fh, offset: int, size: int) -> str:
+    """``"; "`` and why, for an image of a key left out at discovery whose blocks hide members (no
+    shard job reads it, so they are named here: damaged input only pays this read), else ``""``."""
+    hidden = hidden_members(_read_blocks(fh, offset, size))
+    return "; " + hidden_reason(size, hidden) if hidden else ""
 
 
 def tar_source(pattern: str, options: SourceOptions, storage_options: dict | None = None) -> Source:
