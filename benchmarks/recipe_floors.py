@@ -189,11 +189,13 @@ class _Runner:
             raise RuntimeError(f"the child imported cachekit from {ready['cachekit']}, not from {tree}")
 
     def _answer(self) -> dict:
-        line = self.proc.stdout.readline()
-        if not line:
-            code = self.proc.wait()
-            raise RuntimeError(f"recipe_runner.py with {self.tree} on PYTHONPATH exited ({code})")
-        return json.loads(line)
+        while True:
+            line = self.proc.stdout.readline()
+            if not line:
+                code = self.proc.wait()
+                raise RuntimeError(f"recipe_runner.py with {self.tree} on PYTHONPATH exited ({code})")
+            if line.startswith("{"):  # anything else the child printed is not an answer
+                return json.loads(line)
 
     def timed_pass(self) -> dict:
         self.proc.stdin.write("pass\n")
@@ -225,17 +227,19 @@ def parent(args, root):
     for name in RECIPES:
         kind = CACHE_KINDS[name]
         for threads in (1, 2):
-            runners = {
-                tag: _Runner(
-                    path, name, raws[kind], root / f"{tag}-{kind}-{raws[kind].name}", args.batch_size, threads
-                )
-                for tag, path in trees.items()
-            }
-            passes: dict[str, list[dict]] = {tag: [] for tag in runners}
+            runners: dict[str, _Runner] = {}
+            passes: dict[str, list[dict]] = {tag: [] for tag in trees}
             try:
+                for tag, path in trees.items():
+                    cache = root / f"{tag}-{kind}-{raws[kind].name}"
+                    runners[tag] = _Runner(path, name, raws[kind], cache, args.batch_size, threads)
                 for r in range(args.repeats):  # alternate who goes first
                     for tag in list(runners)[:: 1 if r % 2 == 0 else -1]:
                         passes[tag].append(runners[tag].timed_pass())
+            except (RuntimeError, ValueError) as error:  # a checkout without the recipe: say so, go on
+                print(f"{name}, {threads} thread(s): skipped: {error}")
+                out[f"{name}/{threads}"] = {"skipped": True, "error": str(error)}
+                continue
             finally:
                 for runner in runners.values():
                     runner.close()

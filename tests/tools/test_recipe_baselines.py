@@ -286,3 +286,19 @@ def test_runner_times_passes_of_the_checkout_on_its_path(caches, tmp_path):
     assert Path(ready["cachekit"]) == ROOT / "cachekit"
     assert [p["samples"] for p in passes] == [8, 8]
     assert all(p["cpu"] > 0 and p["wall"] > 0 for p in passes)
+
+
+def test_parent_runner_refuses_a_tree_it_did_not_import(caches, tmp_path, monkeypatch):
+    """A PATH without cachekit: the child imports the installed one, and the suite says so."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import recipe_floors
+
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(RuntimeError, match="imported cachekit from .*, not from .*empty"):
+        recipe_floors._Runner(tmp_path / "empty", "rrc", tmp_path / "unused", caches[0], 4, 1)
+    runner = recipe_floors._Runner(ROOT, "rrc", tmp_path / "unused", caches[0], 4, 1)
+    try:
+        assert runner.timed_pass()["samples"] == 8
+    finally:
+        runner.close()
+    assert runner.proc.returncode == 0
