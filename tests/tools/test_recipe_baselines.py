@@ -150,7 +150,12 @@ def test_yolo_flip_folded_into_the_warp_is_a_flip():
     tiles = [np.ascontiguousarray(synthetic_image(rng, 48, 64).transpose(2, 0, 1)) for _ in range(4)]
     canvas, placed = rb.mosaic_canvas(tiles, 70, 50, 64)
     assert canvas.shape == (128, 128, 3) and canvas[0, 0].tolist() == [114] * 3  # fill 114
+    # Ultralytics' quadrants round (70, 50): top-left, top-right, bottom-left, bottom-right, cut at the edge
     assert np.array_equal(canvas[50 - 48 : 50, 70 - 64 : 70], tiles[0].transpose(1, 2, 0))
+    assert np.array_equal(canvas[2:50, 70:128], tiles[1][:, :, :58].transpose(1, 2, 0))
+    assert np.array_equal(canvas[50:98, 6:70], tiles[2].transpose(1, 2, 0))
+    assert np.array_equal(canvas[50:98, 70:128], tiles[3][:, :, :58].transpose(1, 2, 0))
+    assert (canvas[98:, :] == 114).all() and (canvas[:, :6] == 114).all()
     assert placed[0] == (1.0, 6, 2)
     matrix = rb.yolo_matrix(64, 0.8, 0.45, 0.55)
     plain, flipped = np.empty((3, 64, 64), np.uint8), np.empty((3, 64, 64), np.uint8)
