@@ -75,3 +75,15 @@ def test_overwrite_without_a_size_rebuilds_a_stream_at_the_default_size(objects,
     redone = _build(object_stream(items), tmp_path / "c", overwrite=True)
     assert redone.status == "built" and _size(tmp_path / "c") == 20 and len(redone.manifest.shards) == 1
     assert CachedDataset(tmp_path / "c")[5][1]["text"] == items[5].text
+
+
+def test_a_stream_built_with_default_workers_and_order_is_stored_in_the_order_it_was_read(objects, tmp_path):
+    """No workers and no order given: a worker's worth of shards at a time, and the stream's own order
+    (it cannot be shuffled before it is read), each shard built once."""
+    _, items = objects
+    config = BuildConfig(progress=False, shard_size=3, **RECIPE)
+    result = build(object_stream(items), tmp_path / "c", config, box_format="xywh", classes=object_classes(3))
+    assert result.status == "built" and (result.built_shards, result.reused_shards) == (3, 0)
+    assert read_manifest(tmp_path / "c").order["kind"] == "sorted"
+    ds = CachedDataset(tmp_path / "c")
+    assert [ds[i][1]["text"] for i in range(len(items))] == [it.text for it in items]
