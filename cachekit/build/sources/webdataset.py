@@ -188,14 +188,18 @@ def _is_header(block: bytes) -> bool:
 
 def _scan(buf: bytes, start: int = 0) -> int | None:
     """The offset in ``buf`` (which starts on a block) of its first whole header at a 512-byte
-    boundary from ``start`` on, or None. Only blocks holding the magic are parsed (a find over the
-    bytes, fast over images)."""
-    at = buf.find(b"ustar", start + _MAGIC_AT)
-    while at >= 0 and at - _MAGIC_AT + tarfile.BLOCKSIZE <= len(buf):
-        k = at - _MAGIC_AT
-        if k % tarfile.BLOCKSIZE == 0 and _is_header(buf[k : k + tarfile.BLOCKSIZE]):
+    boundary from ``start`` on, or None. Only the blocks whose magic's first byte is a ``u`` are
+    looked at further (one byte a block gathered and searched: microseconds over an image)."""
+    first = -(-start // tarfile.BLOCKSIZE)
+    firsts = buf[first * tarfile.BLOCKSIZE + _MAGIC_AT :: tarfile.BLOCKSIZE]
+    at = firsts.find(b"u")
+    while at >= 0:
+        k = (first + at) * tarfile.BLOCKSIZE
+        if k + tarfile.BLOCKSIZE > len(buf):
+            return None  # a part of a block: no whole header
+        if _is_header(buf[k : k + tarfile.BLOCKSIZE]):
             return k
-        at = buf.find(b"ustar", at + 1)
+        at = firsts.find(b"u", at + 1)
     return None
 
 
