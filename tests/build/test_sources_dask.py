@@ -41,3 +41,32 @@ def test_a_dataset_on_dask_is_byte_identical_to_the_local_build(tmp_path, monkey
     assert _files(tmp_path / "dask") == _files(tmp_path / "local")
     a, b = (read_manifest(tmp_path / d).to_json() | {"created": ""} for d in ("dask", "local"))
     assert a == b
+
+
+@pytest.mark.slow  # a cluster of its own: ~15 s
+def test_a_stream_on_dask_is_byte_identical_to_the_local_build(tmp_path):
+    """A generator's shards go to the cluster a wave at a time, with the undo its workers run if the
+    build gives them up; the bytes are the local build's."""
+    from sourcekit import object_stream
+
+    from cachekit.tools.synthetic_objects import object_classes
+
+    _, items = make_objects(tmp_path / "raw", 6)
+    config = dict(pipeline="letterbox-640", size=48, shard_size=2, progress=False, order="sorted")
+    names = object_classes(3)
+    build(object_stream(items), tmp_path / "local", BuildConfig(workers=2, **config), box_format="xywh",
+          classes=names)  # fmt: skip
+    with (
+        distributed.LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+        ) as cluster,
+        distributed.Client(cluster),
+    ):
+        on_dask = BuildConfig(
+            executor="dask", executor_options={"scheduler": cluster.scheduler_address}, workers=2, **config
+        )
+        result = build(object_stream(items), tmp_path / "dask", on_dask, box_format="xywh", classes=names)
+    assert result.status == "built" and result.built_shards == len(result.manifest.shards) == 3
+    assert _files(tmp_path / "dask") == _files(tmp_path / "local")
+    a, b = (read_manifest(tmp_path / d).to_json() | {"created": ""} for d in ("dask", "local"))
+    assert a == b
