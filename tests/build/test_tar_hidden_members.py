@@ -283,3 +283,16 @@ def test_discovery_reads_the_headers_and_targets_but_no_image_bytes(tmp_path, mo
     with tarfile.open(path) as tar:
         for rel, target in zip(source.paths, source.targets):
             assert job_read(rel, target) == tar.extractfile(rel.split("/", 1)[1]).read()
+
+
+def test_strict_fails_the_build_naming_the_members_an_image_hides(tmp_path):
+    """A skip like any other: --strict makes it the build's error (exit 1), with the names."""
+    from cachekit.errors import BuildError
+
+    path = _tar(tmp_path / "t.tar")
+    at = _offsets(path)
+    _set_size(path, "k1.png", at["k3.png"][0] - at["k1.png"][1])
+    config = BuildConfig(**QUIET, strict=True)
+    with pytest.raises(BuildError, match=r"t\.tar/k1\.png: .* tar headers of k1\.cls, k2\.png, k2\.cls") as err:
+        build(str(path), tmp_path / "c", config, classes=[str(i) for i in range(KEYS)])
+    assert err.value.exit_code == 1
