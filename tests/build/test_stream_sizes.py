@@ -1,5 +1,5 @@
 """A stream's shard size: the recipe's bytes per sample when none is given, and the size it was built
-with when it is resumed or run again without one; the result a stream build reports."""
+with when it is resumed or run again without one; what a stream build reports and refuses."""
 
 from __future__ import annotations
 
@@ -87,3 +87,31 @@ def test_a_stream_built_with_default_workers_and_order_is_stored_in_the_order_it
     assert read_manifest(tmp_path / "c").order["kind"] == "sorted"
     ds = CachedDataset(tmp_path / "c")
     assert [ds[i][1]["text"] for i in range(len(items))] == [it.text for it in items]
+
+
+def test_an_empty_stream_is_one_line(objects, tmp_path):
+    with pytest.raises(UsageError, match=r"^the iterable yields no samples: nothing to build$"):
+        _build(iter([]), tmp_path / "c", shard_size=3)
+
+
+def test_a_stream_into_a_cache_of_other_options_names_them_in_one_line(objects, tmp_path):
+    _, items = objects
+    _build(object_stream(items), tmp_path / "c", shard_size=3)
+    with pytest.raises(UsageError, match=r"holds a cache built with other options \(.*shard.*\); pass --overwrite"):
+        _build(object_stream(items), tmp_path / "c", shard_size=2)
+    assert _size(tmp_path / "c") == 3
+
+
+def test_a_stream_goes_on_over_an_unfinished_build_of_another_stream(objects, tmp_path):
+    """An unfinished build of other inputs is taken over as ``--update`` takes it (a stream cannot be
+    asked to start again), not refused: the cache ends with this stream's samples."""
+    _, items = objects
+    with pytest.raises(UsageError, match="raised at sample 7"):
+        build(_breaking(object_stream(items), 7), tmp_path / "c", BuildConfig(**QUIET, **RECIPE, shard_size=3),
+              box_format="xywh", classes=object_classes(3), source_id="first")  # fmt: skip
+    changed = [{**s, "text": f"caption {k}"} for k, s in enumerate(object_stream(items))]
+    result = build(iter(changed), tmp_path / "c", BuildConfig(**QUIET, **RECIPE, shard_size=3), box_format="xywh",
+                   classes=object_classes(3), source_id="second")  # fmt: skip
+    assert result.manifest.num_samples == len(items)
+    ds = CachedDataset(tmp_path / "c")
+    assert [ds[i][1]["text"] for i in range(len(items))] == [f"caption {k}" for k in range(len(items))]
