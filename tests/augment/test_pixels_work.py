@@ -22,6 +22,8 @@ from cachekit.augment.warpmatrix import resize_chw, warp_pixels, warp_planes_to_
 from cachekit.tools.synthetic import synthetic_image
 from cachekit.transforms import (
     CenterCrop,
+    ColorJitter,
+    Letterbox,
     Mosaic,
     RandomAffine,
     RandomGrayscale,
@@ -198,6 +200,8 @@ def test_the_yolo_recipe_from_channels_last_pixels_never_goes_through_planes(tmp
     planes = _detection_cache(tmp_path / "planes", "pixels")
     pixels = _detection_cache(tmp_path / "hwc", "pixels-hwc")
     want = [b[0] for b in make_loader(planes, 4, seed=2, augment=YOLO, threads=2, collate="yolo")]
+    closed = [Letterbox(48), *YOLO[1:]]  # mosaic closed (Ultralytics' close_mosaic)
+    want_closed = [b[0] for b in make_loader(planes, 4, seed=2, augment=closed, threads=2, collate="yolo")]
 
     def refused(*args, **kwargs):
         raise AssertionError("a planes route was taken")
@@ -214,6 +218,23 @@ def test_the_yolo_recipe_from_channels_last_pixels_never_goes_through_planes(tmp
     assert len(got) == len(want) and all(torch.equal(a, b) for a, b in zip(got, want))
     last = [b[0] for b in make_loader(pixels, 4, seed=2, augment=YOLO, threads=2, collate="yolo", channels_last=True)]
     assert all(x.is_contiguous(memory_format=torch.channels_last) and torch.equal(x, y) for x, y in zip(last, want))
+    splits.clear()  # the letterboxed sample too: warped and coloured as pixels, split once
+    got = [b[0] for b in make_loader(pixels, 4, seed=2, augment=closed, threads=2, collate="yolo")]
+    assert len(splits) == 10 and all(torch.equal(a, b) for a, b in zip(got, want_closed))
+
+
+def test_colour_jitter_before_hsv_runs_on_the_planes_first(tmp_path):
+    """ColorJitter works on planes: a mosaic with it is warped, jittered, then coloured by RandomHSV,
+    on the threads as on the device path (within their usual rounding)."""
+    pixels = _detection_cache(tmp_path / "hwc", "pixels-hwc")
+    steps = [Mosaic(48), ColorJitter(0.5, 0.5, 0.5, 0.05), RandomHSV()]
+    threads = torch.cat([b[0] for b in make_loader(pixels, 5, seed=4, augment=steps, threads=2, collate="yolo")])
+    device = torch.cat([b[0] for b in make_loader(pixels, 5, seed=4, augment=steps, collate="yolo", device="cpu",
+                                                  augment_on="device")])  # fmt: skip
+    diff = (threads.float() - device.float()).abs()
+    # the two paths' ColorJitter rounds apart by 0.7 levels on average here (so before the pixels work
+    # too); a jitter left out would differ by tens of levels
+    assert diff.mean() < 1.2 and (diff > 8).float().mean() < 0.01, (diff.mean(), (diff > 8).float().mean())
 
 
 def _crop_cache(path, store: str):
