@@ -141,3 +141,32 @@ def test_a_state_saved_at_an_epochs_end_resumes_with_the_plan_asked_for_next(sma
     resumed = make_loader(ds, 8, seed=1, augment=A)
     resumed.load_state_dict(state)
     assert _sizes(resumed) == {(24, 24)} and _sizes(resumed) == {(24, 24)}  # epoch 1 and on: B
+
+
+def test_a_function_asked_for_by_set_augment_gives_the_upcoming_plan_with_the_loader_s_min_visibility(
+    small_cache,
+):
+    loader = make_loader(CachedDataset(small_cache), 8, seed=1, augment=A, min_visibility=0.6)
+    loader.set_augment(_by_epoch)  # pending until the next pass begins
+    upcoming = loader.augment_for(3)
+    assert list(upcoming.listed) == B
+    assert upcoming.min_visibility == 0.6
+    assert list(loader.augment_for(0).listed) == A
+
+
+def test_a_function_of_the_epoch_saved_mid_epoch_names_that_epoch_s_plan(small_cache):
+    loader = make_loader(CachedDataset(small_cache), 8, seed=1, augment=_by_epoch)
+    it = iter(loader)
+    next(it)
+    state = loader.state_dict()
+    del it
+    assert state["epoch"] == 0 and state["augment"].startswith("RandomResizedCrop(size=16")
+
+
+def test_a_schedule_that_returns_no_list_is_told_what_to_return(small_cache):
+    with pytest.raises(AugmentUsageError) as info:
+        make_loader(CachedDataset(small_cache), 8, augment=lambda epoch: 3)
+    assert str(info.value) == (
+        "augment(0) returned int, not a list of transforms: a function of the epoch returns a list (or None: "
+        "no augmentation that epoch)"
+    )
