@@ -170,3 +170,33 @@ def test_a_schedule_that_returns_no_list_is_told_what_to_return(small_cache):
         "augment(0) returned int, not a list of transforms: a function of the epoch returns a list (or None: "
         "no augmentation that epoch)"
     )
+
+
+def test_a_torchvision_transform_that_is_no_module_is_no_schedule():
+    """torchvision's ``Compose`` (v1) is a plain callable, not an nn.Module: called with the epoch it
+    would pass it through, so anything from torchvision is no function of the epoch."""
+    from cachekit.feed.schedule import is_schedule_function
+
+    class Compose:  # as torchvision.transforms.Compose: a callable class, no nn.Module
+        def __call__(self, img):
+            return img
+
+    Compose.__module__ = "torchvision.transforms.transforms"
+    assert not is_schedule_function(Compose())
+    Compose.__module__ = "mytransforms"
+    assert is_schedule_function(Compose())
+
+
+def test_a_state_read_with_other_transforms_than_the_loader_s_own_ops_is_refused_naming_both(small_cache):
+    ds = CachedDataset(small_cache)
+    loader = make_loader(ds, 8, seed=1, augment=B)
+    it = iter(loader)
+    next(it)
+    state = loader.state_dict()
+    del it
+    mine = make_loader(ds, 8, seed=1, augment=[PixelOp(_darken)])
+    with pytest.raises(AugmentUsageError) as info:
+        mine.load_state_dict(state)
+    said = str(info.value)
+    assert said.startswith("augment: this loader was given PixelOp(") and "_darken" in said
+    assert "read its epoch with CenterCrop(size=24)" in said and "\n" not in said
