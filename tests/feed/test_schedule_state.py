@@ -200,3 +200,20 @@ def test_a_state_read_with_other_transforms_than_the_loader_s_own_ops_is_refused
     said = str(info.value)
     assert said.startswith("augment: this loader was given PixelOp(") and "_darken" in said
     assert "read its epoch with CenterCrop(size=24)" in said and "\n" not in said
+
+
+def test_a_function_of_the_epoch_is_asked_once_an_epoch_and_a_state_names_the_epoch_s_plan(small_cache):
+    asked = []
+
+    def by_parity(epoch):
+        asked.append(epoch)
+        return A if epoch % 2 == 0 else B
+
+    loader = make_loader(CachedDataset(small_cache), 8, seed=1, augment=by_parity)
+    assert loader.state_dict()["augment"].startswith("RandomResizedCrop(size=16")  # before epoch 0
+    for _ in loader:
+        pass
+    state = loader.state_dict()  # at the end of epoch 0: its plan
+    assert state["epoch"] == 0 and state["augment"].startswith("RandomResizedCrop(size=16")
+    assert asked == [0]  # the loader's making, its pass and two states: one question
+    assert _sizes(loader) == {(24, 24)} and asked == [0, 1]
