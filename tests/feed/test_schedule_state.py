@@ -217,3 +217,14 @@ def test_a_function_of_the_epoch_is_asked_once_an_epoch_and_a_state_names_the_ep
     assert state["epoch"] == 0 and state["augment"].startswith("RandomResizedCrop(size=16")
     assert asked == [0]  # the loader's making, its pass and two states: one question
     assert _sizes(loader) == {(24, 24)} and asked == [0, 1]
+
+
+def test_a_state_read_without_augmentation_is_refused_to_a_loader_given_its_own_ops(small_cache):
+    ds = CachedDataset(small_cache)
+    loader = make_loader(ds, 8, seed=1)
+    it = iter(loader)
+    next(it)
+    state = loader.state_dict()
+    del it
+    with pytest.raises(AugmentUsageError, match="the state it resumes read its epoch with no augmentation: "):
+        make_loader(ds, 8, seed=1, augment=[PixelOp(_darken)]).load_state_dict(state)
