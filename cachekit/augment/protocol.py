@@ -14,7 +14,13 @@ keypoints follow it), a pixel step changes pixels alone, a batch step the whole 
 - ``Pixel`` (``KIND`` "pixel"): ``draw_stage(seed, epoch, idx, stream, out_hw)`` gives a batch's
   ``PixelDraws``: ``apply_row(chw, j)`` its OpenCV kernel on a uint8 row (threads),
   ``apply_batch(x)`` its torch kernel on the batch (device), ``matrices(j)`` the maps of any op
-  that moves pixels (RandAugment's shears), which boxes and masks follow.
+  that moves pixels (RandAugment's shears), which boxes and masks follow. Optionally
+  ``apply_pixels(hwc, j)``: the same step on the sample's channels-last uint8 ``[H, W, C]`` pixels,
+  in place, bit-identical to ``apply_row``. Where a sample's one map leaves channels-last pixels (a
+  mosaic's canvas, pixels stored channels-last, a stage whose first step has this kernel), the
+  leading steps that have it run there before the one split into the row
+  (``StageDraws.apply_pixels``), the rest on the row; a step whose OpenCV calls want interleaved
+  channels (RandomHSV's colour conversions) thus skips a merge and a split.
 - ``Batch`` (``KIND`` "batch"): MixUp, CutMix and the user's ``BatchOp``, after every per-sample step.
 """
 
@@ -34,6 +40,7 @@ __all__ = [
     "Pixel",
     "Batch",
     "PixelDraws",
+    "PixelsKernel",
 ]
 
 GEOMETRY, MOSAIC, COLOUR, PIXEL, BATCH = "geometry", "mosaic", "colour", "pixel", "batch"
@@ -105,3 +112,9 @@ class PixelDraws(Protocol):
     def apply_row(self, chw, j: int) -> None: ...
 
     def apply_batch(self, x): ...
+
+
+class PixelsKernel(Protocol):
+    """The optional step kernel of ``PixelDraws`` on channels-last pixels (see the module's notes)."""
+
+    def apply_pixels(self, hwc, j: int) -> None: ...

@@ -179,3 +179,21 @@ def test_threads_keep_their_own_scratch():
     assert not errors
     for k in rows:
         assert all(np.array_equal(y, want[k]) for y in got[k])
+
+
+def test_a_step_kernel_on_pixels_gives_its_row_kernels_bytes():
+    """The protocol's optional ``apply_pixels(hwc, j)`` (RandomHSV's) is ``apply_row`` on channels-last pixels."""
+    from cachekit.augment.protocol import PixelsKernel
+    from cachekit.transforms import RandomHSV
+
+    assert "apply_pixels" in PixelsKernel.__dict__
+    idx = np.arange(4)
+    draws = RandomHSV().draw_stage(7, 1, idx, 3, (40, 56))
+    assert callable(getattr(draws, "apply_pixels", None))
+    for j in range(len(idx)):
+        x = _row(j, 40, 56)
+        row, pixels = x.copy(), np.ascontiguousarray(x.transpose(1, 2, 0))
+        draws.apply_row(row, j)
+        draws.apply_pixels(pixels, j)
+        assert np.array_equal(pixels.transpose(2, 0, 1), row)
+        assert not np.array_equal(row, x)
