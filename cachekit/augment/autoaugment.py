@@ -10,6 +10,7 @@ forward 2x3 map of pixel indices each (``op_matrix``), which also moves the samp
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -169,7 +170,14 @@ def space_of(step) -> dict:
 def op_matrix(name: str, magnitude: float, h: int, w: int) -> np.ndarray:
     """The forward 2x3 map of pixel indices of a geometric op on an ``h x w`` image, as torchvision's
     ``F.affine`` / ``F.rotate`` place it (shears about the top-left corner, rotations about the centre,
-    counter-clockwise for a positive angle; translations truncated to whole pixels)."""
+    counter-clockwise for a positive angle; translations truncated to whole pixels). A new array."""
+    return _op_matrix(name, float(magnitude), int(h), int(w)).copy()
+
+
+@functools.lru_cache(maxsize=4096)
+def _op_matrix(name: str, magnitude: float, h: int, w: int) -> np.ndarray:
+    """``op_matrix``, read-only and kept: an op's magnitudes are a table's few bins, and building the
+    map (numpy on 2 x 2 arrays, about 25 us) cost as much as a 224 x 224 translation's warp."""
     a, centre, shift = np.eye(2), np.zeros(2), np.zeros(2)
     if name == "ShearX":
         a[0, 1] = -magnitude
@@ -187,7 +195,9 @@ def op_matrix(name: str, magnitude: float, h: int, w: int) -> np.ndarray:
         raise ValueError(f"{name} is not a geometric op")
     # continuous coordinates (pixel i covers [i, i + 1)) to pixel indices: x = i + 0.5
     offset = a @ (0.5 - centre) + centre + shift - 0.5
-    return np.concatenate([a, offset[:, None]], axis=1)
+    matrix = np.concatenate([a, offset[:, None]], axis=1)
+    matrix.flags.writeable = False
+    return matrix
 
 
 @dataclass(frozen=True)
@@ -216,7 +226,7 @@ class OpDraws:
         h, w = chw.shape[1:]
         for name, m in self._steps(j):
             if name in GEOMETRIC_OPS:
-                pixelkernels.affine(chw, op_matrix(name, m, h, w), self.fill)
+                pixelkernels.affine(chw, _op_matrix(name, m, h, w), self.fill)
             elif name in ("Brightness", "Color", "Contrast", "Sharpness"):
                 getattr(pixelkernels, name.lower())(chw, 1.0 + m)
             elif name == "Posterize":

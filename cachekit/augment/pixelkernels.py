@@ -172,7 +172,6 @@ def affine(chw: np.ndarray, matrix: np.ndarray, fill: tuple[int, ...]) -> None:
     translations, which OpenCV warps plane by plane faster than that; others, plane by plane."""
     c, h, w = chw.shape
     fills = [int(fill[k % len(fill)]) for k in range(c)]
-    matrix = np.asarray(matrix, dtype=np.float64)
     if c in (3, 4) and not _translation(matrix):
         planes = list(chw)
         pixels, warped = _scratch("pixels", (h, w, c)), _scratch("warped", (h, w, c))
@@ -181,11 +180,9 @@ def affine(chw: np.ndarray, matrix: np.ndarray, fill: tuple[int, ...]) -> None:
                                borderMode=cv2.BORDER_CONSTANT, borderValue=tuple(fills)), warped)  # fmt: skip
         _filled_all(cv2.split(warped, planes), planes)
         return
-    warped = _scratch("warped", (h, w))
     for plane, value in zip(chw, fills):
-        _filled(cv2.warpAffine(plane, matrix, (w, h), dst=warped, flags=cv2.INTER_NEAREST,
-                               borderMode=cv2.BORDER_CONSTANT, borderValue=value), warped)  # fmt: skip
-        plane[...] = warped
+        plane[...] = cv2.warpAffine(plane, matrix, (w, h), flags=cv2.INTER_NEAREST,
+                                    borderMode=cv2.BORDER_CONSTANT, borderValue=value)  # fmt: skip
 
 
 def _translation(matrix: np.ndarray) -> bool:

@@ -197,3 +197,25 @@ def test_a_step_kernel_on_pixels_gives_its_row_kernels_bytes():
         draws.apply_pixels(pixels, j)
         assert np.array_equal(pixels.transpose(2, 0, 1), row)
         assert not np.array_equal(row, x)
+
+
+def test_op_matrix_hands_out_a_new_array_each_time_while_the_maps_are_kept():
+    from cachekit.augment.autoaugment import OpDraws
+
+    first = op_matrix("Rotate", 30.0, 40, 56)
+    first[:] = 0  # a caller may change its map: the next sample's is still the op's
+    again = op_matrix("Rotate", 30.0, 40, 56)
+    assert again.flags.writeable and again is not first and np.abs(again).sum() > 1
+    assert not np.array_equal(op_matrix("Rotate", -30.0, 40, 56), again)
+    assert not np.array_equal(op_matrix("Rotate", 30.0, 56, 40), again)  # the size is part of the map
+    names = ("Rotate", "TranslateX", "ShearY")
+    draws = OpDraws(names, np.array([[0, 1, 2]]), np.array([[30.0, -9.0, 0.25]]), (5,), (40, 56))
+    x = _row(4, 40, 56)
+    y = x.copy()
+    draws.apply_row(y, 0)
+    want = x
+    for name, m in zip(names, (30.0, -9.0, 0.25)):
+        want = _affine(want, op_matrix(name, m, 40, 56), (5,))
+    assert np.array_equal(y, want)
+    assert [m.tolist() for m in draws.matrices(0)] == [op_matrix(n, m, 40, 56).tolist()
+                                                       for n, m in zip(names, (30.0, -9.0, 0.25))]  # fmt: skip
