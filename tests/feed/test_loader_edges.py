@@ -220,3 +220,39 @@ def test_a_stuck_read_ends_in_one_line_instead_of_waiting_for_ever(small_cache):
     for bad in (0, -1, float("inf"), "60", True):
         with pytest.raises(ValueError, match="timeout must be a positive number"):
             make_loader(ds, 8, timeout=bad)
+
+
+def test_the_mode_says_how_a_loader_reads_and_augments(small_cache):
+    ds = CachedDataset(small_cache)
+    assert make_loader(ds, 8, threads=1).mode == "in-process batched reads + prefetch thread"
+    assert make_loader(ds, 8, threads=3, prefetch_thread=False).mode == "in-process batched reads, 3 threads over each batch"
+    listed = make_loader(ds, 8, threads=1, augment=[RandomResizedCrop(16)])
+    assert listed.mode == "in-process batched reads + prefetch thread; augment on CPU threads"
+    scheduled = make_loader(ds, 8, threads=1, augment=lambda epoch: [RandomResizedCrop(16)])
+    assert scheduled.mode == (
+        "in-process batched reads + prefetch thread; augment a function of the epoch; augment on CPU threads"
+    )
+
+
+class _NodeCache:
+    """A cache whose node shard cache holds the shards of a batch over blocks of at most ``fits`` samples."""
+
+    def __init__(self, fits: int) -> None:
+        self.fits, self.asked = fits, []
+
+    def check_batch_shards(self, batch_size, window, processes, *, world, partitions):
+        from cachekit import UsageError
+
+        self.asked.append(window)
+        if window > self.fits:
+            raise UsageError(f"a window of {window} pins more shards than the node cache holds")
+
+
+@pytest.mark.parametrize("fits, want", [(64, 64), (20, 16), (5, 4), (1, 1), (0, 64)])
+def test_the_window_halves_until_a_batch_s_shards_fit_the_node_cache(fits, want):
+    from cachekit.feed.loader import _window_that_fits
+
+    dataset = _NodeCache(fits)
+    assert _window_that_fits(dataset, 64, 8, 2, 1, 1) == want
+    assert dataset.asked[0] == 64 and all(b == a // 2 or b == 1 for a, b in zip(dataset.asked, dataset.asked[1:]))
+    assert _window_that_fits(object(), 64, 8, 2, 1, 1) == 64  # a local cache: nothing to fit
