@@ -256,3 +256,41 @@ def test_the_window_halves_until_a_batch_s_shards_fit_the_node_cache(fits, want)
     assert _window_that_fits(dataset, 64, 8, 2, 1, 1) == want
     assert dataset.asked[0] == 64 and all(b == a // 2 or b == 1 for a, b in zip(dataset.asked, dataset.asked[1:]))
     assert _window_that_fits(object(), 64, 8, 2, 1, 1) == 64  # a local cache: nothing to fit
+
+
+def test_a_rank_without_batches_is_told_the_two_ways_out_in_one_line(small_cache):
+    ds = CachedDataset(small_cache)
+    with pytest.raises(ValueError) as info:
+        make_loader(ds, batch_size=len(ds) + 1, drop_last=True)
+    assert str(info.value) == (
+        f"rank 0 of 1 would get no batches ({len(ds)} of {len(ds)} samples, batch_size {len(ds) + 1}, "
+        "drop_last=True): every rank would skip the epoch; use a smaller batch_size or drop_last=False"
+    )
+
+
+@pytest.mark.parametrize(
+    "caught, said",
+    [
+        ("Caught UsageError in DataLoader worker process 0.\nUsageError: op failed on sample 3", "op failed on sample 3"),
+        (
+            "Caught UsageError in DataLoader worker process 1.\nOriginal Traceback (most recent call last):\n"
+            '  File "x.py", line 1\nUsageError: augment: UsageError: raised by the op',
+            "augment: UsageError: raised by the op",
+        ),
+    ],
+)
+def test_a_usage_error_from_a_worker_is_its_own_last_line(caught, said):
+    """DataLoader re-raises a worker's exception as its traceback in text; a usage error is said as the
+    line the user's op raised (split once: the message may itself name the error's type)."""
+    from cachekit import UsageError
+    from cachekit.feed.loader import _named_timeouts
+
+    def batches():
+        yield 1
+        raise UsageError(caught)
+
+    it = _named_timeouts(batches(), 2, 5.0, None)
+    assert next(it) == 1
+    with pytest.raises(UsageError) as info:
+        next(it)
+    assert str(info.value) == said
