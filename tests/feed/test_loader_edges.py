@@ -294,3 +294,13 @@ def test_a_usage_error_from_a_worker_is_its_own_last_line(caught, said):
     with pytest.raises(UsageError) as info:
         next(it)
     assert str(info.value) == said
+
+
+def test_a_loader_logs_what_it_chose_and_reads_a_plain_torch_dataset_in_process(small_cache, caplog):
+    import logging
+
+    with caplog.at_level(logging.INFO, logger="cachekit"):
+        make_loader(CachedDataset(small_cache), 8, threads=1, pin_memory=False)
+    assert "make_loader: in-process batched reads + prefetch thread, batch 8, pin_memory=False, one process" in caplog.text
+    plain = make_loader(torch.utils.data.TensorDataset(torch.zeros(16, 3, 4, 4), torch.arange(16)), 8, seed=0)
+    assert plain.num_workers == 0 and sorted(torch.cat([y for _, y in plain]).tolist()) == list(range(16))
