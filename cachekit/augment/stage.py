@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..image.geometry import move_boxes_matrix, warp_mask_matrix
+from .instances import Instances, stage_mask
 from .protocol import PIXEL
 
 __all__ = ["Stage", "StageDraws", "compile_stage"]
@@ -69,8 +69,7 @@ class StageDraws:
 
     def move_mask(self, mask: np.ndarray, j: int) -> None:
         """Sample ``j``'s class map (a row of the batch's mask buffer) through its maps, in place."""
-        for m in self.matrices(j):
-            mask[...] = warp_mask_matrix(mask, m, self.out_hw, fill=0)
+        stage_mask(mask, self.matrices(j), self.out_hw)
 
     def move_boxes(
         self, targets: list[dict], keys: list[tuple[str, str, str]], min_visibility: float
@@ -81,17 +80,13 @@ class StageDraws:
             maps = self.matrices(j)
             if not maps:
                 continue
-            for b, c, k in keys:
-                part = {
-                    "boxes": np.asarray(target[b]),
-                    "c": np.asarray(target[c]),
-                    "k": np.asarray(target[k]),
-                }
-                for m in maps:
-                    part = move_boxes_matrix(part, m, self.out_hw, min_visibility)
+            for b, c, k in keys:  # the carrier's objects (``augment.instances``), moved together
+                objects = Instances(np.asarray(target[b]), np.asarray(target[c]), np.asarray(target[k]),
+                                    np.zeros(len(target[b]), np.int64))  # fmt: skip
+                moved = objects.staged(maps, self.out_hw, min_visibility)
                 kind = type(target[b])
-                for key, name in ((b, "boxes"), (c, "c"), (k, "k")):
-                    value = np.ascontiguousarray(part[name])
+                for key, value in ((b, moved.boxes), (c, moved.classes), (k, moved.iscrowd)):
+                    value = np.ascontiguousarray(value)
                     target[key] = torch.from_numpy(value) if kind is torch.Tensor else value
 
 
