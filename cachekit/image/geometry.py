@@ -24,7 +24,6 @@ __all__ = [
     "Affine",
     "DEFAULT_MIN_VISIBILITY",
     "move_boxes",
-    "move_boxes_flat",
     "move_boxes_matrix",
     "move_points",
     "move_points_matrix",
@@ -97,27 +96,6 @@ def move_boxes(
     before = (moved[:, 2] - moved[:, 0]) * (moved[:, 3] - moved[:, 1])
     moved, keep = _clip(moved, before, out_hw, min_visibility)
     return _select(target, moved, keep)
-
-
-def move_boxes_flat(
-    boxes: np.ndarray,
-    owner: np.ndarray,
-    maps: tuple[np.ndarray, ...],
-    out_hw: tuple[int, int],
-    min_visibility: float,
-) -> tuple[np.ndarray, np.ndarray]:
-    """A batch's boxes at once: xyxy ``boxes [M, 4]``, box ``m`` of sample ``owner[m]``, through that
-    sample's map ``(sx, sy, tx, ty)`` of ``maps``; returns ``(moved float32 [M, 4], keep bool [M])``.
-    One set of array operations for every box of the batch, instead of a dozen small ones per
-    sample (which hold the GIL against the threads copying pixels)."""
-    b = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
-    sx, sy, tx, ty = (np.asarray(m, dtype=np.float64)[owner] for m in maps)
-    x = b[:, [0, 2]] * sx[:, None] + tx[:, None]
-    y = b[:, [1, 3]] * sy[:, None] + ty[:, None]
-    moved = np.stack([x.min(1), y.min(1), x.max(1), y.max(1)], axis=1)
-    before = (moved[:, 2] - moved[:, 0]) * (moved[:, 3] - moved[:, 1])
-    moved, keep = _clip(moved, before, out_hw, min_visibility)
-    return moved.astype(np.float32), keep
 
 
 def move_boxes_matrix(

@@ -9,7 +9,6 @@ import pytest
 from cachekit.image.geometry import (
     Affine,
     move_boxes,
-    move_boxes_flat,
     move_boxes_matrix,
     warp_mask,
     warp_mask_matrix,
@@ -27,24 +26,17 @@ def _per_sample(visibility):
     return out["classes"].tolist()
 
 
-def _batch(visibility):
-    maps = tuple(np.array([v, v]) for v in (CROP.sx, CROP.sy, CROP.tx, CROP.ty))  # two samples alike
-    boxes, owner = np.concatenate([BOXES, BOXES]), np.array([0, 0, 1, 1])
-    _, keep = move_boxes_flat(boxes, owner, maps, (40, 24), visibility)
-    return np.array([3, 4, 3, 4])[keep].tolist()
-
-
 def _matrix(visibility):
     out = move_boxes_matrix({"boxes": BOXES, "classes": np.array([3, 4])}, SHIFT, (40, 24), visibility)
     return out["classes"].tolist()
 
 
-@pytest.mark.parametrize("path", [_per_sample, _batch, _matrix])
+@pytest.mark.parametrize("path", [_per_sample, _matrix])
 def test_a_box_keeping_5_percent_is_dropped_at_0_1_and_kept_at_0(path):
-    both = [3, 4] * (2 if path is _batch else 1)
-    assert path(0.1) == [4] * (2 if path is _batch else 1)
+    both = [3, 4]
+    assert path(0.1) == [4]
     assert path(0.0) == both
-    assert path(0.04) == both and path(0.06) == [4] * (2 if path is _batch else 1)  # the line is at 4.8%
+    assert path(0.04) == both and path(0.06) == [4]  # the line is at 4.8%
 
 
 def _classes_0_and_2(size: int = 64) -> np.ndarray:
