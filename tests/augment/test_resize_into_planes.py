@@ -56,3 +56,37 @@ def test_a_window_of_a_row_and_one_plane_still_get_the_resize():
     out = np.zeros((1, 80, 70), np.uint8)
     _resize_array(gray, out)
     assert np.array_equal(out, _torchvision(gray, (80, 70)))
+
+
+def test_a_crop_is_merged_into_this_threads_scratch_sample_after_sample(monkeypatch):
+    """The crop's planes are copied and merged into the thread's reused scratch (no fresh arrays a
+    sample), and a smaller crop after a larger one, shrinking then enlarging, still gets its own
+    pixels: torchvision's (OpenCV's bilinear when enlarging, cachekit's way)."""
+    import cachekit.augment.pixelkernels as kernels
+    import cachekit.augment.warp as warp
+
+    merges = []
+    real_merge = cv2.merge
+
+    def merge(planes, dst=None):
+        merges.append((planes, dst))
+        return real_merge(planes, dst)
+
+    monkeypatch.setattr(warp.cv2, "merge", merge)
+    chw = _planes(256, 300, 2)
+    for (top, left, h, w), size in [((3, 9, 240, 280), (224, 224)), ((50, 60, 100, 120), (224, 224)),
+                                    ((0, 0, 256, 300), (96, 128)), ((7, 5, 30, 40), (64, 48))]:  # fmt: skip
+        crop = chw[:, top : top + h, left : left + w]
+        row = np.zeros((3, *size), np.uint8)
+        _resize_array(crop, row)
+        if h <= size[0] and w <= size[1]:  # enlarging: OpenCV's bilinear on the crop's pixels
+            pixels = cv2.resize(np.ascontiguousarray(crop.transpose(1, 2, 0)), size[::-1])
+            assert np.array_equal(row, pixels.transpose(2, 0, 1))
+        else:
+            assert np.array_equal(row, _torchvision(crop, size))
+        planes, dst = merges[-1]
+        assert dst.shape == (h, w, 3)
+        assert np.shares_memory(dst, kernels._local.crop_pixels)
+        assert all(np.shares_memory(p, kernels._local.crop_planes) for p in planes)
+        assert all(np.array_equal(p, c) for p, c in zip(planes, crop))
+    assert len(merges) == 4
