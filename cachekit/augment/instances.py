@@ -146,10 +146,16 @@ def move_boxes(
     return moved, keep & visible, j
 
 
+def _as_points(points, m: int) -> np.ndarray:
+    """``points`` as a new float64 ``[m, K, 3]`` (no objects as ``[0, K, 3]``, not a reshape error)."""
+    p = np.array(points, dtype=np.float64)
+    return p.reshape(m, p.shape[1] if p.ndim == 3 else -1, 3)
+
+
 def _through(points: np.ndarray, matrices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``[M, K, 3]`` points through ``matrices [M, 3, 3]`` (divided through): ``(moved float64,
     behind [M, K])``, ``behind`` where a point passes the map's horizon."""
-    p = np.array(points, dtype=np.float64).reshape(len(matrices), -1, 3)
+    p = _as_points(points, len(matrices))
     m = np.asarray(matrices, dtype=np.float64)
     x, y = p[..., 0], p[..., 1]
     w = m[:, 2, 0, None] * x + m[:, 2, 1, None] * y + m[:, 2, 2, None]
@@ -166,11 +172,11 @@ def move_points(points: np.ndarray, owner: np.ndarray, geometry, flip_idx=None) 
     tile first): float32 ``[M, K, 3]``, in the objects' order."""
     owner = np.asarray(owner, dtype=np.int64)
     j, t = _samples(geometry, owner)
-    p = np.array(points, dtype=np.float64).reshape(len(owner), -1, 3)
+    p = _as_points(points, len(owner))
     gone = np.zeros(p.shape[:2], dtype=bool)
     mosaic = geometry.mosaic
-    if mosaic is not None and len(p):
-        on = mosaic.on[j]
+    on = mosaic.on[j] if mosaic is not None else np.zeros(len(p), bool)
+    if on.any():  # some of these objects are a mosaic's
         placed, _ = _through(p[on], mosaic.tiles[j[on], t[on]])
         x0, y0, x1, y1 = (mosaic.regions[j[on], t[on], k, None] for k in range(4))
         # a point of a tile's part cut off its region was never drawn: not in the mosaic
