@@ -90,3 +90,52 @@ def test_a_crop_is_merged_into_this_threads_scratch_sample_after_sample(monkeypa
         assert all(np.shares_memory(p, kernels._local.crop_planes) for p in planes)
         assert all(np.array_equal(p, c) for p, c in zip(planes, crop))
     assert len(merges) == 4
+
+
+def _reference(crop: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """cachekit's resize of planes ``crop``: OpenCV's bilinear enlarging, torchvision's shrinking."""
+    if crop.shape[1] <= size[0] and crop.shape[2] <= size[1]:
+        if crop.shape[0] == 1:
+            return cv2.resize(np.ascontiguousarray(crop[0]), size[::-1])[None]
+        return cv2.resize(np.ascontiguousarray(crop.transpose(1, 2, 0)), size[::-1]).transpose(2, 0, 1)
+    return _torchvision(crop, size)
+
+
+@pytest.mark.parametrize("box, size", [((50, 60, 100, 120), (224, 224)), ((3, 9, 240, 280), (224, 224)),
+                                       ((0, 0, 224, 224), (224, 224))])  # fmt: skip
+def test_a_flipped_crop_is_mirrored_as_pixels_before_the_split(monkeypatch, box, size):
+    """The flip runs on the resized channels-last pixels (hot, before they are split into the row's
+    planes), not on the row's planes after; mirrored the same in every layout and plane count."""
+    import cachekit.augment.warp as warp
+
+    flips = []
+    real_flip = cv2.flip
+
+    def flip(src, code, dst=None):
+        flips.append((src.shape, code))
+        return real_flip(src, code, dst=dst)
+
+    monkeypatch.setattr(warp.cv2, "flip", flip)
+    chw = _planes(256, 300, 3)
+    top, left, h, w = box
+    crop = chw[:, top : top + h, left : left + w]
+    want = _reference(crop, size)[:, :, ::-1]
+    row = np.zeros((3, *size), np.uint8)
+    warp.warp_planes(chw, box, True, True, row)
+    assert np.array_equal(row, want)
+    resized = (h, w) != size
+    assert flips == ([((*size, 3), 1)] if resized else [((3 * size[0], size[1]), 1)])
+    flips.clear()
+    hwc = np.ascontiguousarray(chw.transpose(1, 2, 0))
+    row = np.zeros((3, *size), np.uint8)
+    warp.warp_hwc(hwc, box, True, True, row)  # pixels stored channels-last
+    assert np.array_equal(row, want)
+    last = np.zeros((1, *size, 3), np.uint8).transpose(0, 3, 1, 2)  # a channels-last batch's row
+    warp.warp_planes(chw, box, True, True, last[0])
+    assert np.array_equal(last[0], want)
+    gray = np.zeros((1, *size), np.uint8)  # one plane: mirrored after
+    warp.warp_planes(chw[:1], box, True, True, gray)
+    assert np.array_equal(gray, _reference(crop[:1], size)[:, :, ::-1])
+    unflipped = np.zeros((3, *size), np.uint8)
+    warp.warp_planes(chw, box, False, True, unflipped)
+    assert np.array_equal(unflipped, want[:, :, ::-1])
