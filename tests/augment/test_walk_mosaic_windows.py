@@ -1,0 +1,49 @@
+"""The walk's mosaic windows: each mosaic's pixel source is the part of its canvas the output reads."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from cachekit.augment.geometric import RandomAffine
+from cachekit.augment.mosaic import Mosaic
+from cachekit.augment.plan import compile_plan
+
+
+def test_each_mosaic_reads_the_window_of_its_canvas_its_output_sees_unless_pre_resized_whole():
+    s, n = 64, 200
+    plan = compile_plan([Mosaic(s, p=0.6), RandomAffine(translate=(0.45, 0.45), scale=(0.2, 2.5))])
+    extra = plan.extra_indices(4, 0, np.arange(n), 1000)
+    hw = np.array([(40 + j % 50, 90 - j % 50) for j in range(n)])  # not square: height and width told apart
+    extra_hw = np.tile(np.array([(100, 50), (64, 64), (30, 30)])[None], (n, 1, 1))
+    g = plan.draw(4, 0, np.arange(n), hw[:, 0], hw[:, 1], extra=extra, extra_hw=extra_hw).general
+    on, canvas = g.mosaic.on, g.mosaic.canvas
+    whole = on & (g.shrink != g.source_hw).any(axis=1)  # pre-resized from the whole canvas (antialiased)
+    cut = on & ~whole
+    # the batch has singles, mosaics read whole, and mosaics read through a window, in mixed order
+    assert (~on).any() and whole.any() and cut.any() and np.flatnonzero(whole)[0] < np.flatnonzero(cut)[-1]
+    assert np.array_equal(
+        g.windows[~on], np.stack([0 * hw[~on, 0], 0 * hw[~on, 0], hw[~on, 1], hw[~on, 0]], 1)
+    )
+    assert np.array_equal(g.source_hw[~on], hw[~on])
+    assert (g.windows[whole] == [0, 0, canvas, canvas]).all() and (g.source_hw[whole] == canvas).all()
+    for j in np.flatnonzero(cut):
+        x0, y0, x1, y1 = g.windows[j]
+        assert 0 <= x0 < x1 <= canvas and 0 <= y0 < y1 <= canvas and (x1 - x0 < canvas or y1 - y0 < canvas)
+        assert g.source_hw[j].tolist() == [y1 - y0, x1 - x0] and g.shrink[j].tolist() == [y1 - y0, x1 - x0]
+        # every output pixel's source lies in the window: its corners taken back through the map
+        back = np.linalg.inv(g.matrices[j]) @ np.array([[0, s, 0, s], [0, 0, s, s], [1, 1, 1, 1]], np.float64)
+        bx, by = back[0] / back[2], back[1] / back[2]
+        assert (np.clip(bx, 0, canvas) >= x0).all() and (np.clip(bx, 0, canvas) <= x1).all()
+        assert (np.clip(by, 0, canvas) >= y0).all() and (np.clip(by, 0, canvas) <= y1).all()
+    # some windows are cut at the canvas's edge, and not square about its centre
+    edge = (g.windows[cut] == 0) | (g.windows[cut] == canvas)
+    assert (
+        edge.any()
+        and (g.windows[cut, 2:] == canvas).sum() > 2
+        and (g.windows[cut, 0] != g.windows[cut, 1]).any()
+    )
+    assert g.windows.dtype.kind == "i" and g.source_hw.dtype.kind == "i"  # slice bounds of the pixels
+    # the pixel map reads the window as the box map reads the canvas
+    shift = np.tile(np.eye(3), (n, 1, 1))
+    shift[:, 0, 2], shift[:, 1, 2] = g.windows[:, 0], g.windows[:, 1]
+    assert np.allclose(g.warps, g.matrices @ shift)
