@@ -5,8 +5,10 @@ from __future__ import annotations
 import numpy as np
 
 from cachekit.augment.geometric import RandomAffine
+from cachekit.augment.maps import draw_maps
 from cachekit.augment.mosaic import Mosaic
 from cachekit.augment.plan import compile_plan
+from cachekit.augment.transforms import CenterCrop, ColorJitter, RandomHorizontalFlip
 
 
 def test_each_mosaic_reads_the_window_of_its_canvas_its_output_sees_unless_pre_resized_whole():
@@ -42,8 +44,25 @@ def test_each_mosaic_reads_the_window_of_its_canvas_its_output_sees_unless_pre_r
         and (g.windows[cut, 2:] == canvas).sum() > 2
         and (g.windows[cut, 0] != g.windows[cut, 1]).any()
     )
+    assert (g.mosaic.rows[~on] == -1).all() and (g.mosaic.rows[on] >= n).all()
     assert g.windows.dtype.kind == "i" and g.source_hw.dtype.kind == "i"  # slice bounds of the pixels
     # the pixel map reads the window as the box map reads the canvas
     shift = np.tile(np.eye(3), (n, 1, 1))
     shift[:, 0, 2], shift[:, 1, 2] = g.windows[:, 0], g.windows[:, 1]
     assert np.allclose(g.warps, g.matrices @ shift)
+
+
+def test_a_mosaic_without_extra_samples_leaves_every_sample_single_and_letterboxed():
+    plan = compile_plan([Mosaic(32), RandomAffine(scale=(0.5, 1.5))])
+    g = draw_maps(plan.steps, 1, 0, np.arange(6), [40] * 6, [80] * 6)  # no extra samples given
+    assert not g.mosaic.on.any() and (g.mosaic.extra == -1).all() and (g.mosaic.rows == -1).all()
+    assert g.mosaic.extra.shape == (6, 3) and g.mosaic.rows.shape == (6, 3)
+    assert g.out_size == (32, 32) and np.array_equal(g.source_hw, [[40, 80]] * 6)
+
+
+def test_a_list_that_sets_no_fill_pads_with_0():
+    h, w = np.array([20, 30]), np.array([40, 50])
+    steps = compile_plan([RandomHorizontalFlip(1.0), CenterCrop(64), ColorJitter(0.2)]).steps
+    g = draw_maps(steps, 0, 0, [0, 1], h, w)
+    assert (g.matrices[:, 0, 0] < 0).all() and g.out_size == (64, 64)
+    assert g.fill == 0  # a crop past the image is padded with 0
