@@ -111,9 +111,9 @@ def test_the_carrier_moves_a_mosaics_objects_in_order_each_with_its_points():
 
 
 def _iou_geometry() -> MapDraws:
-    """Sample 0 had an IoU crop keep [30, 30, 50, 50] of its view (its stored pixels moved 10 px right),
+    """Sample 0 had an IoU crop keep [30, 20, 50, 60] of its view (its stored pixels moved 10 px right),
     then went 100 px right; sample 1 had none (NaN)."""
-    keep_rects = np.array([[30, 30, 50, 50], [np.nan] * 4], np.float64)
+    keep_rects = np.array([[30, 20, 50, 60], [np.nan] * 4], np.float64)
     return MapDraws(
         np.stack([_m(100), _m()]),
         np.full((2, 2), 100, np.int64),
@@ -129,10 +129,10 @@ def test_an_iou_crop_keeps_the_boxes_whose_centres_are_strictly_inside_its_rect(
             [20, 30, 40, 50],  # centre (40, 40) in the view: kept
             [15, 35, 25, 45],  # (30, 40): on the left edge
             [35, 35, 45, 45],  # (50, 40): on the right edge
-            [25, 25, 35, 35],  # (40, 30): on the top edge
-            [25, 45, 35, 55],  # (40, 50): on the bottom edge
-            [16, 36, 26, 46],  # (31, 41): just inside
-            [34, 34, 44, 44],  # (49, 39): just inside
+            [25, 15, 35, 25],  # (40, 20): on the top edge
+            [25, 55, 35, 65],  # (40, 60): on the bottom edge
+            [16, 16, 26, 26],  # (31, 21): just inside
+            [34, 54, 44, 64],  # (49, 59): just inside
         ],
         np.float64,
     )
