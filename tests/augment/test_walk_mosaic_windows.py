@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-import numpy as np
+import re
 
-from cachekit.augment.geometric import RandomAffine
+import numpy as np
+import pytest
+
+from cachekit.augment.geometric import RandomAffine, RandomIoUCrop, RandomVerticalFlip
 from cachekit.augment.maps import draw_maps
 from cachekit.augment.mosaic import Mosaic
 from cachekit.augment.plan import compile_plan
-from cachekit.augment.transforms import CenterCrop, ColorJitter, RandomHorizontalFlip
+from cachekit.augment.transforms import CenterCrop, ColorJitter, Letterbox, RandomHorizontalFlip, Resize
+from cachekit.constants import MAX_SIDE
 
 
 def test_each_mosaic_reads_the_window_of_its_canvas_its_output_sees_unless_pre_resized_whole():
@@ -44,7 +48,7 @@ def test_each_mosaic_reads_the_window_of_its_canvas_its_output_sees_unless_pre_r
         and (g.windows[cut, 2:] == canvas).sum() > 2
         and (g.windows[cut, 0] != g.windows[cut, 1]).any()
     )
-    assert (g.mosaic.rows[~on] == -1).all() and (g.mosaic.rows[on] >= n).all()
+    assert g.fast is None and (g.mosaic.rows[~on] == -1).all() and (g.mosaic.rows[on] >= n).all()
     assert g.windows.dtype.kind == "i" and g.source_hw.dtype.kind == "i"  # slice bounds of the pixels
     # the pixel map reads the window as the box map reads the canvas
     shift = np.tile(np.eye(3), (n, 1, 1))
@@ -66,3 +70,60 @@ def test_a_list_that_sets_no_fill_pads_with_0():
     g = draw_maps(steps, 0, 0, [0, 1], h, w)
     assert (g.matrices[:, 0, 0] < 0).all() and g.out_size == (64, 64)
     assert g.fill == 0  # a crop past the image is padded with 0
+
+
+def test_a_mosaic_whose_first_extra_sample_is_index_0_is_a_mosaic():
+    plan = compile_plan([Mosaic(32)])
+    extra = np.array([[0, 0, 0], [-1, -1, -1], [0, 3, 9]])
+    g = draw_maps(
+        plan.steps, 1, 0, np.arange(3), [40] * 3, [80] * 3, extra=extra, extra_hw=np.full((3, 3, 2), 50)
+    )
+    assert g.mosaic.on.tolist() == [True, False, True] and g.fast is None
+    assert g.mosaic.rows.tolist() == [[3, 4, 5], [-1, -1, -1], [6, 7, 8]]
+    assert np.array_equal(g.mosaic.extra, extra)
+
+
+def test_an_iou_crop_given_no_boxes_draws_as_with_none_in_each_image():
+    plan = compile_plan([RandomIoUCrop(), Resize((32, 32))])
+    h, w = [60, 70, 80], [90, 50, 64]
+    given = draw_maps(plan.steps, 2, 0, np.arange(3), h, w, boxes=[np.zeros((0, 4))] * 3)
+    none = draw_maps(plan.steps, 2, 0, np.arange(3), h, w)
+    assert np.array_equal(given.matrices, none.matrices) and np.array_equal(
+        given.keep_rects, none.keep_rects, True
+    )
+
+
+def test_sizes_that_differ_in_height_alone_are_refused_naming_the_steps_that_end_it():
+    steps = compile_plan([RandomHorizontalFlip()]).steps
+    with pytest.raises(
+        ValueError, match="^augment gives outputs of different sizes for images of different sizes"
+    ):
+        draw_maps(steps, 0, 0, np.arange(2), [40, 41], [50, 50])
+    with pytest.raises(
+        ValueError, match=re.escape("RandomZoomOut, RandomIoUCrop or RandomRotation(expand=True)): end")
+    ):
+        draw_maps(steps, 0, 0, np.arange(2), [40, 41], [50, 50])
+    with pytest.raises(
+        ValueError, match=re.escape("end it with RandomResizedCrop, CenterCrop or Resize((height, width))")
+    ):
+        draw_maps(steps, 0, 0, np.arange(2), [40, 40], [50, 51])
+
+
+def test_an_output_side_may_be_max_side_but_not_past_it_and_no_samples_give_0_by_0():
+    steps = compile_plan([RandomHorizontalFlip()]).steps
+    assert draw_maps(steps, 0, 0, [0], [MAX_SIDE], [8]).out_size == (MAX_SIDE, 8)
+    with pytest.raises(ValueError, match=f"outputs of {MAX_SIDE + 1} x 8 pixels"):
+        draw_maps(steps, 0, 0, [0], [MAX_SIDE + 1], [8])
+    assert draw_maps(compile_plan([Resize((20, 8))]).steps, 0, 0, [], [], []).out_size == (0, 0)
+
+
+def test_the_crop_paths_maps_keep_the_images_sizes_and_the_fill():
+    g = draw_maps(compile_plan([Letterbox(48, fill=7)]).steps, 0, 0, [0, 1], [20, 30], [40, 50])
+    assert g.crops is not None and g.fill == 7 and np.array_equal(g.source_hw, [[20, 40], [30, 50]])
+
+
+def test_a_whole_pixel_general_list_takes_its_crop_boxes_and_no_pre_resize():
+    g = draw_maps(
+        compile_plan([RandomVerticalFlip(1.0), CenterCrop(24)]).steps, 0, 0, [0, 1], [40, 50], [30, 60]
+    )
+    assert g.fast is not None and g.shrink is None
