@@ -211,3 +211,10 @@ def test_staged_objects_keep_their_owner_and_float32_points():
     staged = objects.staged([np.array([[1.0, 0, 5], [0, 1, 0]])], (100, 200), 0.0)
     assert staged.owner.tolist() == [3] and staged.classes.tolist() == [4] and staged.iscrowd.tolist() == [1]
     assert staged.points[0][1].dtype == np.float32 and staged.points[0][1][0, 0].tolist() == [20, 15, 15]
+
+
+def test_points_given_flat_per_object_move_as_given_per_point():
+    g = MapDraws(np.stack([_m(5, 0, 2)]), np.zeros((1, 2), np.int64), (100, 200))
+    p = np.array([[[10, 5, 2], [30, 5, 1], [20, 5, 2]]], np.float32)
+    assert np.array_equal(move_points(p.reshape(1, 9), np.array([0]), g), move_points(p, np.array([0]), g))
+    assert move_points(p.reshape(1, 9), np.array([0]), g)[0, :, 0].tolist() == [25, 65, 45]
