@@ -1,0 +1,66 @@
+"""The tar header scan in process: names that are not UTF-8, a PAX header that names no path, and the
+reason that names the members hidden in a member's blocks."""
+
+from __future__ import annotations
+
+import io
+import tarfile
+
+import pytest
+
+from cachekit.build.sources import webdataset
+from cachekit.image.ops import DecodeError
+
+
+def _tar(names, fmt, pax: dict | None = None) -> bytes:
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=fmt, encoding="utf-8", errors="surrogateescape") as tar:
+        for name in names:
+            info = tarfile.TarInfo(name)
+            info.size = 3
+            if pax:
+                info.pax_headers = dict(pax)
+            tar.addfile(info, io.BytesIO(b"abc"))
+    return out.getvalue()
+
+
+def test_hidden_names_that_are_not_utf8_are_read_as_their_bytes():
+    odd = "k\udcff.png"  # the byte 0xff, as tarfile reads it back with surrogateescape
+    long_odd = "d/" + "\udcfe" * 120 + ".png"  # a GNU long name of such bytes
+    data = b"\0" * 512 + _tar(["a.png", odd], tarfile.USTAR_FORMAT) + _tar([long_odd], tarfile.GNU_FORMAT)
+    data += _tar([long_odd.replace("d/", "p/")], tarfile.PAX_FORMAT)  # a PAX path of such bytes
+    assert webdataset.hidden_members(data) == ["a.png", odd, long_odd, long_odd.replace("d/", "p/")]
+
+
+def test_a_pax_header_without_a_path_leaves_the_members_own_name():
+    data = b"\0" * 512 + _tar(["a.png", "b.cls"], tarfile.PAX_FORMAT, pax={"comment": "no path here"})
+    assert webdataset.hidden_members(data) == ["a.png", "b.cls"]
+
+
+def test_the_reason_names_eight_members_and_counts_the_rest():
+    names = [f"k{i}.png" for i in range(9)]
+    assert webdataset.hidden_reason(5000, names) == (
+        "its header says 5000 bytes, which run over the tar headers of k0.png, k1.png, k2.png, k3.png, "
+        "k4.png, k5.png, k6.png, k7.png and 1 more: damaged; it and the 9 members hidden in it are not built"
+    )
+    assert webdataset.hidden_reason(700, names[:8]).startswith(
+        "its header says 700 bytes, which run over the tar headers of k0.png, k1.png, k2.png, k3.png, "
+        "k4.png, k5.png, k6.png, k7.png: damaged; it and the 8 members"
+    )
+    assert webdataset.hidden_reason(600, ["a.cls"]).endswith(
+        "of a.cls: damaged; it and the 1 member hidden in it are not built"
+    )
+
+
+def test_a_shard_jobs_read_of_a_member_run_over_later_headers_is_refused_naming_them(tmp_path):
+    path = tmp_path / "t.tar"
+    path.write_bytes(_tar(["a.png", "b.cls", "c.png"], tarfile.USTAR_FORMAT))
+    with tarfile.open(path) as tar:
+        at = {m.name: (m.offset, m.offset_data) for m in tar.getmembers()}
+    read = webdataset.TarReader((str(path),), False).open(None, 0)
+    assert read("t.tar/c.png", {"at": (0, at["c.png"][1], 3)}) == b"abc"  # intact: its own bytes
+    claimed = at["c.png"][1] + 3 - at["a.png"][1]
+    with pytest.raises(DecodeError) as info:
+        read("t.tar/a.png", {"at": (0, at["a.png"][1], claimed)})
+    assert str(info.value) == webdataset.hidden_reason(claimed, ["b.cls", "c.png"])
+    assert f"says {claimed} bytes" in str(info.value) and "the 2 members hidden" in str(info.value)
