@@ -64,3 +64,24 @@ def test_a_shard_jobs_read_of_a_member_run_over_later_headers_is_refused_naming_
         read("t.tar/a.png", {"at": (0, at["a.png"][1], claimed)})
     assert str(info.value) == webdataset.hidden_reason(claimed, ["b.cls", "c.png"])
     assert f"says {claimed} bytes" in str(info.value) and "the 2 members hidden" in str(info.value)
+
+
+def test_the_next_header_is_looked_for_up_to_the_end_given_and_no_further(tmp_path):
+    path = tmp_path / "t.tar"
+    path.write_bytes(_tar(["a.png", "b.cls"], tarfile.USTAR_FORMAT))
+    with tarfile.open(path) as tar:
+        b = {m.name: m.offset for m in tar.getmembers()}["b.cls"]
+    with path.open("rb") as fh:
+        assert webdataset._next_header(fh, 513, b + 512) == b  # from the block after a.png's header
+        assert webdataset._next_header(fh, 513, b) is None  # b.cls's header lies past the end given
+        assert webdataset._next_header(fh, b + 1, path.stat().st_size) is None  # none after it
+
+
+def test_a_read_past_the_end_of_the_file_says_what_it_asked_and_got(tmp_path):
+    path = tmp_path / "t.tar"
+    path.write_bytes(b"x" * 700)
+    with (
+        path.open("rb") as fh,
+        pytest.raises(OSError, match="^800 bytes at 0 asked, 700 read: the file was cut"),
+    ):
+        webdataset._read_blocks(fh, 0, 800)
