@@ -68,12 +68,18 @@ def test_a_shard_jobs_read_of_a_member_run_over_later_headers_is_refused_naming_
 
 def test_the_next_header_is_looked_for_up_to_the_end_given_and_no_further(tmp_path):
     path = tmp_path / "t.tar"
-    path.write_bytes(_tar(["a.png", "b.cls"], tarfile.USTAR_FORMAT))
+    with tarfile.open(path, "w", format=tarfile.USTAR_FORMAT) as tar:
+        for name, size in (("a.png", 2000), ("b.cls", 3)):  # a.png's data: four blocks
+            info = tarfile.TarInfo(name)
+            info.size = size
+            tar.addfile(info, io.BytesIO(b"u" * size))  # a "u" at every magic's place, and no header
     with tarfile.open(path) as tar:
         b = {m.name: m.offset for m in tar.getmembers()}["b.cls"]
+    assert b == 2560
     with path.open("rb") as fh:
         assert webdataset._next_header(fh, 513, b + 512) == b  # from the block after a.png's header
-        assert webdataset._next_header(fh, 513, b) is None  # b.cls's header lies past the end given
+        assert webdataset._next_header(fh, 513, b) is None  # b.cls's header lies at the end given
+        assert webdataset._next_header(fh, 513, b - 1) is None
         assert webdataset._next_header(fh, b + 1, path.stat().st_size) is None  # none after it
 
 
