@@ -6,8 +6,11 @@ from __future__ import annotations
 import io
 import tarfile
 
+import cv2
+import numpy as np
 import pytest
 
+from cachekit import BuildConfig, CachedDataset, build
 from cachekit.build.sources import webdataset
 from cachekit.image.ops import DecodeError
 
@@ -91,3 +94,38 @@ def test_a_read_past_the_end_of_the_file_says_what_it_asked_and_got(tmp_path):
         pytest.raises(OSError, match="^800 bytes at 0 asked, 700 read: the file was cut"),
     ):
         webdataset._read_blocks(fh, 0, 800)
+
+
+def _three_keys(path, damage):
+    """k0, k1, k2 (.png + .cls) with ``damage(header)`` done to k1.png's header."""
+    with tarfile.open(path, "w", format=tarfile.USTAR_FORMAT) as tar:
+        for i in range(3):
+            png = cv2.imencode(".png", np.full((8, 8, 3), 30 * i, np.uint8))[1].tobytes()
+            for name, data in ((f"k{i}.png", png), (f"k{i}.cls", str(i).encode())):
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    with tarfile.open(path) as tar:
+        at = {m.name: m.offset for m in tar.getmembers()}
+    data = bytearray(path.read_bytes())
+    header = data[at["k1.png"] : at["k1.png"] + 512]
+    damage(header)
+    data[at["k1.png"] : at["k1.png"] + 512] = header
+    path.write_bytes(bytes(data))
+    return at
+
+
+def _bad_checksum(header):
+    header[148:156] = b"0000000\0"
+
+
+def test_a_damaged_header_leaves_its_member_out_and_the_walk_reads_on_at_the_next_one(tmp_path):
+    path = tmp_path / "t.tar"
+    at = _three_keys(path, _bad_checksum)
+    config = BuildConfig(workers=1, progress=False, order="sorted", pipeline="none")
+    result = build(str(path), path.parent / "c", config, classes=["0", "1", "2"])
+    skipped = {s.path: s.reason for s in result.manifest.skipped}
+    assert skipped["t.tar"] == f"a damaged header at byte {at['k1.png']}: read on at byte {at['k1.cls']}"
+    assert skipped["t.tar/k1"] == "no image (jpg, jpeg, png, webp)"
+    ds = CachedDataset(path.parent / "c")
+    assert [ds.source(i) for i in range(len(ds))] == ["t.tar/k0.png", "t.tar/k2.png"]
