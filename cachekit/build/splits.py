@@ -256,17 +256,9 @@ def _pattern_of(base: str, names: list[str], split: str, pattern: str, storage_o
 
 
 def _read_yaml(path: Path) -> dict:
-    import yaml
+    from .sources.yolo import load_data_yaml
 
-    from .sources.labelscsv import read_text_file
-
-    text = read_text_file(path, "data.yaml", 16 << 20)
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise UsageError(f"{path}: not valid YAML ({' '.join(str(exc).split())[:200]})") from None
-    except RecursionError:
-        raise UsageError(f"{path}: nested too deep to be a data.yaml") from None
+    data = load_data_yaml(path)
     return data if isinstance(data, dict) else {}
 
 

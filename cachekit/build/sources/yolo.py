@@ -27,6 +27,7 @@ from .layouts import YOLO
 __all__ = [
     "discover",
     "yolo_source",
+    "load_data_yaml",
     "read_names",
     "read_pose",
     "parse_label_file",
@@ -54,19 +55,7 @@ def label_path(rel: str) -> str | None:
 
 def read_names(path: Path) -> list[str] | None:
     """Class names from a YOLO ``data.yaml``; None when it has none. A broken file: UsageError."""
-    import yaml
-
-    from .labelscsv import read_text_file
-
-    text = read_text_file(path, "data.yaml", 16 << 20)
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise UsageError(f"{path}: not valid YAML ({' '.join(str(exc).split())[:200]})") from None
-    except RecursionError:
-        raise UsageError(
-            f"{path}: nested too deep to be a data.yaml (lists or maps inside each other)"
-        ) from None
+    data = load_data_yaml(path)
     names = data.get("names") if isinstance(data, dict) else None
     if names is None:
         return None
@@ -81,7 +70,9 @@ def read_names(path: Path) -> list[str] | None:
     return [str(n) for n in names]
 
 
-def _load_yaml(path: Path):
+def load_data_yaml(path: Path):
+    """A ``data.yaml`` parsed (a regular UTF-8 file of at most 16 MiB; any YAML value), or a
+    UsageError in one line: not valid YAML, or nested too deep for the parser."""
     import yaml
 
     from .labelscsv import read_text_file
@@ -89,14 +80,16 @@ def _load_yaml(path: Path):
     text = read_text_file(path, "data.yaml", 16 << 20)
     try:
         return yaml.safe_load(text)
-    except (yaml.YAMLError, RecursionError) as exc:
+    except yaml.YAMLError as exc:
         raise UsageError(f"{path}: not valid YAML ({' '.join(str(exc).split())[:200]})") from None
+    except RecursionError:
+        raise UsageError(f"{path}: nested too deep to be a data.yaml") from None
 
 
 def read_pose(path: Path) -> tuple[tuple[int, int], list[int] | None] | None:
     """A pose dataset's ``kpt_shape`` ``(K, 2 or 3)`` and ``flip_idx`` from its data.yaml; None when
     it names no ``kpt_shape``. A shape or flip_idx that cannot be right: UsageError."""
-    data = _load_yaml(path)
+    data = load_data_yaml(path)
     shape = data.get("kpt_shape") if isinstance(data, dict) else None
     if shape is None:
         return None
