@@ -102,6 +102,8 @@ def _recipe(name: str):
         steps = [T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.RandAugment(num_ops=2, magnitude=9),
                  T.RandomErasing(0.25), T.MixUp(0.8), T.CutMix(1.0)]  # fmt: skip
         return "cls", steps, {"normalize": True}
+    if name != "YOLO":
+        raise SystemExit(f"unknown recipe {name!r}: one of {', '.join(RECIPES)}")
     tail = [T.RandomAffine(degrees=0, translate=(0.1, 0.1), scale=(0.5, 1.5), fill=114),
             T.RandomHSV(h=0.015, s=0.7, v=0.4), T.RandomHorizontalFlip()]  # fmt: skip
     return "det", [T.Mosaic(640), *tail], {"collate": "yolo"}
@@ -260,6 +262,9 @@ def main(argv: list[str] | None = None) -> int:
     caches = build_caches(root, args.images)
     codes = {"this": ROOT} | ({"against": Path(args.against).resolve()} if args.against else {})
     procs = {name: _spawn(code, caches, args.batch) for name, code in codes.items()}
+    for name in args.recipes.split(","):  # before any child starts, so a typo is not a YOLO run
+        if name not in RECIPES:
+            parser.error(f"unknown recipe {name!r}: one of {', '.join(RECIPES)}")
     keys = [f"{r}/{layout}/{t}" for r in args.recipes.split(",") for t in args.threads.split(",")
             for layout in args.layouts.split(",")]  # fmt: skip
     rates: dict[tuple[str, str], list[float]] = {}

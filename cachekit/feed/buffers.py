@@ -20,6 +20,14 @@ import numpy as np
 __all__ = ["BufferPool"]
 
 
+def _aligned(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """A new array starting on a 64-byte boundary."""
+    size = int(np.prod(shape)) * dtype.itemsize
+    raw = np.empty(size + 64, np.uint8)
+    start = (-raw.ctypes.data) % 64
+    return raw[start : start + size].view(dtype).reshape(shape)
+
+
 class BufferPool:
     """Hands out arrays of a given shape and dtype, reusing blocks that nothing holds any more."""
 
@@ -37,7 +45,7 @@ class BufferPool:
                     block = self._free.pop(k)
                     break
         if block is None:
-            block = np.empty(shape, dtype=dtype)
+            block = _aligned(shape, dtype)
         handle = block.view()  # the object whose lifetime is the batch's
         weakref.finalize(handle, self._release, block)
         return handle

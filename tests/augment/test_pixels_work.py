@@ -272,19 +272,25 @@ def test_a_crop_at_its_own_size_is_interleaved_or_split_by_opencv_into_any_layou
 
 @pytest.mark.parametrize("dtype", [np.uint8, np.float32])
 def test_a_window_of_pixels_splits_into_planes_at_any_alignment(dtype):
-    """A crop of pixels (strided rows) is copied whole before ``cv2.split`` (which crawls from such a
-    window into planes off 32-byte alignment); the planes are the crop's whatever their alignment,
-    and a second window after it does not see the first's copy."""
+    """A crop of pixels (strided rows) is split as it is into planes on 32-byte boundaries and copied
+    whole first into any others (``cv2.split`` crawls from such a window into planes off 32-byte
+    alignment); the planes are the crop's whatever their alignment and size (30 x 40 planes are off
+    the boundary after the first, 32 x 32 ones on it), and a second window does not see the first's."""
+    from cachekit.image import ops
     from cachekit.image.ops import hwc_into_planes
 
     rng = np.random.default_rng(8)
     pixels = rng.integers(0, 256, (50, 70, 3)).astype(dtype)
-    raw = np.zeros(3 * 30 * 40 * 4 + 256, np.uint8)
+    raw = np.zeros(3 * 32 * 40 * 4 + 256, np.uint8)
     base = (-raw.ctypes.data) % 64
-    for offset in (0, 4, 16, 32, 48):
-        start = base + offset
-        out = raw[start : start + 3 * 30 * 40 * np.dtype(dtype).itemsize].view(dtype).reshape(3, 30, 40)
-        for top, left in ((3, 5), (20, 30)):
-            window = pixels[top : top + 30, left : left + 40]
-            hwc_into_planes(window, out)
-            assert np.array_equal(out, window.transpose(2, 0, 1)), (offset, top)
+    for h, w in ((30, 40), (32, 32)):
+        for offset in (0, 4, 16, 32, 48):
+            start = base + offset
+            out = raw[start : start + 3 * h * w * np.dtype(dtype).itemsize].view(dtype).reshape(3, h, w)
+            aligned = offset % 32 == 0 and (h * w * np.dtype(dtype).itemsize) % 32 == 0
+            assert ops._aligned_planes(out) == aligned, (h, w, offset)
+            for top, left in ((3, 5), (17, 30)):
+                window = pixels[top : top + h, left : left + w]
+                hwc_into_planes(window, out)
+                assert np.array_equal(out, window.transpose(2, 0, 1)), (h, w, offset, top)
+    assert not ops._aligned_planes(np.zeros((2, 3, 32, 32), np.uint8)[:, 0])  # planes apart, not one block

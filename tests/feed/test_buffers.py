@@ -36,3 +36,15 @@ def test_a_released_batch_is_reused():
     assert again.data_ptr() == pointer
     other = pool.get((2, 3, 8, 8))
     assert other.shape == (2, 3, 8, 8)  # another shape gets its own block
+
+
+def test_blocks_start_on_a_64_byte_boundary():
+    """Rows of 224 x 224 planes then start on 32-byte boundaries too, where OpenCV splits a window
+    of pixels straight into them (off them it crawls, so the window would be copied first)."""
+    pool = BufferPool(keep=0)
+    for shape, dtype in (((3, 3, 224, 224), np.uint8), ((5, 3, 7, 9), np.float32), ((1,), np.uint8)):
+        block = pool.get(shape, dtype)
+        assert block.ctypes.data % 64 == 0 and block.shape == shape and block.dtype == dtype
+        assert block.flags.c_contiguous and block.flags.writeable
+        block[...] = 7
+        assert (block == 7).all()
