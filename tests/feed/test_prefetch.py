@@ -14,18 +14,26 @@ from cachekit.feed import prefetch
 from cachekit.feed.prefetch import READ_TIMEOUT_SECONDS, Prefetcher, ReadTimeout
 
 
-def _until(condition, limit: float = 20.0) -> None:
-    """Wait for ``condition`` (the other thread's progress), failing after ``limit`` seconds."""
-    deadline = time.monotonic() + limit
-    while not condition():
-        assert time.monotonic() < deadline, "the prefetch thread made no progress"
+def _until(condition, polls: int = 2000) -> None:
+    """Wait for ``condition`` (the other thread's progress), looking ``polls`` times 10 ms apart: a
+    guard against a hang, not a bound on speed."""
+    for _ in range(polls):
+        if condition():
+            return
         time.sleep(0.01)
+    pytest.fail("the prefetch thread made no progress")
+
+
+def _ended(p: Prefetcher) -> bool:
+    """Whether ``p``'s thread ended (joined, with a guard against a hang)."""
+    p._thread.join(20)
+    return not p._thread.is_alive()
 
 
 def test_every_item_comes_in_order_then_the_end():
     p = Prefetcher(iter(range(50)), 3)
     assert list(p) == list(range(50)) and p.timeout == READ_TIMEOUT_SECONDS == 600.0
-    _until(lambda: not p._thread.is_alive())
+    assert _ended(p)
     assert p._thread not in prefetch._LIVE and p._thread.daemon and p._thread.name == "cachekit-prefetch"
 
 
@@ -58,7 +66,7 @@ def test_the_thread_reads_at_most_depth_items_ahead(depth, ahead):
     it = iter(p)
     assert [next(it) for _ in range(10)] == list(range(10))
     it.close()
-    _until(lambda: not p._thread.is_alive())
+    assert _ended(p)
     assert len(taken) < 100 and p._queue.empty()  # stopped, and the batches nobody took were freed
 
 
@@ -75,7 +83,7 @@ def test_a_pass_ended_early_stops_the_thread_and_frees_its_iterator():
     it = iter(p)
     assert next(it) == 0
     it.close()  # the training loop broke out of the pass
-    _until(lambda: not p._thread.is_alive())
+    assert _ended(p)
     assert closed.is_set() and p._thread not in prefetch._LIVE and p._queue.empty()
     with pytest.raises(RuntimeError, match="another began"):
         next(iter(p))  # a pass over a stopped prefetcher is refused, not waited on for ever
