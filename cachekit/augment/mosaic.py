@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..image.geometry import Affine, warp_mask
+from ..image.geometry import Affine
 from ..image.ops import hwc_into_planes, planes_as_pixels, planes_into_hwc
 from .draws import uniforms
 from .geometric import check_fill, check_p
@@ -230,7 +230,10 @@ def canvas_window(
 
 
 def render_mask_canvas(masks: list, tiles: np.ndarray, regions: np.ndarray, canvas: int) -> np.ndarray:
-    """One sample's mask canvas (0 where no tile is): each mask resized nearest, as its pixels were."""
+    """One sample's mask canvas (0 where no tile is): each mask resized nearest, as its pixels were,
+    by the carrier's mask mover."""
+    from .instances import move_mask  # here: instances -> maps -> catalogue imports this module
+
     out = np.zeros((canvas, canvas), dtype=masks[0].dtype if masks else np.uint8)
     for mask, tile, (x0, y0, x1, y1) in zip(masks, tiles, regions):
         if x1 <= x0 or y1 <= y0:
@@ -238,7 +241,7 @@ def render_mask_canvas(masks: list, tiles: np.ndarray, regions: np.ndarray, canv
         h, w = mask.shape
         nh, nw = int(round(h * tile[1, 1])), int(round(w * tile[0, 0]))
         padw, padh = int(tile[0, 2]), int(tile[1, 2])
-        resized = warp_mask(mask, Affine(nw / w, nh / h), (nh, nw))
+        resized = move_mask(mask, Affine(nw / w, nh / h), (nh, nw))
         out[y0:y1, x0:x1] = resized[y0 - padh : y1 - padh, x0 - padw : x1 - padw]
     return out
 
