@@ -131,6 +131,43 @@ def test_yolo_hostile_pose_rows_are_left_out_with_the_reason(tmp_path):
         np.testing.assert_allclose(ds[i][1]["keypoints"].numpy(), truth[ds.source(i)], rtol=1e-5, atol=1e-3)
 
 
+@pytest.mark.parametrize("dims", [3, 2])
+def test_yolo_pose_points_outside_the_image_leave_their_row_out(tmp_path, dims):
+    """Pixel coordinates where normalised ones belong: the row is reported, as a box outside its image
+    is, not kept with every point silently made unlabelled at the edge. An unlabelled point may lie
+    anywhere; a labelled one past the edge by rounding is clipped onto it and stays labelled."""
+    v = " 2" if dims == 3 else ""
+    rows = f"0 0.5 0.5 0.2 0.2 0.1 0.1{v} 0.2 0.2{v} 0.3 0.3{v} 45 12{v}\n"  # pixels
+    rows += f"0 0.5 0.5 0.2 0.2 0.1 0.1{v} 0.2 1.2{v} 0.3 0.3{v} 0.4 0.4{v}\n"  # y past the bottom
+    if dims == 3:
+        rows += "0 0.5 0.5 0.2 0.2 0.1 0.1 2 0.2 0.2 2 0.3 0.3 2 -0.2 0.4 1\n"  # hidden, left of the image
+    rows += (
+        f"0 0.4 0.4 0.2 0.2 1.0005 0.1{v} 0.2 -0.0005{v} 0.3 0.3{v} {'5 -3 0' if dims == 3 else '-1 -1'}\n"
+    )
+    raw, truth = _yolo(tmp_path, (4, dims), extra_rows=rows)
+    result = build(raw, tmp_path / "c", BuildConfig(annotations="yolo", pipeline="none", **QUIET))
+    reasons = [d["reason"] for d in result.manifest.source["dropped"]]
+    assert len(reasons) == 2 + (dims == 3), reasons
+    assert "line 2: keypoint 3 (45, 12) lies outside the image" in reasons[0]
+    assert "line 3: keypoint 1 (0.2, 1.2) lies outside the image" in reasons[1]
+    if dims == 3:
+        assert "line 4: keypoint 3 (-0.2, 0.4) lies outside" in reasons[2]
+    ds = CachedDataset(tmp_path / "c")
+    i = next(i for i in range(len(ds)) if ds.source(i) == "images/0.png")
+    points = ds[i][1]["keypoints"].numpy()
+    h, w = SIZES[0]
+    assert points.shape == (2, 4, 3)
+    np.testing.assert_allclose(points[0], truth["images/0.png"][0], rtol=1e-5, atol=1e-3)
+    labelled = 2.0 if dims == 3 else 1.0
+    above = labelled if dims == 3 else 0.0  # a 2-D point with a negative coordinate: unlabelled (Ultralytics)
+    np.testing.assert_allclose(
+        points[1, :3],
+        [[w, 0.1 * h, labelled], [0.2 * w, 0, above], [0.3 * w, 0.3 * h, labelled]],
+        atol=1e-3,
+    )
+    assert points[1, 3, 2] == 0  # unlabelled, wherever it was written
+
+
 def test_a_build_time_letterbox_moves_keypoints_as_it_moves_boxes(tmp_path):
     raw, truth = _yolo(tmp_path)
     build(raw, tmp_path / "c", BuildConfig(annotations="yolo", pipeline="letterbox-640", size=48, **QUIET))
@@ -271,6 +308,9 @@ def test_a_data_yaml_kpt_shape_that_cannot_be_right_is_one_line(tmp_path):
     for bad, words in (
         ("kpt_shape: [4, 5]", "kpt_shape must be"),
         ("flip_idx: [0, 0, 1, 2]", "flip_idx must"),
+        ("flip_idx: [a, 0, 1, 2]", "flip_idx must"),  # not a number: one line, not a TypeError
+        # a permutation but no mirror: point 0 would become 1, and 1 become 2, on every flip
+        ("flip_idx: [1, 2, 0, 3]", r"swapped in pairs \(point 0 becomes 1 but 1 becomes 2"),
     ):
         text = (raw / "data.yaml").read_text().splitlines()
         key = bad.split(":")[0]

@@ -7,8 +7,8 @@ Class names come from ``data.yaml`` (``RAW/data.yaml``, or the file given) when 
 a label file, or with an empty one, is kept with no boxes (a background image, as Ultralytics
 treats it). A segmentation row (``class x1 y1 x2 y2 ...``, a polygon) gives the box round its
 points. Bad rows (not numbers, NaN, a class outside the names, a box of no area or outside the
-image) are left out and reported, each with its file, line and reason; boxes overhanging the image
-by rounding (under 0.1%) are clipped.
+image, a labelled keypoint outside the image) are left out and reported, each with its file, line
+and reason; boxes and keypoints overhanging the image by rounding (under 0.1%) are clipped.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from pathlib import Path
 
 from ...errors import UsageError
 from ...store.fields import FieldSpec
+from ...store.fields.keypoints import flip_problem
 from ...store.limits import MAX_CLASSES
 from ..annotate import Tree, keypoints_field, open_tree
 from ..inputtable import Source, nonempty, table
@@ -103,11 +104,14 @@ def read_pose(path: Path) -> tuple[tuple[int, int], list[int] | None] | None:
         raise UsageError(f"{path}: kpt_shape must be [K, 2] or [K, 3] (K points of x, y[, visibility])")
     flip = data.get("flip_idx")
     if flip is not None and (
-        not isinstance(flip, list)
-        or sorted(flip) != list(range(shape[0]))
-        or not all(isinstance(v, int) and not isinstance(v, bool) for v in flip)
+        not isinstance(flip, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in flip)
     ):
         raise UsageError(f"{path}: flip_idx must list each of the {shape[0]} point indices once")
+    problem = flip_problem(flip, shape[0]) if flip is not None else None
+    if problem:  # a mirror swaps pairs: flip_idx [1, 2, 0] would turn a point into a third on every flip
+        raise UsageError(
+            f"{path}: flip_idx must list each of the {shape[0]} point indices once, swapped in pairs ({problem})"
+        )
     return (shape[0], shape[1]), flip
 
 
@@ -134,6 +138,14 @@ def _pose_row(values: list[str], classes: int | None, kpt_shape: tuple[int, int]
         v = numbers[j * d + 2] if d == 3 else (0.0 if x < 0 or y < 0 else 1.0)  # Ultralytics' mask for 2-D
         if v not in (0, 1, 2):
             return None, f"a keypoint visibility of {v:g}, not 0, 1 or 2"
+        if v and not (-_SLACK <= x <= 1 + _SLACK and -_SLACK <= y <= 1 + _SLACK):
+            # pixels where normalised coordinates belong (Ultralytics refuses the file): reported, not
+            # every point silently made unlabelled at the image's edge
+            return None, (
+                f"keypoint {j} ({x:g}, {y:g}) lies outside the image (normalised coordinates must lie in [0, 1])"
+            )
+        if v:  # past the edge by rounding: on it, still labelled
+            x, y = min(max(x, 0.0), 1.0), min(max(y, 0.0), 1.0)
         points += [x, y, v]
     return row + points, ""
 
