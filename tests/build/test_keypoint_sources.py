@@ -84,6 +84,51 @@ def test_coco_hostile_keypoints_leave_their_annotation_out_with_the_reason(tmp_p
         np.testing.assert_allclose(ds[i][1]["keypoints"].numpy(), truth[ds.source(i)], atol=1e-4)
 
 
+def test_coco_labelled_keypoints_outside_their_image_leave_the_annotation_out(tmp_path):
+    """A labelled point (v 1 or 2) outside its image is reported with its annotation, as a box outside
+    is, not kept silently unlabelled at the edge; one within a pixel of the edge is clipped onto it
+    and stays labelled; an unlabelled point may lie anywhere (its x and y mean nothing)."""
+    base = {"image_id": 1, "category_id": 1, "bbox": [1.0, 1.0, 10.0, 10.0], "iscrowd": 0}
+    h, w = SIZES[0]
+    bad = [
+        dict(base, keypoints=[1, 2, 2, 3, 4, 2, w + 5, 4, 2, 5, 6, 1, 7, 8, 2]),  # right of the image
+        dict(base, keypoints=[1, 2, 2, 3, 4, 2, 5, 6, 2, 5, -3, 1, 7, 8, 2]),  # above it, hidden
+        dict(base, keypoints=[1, 2, 2, 3, 4, 2, 5, 6, 2, -2, 6, 2, 7, 8, 2]),  # left of it
+        dict(base, keypoints=[1, 2, 2, 3, 4, 2, 5, 6, 2, 7, 8, 2, 9, h + 2, 1]),  # below it
+        dict(base, keypoints=[w + 0.5, 2, 2, 3, h + 0.5, 1, -0.5, 6, 2, 400, -70, 0, 7, 8, 0]),
+    ]
+    raw, ann, truth = _coco(tmp_path, bad)
+    result = build(raw, tmp_path / "c", BuildConfig(annotations=str(ann), pipeline="none", **QUIET))
+    reasons = [d["reason"] for d in result.manifest.source["dropped"]]
+    assert reasons == [
+        f"annotations[6]: keypoint 2 ({w + 5}, 4) lies outside its {w}x{h} image",
+        "annotations[7]: keypoint 3 (5, -3) lies outside its 100x60 image",
+        "annotations[8]: keypoint 3 (-2, 6) lies outside its 100x60 image",
+        f"annotations[9]: keypoint 4 (9, {h + 2}) lies outside its 100x60 image",
+    ]
+    ds = CachedDataset(tmp_path / "c")
+    points = next(ds[i][1]["keypoints"].numpy() for i in range(len(ds)) if ds.source(i) == "0.png")
+    assert points.shape == (3, 5, 3)
+    np.testing.assert_allclose(points[:2], truth["0.png"], atol=1e-4)
+    np.testing.assert_allclose(points[2, :3], [[w, 2, 2], [3, h, 1], [0, 6, 2]])
+    assert points[2, 3:, 2].tolist() == [0, 0]
+
+
+def test_coco_point_names_given_twice_are_left_out_with_the_reason(tmp_path):
+    """Which point a repeated name means, and its mirror's partner, would be a guess: the category's
+    points are reported, not a flip_idx the user never gave refused in their place."""
+    raw, ann, _ = _coco(tmp_path)
+    obj = json.loads(ann.read_text())
+    obj["categories"][0]["keypoints"] = ["nose", "left_eye", "right_eye", "left_wrist", "right_eye"]
+    ann.write_text(json.dumps(obj))
+    result = build(raw, tmp_path / "c", BuildConfig(annotations=str(ann), pipeline="none", **QUIET))
+    assert {"where": "categories[0]", "reason": "'keypoints' names the point 'right_eye' twice"} in (
+        result.manifest.source["dropped"]
+    )
+    ds = CachedDataset(tmp_path / "c")
+    assert "keypoints" not in ds.manifest.sample.fields and len(ds[0][1]["boxes"]) == 2
+
+
 def _yolo(tmp_path, kpt_shape=(4, 3), extra_rows=""):
     raw = tmp_path / "raw"
     (raw / "images").mkdir(parents=True)

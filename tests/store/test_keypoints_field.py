@@ -137,6 +137,10 @@ def test_params_are_checked_and_flip_idx_pairs_left_and_right_names():
         kind.check_params({"boxes": "boxes", "k": 0}, "f")
     assert flip_pairs(names) == [0, 2, 1, 4, 3]
     assert flip_pairs(["a", "b"]) is None
+    assert flip_pairs(["L_eye", "r_eye", "nose", "Right_Hip", "left_hip"]) == [1, 0, 2, 4, 3]
+    # a name given twice (in any case) pairs with nothing: [2, 0, 0] would make two points one
+    assert flip_pairs(["left_x", "right_x", "RIGHT_x"]) is None
+    assert flip_pairs(["left_x", "right_x", "left_y", "right_y", "Left_Y"]) == [1, 0, 2, 3, 4]
 
 
 def test_info_describes_the_keypoints_field(cache):

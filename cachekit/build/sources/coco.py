@@ -7,9 +7,9 @@ keeps their COCO ids). Images without annotations are kept, with no boxes.
 
 Nothing in the file is trusted: it is size-checked before it is read, and every entry is checked
 on its own. A bad image entry or annotation (a missing or duplicate id, a path outside RAW,
-NaN or infinite numbers, a box of no area or outside its image, an unknown image or category) is
-left out and reported with its reason; a box that overhangs its image by less than a pixel (COCO
-has some) is clipped. Only a file that is not COCO JSON at all stops the build, in one line.
+NaN or infinite numbers, a box of no area or outside its image, a labelled keypoint outside its
+image, an unknown image or category) is left out and reported with its reason; a box or keypoint
+that overhangs its image by less than a pixel (COCO has some) is clipped. Only a file that is not COCO JSON at all stops the build, in one line.
 """
 
 from __future__ import annotations
@@ -134,6 +134,10 @@ def _keypoint_names(cat: dict, where: str, found: CocoImages) -> None:
     if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
         found.dropped.append((where, "'keypoints' is not a list of point names"))
         return
+    twice = next((n for i, n in enumerate(names) if n in names[:i]), None)
+    if twice is not None:  # which point a name means, and its mirror's partner, would be a guess
+        found.dropped.append((where, f"'keypoints' names the point {short(twice)} twice"))
+        return
     if found.keypoint_names is not None and len(names) != len(found.keypoint_names):
         found.dropped.append(
             (where, f"{len(names)} keypoints, another category has {len(found.keypoint_names)}")
@@ -153,8 +157,9 @@ def _keypoint_names(cat: dict, where: str, found: CocoImages) -> None:
         found.skeleton = [[e[0] - 1, e[1] - 1] for e in edges] if ok else []
 
 
-def _points(value: Any, k: int) -> tuple[list[list[float]] | None, str]:
-    """An annotation's ``keypoints`` ``[x, y, v] x K`` as K triples, or None and why not."""
+def _points(value: Any, k: int, h: int, w: int) -> tuple[list[list[float]] | None, str]:
+    """An annotation's ``keypoints`` ``[x, y, v] x K`` as K triples, or None and why not: a labelled
+    point (v 1 or 2) must lie in its ``h`` x ``w`` image (clipped onto it within ``OVERHANG``)."""
     if value is None:
         return [[0.0, 0.0, 0.0]] * k, ""  # an object of a category without points
     if not isinstance(value, list) or len(value) != 3 * k:
@@ -168,6 +173,12 @@ def _points(value: Any, k: int) -> tuple[list[list[float]] | None, str]:
     bad = next((t[2] for t in triples if t[2] not in (0, 1, 2)), None)
     if bad is not None:
         return None, f"a keypoint visibility of {bad:g}, not 0, 1 or 2"
+    for j, t in enumerate(triples):
+        if not t[2]:
+            continue  # unlabelled: its x and y mean nothing
+        if not (-OVERHANG <= t[0] <= w + OVERHANG and -OVERHANG <= t[1] <= h + OVERHANG):
+            return None, f"keypoint {j} ({t[0]:g}, {t[1]:g}) lies outside its {w}x{h} image"
+        t[0], t[1] = min(max(t[0], 0.0), float(w)), min(max(t[1], 0.0), float(h))
     return triples, ""
 
 
@@ -247,7 +258,7 @@ def read_coco(path: str | Path) -> CocoImages:
             found.dropped.append((rel, f"{where}: {why}"))
             continue
         if found.keypoint_names is not None:
-            points, why = _points(ann.get("keypoints"), len(found.keypoint_names))
+            points, why = _points(ann.get("keypoints"), len(found.keypoint_names), *entry["size"])
             if points is None:
                 found.dropped.append((rel, f"{where}: {why}"))
                 continue

@@ -44,16 +44,17 @@ def points_problem(points: np.ndarray, k: int | None = None) -> str | None:
 
 def flip_pairs(names: Sequence[str]) -> list[int] | None:
     """``flip_idx`` from point names: ``left_x`` and ``right_x`` (also ``l_``/``r_``, any case) swap,
-    the others stay; None when no name pairs up."""
+    the others stay; None when no name pairs up. A name given twice pairs with nothing: its partner
+    would be a guess, and two points becoming one is no mirror."""
     lowered = [str(n).lower() for n in names]
-    where = {n: i for i, n in enumerate(lowered)}
+    where = {n: i for i, n in enumerate(lowered) if lowered.count(n) == 1}
     out, paired = list(range(len(lowered))), False
     for i, n in enumerate(lowered):
         for a, b in (("left_", "right_"), ("right_", "left_"), ("l_", "r_"), ("r_", "l_")):
-            if n.startswith(a) and b + n[len(a) :] in where:
+            if n in where and n.startswith(a) and b + n[len(a) :] in where:
                 out[i], paired = where[b + n[len(a) :]], True
                 break
-    return out if paired else None
+    return out if paired and flip_problem(out, len(out)) is None else None
 
 
 def flip_problem(flip_idx: Sequence[int], k: int, involution: bool = True) -> str | None:
