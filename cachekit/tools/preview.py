@@ -196,10 +196,15 @@ def _boxes(canvas: np.ndarray, target: dict, classes: list[str], x0: int, y0: in
             cv2.putText(canvas, name, (tx + 1, ty - 1), _FONT, 0.4, ink, 1, cv2.LINE_AA)
 
 
-def _keypoints(canvas: np.ndarray, target: dict, x0: int, y0: int, scale: float, skeletons: dict) -> None:
+def _keypoints(
+    canvas: np.ndarray, target: dict, x0: int, y0: int, scale: float, skeletons: dict | None
+) -> None:
     """Each object's labelled keypoints (visibility > 0) as dots in its class's colour, ringed white,
-    joined by its field's skeleton where both ends are labelled."""
+    joined by its field's skeleton where both ends are labelled. ``skeletons`` names the keypoints
+    fields (an array field of shape [N, K, 3] is no points); None: every float [N, K, 3] value."""
     for key, value in target.items():
+        if skeletons is not None and key not in skeletons:
+            continue
         if not (isinstance(value, torch.Tensor) and value.dim() == 3 and value.shape[-1] == 3):
             continue
         if not value.is_floating_point():
@@ -209,7 +214,7 @@ def _keypoints(canvas: np.ndarray, target: dict, x0: int, y0: int, scale: float,
             colour = _colour(int(k))
             xy = [(x0 + int(x * scale), y0 + int(y * scale)) for x, y in pts[:, :2]]
             seen = (pts[:, 2] > 0).tolist()
-            for a, b in skeletons.get(key, []):
+            for a, b in (skeletons or {}).get(key, []):
                 if seen[a] and seen[b]:
                     cv2.line(canvas, xy[a], xy[b], colour, 2)
             for p, on in zip(xy, seen):
@@ -231,7 +236,7 @@ def draw_grid(
 ) -> tuple[np.ndarray, list[Cell]]:
     """A grid (RGB) of ``images [B, C, H, W]`` with their ``targets`` drawn, each image's longer side
     at ``cell`` pixels; padded samples cut to their ``sizes``. ``skeletons``: each keypoints field's
-    pairs of points to join."""
+    pairs of points to join, the fields drawn as points (None: every float [N, K, 3] value)."""
     n = len(images)
     columns = min(columns or max(1, int(np.ceil(np.sqrt(n)))), max(1, n))  # no empty columns
     rows = -(-n // columns)
@@ -257,7 +262,7 @@ def draw_grid(
         th, tw = tile.shape[:2]
         canvas[y0 : y0 + th, x0 : x0 + tw] = tile
         _boxes(canvas, targets[j], classes, x0, y0, scales[j], hws[j])
-        _keypoints(canvas, targets[j], x0, y0, scales[j], skeletons or {})
+        _keypoints(canvas, targets[j], x0, y0, scales[j], skeletons)
         for k, line in enumerate(texts[j]):
             _text(canvas, line, x0 + 2, y0 + cell + _LINE * (k + 1) - 2)
         cells.append(Cell(x0, y0, scales[j], *hws[j], target=targets[j]))
