@@ -147,9 +147,11 @@ def move_boxes(
 
 
 def _as_points(points, m: int) -> np.ndarray:
-    """``points`` as a new float64 ``[m, K, 3]`` (no objects as ``[0, K, 3]``, not a reshape error)."""
+    """``points`` as a new float64 ``[m, K, 3]`` (no objects as ``[0, K, 3]``, not a reshape error),
+    given per point ``[m, K, 3]`` or flat per object ``[m, K * 3]``."""
     p = np.array(points, dtype=np.float64)
-    return p.reshape(m, p.shape[1] if p.ndim == 3 else -1, 3)
+    k = p.shape[1] if p.ndim == 3 else p.shape[1] // 3 if p.ndim == 2 else p.size // (3 * m) if m else 0
+    return p.reshape(m, k, 3)
 
 
 def _through(points: np.ndarray, matrices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -218,3 +218,6 @@ def test_points_given_flat_per_object_move_as_given_per_point():
     p = np.array([[[10, 5, 2], [30, 5, 1], [20, 5, 2]]], np.float32)
     assert np.array_equal(move_points(p.reshape(1, 9), np.array([0]), g), move_points(p, np.array([0]), g))
     assert move_points(p.reshape(1, 9), np.array([0]), g)[0, :, 0].tolist() == [25, 65, 45]
+    # no objects, flat: [0, K, 3] with its K, as given per point
+    assert move_points(np.zeros((0, 9), np.float32), np.zeros(0, np.int64), g).shape == (0, 3, 3)
+    assert move_points(np.zeros((0, 3, 3), np.float32), np.zeros(0, np.int64), g).shape == (0, 3, 3)
