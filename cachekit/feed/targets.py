@@ -104,6 +104,14 @@ def check_classes(
     ``shape``, inside their image, crowd flags 0 or 1), or a CacheError; with a ``memo`` (kept with
     the open shard), every row of the shard, once: a min and max over each column."""
     for name, spec in fields.items():
+        if spec.kind == "keypoints":  # its own check (finite, visibility, K) marks ("checked", name)
+            if shape is not None and (memo is None or ("inside", name) not in memo):
+                every = np.arange(samples) if memo is not None else np.asarray(rows, dtype=np.int64)
+                values = spec.handler.unpack(name, spec.params, column, every, samples, memo)
+                _check_points_inside(name, values, _image_sizes(column, every, shape))
+                if memo is not None:
+                    memo[("inside", name)] = True
+            continue
         if spec.kind not in ("boxes", "labels") or (memo is not None and ("checked", name) in memo):
             continue
         every = np.arange(samples) if memo is not None else np.asarray(rows, dtype=np.int64)
@@ -112,6 +120,24 @@ def check_classes(
         _check_values(name, spec, values, classes, hw)
         if memo is not None:
             memo[("checked", name)] = True
+
+
+def _check_points_inside(name: str, values: list, hw: np.ndarray) -> None:
+    """Every stored point inside its image, within a pixel (a build clips each one onto it), or a
+    CacheError: a point a million pixels out would pass as finite into a pose loss."""
+    counts = [len(v) for v in values]
+    if not sum(counts):
+        return
+    points = np.concatenate(values)
+    size = np.repeat(hw, counts, axis=0)[:, None, :].astype(np.float64)  # (height, width) per object
+    x, y = points[..., 0], points[..., 1]
+    out = (x < -1) | (y < -1) | (x > size[..., 1] + 1) | (y > size[..., 0] + 1)
+    if out.any():
+        o, k = (int(v[0]) for v in np.nonzero(out))
+        raise CacheError(
+            f"field {name!r}: a stored value is out of range (a keypoint ({x[o, k]:g}, {y[o, k]:g}) outside "
+            f"its {size[o, 0, 1]:g}x{size[o, 0, 0]:g} image): the shard is damaged"
+        )
 
 
 def check_labels(column, samples: int, classes: int, memo: dict | None) -> None:
@@ -203,8 +229,9 @@ def batch_targets(
         out = [{} for _ in range(n)]
     if not boxes:
         return out
+    checked = {name: spec for name, spec in fields.items() if spec.kind in ("boxes", "keypoints")}
     for _, column, rows, samples, memo in groups:
-        check_classes(boxes, column, rows, samples, classes, memo, shape=shape)
+        check_classes(checked, column, rows, samples, classes, memo, shape=shape)
     for name, spec in boxes.items():
         owners, parts = [], []
         for pos, column, rows, samples, memo in groups:

@@ -115,6 +115,10 @@ def _check_value(kind: str, value, classes: int, hw: tuple[int, int]) -> str | N
             return f"a box outside its {hw[1]}x{hw[0]} image"
         if (value["iscrowd"] > 1).any():
             return "an iscrowd flag that is not 0 or 1"
+    if kind == "keypoints" and len(value):  # a build clips every point onto its image
+        x, y = value[..., 0], value[..., 1]
+        if ((x < -1) | (y < -1) | (x > hw[1] + 1) | (y > hw[0] + 1)).any():
+            return f"a keypoint outside its {hw[1]}x{hw[0]} image"
     return None
 
 

@@ -87,8 +87,13 @@ def _misaligned(c):  # the last sample's objects: one more point block than boxe
     c["keypoints__offsets"][-1] += 1
 
 
+def _outside(c):  # finite, but far past the image's right edge: pixels where none can be
+    c["keypoints__points"][-1, 0, 0] = 1e6
+
+
 CHANGES = {
     "nan": (_nan, "not finite"),
+    "outside its image": (_outside, "outside its"),
     "visibility 7": (_visibility, "visibility of 7"),
     "more objects than boxes": (_misaligned, "do not match the boxes"),
 }
