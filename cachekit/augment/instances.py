@@ -24,6 +24,7 @@ per-sample stage's 2x3 maps of pixel indices (RandAugment's shears, translations
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -188,7 +189,28 @@ def move_points(points: np.ndarray, owner: np.ndarray, geometry, flip_idx=None) 
     p[..., 2][gone | behind] = 0.0
     p[..., 0][behind] = p[..., 1][behind] = -1.0  # outside: clipped below
     mirrored = np.linalg.det(geometry.matrices[j]) < 0 if len(p) else np.zeros(0, bool)
+    if flip_idx is None and p.shape[1] > 1 and mirrored.any():
+        _warn_unpaired(p.shape[1])
     return points_outside(swap_points(p, mirrored, flip_idx), geometry.out_size)
+
+
+_warned_unpaired = False
+
+
+def _warn_unpaired(k: int) -> None:
+    """Once a process: points mirrored with no ``flip_idx`` keep their indices, so a person's left
+    wrist is labelled on the right side of the mirrored image (Ultralytics turns its flips off then)."""
+    global _warned_unpaired
+    if _warned_unpaired:
+        return
+    _warned_unpaired = True
+    warnings.warn(
+        f"keypoints ({k} a box) were mirrored by a flip, and their field has no flip_idx: each point keeps "
+        "its index, so left and right are not swapped; build with flip_idx= (--flip-idx; 0, 1, 2, ... "
+        "when no point has a mirror partner) or keypoint_names= with left_/right_ names",
+        UserWarning,
+        stacklevel=2,
+    )
 
 
 def move_mask(

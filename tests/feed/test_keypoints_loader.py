@@ -317,3 +317,32 @@ def test_collate_yolo_leaves_a_crowd_objects_points_out_with_its_box():
     assert out["cls"].tolist() == [[4.0]]
     torch.testing.assert_close(out["keypoints"], torch.tensor([[[15 / 40, 10 / 20, 1.0]]]))
     torch.testing.assert_close(out["bboxes"], torch.tensor([[15 / 40, 10 / 20, 10 / 40, 20 / 20]]))
+
+
+@pytest.mark.parametrize("path", list(PATHS))
+def test_a_mirror_of_points_without_flip_idx_warns_once(tmp_path, monkeypatch, path):
+    """A pose cache with no flip_idx (a data.yaml without one): a flip keeps each point's index, so a
+    left wrist is labelled on the right; Ultralytics turns its flips off, the loader says so once.
+    No warning without a mirror, nor with a flip_idx."""
+    import warnings
+
+    from cachekit.augment import instances
+
+    build(_samples()[:4], tmp_path / "c", BuildConfig(**QUIET), classes=2 * SAMPLES)
+    assert "flip_idx" not in CachedDataset(tmp_path / "c").manifest.sample.fields["keypoints"].params
+
+    def run(source, augment):
+        monkeypatch.setattr(instances, "_warned_unpaired", False)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for _ in range(2):
+                for _batch in make_loader(source, 2, seed=1, augment=augment, threads=1, **PATHS[path]):
+                    pass
+        return [str(w.message) for w in caught if "flip_idx" in str(w.message)]
+
+    said = run(tmp_path / "c", [RandomHorizontalFlip(p=1.0), SAME])
+    assert len(said) == 1 and "were mirrored by a flip, and their field has no flip_idx" in said[0]
+    assert run(tmp_path / "c", [RandomVerticalFlip(p=1.0), SAME])  # a mirror too
+    assert not run(tmp_path / "c", [RandomRotation(30), SAME])
+    _with_flip_idx(tmp_path / "c")
+    assert not run(tmp_path / "c", [RandomHorizontalFlip(p=1.0), SAME])
