@@ -107,11 +107,9 @@ class PixelOpDraws:
         except Exception as exc:  # noqa: BLE001 -- whatever the user's function raises: one line
             raise _failed(repr(self.op), exc, where) from None
         if not isinstance(out, np.ndarray) or out.shape != image.shape or out.dtype != np.uint8:
-            got = (
-                f"{out.dtype} {list(out.shape)}" if isinstance(out, np.ndarray) else f"a {type(out).__name__}"
-            )
+            got = f"{out.dtype} {list(out.shape)}" if isinstance(out, np.ndarray) else _named(out)
             raise AugmentUsageError(
-                f"augment: {self.op!r} returned {got} for {where}, not the uint8 {list(image.shape)} image "
+                f"augment: {self.op!r} returned {got} for {where}, not the uint8 {list(image.shape)} numpy image "
                 "it was given (an op returns an image of the same shape and dtype)"
             )
         chw[...] = out.transpose(2, 0, 1)
@@ -159,9 +157,9 @@ class BatchOp(Batch):
         except Exception as exc:  # noqa: BLE001 -- whatever the user's function raises: one line
             raise _failed(repr(self), exc, where) from None
         if not isinstance(out, torch.Tensor) or out.shape != images.shape or out.dtype != torch.uint8:
-            got = f"{out.dtype} {list(out.shape)}" if isinstance(out, torch.Tensor) else f"a {type(out).__name__}"
+            got = f"{out.dtype} {list(out.shape)}" if isinstance(out, torch.Tensor) else _named(out)
             raise AugmentUsageError(
-                f"augment: {self!r} returned {got} for {where}, not the uint8 {list(images.shape)} batch it "
+                f"augment: {self!r} returned {got} for {where}, not the uint8 {list(images.shape)} torch batch it "
                 "was given (an op returns a batch of the same shape and dtype)"
             )
         return out.to(images.device)
@@ -190,8 +188,11 @@ class BatchOpDraws:
             return
         images = torch.from_numpy(out)
         result = self._run(ops, images)
-        if result.data_ptr() != images.data_ptr():
-            images.copy_(result)
+        if result.data_ptr() == images.data_ptr() and result.stride() == images.stride():
+            return  # the batch itself, changed in place
+        if result.untyped_storage().data_ptr() == images.untyped_storage().data_ptr():
+            result = result.clone()  # another view of the batch (a transpose, an expand): read before written
+        images.copy_(result)
 
     def apply_batch(self, x: torch.Tensor, after: bool) -> torch.Tensor:
         """On a float batch in [0, 255] (the device path): rounded to uint8 for the ops, float again."""
@@ -258,13 +259,13 @@ class MatrixOp(Geometric):
             h, w = int(vh[j]), int(vw[j])
             where = f"sample {index}"
             try:
-                m = self.fn(h, w, keyed_generator(seed, epoch, index, stream))
-                m = np.asarray(m, dtype=np.float64)
+                returned = self.fn(h, w, keyed_generator(seed, epoch, index, stream))
             except Exception as exc:  # noqa: BLE001 -- whatever the user's function raises: one line
                 raise _failed(repr(self), exc, where) from None
-            if m.shape != (3, 3):
+            m = _real_matrix(returned)
+            if m is None:
                 raise AugmentUsageError(
-                    f"augment: {self!r} returned a {list(m.shape)} array for {where}, not a 3x3 matrix"
+                    f"augment: {self!r} returned {_described(returned)} for {where}, not a 3x3 matrix"
                 )
             if not np.isfinite(m).all():
                 raise AugmentUsageError(f"augment: {self!r} returned a matrix with NaN or inf for {where}")
@@ -277,6 +278,45 @@ class MatrixOp(Geometric):
         if self.size is None:
             return maps, vh, vw
         return maps, np.full(n, float(self.size[0])), np.full(n, float(self.size[1]))
+
+
+def _named(value) -> str:
+    """What an op returned, by its type (``None``, ``a torch.Tensor``), for its refusal."""
+    if value is None:
+        return "None"
+    module = type(value).__module__.split(".")[0]
+    return f"a {'' if module == 'builtins' else module + '.'}{type(value).__name__}"
+
+
+def _array(value) -> np.ndarray | None:
+    """``value`` as a numpy array (a list of rows, a tensor), or None where it is none (uneven rows)."""
+    if value is None or isinstance(value, (str, bytes)):
+        return None
+    try:
+        return np.asarray(value)
+    except (TypeError, ValueError, RuntimeError):
+        return None
+
+
+def _real_matrix(value) -> np.ndarray | None:
+    """``value`` as a float64 3x3 matrix, or None unless it is one of real numbers (a complex
+    matrix is not cast to its real part)."""
+    m = _array(value)
+    if m is None or m.shape != (3, 3) or m.dtype.kind not in "biuf":
+        return None
+    return m.astype(np.float64)
+
+
+def _described(value) -> str:
+    """What a ``MatrixOp``'s function returned instead of a 3x3 matrix, for its refusal."""
+    if value is None:
+        return "None"
+    m = _array(value)
+    if m is None or m.dtype.kind not in "biufc":
+        uneven = m is None and isinstance(value, (list, tuple))
+        return f"a {type(value).__name__}" + (" of uneven rows" if uneven else "")
+    kind = "" if m.dtype.kind in "biuf" else f"{m.dtype} "
+    return f"a {kind}{list(m.shape)} array"
 
 
 def compile_batch_ops(steps) -> tuple:

@@ -1,0 +1,155 @@
+"""The user's own ops as a careless or hostile user writes them: what each returns is taken as it is
+(a view of the batch, a transposed or expanded one) or refused in one line that says what came back.
+
+Every loader reads a real cache of flat-coloured rectangles with boxes and masks, stored at one size,
+64 x 64, so that a transpose keeps the batch's shape.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+import torch
+
+from cachekit import BuildConfig, CachedDataset, build, make_loader
+from cachekit.errors import UsageError
+from cachekit.tools.synthetic_objects import make_object_dataset
+from cachekit.transforms import BatchOp, MatrixOp, PixelOp, Resize
+
+SEED = 11
+THREADS = {"augment_on": "threads", "threads": 2}
+DEVICE = {"device": "cpu", "augment_on": "device"}
+BASE = [Resize((64, 64))]
+
+
+@pytest.fixture(scope="module")
+def square(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("hostile")
+    raw = make_object_dataset(tmp / "raw", 8, size=(48, 64), classes=3, seed=2)
+    config = BuildConfig(
+        annotations="yolo", masks=str(raw / "masks"), workers=1, progress=False, pipeline="classification-224", size=64
+    )
+    build(raw, tmp / "cache", config)
+    return CachedDataset(tmp / "cache")
+
+
+def _images(ds, augment, **path) -> list[torch.Tensor]:
+    loader = make_loader(ds, 4, seed=SEED, augment=augment, shuffle=False, **path)
+    return [x.clone() for x, _ in loader]
+
+
+def _refusal(ds, augment, **path) -> str:
+    with pytest.raises(UsageError) as caught:
+        _images(ds, augment, **path)
+    text = str(caught.value)
+    assert "\n" not in text
+    return text
+
+
+# -- a BatchOp may return a view of the batch it was given ---------------------------------------------
+
+
+def transposed(images, generator):
+    """Rows become columns: a view of the same memory, in other strides."""
+    return images.transpose(-1, -2)
+
+
+def all_first(images, generator):
+    """Every sample the batch's first: a view of the same memory, its first row repeated."""
+    return images[:1].expand_as(images)
+
+
+def inverted_in_place(images, generator):
+    return images.copy_(255 - images)
+
+
+@pytest.mark.parametrize("path", [THREADS, DEVICE], ids=["threads", "device"])
+@pytest.mark.parametrize(
+    ("fn", "want"),
+    [
+        (transposed, lambda x: x.transpose(-1, -2)),
+        (all_first, lambda x: x[:1].expand_as(x)),
+        (inverted_in_place, lambda x: 255 - x),
+    ],
+    ids=["transpose", "expand", "in-place"],
+)
+def test_a_batch_op_returning_a_view_of_its_batch_is_what_the_loader_gives(square, path, fn, want):
+    plain = _images(square, BASE, **path)
+    got = _images(square, [*BASE, BatchOp(fn)], **path)
+    assert len(got) == len(plain) == 2
+    for a, b in zip(plain, got, strict=True):
+        assert not torch.equal(a, b)
+        assert torch.equal(b, want(a))
+
+
+# -- what came back instead of an image, a batch or a matrix, said as it is ---------------------------
+
+
+def none_image(image, rng):
+    image[...] = 0  # changed in place and nothing returned
+
+
+def tensor_image(image, rng):
+    return torch.from_numpy(image)
+
+
+def numpy_batch(images, generator):
+    return images.numpy()
+
+
+def no_matrix(height, width, rng):
+    return None
+
+
+def complex_matrix(height, width, rng):
+    return np.eye(3) * (1 + 1j)
+
+
+def uneven_rows(height, width, rng):
+    return [[1.0, 0.0, 0.0], [0.0, 1.0], [0.0, 0.0, 1.0]]
+
+
+def text_matrix(height, width, rng):
+    return "identity"
+
+
+@pytest.mark.parametrize(
+    ("op", "path", "said"),
+    [
+        (PixelOp(none_image), THREADS, r"PixelOp\(test_user_ops_hostile.none_image\) returned None for sample \d+, "
+         r"not the uint8 \[64, 64, 3\] numpy image"),
+        (PixelOp(tensor_image), THREADS, r"returned a torch.Tensor for sample \d+, not the uint8 \[64, 64, 3\] numpy"),
+        (BatchOp(numpy_batch), THREADS, r"returned a numpy.ndarray for the batch starting at sample \d+, not the "
+         r"uint8 \[4, 3, 64, 64\] torch batch"),
+        (BatchOp(numpy_batch), DEVICE, r"returned a numpy.ndarray for the batch starting at sample \d+"),
+        (MatrixOp(no_matrix), THREADS, r"MatrixOp\(test_user_ops_hostile.no_matrix\) returned None for sample \d+, "
+         r"not a 3x3 matrix$"),
+        (MatrixOp(complex_matrix), THREADS, r"returned a complex128 \[3, 3\] array for sample \d+, not a 3x3 matrix$"),
+        (MatrixOp(complex_matrix), DEVICE, r"returned a complex128 \[3, 3\] array for sample \d+"),
+        (MatrixOp(uneven_rows), THREADS, r"uneven_rows\) returned a list of uneven rows for sample \d+, not a 3x3"),
+        (MatrixOp(text_matrix), DEVICE, r"text_matrix\) returned a str for sample \d+, not a 3x3 matrix$"),
+    ],
+)  # fmt: skip
+def test_what_an_op_returned_instead_is_named_in_its_refusal(square, op, path, said):
+    text = _refusal(square, [*BASE, op], **path)
+    assert text.startswith("augment: ")
+    assert "raised" not in text  # the op returned; it did not raise
+    assert re.search(said, text), text
+
+
+def listed_matrix(height, width, rng):
+    """A transpose, as a list of integer rows."""
+    return [[0, 1, 0], [1, 0, 0], [0, 0, 1]]
+
+
+def tensor_matrix(height, width, rng):
+    return torch.tensor([[0.0, 1.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, 1.0]])
+
+
+@pytest.mark.parametrize("fn", [listed_matrix, tensor_matrix])
+def test_a_matrix_given_as_a_list_of_integers_or_a_tensor_is_taken(square, fn):
+    plain = _images(square, None, **THREADS)
+    got = _images(square, [MatrixOp(fn)], **THREADS)
+    assert all(torch.equal(b, a.transpose(-1, -2)) for a, b in zip(plain, got, strict=True))
