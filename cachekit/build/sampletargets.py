@@ -127,8 +127,21 @@ def _keypoints(target: dict, spec: FieldSpec, h: int, w: int, boxes: int) -> np.
         raise DecodeError(f"{points.shape[1]} keypoints per object, the dataset's others have {k}")
     if len(points) != boxes:
         raise DecodeError(f"{len(points)} objects of keypoints for {boxes} boxes")
-    if "nkeypoints" in target and "keypoints" not in target:
+    normalised = "nkeypoints" in target and "keypoints" not in target
+    if normalised:
         points = points * np.array([w, h, 1.0])
+    # a labelled point outside its image, as a box outside it: another image's, or another format's
+    slack = 1e-3 * max(h, w) if normalised else _OVERHANG
+    x, y, labelled = points[..., 0], points[..., 1], points[..., 2] > 0
+    out = labelled & ((x < -slack) | (y < -slack) | (x > w + slack) | (y > h + slack))
+    if out.any():
+        o, j = (int(v[0]) for v in np.nonzero(out))
+        raise DecodeError(
+            f"keypoint {j} of object {o} ({x[o, j]:g}, {y[o, j]:g}) lies outside its {w}x{h} image "
+            "(is the keypoint format right?)"
+        )
+    # past the edge by rounding: onto it, still labelled (unlabelled points are clipped when moved)
+    points[..., 0], points[..., 1] = np.where(labelled, x.clip(0, w), x), np.where(labelled, y.clip(0, h), y)
     return points.astype(np.float32)
 
 

@@ -251,6 +251,39 @@ def test_samples_from_code_with_hostile_keypoints_are_skipped_with_the_reason(tm
     np.testing.assert_array_equal(ds[1][1]["keypoints"].numpy(), good * [1, 1, 0] + [0, 0, 2])
 
 
+@pytest.mark.parametrize("normalized", [False, True])
+def test_samples_from_code_with_a_labelled_point_outside_their_image_are_skipped(tmp_path, normalized):
+    """A labelled point outside the image is skipped with the reason, as a box outside it is (points of
+    another image, or pixels given as normalised): not kept silently unlabelled at the edge. Past
+    the edge by rounding it is clipped onto it and stays labelled; an unlabelled point may lie anywhere."""
+    h, w = 20, 30
+    scale = np.array([w, h, 1.0]) if normalized else np.ones(3)
+    image = np.zeros((h, w, 3), np.uint8)
+    box = np.array([[1, 1, 10, 10]], np.float32) / (scale[[0, 1, 0, 1]] if normalized else 1)
+
+    def sample(points):
+        return (image, {"boxes": box, "classes": [0], "keypoints": np.array([points], np.float64) / scale})
+
+    edge = 0.5 if not normalized else 0.01  # within a pixel; within 0.1% of the longer side
+    samples = [
+        sample([[2, 3, 2], [w + edge, 5, 1], [4, -edge, 2], [500, -60, 0]]),
+        sample([[2, 3, 2], [w + 2, 5, 2], [4, 6, 2], [0, 0, 0]]),  # right of it
+        sample([[2, 3, 2], [4, 5, 2], [4, h + 2, 1], [0, 0, 0]]),  # below it
+        sample([[2, 3, 2], [4, 5, 2], [-2, 6, 1], [0, 0, 0]]),  # left of it
+        sample([[2, -2, 2], [4, 5, 2], [4, 6, 1], [0, 0, 0]]),  # above it
+    ]
+    result = build(
+        samples, tmp_path / "c", BuildConfig(pipeline="none", **QUIET), classes=1, normalized=normalized
+    )
+    reasons = [s.reason for s in result.manifest.skipped]
+    assert len(reasons) == 4, reasons
+    for words in ("keypoint 1 of object 0 (32, 5)", "keypoint 2 of object 0 (4, 22)", "(-2, 6)", "(2, -2)"):
+        assert any(f"{words}" in r and "outside its 30x20 image" in r for r in reasons), (words, reasons)
+    got = CachedDataset(tmp_path / "c")[0][1]["keypoints"].numpy()
+    np.testing.assert_allclose(got[0, :3], [[2, 3, 2], [w, 5, 1], [4, 0, 2]], atol=1e-4)
+    assert got[0, 3, 2] == 0
+
+
 def test_parquet_objects_with_keypoints_round_trip(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
