@@ -14,6 +14,7 @@ name (``spec_text``); a resumed loader must be given the same list.
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 from collections.abc import Callable
@@ -37,11 +38,36 @@ BATCH_STREAM = 4000
 MAX_CONDITION = 1e12
 
 
+#: The longest argument or field written into an op's name (a longer one is left out of it).
+MAX_SHOWN = 120
+
+
+def _shown(value) -> str | None:
+    """``value`` as an op's name shows it: a function by its name, else its repr where that is one
+    short line the same in every process (no address); None otherwise."""
+    if isinstance(value, functools.partial) or (callable(value) and hasattr(value, "__qualname__")):
+        return op_name(value)
+    text = repr(value)
+    return None if " at 0x" in text or "\n" in text or len(text) > MAX_SHOWN else text
+
+
 def op_name(fn) -> str:
-    """``fn``'s qualified name, as a loader's state records it: ``module.qualname``."""
+    """``fn``'s qualified name, as a loader's state records it: ``module.qualname``; a
+    ``functools.partial`` with its arguments, an instance of a callable class with its fields
+    (``module.Class(value=10)``), so that two ops of one function given other arguments differ."""
+    if isinstance(fn, functools.partial):
+        given = [_shown(a) for a in fn.args] + [f"{k}={_shown(v)}" for k, v in fn.keywords.items()]
+        return f"{op_name(fn.func)}({', '.join(g or '...' for g in given)})"
     module = getattr(fn, "__module__", None) or type(fn).__module__
-    qualname = getattr(fn, "__qualname__", None) or type(fn).__qualname__
-    return f"{module}.{qualname}"
+    qualname = getattr(fn, "__qualname__", None)
+    if qualname is not None:
+        return f"{module}.{qualname}"
+    qualname = type(fn).__qualname__  # an instance of a callable class
+    if type(fn).__repr__ is not object.__repr__:
+        text = _shown(fn)
+        return f"{module}.{text}" if text is not None and text.startswith(type(fn).__name__) else f"{module}.{qualname}"
+    fields = [f"{k}={_shown(v) or '...'}" for k, v in getattr(fn, "__dict__", {}).items() if not k.startswith("_")]
+    return f"{module}.{qualname}({', '.join(fields)})"
 
 
 def _check_fn(fn, kind: str) -> None:

@@ -7,6 +7,7 @@ Every loader reads a real cache of flat-coloured rectangles with boxes and masks
 
 from __future__ import annotations
 
+import functools
 import re
 
 import numpy as np
@@ -153,3 +154,54 @@ def test_a_matrix_given_as_a_list_of_integers_or_a_tensor_is_taken(square, fn):
     plain = _images(square, None, **THREADS)
     got = _images(square, [MatrixOp(fn)], **THREADS)
     assert all(torch.equal(b, a.transpose(-1, -2)) for a, b in zip(plain, got, strict=True))
+
+
+# -- ops of one function given other arguments: told apart by name, in messages and in a state --------
+
+
+def add(image, rng, value):
+    return (image.astype(np.int16) + value).clip(0, 255).astype(np.uint8)
+
+
+class Add:
+    """A callable class: its fields are its arguments."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def __call__(self, image, rng):
+        return add(image, rng, self.value)
+
+
+def _partial(value):
+    return PixelOp(functools.partial(add, value=value))
+
+
+def _state(ds, augment):
+    loader = make_loader(ds, 3, seed=SEED, augment=augment, shuffle=False, **THREADS)
+    it = iter(loader)
+    head = next(it)[0].clone()
+    state = loader.state_dict()
+    del it
+    return head, state
+
+
+@pytest.mark.parametrize("made", [_partial, lambda v: PixelOp(Add(v))], ids=["partial", "callable-class"])
+def test_ops_of_one_function_with_other_arguments_are_named_apart_and_resume_exactly(square, made):
+    assert repr(made(10)) in ("PixelOp(test_user_ops_hostile.add(value=10))", "PixelOp(test_user_ops_hostile.Add(value=10))")
+    two = [*BASE, made(10), made(-20)]
+    full = [x.clone() for x, _ in make_loader(square, 3, seed=SEED, augment=two, shuffle=False, **THREADS)]
+    head, state = _state(square, two)
+    assert state["augment"] is not None and "value=10" in state["augment"] and "value=-20" in state["augment"]
+    resumed = make_loader(square, 3, seed=SEED, augment=[*BASE, made(10), made(-20)], shuffle=False, **THREADS)
+    resumed.load_state_dict(state)
+    got = [head] + [x.clone() for x, _ in resumed]
+    assert len(got) == len(full) and all(torch.equal(a, b) for a, b in zip(got, full, strict=True))
+    other = make_loader(square, 3, seed=SEED, augment=[*BASE, made(10), made(20)], shuffle=False, **THREADS)
+    with pytest.raises(UsageError, match=r"value=-20\)'\) is the user's own op, and this loader was not given it"):
+        other.load_state_dict(state)
+
+
+def test_a_failing_partial_is_named_with_its_arguments(square):
+    text = _refusal(square, [*BASE, PixelOp(functools.partial(add, value="x"))])
+    assert text.startswith("augment: PixelOp(test_user_ops_hostile.add(value='x')) raised "), text
