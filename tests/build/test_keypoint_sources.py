@@ -122,11 +122,43 @@ def test_coco_point_names_given_twice_are_left_out_with_the_reason(tmp_path):
     obj["categories"][0]["keypoints"] = ["nose", "left_eye", "right_eye", "left_wrist", "right_eye"]
     ann.write_text(json.dumps(obj))
     result = build(raw, tmp_path / "c", BuildConfig(annotations=str(ann), pipeline="none", **QUIET))
-    assert {"where": "categories[0]", "reason": "'keypoints' names the point 'right_eye' twice"} in (
-        result.manifest.source["dropped"]
-    )
+    assert {
+        "where": "categories[0]",
+        "reason": "'keypoints' names the point 'right_eye' twice (its objects are kept without its points)",
+    } in result.manifest.source["dropped"]
     ds = CachedDataset(tmp_path / "c")
     assert "keypoints" not in ds.manifest.sample.fields and len(ds[0][1]["boxes"]) == 2
+
+
+def test_coco_a_category_whose_points_differ_keeps_its_objects_without_them(tmp_path):
+    """One keypoints field, one meaning per index: a category naming its K points otherwise (or
+    another K) is reported once, its objects kept with unlabelled points, not stored under the first
+    category's names and swapped by its flip_idx; the first category's points are as they were."""
+    raw, ann, truth = _coco(tmp_path)
+    obj = json.loads(ann.read_text())
+    obj["categories"] += [
+        {"id": 2, "name": "cat", "keypoints": ["nose", "left_ear", "right_ear", "tail", "back"]},
+        {"id": 3, "name": "dog", "keypoints": ["a", "b"]},
+    ]
+    box = {"image_id": 1, "iscrowd": 0, "bbox": [40.0, 30.0, 10.0, 10.0]}
+    obj["annotations"] += [
+        dict(box, id=998, category_id=2, keypoints=[41, 31, 2, 42, 32, 2, 43, 33, 1, 44, 34, 2, 45, 35, 2]),
+        dict(box, id=999, category_id=3, keypoints=[41, 31, 2, 42, 32, 2]),
+    ]
+    ann.write_text(json.dumps(obj))
+    result = build(raw, tmp_path / "c", BuildConfig(annotations=str(ann), pipeline="none", **QUIET))
+    reasons = {d["where"]: d["reason"] for d in result.manifest.source["dropped"]}
+    assert reasons == {
+        "categories[1]": "keypoint 1 is 'left_ear', another category's is 'left_eye' "
+        "(its objects are kept without its points)",
+        "categories[2]": "2 keypoints, another category has 5 (its objects are kept without its points)",
+    }
+    ds = CachedDataset(tmp_path / "c")
+    assert ds.manifest.sample.fields["keypoints"].params["names"] == NAMES
+    target = next(ds[i][1] for i in range(len(ds)) if ds.source(i) == "0.png")
+    assert target["classes"].tolist() == [0, 0, 1, 2]
+    np.testing.assert_allclose(target["keypoints"][:2].numpy(), truth["0.png"], atol=1e-4)
+    assert target["keypoints"][2:].abs().sum() == 0
 
 
 def _yolo(tmp_path, kpt_shape=(4, 3), extra_rows=""):

@@ -46,6 +46,9 @@ class CocoImages:
         #: COCO person keypoints: the points' names and skeleton (pairs from 0) of the categories
         #: that name them; each image's ``keypoints`` then holds ``[K, 3]`` per box (zeros: none).
         self.keypoint_names: list[str] | None = None
+        #: category ids whose points were refused (another K, other names): their objects are kept,
+        #: their points unlabelled, the category reported once
+        self.unpointed: set[int] = set()
         self.skeleton: list[list[int]] | None = None
 
 
@@ -120,29 +123,43 @@ def _categories(obj: dict, found: CocoImages) -> dict[int, int]:
             found.dropped.append((f"categories[{i}]", f"category id {cid} is listed twice"))
         else:
             named[cid] = name
-            _keypoint_names(cat, f"categories[{i}]", found)
+            if not _keypoint_names(cat, f"categories[{i}]", found):
+                found.unpointed.add(cid)
     found.category_ids = sorted(named)
     found.classes = [named[c] for c in found.category_ids]
     return {c: i for i, c in enumerate(found.category_ids)}
 
 
-def _keypoint_names(cat: dict, where: str, found: CocoImages) -> None:
-    """A keypoints category's point names and skeleton (COCO numbers points from 1) into ``found``."""
+def _keypoint_names(cat: dict, where: str, found: CocoImages) -> bool:
+    """A keypoints category's point names and skeleton (COCO numbers points from 1) into ``found``;
+    False when its points cannot be stored (reported): its objects are then kept without them."""
     names = cat.get("keypoints")
     if names is None:
-        return
+        return True
+    kept = " (its objects are kept without its points)"
     if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
-        found.dropped.append((where, "'keypoints' is not a list of point names"))
-        return
+        found.dropped.append((where, "'keypoints' is not a list of point names" + kept))
+        return False
     twice = next((n for i, n in enumerate(names) if n in names[:i]), None)
     if twice is not None:  # which point a name means, and its mirror's partner, would be a guess
-        found.dropped.append((where, f"'keypoints' names the point {short(twice)} twice"))
-        return
+        found.dropped.append((where, f"'keypoints' names the point {short(twice)} twice" + kept))
+        return False
     if found.keypoint_names is not None and len(names) != len(found.keypoint_names):
         found.dropped.append(
-            (where, f"{len(names)} keypoints, another category has {len(found.keypoint_names)}")
+            (where, f"{len(names)} keypoints, another category has {len(found.keypoint_names)}" + kept)
         )
-        return
+        return False
+    if found.keypoint_names is not None and names != found.keypoint_names:
+        # one field, one meaning per index: another category's names and flip_idx would be its
+        j = next(j for j, (a, b) in enumerate(zip(names, found.keypoint_names)) if a != b)
+        found.dropped.append(
+            (
+                where,
+                f"keypoint {j} is {short(names[j])}, another category's is {short(found.keypoint_names[j])}"
+                + kept,
+            )
+        )
+        return False
     edges = cat.get("skeleton") or []
     ok = isinstance(edges, list) and all(
         isinstance(e, list) and len(e) == 2 and all(_int(v) is not None and 1 <= v <= len(names) for v in e)
@@ -155,6 +172,7 @@ def _keypoint_names(cat: dict, where: str, found: CocoImages) -> None:
     if found.keypoint_names is None:
         found.keypoint_names = list(names)
         found.skeleton = [[e[0] - 1, e[1] - 1] for e in edges] if ok else []
+    return True
 
 
 def _points(value: Any, k: int, h: int, w: int) -> tuple[list[list[float]] | None, str]:
@@ -258,7 +276,11 @@ def read_coco(path: str | Path) -> CocoImages:
             found.dropped.append((rel, f"{where}: {why}"))
             continue
         if found.keypoint_names is not None:
-            points, why = _points(ann.get("keypoints"), len(found.keypoint_names), *entry["size"])
+            points, why = _points(
+                None if _int(ann.get("category_id")) in found.unpointed else ann.get("keypoints"),
+                len(found.keypoint_names),
+                *entry["size"],
+            )
             if points is None:
                 found.dropped.append((rel, f"{where}: {why}"))
                 continue
