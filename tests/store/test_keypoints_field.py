@@ -114,6 +114,23 @@ def test_a_tampered_shard_is_refused_by_every_read_and_named_by_verify(cache, tm
     assert ds[int(ds.shard_offsets[1])][1]["keypoints"].shape[1:] == (K, 3)  # the next shard reads
 
 
+def test_points_within_a_pixel_of_their_image_are_read(cache, tmp_path):
+    """The readers' and verify's bound is the boxes' (a pixel past each edge, x to the width, y to the
+    height): points on it read back as stored."""
+
+    def edges(c):
+        c["keypoints__points"][-1, 0, :2] = torch.tensor([W + 0.9, H + 0.9])
+        c["keypoints__points"][-1, 1, :2] = torch.tensor([-0.9, -0.9])
+
+    copy = _tampered(cache, tmp_path, edges)
+    assert verify(copy).ok
+    ds = CachedDataset(copy)
+    found = np.concatenate([ds[i][1]["keypoints"].numpy() for i in range(int(ds.shard_offsets[1]))])
+    np.testing.assert_allclose(found[-1, :2, :2], [[W + 0.9, H + 0.9], [-0.9, -0.9]], rtol=1e-6)
+    for _batch in make_loader(copy, 4, shuffle=False, pad=True):
+        pass
+
+
 def test_a_manifest_whose_keypoints_do_not_fit_is_refused(cache, tmp_path):
     for change, words in (
         (lambda f: f["keypoints"].update(k=K + 1), "manifest says"),
