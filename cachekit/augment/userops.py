@@ -17,6 +17,10 @@ from __future__ import annotations
 import functools
 import math
 import numbers
+import os
+import pickle
+import pickletools
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
@@ -30,7 +34,7 @@ from .erasing import keyed_generator
 from .protocol import BATCH, Batch, Geometric, Pixel
 from .usage import AugmentUsageError
 
-__all__ = ["PixelOp", "BatchOp", "MatrixOp", "USER_OPS", "BatchOpDraws", "PixelOpDraws", "op_name", "compile_batch_ops"]
+__all__ = ["PixelOp", "BatchOp", "MatrixOp", "USER_OPS", "BatchOpDraws", "PixelOpDraws", "op_name", "compile_batch_ops", "worker_refusal"]
 
 #: Streams of the batch ops start here (the list position is added; MixUp/CutMix use 3000).
 BATCH_STREAM = 4000
@@ -352,6 +356,43 @@ def compile_batch_ops(steps) -> tuple:
     return tuple(
         (BATCH_STREAM + k, s, bool(mixes) and k > mixes[0]) for k, s in enumerate(steps) if isinstance(s, BatchOp)
     )
+
+
+def _main_importable() -> bool:
+    """Whether a worker process started afresh (forkserver, spawn) runs this process's ``__main__``
+    again, as ``multiprocessing`` does for a script or ``python -m``: not for a notebook, ``python
+    -c`` or an interactive prompt, whose functions it never defines."""
+    main = sys.modules.get("__main__")
+    if getattr(getattr(main, "__spec__", None), "name", None):
+        return True
+    path = getattr(main, "__file__", None)
+    return isinstance(path, str) and os.path.isfile(path)
+
+
+def worker_refusal(op, fresh: bool = True) -> str | None:
+    """Why the user's ``op`` cannot reach a loader's worker processes, in one line, or None.
+
+    It must pickle (not a lambda, nor a function defined inside another); and where the workers
+    start afresh (``fresh``: a forkserver or spawn, not a fork) whatever it names must be importable
+    there: a function of a notebook's or ``python -c``'s ``__main__`` pickles by name, and each
+    worker would die unpickling it."""
+    try:
+        data = pickle.dumps(op, protocol=2)  # protocol 2 names every global as "module name"
+    except Exception:  # noqa: BLE001 -- whatever pickling raises, the answer is the same
+        return (
+            f"augment: {op!r} cannot be sent to the loader's worker processes (its function is a lambda or "
+            "defined inside another function): define it at the top level of a module, or pass workers=0"
+        )
+    if not fresh or _main_importable():
+        return None
+    names = (arg for code, arg, _ in pickletools.genops(data) if code.name == "GLOBAL")
+    if any(str(name).split(" ")[0] == "__main__" for name in names):
+        return (
+            f"augment: {op!r} cannot be sent to the loader's worker processes: it is defined in an "
+            "interactive session (a notebook, python -c), which they do not run: define it in a module "
+            "file and import it, or pass workers=0"
+        )
+    return None
 
 
 #: The user's op classes, by name (the spec parser reads them back from a loader's state).

@@ -352,7 +352,7 @@ def make_loader(
 
     def check(plan) -> None:
         if sent["workers"] > 0:  # a later plan (set_augment, a schedule) goes to the same workers
-            check_plan_pickles(plan)
+            check_plan_pickles(plan, multiprocessing_context)
         check_augment_plan(
             dataset, batch_size, plan, pad=pad, per_sample=per_sample, on_device=on_device_for(plan)
         )
@@ -378,7 +378,7 @@ def make_loader(
     workers = fit_workers(workers, asked, batch_bytes(dataset, batch_size, plan), prefetch_factor)
     sent["workers"] = workers
     if workers > 0:
-        check_plan_pickles(plan)
+        check_plan_pickles(plan, multiprocessing_context)
     if threads is None:
         threads = 1 if workers > 0 else suggest_threads()
     if prefetch_thread is None:

@@ -19,6 +19,7 @@ import torch.distributed as dist
 from torch.utils.data import IterableDataset
 
 from ..augment.plan import AugmentUsageError, Plan
+from ..augment.userops import worker_refusal
 from ..constants import MAX_BATCH_BYTES
 from .shm import ShmTooSmall, shm_shortfall
 
@@ -167,23 +168,20 @@ def check_mosaic_targets(dataset, plan: Plan | None) -> None:
         )
 
 
-def check_plan_pickles(plan: Plan | None) -> None:
+def check_plan_pickles(plan: Plan | None, context=None) -> None:
     """Refuse, in one line, a plan whose user ops cannot travel to worker processes (a lambda or a
-    function defined inside another): each batch request carries its plan there, and one that does
-    not pickle would leave the loader waiting for batches that never come."""
+    function defined inside another; one of a notebook's, where workers do not start by fork,
+    ``context`` the loader's ``multiprocessing_context``): each batch request carries its plan
+    there, and one that does not pickle would leave the loader waiting for batches that never come."""
     if plan is None:
         return
+    method = context if isinstance(context, str) or context is None else context.get_start_method()
     for step in plan.listed:
         if not hasattr(step, "spec_text"):  # the catalogue's transforms are plain data
             continue
-        try:
-            pickle.dumps(step)
-        except Exception:  # noqa: BLE001 -- whatever pickling raises, the answer is the same
-            raise AugmentUsageError(
-                f"augment: {step!r} cannot be sent to the loader's worker processes (its function is a "
-                "lambda or defined inside another function): define it at the top level of a module, or "
-                "pass workers=0"
-            ) from None
+        refusal = worker_refusal(step, fresh=method != "fork")
+        if refusal is not None:
+            raise AugmentUsageError(refusal)
 
 
 def check_augment_plan(

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import functools
 import re
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -205,3 +207,41 @@ def test_ops_of_one_function_with_other_arguments_are_named_apart_and_resume_exa
 def test_a_failing_partial_is_named_with_its_arguments(square):
     text = _refusal(square, [*BASE, PixelOp(functools.partial(add, value="x"))])
     assert text.startswith("augment: PixelOp(test_user_ops_hostile.add(value='x')) raised "), text
+
+
+# -- an op defined where worker processes cannot find it -------------------------------------------------
+
+INTERACTIVE = """
+import numpy as np
+from cachekit import make_loader
+from cachekit.errors import UsageError
+from cachekit.transforms import PixelOp, Resize
+
+def inverted(image, rng):
+    return 255 - image
+
+try:
+    loader = make_loader({root!r}, 4, seed=1, augment=[Resize((64, 64)), PixelOp(inverted)], workers=1, threads=1,
+                         timeout=30{context})
+    print("batches", sum(1 for _ in loader))
+except UsageError as exc:
+    print("refused:", exc)
+"""
+
+
+@pytest.mark.parametrize("context", ["", ", multiprocessing_context='fork'"], ids=["forkserver", "fork"])
+def test_an_op_of_an_interactive_session_is_refused_for_workers_that_start_afresh(square, context):
+    """A notebook's function (here ``python -c``'s) lives in a ``__main__`` a forkserver's worker never
+    runs: each worker died unpickling it and the loader waited out its timeout. Refused when made; a
+    forked worker inherits it and reads every batch."""
+    code = INTERACTIVE.format(root=str(square.root), context=context)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    if context:
+        assert done.stdout.strip() == "batches 2"
+    else:
+        assert done.stdout.strip() == (
+            "refused: augment: PixelOp(__main__.inverted) cannot be sent to the loader's worker processes: it is "
+            "defined in an interactive session (a notebook, python -c), which they do not run: define it in a "
+            "module file and import it, or pass workers=0"
+        )
