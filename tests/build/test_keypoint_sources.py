@@ -245,6 +245,19 @@ def test_yolo_pose_points_outside_the_image_leave_their_row_out(tmp_path, dims):
     assert points[1, 3, 2] == 0  # unlabelled, wherever it was written
 
 
+def test_yolo_pose_label_files_saved_with_a_bom_keep_their_first_row(tmp_path):
+    """Windows editors start a UTF-8 file with a byte order mark: Ultralytics reads it as utf-8-sig,
+    so the first row's class is "0", not "\ufeff0" (a row left out as not a number)."""
+    raw, truth = _yolo(tmp_path)
+    for f in (raw / "labels").iterdir():
+        f.write_bytes(b"\xef\xbb\xbf" + f.read_bytes().replace(b"\n", b"\r\n"))
+    result = build(raw, tmp_path / "c", BuildConfig(annotations="yolo", pipeline="none", **QUIET))
+    assert not result.manifest.source.get("dropped")
+    ds = CachedDataset(tmp_path / "c")
+    for i in range(len(ds)):
+        np.testing.assert_allclose(ds[i][1]["keypoints"].numpy(), truth[ds.source(i)], rtol=1e-5, atol=1e-3)
+
+
 def test_a_build_time_letterbox_moves_keypoints_as_it_moves_boxes(tmp_path):
     raw, truth = _yolo(tmp_path)
     build(raw, tmp_path / "c", BuildConfig(annotations="yolo", pipeline="letterbox-640", size=48, **QUIET))

@@ -190,7 +190,7 @@ def parse_label_file(
     dataset's ``kpt_shape``, each row is followed by its K points as (x, y, visibility) triples."""
     rows, dropped = [], []
     try:
-        text = data.decode("utf-8")
+        text = data.decode("utf-8-sig")  # a BOM (Windows editors) is no part of line 1, as in Ultralytics
     except UnicodeDecodeError:
         return [], [(where, "not a UTF-8 text file")]
     for n, line in enumerate(text.splitlines(), 1):
