@@ -81,7 +81,11 @@ def _check_fn(fn, kind: str) -> None:
 
 
 def _failed(what: str, exc: BaseException, where: str) -> AugmentUsageError:
-    message = str(exc).splitlines()[0] if str(exc) else ""
+    try:
+        text = str(exc)
+    except Exception:  # noqa: BLE001 -- an exception that cannot say itself is still named
+        text = ""
+    message = next((line.strip() for line in text.splitlines() if line.strip()), "")
     said = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
     return AugmentUsageError(f"augment: {what} raised {said[:200]} on {where}")
 

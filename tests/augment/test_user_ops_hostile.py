@@ -245,3 +245,32 @@ def test_an_op_of_an_interactive_session_is_refused_for_workers_that_start_afres
             "defined in an interactive session (a notebook, python -c), which they do not run: define it in a "
             "module file and import it, or pass workers=0"
         )
+
+
+# -- an op that raises something hard to say --------------------------------------------------------------
+
+
+class Unsayable(Exception):
+    def __str__(self):
+        raise RuntimeError("this exception cannot be shown")
+
+
+def raises_unsayable(image, rng):
+    raise Unsayable
+
+
+def raises_after_a_blank_line(images, generator):
+    raise RuntimeError("\n   the real reason\n   and more")
+
+
+@pytest.mark.parametrize(
+    ("op", "said"),
+    [
+        (PixelOp(raises_unsayable), r"^augment: PixelOp\(test_user_ops_hostile.raises_unsayable\) raised Unsayable "
+         r"on sample \d+$"),
+        (BatchOp(raises_after_a_blank_line), r"raised RuntimeError: the real reason on the batch starting at sample "
+         r"\d+$"),
+    ],
+)  # fmt: skip
+def test_an_exception_that_cannot_say_itself_or_starts_blank_is_still_one_line(square, op, said):
+    assert re.search(said, _refusal(square, [*BASE, op], **THREADS))
