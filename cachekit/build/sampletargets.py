@@ -131,9 +131,9 @@ def _keypoints(target: dict, spec: FieldSpec, h: int, w: int, boxes: int) -> np.
     if normalised:
         points = points * np.array([w, h, 1.0])
     # a labelled point outside its image, as a box outside it: another image's, or another format's
-    slack = 1e-3 * max(h, w) if normalised else _OVERHANG
+    sx, sy = (1e-2 * w, 1e-2 * h) if normalised else (_OVERHANG, _OVERHANG)  # 1%: Ultralytics' bound
     x, y, labelled = points[..., 0], points[..., 1], points[..., 2] > 0
-    out = labelled & ((x < -slack) | (y < -slack) | (x > w + slack) | (y > h + slack))
+    out = labelled & ((x < -sx) | (y < -sy) | (x > w + sx) | (y > h + sy))
     if out.any():
         o, j = (int(v[0]) for v in np.nonzero(out))
         raise DecodeError(

@@ -8,7 +8,8 @@ a label file, or with an empty one, is kept with no boxes (a background image, a
 treats it). A segmentation row (``class x1 y1 x2 y2 ...``, a polygon) gives the box round its
 points. Bad rows (not numbers, NaN, a class outside the names, a box of no area or outside the
 image, a labelled keypoint outside the image) are left out and reported, each with its file, line
-and reason; boxes and keypoints overhanging the image by rounding (under 0.1%) are clipped.
+and reason; boxes overhanging the image by rounding (under 0.1%) are clipped, and keypoints under
+1% (Ultralytics' bound).
 """
 
 from __future__ import annotations
@@ -43,6 +44,9 @@ LABEL_FILE_MAX_BYTES = 64 << 20
 #: this is taken for a typo, its row left out and reported (name the classes in data.yaml for more).
 MAX_UNNAMED_CLASSES = 10_000
 _SLACK = 1e-3  # normalised coordinates this far past [0, 1] are rounding, and clipped
+#: A labelled keypoint further past [0, 1] is pixels, or another image's: Ultralytics' own bound (its
+#: label check refuses a file past 1.01); one within it is clipped onto the edge, still labelled.
+_POINT_SLACK = 1e-2
 
 
 def label_path(rel: str) -> str | None:
@@ -138,7 +142,7 @@ def _pose_row(values: list[str], classes: int | None, kpt_shape: tuple[int, int]
         v = numbers[j * d + 2] if d == 3 else (0.0 if x < 0 or y < 0 else 1.0)  # Ultralytics' mask for 2-D
         if v not in (0, 1, 2):
             return None, f"a keypoint visibility of {v:g}, not 0, 1 or 2"
-        if v and not (-_SLACK <= x <= 1 + _SLACK and -_SLACK <= y <= 1 + _SLACK):
+        if v and not (-_POINT_SLACK <= x <= 1 + _POINT_SLACK and -_POINT_SLACK <= y <= 1 + _POINT_SLACK):
             # pixels where normalised coordinates belong (Ultralytics refuses the file): reported, not
             # every point silently made unlabelled at the image's edge
             return None, (
