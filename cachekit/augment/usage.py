@@ -2,12 +2,39 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from ..errors import UsageError
 
-__all__ = ["AugmentUsageError"]
+__all__ = ["AugmentUsageError", "not_a_step", "is_compose"]
 
 
 class AugmentUsageError(UsageError, ValueError):
     """An augment list written so that it would not run as written (or a class where an instance
     belongs, or a user's op that failed on a sample): one line that says the fix. A ``UsageError``
     (exit 2), and a ``ValueError`` as every other refusal of a list is."""
+
+
+def is_compose(value) -> bool:
+    """Whether ``value`` holds a list of transforms of its own (a ``Compose``: torchvision's,
+    albumentations', a user's): no step, and no function of the epoch either."""
+    return not isinstance(value, type) and isinstance(getattr(value, "transforms", None), (list, tuple))
+
+
+def not_a_step(item) -> str | None:
+    """The one line for what was given in an augment list where a transform belongs, when it is a
+    container of them (a list in the list, a ``Compose``, a generator, a set) or None; None for
+    anything else (which the plan names with the transforms it takes)."""
+    kind = type(item).__name__
+    if isinstance(item, (list, tuple)):
+        return f"augment: a {kind} inside the augment list: give one flat list, augment=[*first, *second]"
+    if is_compose(item):
+        return (
+            f"augment: a {kind} is not run as it is: give its cachekit.transforms as one flat list, "
+            "augment=[...] (a function of your own goes in PixelOp(fn), BatchOp(fn) or MatrixOp(fn))"
+        )
+    if isinstance(item, (Iterator, set, frozenset, dict)):
+        return f"augment takes a list of transforms in the order they run, not a {kind}: write augment=[...]"
+    if item is None:
+        return "augment: None in the augment list: leave it out (augment=None for no augmentation)"
+    return None

@@ -19,6 +19,7 @@ import torch
 from ..augment.plan import AugmentUsageError, Plan, compile_plan
 from ..augment.protocol import Transform
 from ..augment.spec import format_spec, parse_spec
+from ..augment.usage import is_compose
 
 __all__ = ["AugmentSchedule", "is_schedule_function"]
 
@@ -35,6 +36,7 @@ def is_schedule_function(augment) -> bool:
         and not isinstance(augment, (type, torch.nn.Module))
         and not type(augment).__module__.startswith("torchvision.")
         and not isinstance(augment, (list, tuple, Transform))
+        and not is_compose(augment)
     )
 
 

@@ -270,6 +270,55 @@ def test_the_flip_class_as_augment_no_longer_runs_as_an_epoch_schedule(small_cac
         make_loader(CachedDataset(small_cache), 8, augment=RandomHorizontalFlip)
 
 
+class Compose:
+    """A user's Compose, as torchvision and albumentations write one: its list, and a call on an image."""
+
+    def __init__(self, transforms):
+        self.transforms = transforms
+
+    def __call__(self, image):
+        for t in self.transforms:
+            image = t(image)
+        return image
+
+
+@pytest.mark.parametrize(
+    ("augment", "said"),
+    [
+        ([CenterCrop(16), [RandomHorizontalFlip()]], "augment: a list inside the augment list: give one flat list"),
+        ([(CenterCrop(16), RandomHorizontalFlip())], "augment: a tuple inside the augment list: give one flat list"),
+        ((s for s in [CenterCrop(16)]), "augment takes a list of transforms in the order they run, not a generator"),
+        ({CenterCrop(16)}, "augment takes a list of transforms in the order they run, not a set"),
+        ([CenterCrop(16), None], "augment: None in the augment list: leave it out"),
+        (Compose([CenterCrop(16)]), "augment: a Compose is not run as it is: give its cachekit.transforms as one flat"),
+        ([Compose([CenterCrop(16)])], "augment: a Compose is not run as it is"),
+    ],
+    ids=["nested-list", "nested-tuple", "generator", "set", "none", "compose", "compose-in-list"],
+)  # fmt: skip
+def test_a_container_where_a_transform_belongs_is_refused_saying_what_it_is(small_cache, augment, said):
+    """Each was refused by a line of every transform's name ending 'not list' (over 400 characters), and a
+    Compose was called as a function of the epoch: 'augment(0) returned int'."""
+    text = _refused(CachedDataset(small_cache), augment, said)
+    assert text.startswith(said) and "augment(0)" not in text
+    assert not is_schedule_function(Compose([CenterCrop(16)]))
+
+
+def test_a_schedule_whose_later_epoch_nests_a_list_fails_at_that_epoch_saying_so(small_cache):
+    loader = make_loader(
+        CachedDataset(small_cache), 8, seed=SEED, augment=lambda e: [CenterCrop(16)] if e < 3 else [[CenterCrop(8)]]
+    )
+    for epoch in range(3):
+        loader.set_epoch(epoch)
+        assert {tuple(x.shape[-2:]) for x, _ in loader} == {(16, 16)}
+    loader.set_epoch(3)
+    with pytest.raises(UsageError) as info:
+        next(iter(loader))
+    assert _one_line(info.value) == (
+        "augment(3) returned a list this loader cannot read: augment: a list inside the augment list: give one "
+        "flat list, augment=[*first, *second]"
+    )
+
+
 # -- 4. Mosaic, MixUp and CutMix where they mean nothing -------------------------------------------
 
 
