@@ -163,6 +163,12 @@ def test_params_are_checked_and_flip_idx_pairs_left_and_right_names():
     # a name given twice (in any case) pairs with nothing: [2, 0, 0] would make two points one
     assert flip_pairs(["left_x", "right_x", "RIGHT_x"]) is None
     assert flip_pairs(["left_x", "right_x", "left_y", "right_y", "Left_Y"]) == [1, 0, 2, 3, 4]
+    # the conventions pose sets name sides by: MPII's "r ankle", the side after the name, CamelCase,
+    # Blender's ".L", the words alone; "lip" and "rip" are no pair (no separator after a one-letter side)
+    names = ["nose", "r ankle", "l ankle", "eye_left", "eye_right", "leftEar", "rightEar", "Hand.L", "Hand.R"]
+    names += ["left", "right", "lip", "rip", "hip-r", "hip-l"]
+    assert flip_pairs(names) == [0, 2, 1, 4, 3, 6, 5, 8, 7, 10, 9, 11, 12, 14, 13]
+    assert flip_pairs(["lip", "rip", "l", "x"]) is None
 
 
 def test_info_describes_the_keypoints_field(cache):

@@ -43,18 +43,33 @@ def points_problem(points: np.ndarray, k: int | None = None) -> str | None:
 
 
 def flip_pairs(names: Sequence[str]) -> list[int] | None:
-    """``flip_idx`` from point names: ``left_x`` and ``right_x`` (also ``l_``/``r_``, any case) swap,
-    the others stay; None when no name pairs up. A name given twice pairs with nothing: its partner
-    would be a guess, and two points becoming one is no mirror."""
+    """``flip_idx`` from point names: ``left_x`` and ``right_x`` swap, as do ``l_x``/``r_x``, the
+    side after the name (``x_left``, ``x_r``), other separators (``-``, ``.``, a space: MPII's
+    ``r ankle``), ``leftEye``/``rightEye`` and ``left``/``right`` alone, in any case; the others
+    stay. None when no name pairs up. A name given twice pairs with nothing: its partner would be a
+    guess, and two points becoming one is no mirror."""
     lowered = [str(n).lower() for n in names]
     where = {n: i for i, n in enumerate(lowered) if lowered.count(n) == 1}
     out, paired = list(range(len(lowered))), False
     for i, n in enumerate(lowered):
-        for a, b in (("left_", "right_"), ("right_", "left_"), ("l_", "r_"), ("r_", "l_")):
-            if n in where and n.startswith(a) and b + n[len(a) :] in where:
-                out[i], paired = where[b + n[len(a) :]], True
-                break
+        partner = next((m for m in _mirror_names(n) if m in where), None) if n in where else None
+        if partner is not None:
+            out[i], paired = where[partner], True
     return out if paired and flip_problem(out, len(out)) is None else None
+
+
+def _mirror_names(n: str) -> list[str]:
+    """The names the mirror image of point ``n`` (lower case) may have: its side word swapped."""
+    found = []
+    for a, b in (("left", "right"), ("right", "left"), ("l", "r"), ("r", "l")):
+        if n == a:
+            found.append(b)
+        for sep in ("_", "-", ".", " ") + (("",) if len(a) > 1 else ()):  # "lhip": too many false pairs
+            if n.startswith(a + sep) and len(n) > len(a + sep):
+                found.append(b + sep + n[len(a + sep) :])
+            if n.endswith(sep + a) and len(n) > len(sep + a):
+                found.append(n[: -len(sep + a)] + sep + b)
+    return found
 
 
 def flip_problem(flip_idx: Sequence[int], k: int, involution: bool = True) -> str | None:
