@@ -139,6 +139,7 @@ def test_coco_a_category_whose_points_differ_keeps_its_objects_without_them(tmp_
     obj["categories"] += [
         {"id": 2, "name": "cat", "keypoints": ["nose", "left_ear", "right_ear", "tail", "back"]},
         {"id": 3, "name": "dog", "keypoints": ["a", "b"]},
+        {"id": 4, "name": "crowd", "keypoints": [f"p{i}" for i in range(1025)]},  # past MAX_KEYPOINTS
     ]
     box = {"image_id": 1, "iscrowd": 0, "bbox": [40.0, 30.0, 10.0, 10.0]}
     obj["annotations"] += [
@@ -152,6 +153,7 @@ def test_coco_a_category_whose_points_differ_keeps_its_objects_without_them(tmp_
         "categories[1]": "keypoint 1 is 'left_ear', another category's is 'left_eye' "
         "(its objects are kept without its points)",
         "categories[2]": "2 keypoints, another category has 5 (its objects are kept without its points)",
+        "categories[3]": "1025 keypoints, past the 1024 a field holds (its objects are kept without its points)",
     }
     ds = CachedDataset(tmp_path / "c")
     assert ds.manifest.sample.fields["keypoints"].params["names"] == NAMES

@@ -22,6 +22,7 @@ from typing import Any
 from ...constants import MAX_ANNOTATIONS_BYTES
 from ...errors import UsageError
 from ...store.fields import FieldSpec
+from ...store.fields.keypoints import MAX_KEYPOINTS
 from ...store.limits import short
 from ..annotate import keypoints_field, open_tree
 from ..inputtable import Source, nonempty, path_key, table
@@ -139,6 +140,11 @@ def _keypoint_names(cat: dict, where: str, found: CocoImages) -> bool:
     kept = " (its objects are kept without its points)"
     if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
         found.dropped.append((where, "'keypoints' is not a list of point names" + kept))
+        return False
+    if len(names) > MAX_KEYPOINTS:
+        found.dropped.append(
+            (where, f"{len(names)} keypoints, past the {MAX_KEYPOINTS} a field holds" + kept)
+        )
         return False
     twice = next((n for i, n in enumerate(names) if n in names[:i]), None)
     if twice is not None:  # which point a name means, and its mirror's partner, would be a guess
