@@ -151,6 +151,8 @@ def choose_augment_on(augment_on: str, device: torch.device | None, plan: Plan |
         raise ValueError("augment_on='device' needs a device (device='cuda', or 'cpu' to test that path)")
     if plan is None:
         return False
+    if augment_on == "auto" and plan.stage is not None and plan.stage.host_only:  # a PixelOp: numpy on threads
+        return False
     return augment_on == "device" or (augment_on == "auto" and device is not None and device.type == "cuda")
 
 

@@ -274,3 +274,29 @@ def raises_after_a_blank_line(images, generator):
 )  # fmt: skip
 def test_an_exception_that_cannot_say_itself_or_starts_blank_is_still_one_line(square, op, said):
     assert re.search(said, _refusal(square, [*BASE, op], **THREADS))
+
+
+# -- augment_on="auto" with a PixelOp -------------------------------------------------------------------
+
+
+def test_auto_reads_a_list_with_a_pixel_op_on_the_threads_even_with_a_cuda_device():
+    """``augment_on="auto"`` on a CUDA device chose the device, where a PixelOp is refused: a user who
+    never asked for the device was told to pass augment_on='threads'. Asked for, it is still refused."""
+    from cachekit.augment.plan import compile_plan
+    from cachekit.feed.loaderchecks import choose_augment_on
+
+    cuda = torch.device("cuda")
+    with_pixel_op = compile_plan([*BASE, PixelOp(tensor_image), BatchOp(transposed)])
+    without = compile_plan([*BASE, BatchOp(transposed)])
+    assert choose_augment_on("auto", cuda, with_pixel_op) is False
+    assert choose_augment_on("auto", cuda, without) is True
+    assert choose_augment_on("device", cuda, with_pixel_op) is True  # and check_augment_plan refuses it
+    assert choose_augment_on("auto", torch.device("cpu"), without) is False
+
+
+def test_a_pixel_op_asked_for_on_the_device_is_still_refused_and_auto_reads_it(square):
+    with pytest.raises(UsageError, match=r"PixelOp\(test_user_ops_hostile.add\(value=5\)\) runs numpy .* BatchOp"):
+        make_loader(square, 4, augment=[*BASE, PixelOp(functools.partial(add, value=5))], **DEVICE)
+    plain = _images(square, BASE, device="cpu")
+    got = _images(square, [*BASE, PixelOp(functools.partial(add, value=5))], device="cpu")
+    assert all(torch.equal(b, (a.int() + 5).clamp(max=255).to(torch.uint8)) for a, b in zip(plain, got, strict=True))
