@@ -91,9 +91,14 @@ def _outside(c):  # finite, but far past the image's right edge: pixels where no
     c["keypoints__points"][-1, 0, 0] = 1e6
 
 
+def _above(c):  # a few pixels above the image: past the pixel of slack
+    c["keypoints__points"][-1, 1, 1] = -3.0
+
+
 CHANGES = {
     "nan": (_nan, "not finite"),
     "outside its image": (_outside, "outside its"),
+    "above its image": (_above, "outside its"),
     "visibility 7": (_visibility, "visibility of 7"),
     "more objects than boxes": (_misaligned, "do not match the boxes"),
 }
