@@ -310,6 +310,16 @@ def _build(raw: str | os.PathLike, out: str | os.PathLike, config: BuildConfig, 
             )
         extras.update(AUGMENT_EXTRAS)
     spec = SampleSpec(shape=probe_shape(pipeline), extras=extras, fields=source.fields)
+    kinds = spec.fields.values()
+    unpaired = [f for f in kinds if f.kind == "keypoints" and f.params["k"] > 1 and "flip_idx" not in f.params]
+    if augment is not None and augment.flip > 0 and unpaired:
+        warnings.warn(  # baked into the cache: each flipped variant's left points on the right
+            "--augment stores flipped variants, and the keypoints have no flip_idx: each point keeps its "
+            "index, so left and right are not swapped; give --flip-idx (0,1,2,... when no point has a "
+            "mirror partner) or --keypoint-names with left_/right_ names",
+            UserWarning,
+            stacklevel=3,
+        )
     try:  # what the manifest will say must read back: field names, sizes, no clash with a column
         SampleSpec.from_json(json.loads(json.dumps(spec.to_json())))
     except CacheError as exc:

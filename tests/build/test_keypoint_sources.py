@@ -445,6 +445,29 @@ def test_a_data_yaml_kpt_shape_that_cannot_be_right_is_one_line(tmp_path):
         (raw / "data.yaml").write_text("\n".join(text) + "\n")
 
 
+def test_offline_variants_of_points_without_flip_idx_warn(tmp_path):
+    """Flipped variants are baked into the cache: without a flip_idx each one's left points would
+    lie on the right, silently; the build says so (as a read-time flip does), and not once given one."""
+    import warnings
+
+    raw, _ = _yolo(tmp_path)
+    text = (raw / "data.yaml").read_text()
+    (raw / "data.yaml").write_text("\n".join(x for x in text.splitlines() if "flip_idx" not in x) + "\n")
+    config = BuildConfig(annotations="yolo", pipeline="classification-224", size=32, augment=2, **QUIET)
+    with pytest.warns(
+        UserWarning, match="--augment stores flipped variants, and the keypoints have no flip_idx"
+    ):
+        build(raw, tmp_path / "c", config)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        build(raw, tmp_path / "c2", config, flip_idx=[1, 0, 3, 2])
+        build(
+            raw,
+            tmp_path / "c3",
+            BuildConfig(annotations="yolo", pipeline="classification-224", size=32, **QUIET),
+        )
+
+
 def test_offline_variants_swap_left_and_right_where_they_flip(tmp_path):
     """One object whose left point lies left of its right point, flip_idx [1, 0]: every stored variant
     (crops, rotations, flips) keeps point 0 left of point 1, which a flip without the swap breaks."""
