@@ -21,6 +21,7 @@ import os
 import pickle
 import pickletools
 import sys
+import types
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
@@ -62,15 +63,24 @@ def op_name(fn) -> str:
     if isinstance(fn, functools.partial):
         given = [_shown(a) for a in fn.args] + [f"{k}={_shown(v)}" for k, v in fn.keywords.items()]
         return f"{op_name(fn.func)}({', '.join(g or '...' for g in given)})"
+    owner = getattr(fn, "__self__", None)
+    if isinstance(fn, types.MethodType) and not isinstance(owner, type):  # an object's method: with its fields
+        return f"{_instance_name(owner)}.{fn.__name__}"
     module = getattr(fn, "__module__", None) or type(fn).__module__
     qualname = getattr(fn, "__qualname__", None)
     if qualname is not None:
         return f"{module}.{qualname}"
-    qualname = type(fn).__qualname__  # an instance of a callable class
-    if type(fn).__repr__ is not object.__repr__:
-        text = _shown(fn)
-        return f"{module}.{text}" if text is not None and text.startswith(type(fn).__name__) else f"{module}.{qualname}"
-    fields = [f"{k}={_shown(v) or '...'}" for k, v in getattr(fn, "__dict__", {}).items() if not k.startswith("_")]
+    return _instance_name(fn)  # an instance of a callable class
+
+
+def _instance_name(obj) -> str:
+    """An object as an op's name shows it: ``module.Class(field=value, ...)``, by its own repr where
+    that is one (a dataclass's), else by its public fields."""
+    module, qualname = type(obj).__module__, type(obj).__qualname__
+    if type(obj).__repr__ is not object.__repr__:
+        text = _shown(obj)
+        return f"{module}.{text}" if text is not None and text.startswith(type(obj).__name__) else f"{module}.{qualname}"
+    fields = [f"{k}={_shown(v) or '...'}" for k, v in getattr(obj, "__dict__", {}).items() if not k.startswith("_")]
     return f"{module}.{qualname}({', '.join(fields)})"
 
 
