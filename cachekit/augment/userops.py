@@ -90,14 +90,19 @@ def _check_fn(fn, kind: str) -> None:
         raise TypeError(f"{kind} takes a function, not {given}: {kind}(my_function)")
 
 
-def _failed(what: str, exc: BaseException, where: str) -> AugmentUsageError:
+def _said(exc: BaseException) -> str:
+    """An exception in one line: its type and its first non-blank line (its type alone where it has
+    none, or cannot say itself)."""
     try:
         text = str(exc)
     except Exception:  # noqa: BLE001 -- an exception that cannot say itself is still named
         text = ""
     message = next((line.strip() for line in text.splitlines() if line.strip()), "")
-    said = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
-    return AugmentUsageError(f"augment: {what} raised {said[:200]} on {where}")
+    return (f"{type(exc).__name__}: {message}" if message else type(exc).__name__)[:200]
+
+
+def _failed(what: str, exc: BaseException, where: str) -> AugmentUsageError:
+    return AugmentUsageError(f"augment: {what} raised {_said(exc)} on {where}")
 
 
 @dataclass(frozen=True, repr=False)
@@ -392,10 +397,16 @@ def worker_refusal(op, fresh: bool = True) -> str | None:
     worker would die unpickling it."""
     try:
         data = pickle.dumps(op, protocol=2)  # protocol 2 names every global as "module name"
-    except Exception:  # noqa: BLE001 -- whatever pickling raises, the answer is the same
+    except Exception as exc:  # noqa: BLE001 -- whatever pickling raises is said in one line
+        if "<lambda>" in op.name or "<locals>" in op.name:
+            return (
+                f"augment: {op!r} cannot be sent to the loader's worker processes (its function is a lambda or "
+                "defined inside another function): define it at the top level of a module, or pass workers=0"
+            )
+        why = _said(exc)
         return (
-            f"augment: {op!r} cannot be sent to the loader's worker processes (its function is a lambda or "
-            "defined inside another function): define it at the top level of a module, or pass workers=0"
+            f"augment: {op!r} cannot be sent to the loader's worker processes: it does not pickle ({why}): "
+            "give it only what pickles, or pass workers=0"
         )
     if not fresh or _main_importable():
         return None

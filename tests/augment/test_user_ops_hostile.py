@@ -11,6 +11,7 @@ import functools
 import re
 import subprocess
 import sys
+import threading
 
 import numpy as np
 import pytest
@@ -318,3 +319,25 @@ def test_a_pixel_op_asked_for_on_the_device_is_still_refused_and_auto_reads_it(s
     plain = _images(square, BASE, device="cpu")
     got = _images(square, [*BASE, PixelOp(functools.partial(add, value=5))], device="cpu")
     assert all(torch.equal(b, (a.int() + 5).clamp(max=255).to(torch.uint8)) for a, b in zip(plain, got, strict=True))
+
+
+class Locked:
+    """A callable object holding a lock: defined at the top level, and still it does not pickle."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+
+    def __call__(self, image, rng):
+        with self.lock:
+            return image
+
+
+def test_an_op_that_does_not_pickle_for_another_reason_than_a_lambda_says_why(square):
+    with pytest.raises(UsageError) as caught:
+        make_loader(square, 4, seed=SEED, augment=[*BASE, PixelOp(Locked())], workers=1)
+    assert str(caught.value) == (
+        "augment: PixelOp(test_user_ops_hostile.Locked(lock=...)) cannot be sent to the loader's worker processes: "
+        "it does not pickle (TypeError: cannot pickle '_thread.lock' object): give it only what pickles, or pass "
+        "workers=0"
+    )
+    assert len(_images(square, [*BASE, PixelOp(Locked())], **THREADS)) == 2  # in this process: fine
