@@ -35,7 +35,17 @@ from .erasing import keyed_generator
 from .protocol import BATCH, Batch, Geometric, Pixel
 from .usage import AugmentUsageError
 
-__all__ = ["PixelOp", "BatchOp", "MatrixOp", "USER_OPS", "BatchOpDraws", "PixelOpDraws", "op_name", "compile_batch_ops", "worker_refusal"]
+__all__ = [
+    "PixelOp",
+    "BatchOp",
+    "MatrixOp",
+    "USER_OPS",
+    "BatchOpDraws",
+    "PixelOpDraws",
+    "op_name",
+    "compile_batch_ops",
+    "worker_refusal",
+]
 
 #: Streams of the batch ops start here (the list position is added; MixUp/CutMix use 3000).
 BATCH_STREAM = 4000
@@ -52,7 +62,10 @@ def _shown(value) -> str | None:
     short line the same in every process (no address); None otherwise."""
     if isinstance(value, functools.partial) or (callable(value) and hasattr(value, "__qualname__")):
         return op_name(value)
-    text = repr(value)
+    try:
+        text = repr(value)
+    except Exception:  # noqa: BLE001 -- a value that cannot show itself is left out of the name
+        return None
     return None if " at 0x" in text or "\n" in text or len(text) > MAX_SHOWN else text
 
 
@@ -396,7 +409,7 @@ def worker_refusal(op, fresh: bool = True) -> str | None:
     there: a function of a notebook's or ``python -c``'s ``__main__`` pickles by name, and each
     worker would die unpickling it."""
     try:
-        data = pickle.dumps(op, protocol=2)  # protocol 2 names every global as "module name"
+        pickle.dumps(op)
     except Exception as exc:  # noqa: BLE001 -- whatever pickling raises is said in one line
         if "<lambda>" in op.name or "<locals>" in op.name:
             return (
@@ -410,7 +423,10 @@ def worker_refusal(op, fresh: bool = True) -> str | None:
         )
     if not fresh or _main_importable():
         return None
-    names = (arg for code, arg, _ in pickletools.genops(data) if code.name == "GLOBAL")
+    try:  # protocol 2 names every global it refers to as "module name"
+        names = [arg for code, arg, _ in pickletools.genops(pickle.dumps(op, protocol=2)) if code.name == "GLOBAL"]
+    except Exception:  # noqa: BLE001 -- it pickles (above), only not so: nothing more to say of it
+        return None
     if any(str(name).split(" ")[0] == "__main__" for name in names):
         return (
             f"augment: {op!r} cannot be sent to the loader's worker processes: it is defined in an "
