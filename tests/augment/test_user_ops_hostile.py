@@ -7,6 +7,7 @@ Every loader reads a real cache of flat-coloured rectangles with boxes and masks
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 import subprocess
@@ -103,6 +104,10 @@ def numpy_batch(images, generator):
     return images.numpy()
 
 
+def listed_batch(images, generator):
+    return list(images)
+
+
 def no_matrix(height, width, rng):
     return None
 
@@ -128,6 +133,7 @@ def text_matrix(height, width, rng):
         (BatchOp(numpy_batch), THREADS, r"returned a numpy.ndarray for the batch starting at sample \d+, not the "
          r"uint8 \[4, 3, 64, 64\] torch batch"),
         (BatchOp(numpy_batch), DEVICE, r"returned a numpy.ndarray for the batch starting at sample \d+"),
+        (BatchOp(listed_batch), THREADS, r"returned a list for the batch starting at sample \d+, not the uint8"),
         (MatrixOp(no_matrix), THREADS, r"MatrixOp\(test_user_ops_hostile.no_matrix\) returned None for sample \d+, "
          r"not a 3x3 matrix$"),
         (MatrixOp(complex_matrix), THREADS, r"returned a complex128 \[3, 3\] array for sample \d+, not a 3x3 matrix$"),
@@ -176,6 +182,21 @@ class Add:
         return add(image, rng, self.value)
 
 
+def offset(value, image, rng):
+    """The amount first: ``functools.partial(offset, 10)`` binds it by position."""
+    return add(image, rng, value)
+
+
+@dataclasses.dataclass(frozen=True)
+class Added:
+    """A callable dataclass: its own repr names its fields."""
+
+    value: int
+
+    def __call__(self, image, rng):
+        return add(image, rng, self.value)
+
+
 class Brightness:
     """An object whose method is the op."""
 
@@ -205,21 +226,24 @@ def _state(ds, augment):
         (_partial, "test_user_ops_hostile.add(value=10)"),
         (lambda v: PixelOp(Add(v)), "test_user_ops_hostile.Add(value=10)"),
         (lambda v: PixelOp(Brightness(v).shift), "test_user_ops_hostile.Brightness(value=10).shift"),
+        (lambda v: PixelOp(functools.partial(offset, v)), "test_user_ops_hostile.offset(10)"),
+        (lambda v: PixelOp(Added(v)), "test_user_ops_hostile.Added(value=10)"),
     ],
-    ids=["partial", "callable-class", "method"],
+    ids=["partial", "callable-class", "method", "partial-by-position", "dataclass"],
 )
 def test_ops_of_one_function_with_other_arguments_are_named_apart_and_resume_exactly(square, made, name):
     assert repr(made(10)) == f"PixelOp({name})"
     two = [*BASE, made(10), made(-20)]
     full = [x.clone() for x, _ in make_loader(square, 3, seed=SEED, augment=two, shuffle=False, **THREADS)]
     head, state = _state(square, two)
-    assert state["augment"] is not None and "value=10" in state["augment"] and "value=-20" in state["augment"]
+    assert state["augment"] is not None and name in state["augment"]
+    assert name.replace("10", "-20") in state["augment"]
     resumed = make_loader(square, 3, seed=SEED, augment=[*BASE, made(10), made(-20)], shuffle=False, **THREADS)
     resumed.load_state_dict(state)
     got = [head] + [x.clone() for x, _ in resumed]
     assert len(got) == len(full) and all(torch.equal(a, b) for a, b in zip(got, full, strict=True))
     other = make_loader(square, 3, seed=SEED, augment=[*BASE, made(10), made(20)], shuffle=False, **THREADS)
-    with pytest.raises(UsageError, match=r"value=-20\)(\.shift)?'\) is the user's own op, and this loader was not given it"):
+    with pytest.raises(UsageError, match=r"-20\)(\.shift)?'\) is the user's own op, and this loader was not given it"):
         other.load_state_dict(state)
 
 
