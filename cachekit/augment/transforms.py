@@ -125,14 +125,16 @@ def _rrc_boxes(step: RandomResizedCrop, u: np.ndarray, vh: np.ndarray, vw: np.nd
     return np.stack([top, left, h, w], axis=1)
 
 
-def _letterbox_boxes(size: int, vh: np.ndarray, vw: np.ndarray) -> np.ndarray:
-    """The square of the view that a letterbox to ``size`` shows: the view scaled so its longer side
-    is ``size`` (sides rounded, as YOLO does), centred; (top, left, height, width) in view pixels."""
-    scale = size / np.maximum(vh, vw)
+def _letterbox_boxes(size: tuple[int, int], vh: np.ndarray, vw: np.ndarray) -> np.ndarray:
+    """The part of the view that a letterbox to ``size`` (height, width) shows: the view scaled by
+    the largest factor that fits it in (sides rounded, as YOLO does), centred; (top, left, height,
+    width) in view pixels. For a square ``size`` the factor is ``side / max(vh, vw)``, bit for bit."""
+    out_h, out_w = size
+    scale = np.minimum(out_h / vh, out_w / vw)
     nh, nw = np.maximum(1, np.round(vh * scale)), np.maximum(1, np.round(vw * scale))
     sy, sx = nh / vh, nw / vw
-    top, left = np.floor((size - nh) / 2), np.floor((size - nw) / 2)
-    return np.stack([-top / sy, -left / sx, size / sy, size / sx], axis=1)
+    top, left = np.floor((out_h - nh) / 2), np.floor((out_w - nw) / 2)
+    return np.stack([-top / sy, -left / sx, out_h / sy, out_w / sx], axis=1)
 
 
 class _CropToSize(Geometric):
@@ -271,10 +273,11 @@ class Resize(Geometric):
 
 @dataclass(frozen=True)
 class Letterbox(Geometric):
-    """YOLO's letterbox: the longer side to ``size`` keeping the aspect ratio, centred on a ``size`` x
-    ``size`` canvas of ``fill`` (114, YOLO's grey). Boxes and masks move with the image."""
+    """YOLO's letterbox: the image scaled, keeping its aspect ratio, to fit ``size`` (an int: a square;
+    or ``(height, width)``, as Ultralytics' ``LetterBox(new_shape)``), centred on a canvas of that
+    size filled with ``fill`` (114, YOLO's grey). Boxes, masks and keypoints move with the image."""
 
-    size: int
+    size: int | tuple[int, int]
     fill: int = 114
 
     def __post_init__(self) -> None:
@@ -287,8 +290,8 @@ class Letterbox(Geometric):
             raise ValueError(f"Letterbox: fill must be an integer 0-255, got {self.fill!r}")
 
     def crop_boxes(self, seed, epoch, idx, stream, vh, vw):
-        """The square of each view that the letterbox shows (``_letterbox_boxes``)."""
-        return _letterbox_boxes(self.size, vh, vw)
+        """The part of each view that the letterbox shows (``_letterbox_boxes``)."""
+        return _letterbox_boxes(_size(self.size, "Letterbox"), vh, vw)
 
     def draw_matrices(self, seed, epoch, idx, stream, vh, vw):
         """Its crop of each view, resized to its size."""
