@@ -372,8 +372,8 @@ def compile_plan(transforms, min_visibility: float = DEFAULT_MIN_VISIBILITY) -> 
         if isinstance(step, type) and issubclass(step, Transform):
             raise AugmentUsageError(f"augment: {step.__name__} is a class: write {_call_of(step)}")
         if not isinstance(step, Transform):
-            if not_a_step(step) is not None:
-                raise AugmentUsageError(not_a_step(step))
+            if (said := not_a_step(step)) is not None:  # a list in the list, a Compose, None, ...
+                raise AugmentUsageError(said)
             names = ", ".join(t.__name__ for t in STEPS)
             given = f"the class {step.__name__}" if isinstance(step, type) else type(step).__name__
             raise TypeError(
