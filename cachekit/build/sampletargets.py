@@ -118,7 +118,7 @@ def _keypoints(target: dict, spec: FieldSpec, h: int, w: int, boxes: int) -> np.
             raise DecodeError("its boxes have no keypoints (the source's other samples have)")
         return np.zeros((0, k, 3), np.float32)
     points = np.asarray(found, dtype=np.float64)
-    if points.size == 0:
+    if points.size == 0 and points.ndim < 3:  # no objects: [] (a list from Parquet or JSON)
         points = points.reshape(0, k, 3)
     problem = points_problem(points)
     if problem:

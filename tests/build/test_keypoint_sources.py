@@ -284,11 +284,13 @@ def test_samples_from_code_with_hostile_keypoints_are_skipped_with_the_reason(tm
         (image, {"boxes": box, "classes": [0], "keypoints": good * [1, 1, 3.5]}),
         (image, {"keypoints": good}),
         (image, {"boxes": box, "classes": [0], "keypoints": np.concatenate([good, good])}),
+        (image, {"boxes": box, "classes": [0], "keypoints": np.zeros((1, 0, 3))}),  # one object, no points
     ]
     result = build(samples, tmp_path / "c", BuildConfig(pipeline="none", **QUIET), classes=1)
     reasons = [s.reason for s in result.manifest.skipped]
-    assert len(reasons) == 5
-    for words in ("not finite", "others have 3", "visibility of 7", "without 'boxes'", "2 objects"):
+    assert len(reasons) == 6
+    for words in ("not finite", "others have 3", "visibility of 7", "without 'boxes'", "2 objects",
+                  "0 keypoints per object, the dataset's others have 3"):  # fmt: skip
         assert any(words in r for r in reasons), (words, reasons)
     ds = CachedDataset(tmp_path / "c")
     assert len(ds) == 2
