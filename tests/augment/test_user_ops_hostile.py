@@ -1,5 +1,9 @@
 """The user's own ops as a careless or hostile user writes them: what each returns is taken as it is
-(a view of the batch, a transposed or expanded one) or refused in one line that says what came back.
+(a view of the batch, a transposed or expanded one) or refused in one line that says what came back;
+ops of one function given other arguments (a partial, a callable object, an object's method) are
+told apart in a loader's state; an op that cannot reach worker processes (a notebook's function,
+an object holding a lock) is refused when the loader is made; ``augment_on="auto"`` reads a list
+with a ``PixelOp`` on the threads.
 
 Every loader reads a real cache of flat-coloured rectangles with boxes and masks, stored at one size,
 64 x 64, so that a transpose keeps the batch's shape.
