@@ -331,7 +331,13 @@ class MatrixOp(Geometric):
                 )
             if not np.isfinite(m).all():
                 raise AugmentUsageError(f"augment: {self!r} returned a matrix with NaN or inf for {where}")
-            if not math.isfinite(np.linalg.cond(m)) or np.linalg.cond(m) > MAX_CONDITION:
+            if not _conditioned(m):
+                if _conditioned(m[:2, :2]) and np.array_equal(m[2], (0.0, 0.0, 1.0)):
+                    shift = float(np.abs(m[:2, 2]).max())
+                    raise AugmentUsageError(
+                        f"augment: {self!r} returned a matrix for {where} that moves the image by {shift:g} "
+                        "pixels, past any output it could show: keep its translation near the image's size"
+                    )
                 raise AugmentUsageError(
                     f"augment: {self!r} returned a singular matrix for {where} (it squashes the image "
                     "onto a line or a point): return an invertible map"
@@ -340,6 +346,12 @@ class MatrixOp(Geometric):
         if self.size is None:
             return maps, vh, vw
         return maps, np.full(n, float(self.size[0])), np.full(n, float(self.size[1]))
+
+
+def _conditioned(m: np.ndarray) -> bool:
+    """Whether ``m``'s condition number is finite and at most ``MAX_CONDITION``."""
+    c = np.linalg.cond(m)
+    return math.isfinite(c) and c <= MAX_CONDITION
 
 
 def _named(value) -> str:

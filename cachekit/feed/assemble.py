@@ -136,6 +136,10 @@ def run_chunks(n: int, threads: int, fn: Callable[[int, int], None], timeout: fl
 
     ``timeout``: the longest the caller waits for the other threads, from the start (the loader's
     ``timeout=``), then ``ReadTimeout`` in one line; the pool with the stuck thread is left behind.
+    Called from the user's own thread (a loader without its prefetch thread, in this process), the
+    caller takes no piece itself and only waits, so a piece stuck for ever (a user op that never
+    returns) cannot hold it past the timeout; a prefetch thread's wait is bounded by its consumer,
+    a worker process's by the DataLoader's, so there the caller works too.
 
     Pieces of ``CHUNK`` samples (fewer when the batch is small for its threads, so that every
     thread has some: a batch of 16 mosaics on 16 threads goes out a sample at a time) are handed
@@ -144,9 +148,11 @@ def run_chunks(n: int, threads: int, fn: Callable[[int, int], None], timeout: fl
     """
     size = max(1, min(CHUNK, n // max(1, int(threads))))
     threads = max(1, min(int(threads), -(-n // size)))
-    if threading.current_thread().name.startswith("cachekit-"):  # our prefetch thread, not the user's
+    ours = threading.current_thread().name.startswith("cachekit-")
+    if ours:  # our prefetch thread, not the user's
         single_threaded_torch()
-    if threads == 1:
+    waits_only = timeout is not None and not ours and torch.utils.data.get_worker_info() is None
+    if threads == 1 and not waits_only:
         fn(0, n)
         return
     pieces = iter(range(0, n, size))  # next() on a range iterator is atomic under the GIL
@@ -163,11 +169,13 @@ def run_chunks(n: int, threads: int, fn: Callable[[int, int], None], timeout: fl
                 raise
 
     deadline = None if timeout is None else time.monotonic() + float(timeout)
-    pool = _pool(threads - 1)
-    futures = [pool.submit(drain) for _ in range(1, threads)]
+    helpers = threads if waits_only else threads - 1
+    pool = _pool(helpers)
+    futures = [pool.submit(drain) for _ in range(helpers)]
     error = None
     try:
-        drain()
+        if not waits_only:
+            drain()
     except BaseException as exc:  # every thread stops before the error goes on
         error = exc
     for future in futures:
@@ -178,7 +186,7 @@ def run_chunks(n: int, threads: int, fn: Callable[[int, int], None], timeout: fl
             _forget(pool)
             raise ReadTimeout(
                 f"a thread over the batch read no more samples in {timeout:g} s: a read is stuck "
-                "(storage that does not answer, or a lock held for ever)"
+                "(storage that does not answer, a lock held for ever, or a user op that never returns)"
             ) from None
         except BaseException as exc:
             error = error or exc

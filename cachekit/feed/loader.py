@@ -232,7 +232,7 @@ def _named_timeouts(batches: Iterator, workers: int, timeout: float, context) ->
         how = getattr(context, "get_start_method", lambda: context)() or "the default start method"
         raise ReadTimeout(
             f"no batch came from the loader's {workers} worker processes (started by {how}) in {timeout:g} s: "
-            "a worker is stuck (storage that does not answer, or a lock held for ever)"
+            "a worker is stuck (storage that does not answer, a lock held for ever, or a user op that never returns)"
         ) from None
 
 

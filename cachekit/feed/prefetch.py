@@ -130,7 +130,8 @@ class Prefetcher:
                     if self._thread.is_alive() and time.monotonic() - since > self.timeout:
                         raise ReadTimeout(
                             f"the loader's prefetch thread read no batch in {self.timeout:g} s: a read is "
-                            "stuck (storage that does not answer, or a lock held for ever)"
+                            "stuck (storage that does not answer, a lock held for ever, or a user op that "
+                            "never returns)"
                         ) from None
                     if self._stop.is_set() and not self._thread.is_alive():
                         raise RuntimeError(

@@ -10,6 +10,7 @@ resumed epoch repeats it, and fails in one line naming the op and the sample.
 from __future__ import annotations
 
 import re
+import threading
 from pathlib import Path
 
 import cv2
@@ -19,6 +20,7 @@ import torch
 
 from cachekit import BuildConfig, CachedDataset, build, make_loader
 from cachekit.errors import UsageError
+from cachekit.feed.prefetch import ReadTimeout
 from cachekit.tools.synthetic_objects import OBJECT_COLOURS, make_object_dataset
 from cachekit.transforms import BatchOp, MatrixOp, MixUp, PixelOp, RandomHorizontalFlip, Resize
 
@@ -336,6 +338,14 @@ def two_by_three(height, width, rng):
     return np.eye(3)[:2]
 
 
+def far_away(height, width, rng):
+    return np.array([[1.0, 0.0, 1e30], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]])
+
+
+def far_perspective(height, width, rng):  # the same shift with a perspective row: singular as far as told
+    return np.array([[1.0, 0.0, 1e30], [0.0, 1.0, 0.0], [1e-3, 0.0, 1.0]])
+
+
 @pytest.mark.parametrize(
     ("op", "path", "said"),
     [
@@ -347,6 +357,8 @@ def two_by_three(height, width, rng):
         (MatrixOp(nan_matrix), THREADS, r"MatrixOp\(test_user_ops.nan_matrix\) returned a matrix with NaN .* sample \d+"),
         (MatrixOp(flat_matrix), DEVICE, r"MatrixOp\(test_user_ops.flat_matrix\) returned a singular matrix for sample"),
         (MatrixOp(two_by_three), THREADS, r"MatrixOp\(test_user_ops.two_by_three\) returned a \[2, 3\] array"),
+        (MatrixOp(far_away), THREADS, r"far_away\) returned a matrix for sample \d+ that moves the image by 1e\+30 pixels"),
+        (MatrixOp(far_perspective), THREADS, r"far_perspective\) returned a singular matrix for sample"),
     ],
 )
 def test_an_op_that_fails_is_one_line_naming_it_and_the_sample(cache, op, path, said):
@@ -469,3 +481,22 @@ def test_an_op_that_cannot_reach_worker_processes_is_refused_when_the_loader_is_
     loader = make_loader(cache, 4, seed=SEED, augment=BASE, workers=1)
     with pytest.raises(UsageError, match="cannot be sent to the loader's worker"):
         loader.set_augment([*BASE, MatrixOp(lambda h, w, rng: np.eye(3))])
+
+
+@pytest.mark.parametrize("prefetch_thread", [True, False])
+def test_a_user_op_that_never_returns_is_one_line_after_the_timeout(cache, prefetch_thread):
+    """Whether a prefetch thread waits for the batch or the batch's own threads are waited on, a
+    stuck op ends the pass in one line that names it among the causes, never a hang."""
+    release = threading.Event()
+
+    def stuck(image, rng):
+        release.wait(60)
+        return image
+
+    loader = make_loader(cache, 4, seed=SEED, augment=[*BASE, PixelOp(stuck)], timeout=0.5,
+                         prefetch_thread=prefetch_thread, **THREADS)  # fmt: skip
+    try:
+        with pytest.raises(ReadTimeout, match=r"in 0\.5 s: a read is stuck .* or a user op that never returns\)$"):
+            next(iter(loader))
+    finally:
+        release.set()

@@ -99,3 +99,35 @@ def test_a_request_keeps_its_timeout_through_a_pickle():
     again = pickle.loads(pickle.dumps(request))
     assert again.timeout == 7.5 and list(again) == [3, 1] and (again.epoch, again.seed, again.threads) == (2, 5, 3)
     assert BatchRequest([0]).timeout == assemble.READ_TIMEOUT_SECONDS
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_the_users_thread_only_waits_while_a_prefetch_thread_works_too(threads):
+    """With a timeout, the user's thread hands every piece to the pool (a piece it ran itself could
+    hold it for ever, past any timeout); our prefetch thread, whose wait its consumer bounds, and a
+    call with no timeout take pieces themselves."""
+
+    def names_of(timeout, thread_name=None) -> set[str]:
+        names: list[str] = []
+        covered: list[int] = []
+
+        def piece(lo: int, hi: int) -> None:
+            names.append(threading.current_thread().name)
+            covered.extend(range(lo, hi))
+
+        def run():
+            run_chunks(32, threads, piece, timeout)
+
+        if thread_name is None:
+            run()
+        else:
+            caller = threading.Thread(target=run, name=thread_name)
+            caller.start()
+            caller.join(30)
+        assert sorted(covered) == list(range(32))  # every sample, once
+        return set(names)
+
+    here = threading.current_thread().name
+    assert all(name.startswith("cachekit-read") for name in names_of(5.0))
+    assert here in names_of(None)
+    assert "cachekit-prefetch" in names_of(5.0, "cachekit-prefetch")
