@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import Iterator
 
 from ..errors import UsageError
@@ -23,8 +25,9 @@ def is_compose(value) -> bool:
 
 def not_a_step(item) -> str | None:
     """The one line for what was given in an augment list where a transform belongs, when it is a
-    container of them (a list in the list, a ``Compose``, a generator, a set) or None; None for
-    anything else (which the plan names with the transforms it takes)."""
+    container of them (a list in the list, a ``Compose``, a generator, a set), None, a transform's
+    name as text, another library's transform, or a plain function; None for anything else (which
+    the plan names with the transforms it takes)."""
     kind = type(item).__name__
     if isinstance(item, (list, tuple)):
         return f"augment: a {kind} inside the augment list: give one flat list, augment=[*first, *second]"
@@ -37,4 +40,28 @@ def not_a_step(item) -> str | None:
         return f"augment takes a list of transforms in the order they run, not a {kind}: write augment=[...]"
     if item is None:
         return "augment: None in the augment list: leave it out (augment=None for no augmentation)"
+    if isinstance(item, str):
+        return (
+            f"augment: the text {item!r} in the augment list: give the transform itself, "
+            f"cachekit.transforms.{item}(...)"
+            if item.isidentifier()
+            else f"augment: the text {item!r} in the augment list: give cachekit.transforms, e.g. augment=[Resize(224)]"
+        )
+    module = (type(item).__module__ or "").split(".")[0]
+    if module in _OTHER_LIBRARIES:
+        return (
+            f"augment: {type(item).__name__} of {module} is not run here: give the cachekit.transforms of the "
+            "same name (torchvision's meanings), or your own function in PixelOp(fn), BatchOp(fn) or MatrixOp(fn)"
+        )
+    if inspect.isroutine(item) or isinstance(item, functools.partial):
+        name = getattr(item, "__qualname__", None) or getattr(getattr(item, "func", None), "__qualname__", "")
+        return (
+            f"augment: the function {name or type(item).__name__} in the augment list: wrap it as "
+            "PixelOp(fn) (fn(image, rng) -> image, each sample), BatchOp(fn) (fn(images, generator) -> "
+            "images, each batch) or MatrixOp(fn) (fn(height, width, rng) -> 3x3 map)"
+        )
     return None
+
+
+#: Libraries whose transforms a user may hand over as they are.
+_OTHER_LIBRARIES = ("torchvision", "albumentations", "kornia", "ultralytics", "timm")

@@ -8,6 +8,9 @@ on real pixels: what the user wrote (a pixel op, then a flip) equals what the lo
 
 from __future__ import annotations
 
+import functools
+
+import numpy as np
 import pytest
 import torch
 
@@ -358,3 +361,32 @@ def test_a_spec_in_an_order_the_loader_would_not_run_is_refused_when_read():
     with pytest.raises(ValueError, match="Mosaic must come first"):
         parse_spec("RandomAffine(10), Mosaic(640)")
     assert parse_spec("RandomResizedCrop(224), RandomHSV(), RandomHorizontalFlip(), MixUp()")[-1] == MixUp()
+
+
+def _my_op(image, rng):
+    return image
+
+
+class _FakeTorchvisionFlip:  # what torchvision.transforms.v2.RandomHorizontalFlip() is to the list
+    __module__ = "torchvision.transforms.v2._geometry"
+
+    def __call__(self, image):
+        return image
+
+
+@pytest.mark.parametrize(
+    ("item", "said"),
+    [
+        ("RandomHorizontalFlip", "augment: the text 'RandomHorizontalFlip' in the augment list: give the transform itself, cachekit.transforms.RandomHorizontalFlip(...)"),
+        ("flip it", "augment: the text 'flip it' in the augment list: give cachekit.transforms"),
+        (_my_op, "augment: the function _my_op in the augment list: wrap it as PixelOp(fn)"),
+        (functools.partial(_my_op), "augment: the function _my_op in the augment list: wrap it as PixelOp(fn)"),
+        (np.fliplr, "augment: the function fliplr in the augment list: wrap it as PixelOp(fn)"),
+        (_FakeTorchvisionFlip(), "augment: _FakeTorchvisionFlip of torchvision is not run here: give the cachekit.transforms of the same name"),
+    ],
+    ids=["a-name", "text", "function", "partial", "numpy-function", "torchvision"],
+)  # fmt: skip
+def test_a_name_a_function_or_another_librarys_transform_in_the_list_is_told_what_to_write(small_cache, item, said):
+    """Each got the line of every transform's name (470 characters) ending 'not str' or 'not function'."""
+    text = _refused(CachedDataset(small_cache), [CenterCrop(16), item], said)
+    assert text.startswith(said) and len(text) < 260
