@@ -171,25 +171,29 @@ def run_chunks(n: int, threads: int, fn: Callable[[int, int], None], timeout: fl
     deadline = None if timeout is None else time.monotonic() + float(timeout)
     helpers = threads if waits_only else threads - 1
     pool = _pool(helpers)
-    futures = [pool.submit(drain) for _ in range(helpers)]
     error = None
     try:
-        if not waits_only:
-            drain()
-    except BaseException as exc:  # every thread stops before the error goes on
-        error = exc
-    for future in futures:
+        futures = [pool.submit(drain) for _ in range(helpers)]
         try:
-            future.result(None if deadline is None else max(0.0, deadline - time.monotonic()))
-        except FutureTimeout:
-            failed.set()  # the others stop at their next piece
-            _forget(pool)
-            raise ReadTimeout(
-                f"a thread over the batch read no more samples in {timeout:g} s: a read is stuck "
-                "(storage that does not answer, a lock held for ever, or a user op that never returns)"
-            ) from None
-        except BaseException as exc:
-            error = error or exc
+            if not waits_only:
+                drain()
+        except BaseException as exc:  # every thread stops before the error goes on
+            error = exc
+        for future in futures:
+            try:
+                future.result(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            except FutureTimeout:
+                failed.set()  # the others stop at their next piece
+                _forget(pool)
+                raise ReadTimeout(
+                    f"a thread over the batch read no more samples in {timeout:g} s: a read is stuck "
+                    "(storage that does not answer, a lock held for ever, or a user op that never returns)"
+                ) from None
+            except Exception as exc:
+                error = error or exc
+    except BaseException:  # Ctrl-C in the wait: the threads stop at their next piece, the interrupt goes on
+        failed.set()
+        raise
     if error is not None:
         raise error
 

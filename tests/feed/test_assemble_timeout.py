@@ -131,3 +131,28 @@ def test_the_users_thread_only_waits_while_a_prefetch_thread_works_too(threads):
     assert all(name.startswith("cachekit-read") for name in names_of(5.0))
     assert here in names_of(None)
     assert "cachekit-prefetch" in names_of(5.0, "cachekit-prefetch")
+
+
+def test_ctrl_c_while_the_users_thread_waits_stops_the_batchs_threads():
+    """Ctrl-C reaches a caller that only waits for the threads over the batch (the user's thread with a
+    timeout): the threads stop at their next piece and the interrupt goes on, rather than being held
+    until every piece of the batch is read (or, behind a stuck user op, until the timeout)."""
+    import os
+    import signal
+    import time
+
+    done, lock = [], threading.Lock()
+
+    def fn(lo: int, hi: int) -> None:
+        with lock:
+            done.append(lo)
+            first = len(done) == 1
+        if first:
+            os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.02)
+
+    with pytest.raises(KeyboardInterrupt):
+        run_chunks(400, 2, fn, timeout=60)
+    pieces = len(range(0, 400, 8))
+    time.sleep(pieces * 0.02)  # as long as all the pieces would take: the threads took no more
+    assert len(done) < pieces, "Ctrl-C left the threads reading the whole batch"
