@@ -17,7 +17,7 @@ from cachekit.augment.geometric import (
     RandomZoomOut,
 )
 from cachekit.augment.maps import draw_maps
-from cachekit.augment.matrices import _iou_with, as_boxes, iou_crop, shrink_sizes
+from cachekit.augment.matrices import _iou_with, as_boxes, box_corners, iou_crop, shrink_sizes
 from cachekit.augment.plan import compile_plan
 from cachekit.augment.transforms import CenterCrop, RandomHorizontalFlip, Resize
 
@@ -45,9 +45,9 @@ def test_a_rotation_by_a_hair_expands_to_the_next_whole_pixel_as_torchvision():
 def test_perspective_moves_an_image_two_pixels_wide_and_goes_on_past_one_it_leaves():
     """A 1-pixel side is left as it is; the next samples are moved all the same, a 2-pixel-wide one
     too (its corners move up and down), each map taking the image's corners to its drawn ends."""
-    g = _walk([RandomPerspective(0.9, p=1.0), Resize((16, 16))], [1, 40, 40], [30, 2, 40])
+    g = _walk([RandomPerspective(0.9, p=1.0), Resize((16, 16))], [1, 40, 40, 2], [30, 2, 40, 40])
     assert np.allclose(g.matrices[0], _diag(16 / 30, 16 / 1))  # the resize alone
-    for j, (h, w) in enumerate([(40, 2), (40, 40)], start=1):
+    for j, (h, w) in enumerate([(40, 2), (40, 40), (2, 40)], start=1):
         moved = np.linalg.inv(_diag(16 / w, 16 / h)) @ g.matrices[j]  # the perspective alone
         corners = np.array([[0, w - 1, w - 1, 0], [0, 0, h - 1, h - 1], [1, 1, 1, 1]], np.float64)
         ends = moved @ corners
@@ -73,6 +73,7 @@ def test_a_zoom_out_leaves_the_samples_it_does_not_draw_where_they_are():
     # the others: the image on a canvas 2-3 times its sides, placed in whole pixels within it
     canvas_w = 24 / scale_x[~alone]
     assert (canvas_w >= 100 - 1e-6).all() and (canvas_w <= 150 + 1e-6).all()
+    assert canvas_w.min() < 110 and canvas_w.max() > 140  # drawn apart from whether it zooms
     left = g.matrices[~alone, 0, 2] / scale_x[~alone]
     assert (left >= 0).all() and (left <= canvas_w - 50 + 1e-6).all() and (left > 0).any()
     assert np.allclose(left, np.round(left))
@@ -146,10 +147,13 @@ def test_an_iou_crop_of_no_pixels_is_passed_over_without_a_warning():
 
 
 def test_the_iou_of_boxes_and_crops_counts_the_overlap_of_both_axes():
-    crops = np.array([[0.0, 0.0, 4.0, 1.0], [0.0, 5.0, 4.0, 9.0]])
+    crops = np.array([[0.0, 0.0, 4.0, 1.0], [0.0, 5.0, 4.0, 9.0], [5.0, 0.0, 9.0, 1.0]])
     boxes = np.array([[0.0, 0.0, 4.0, 0.5], [0.0, 0.0, 2.0, 2.0]])
     # a box half a pixel tall in a 4 x 1 crop: 2 / 4; the square: 2 / (4 + 4 - 2); nothing in the far crop
-    assert np.allclose(_iou_with(boxes, crops), [[0.5, 1 / 3], [0.0, 0.0]])
+    assert np.allclose(_iou_with(boxes, crops), [[0.5, 1 / 3], [0.0, 0.0], [0.0, 0.0]])
+    # the same turned a quarter: half a pixel wide in a 1 x 4 crop, nothing in the crop far to the right
+    turned = _iou_with(boxes[:, [1, 0, 3, 2]], crops[:, [1, 0, 3, 2]])
+    assert np.allclose(turned, [[0.5, 1 / 3], [0.0, 0.0], [0.0, 0.0]])
 
 
 # -- the antialiasing pre-resize -----------------------------------------------------------------
@@ -166,7 +170,8 @@ def test_no_pre_resize_unless_a_side_shrinks_by_more_than_half():
 def test_each_sample_of_a_batch_is_pre_resized_by_its_own_scale_whatever_its_shift():
     hw = np.array([[40, 80], [40, 80], [200, 200]])
     maps = np.stack([_diag(0.25, 0.125, 7.0, 9.0), _diag(1.0, 1.0, 3.0, 5.0), _diag(0.004, 0.004, 1.0, 2.0)])
-    assert shrink_sizes(maps, hw, (10, 10)).tolist() == [[5, 20], [40, 80], [1, 1]]  # never under a pixel
+    got = shrink_sizes(maps, hw, (10, 10))
+    assert got.tolist() == [[5, 20], [40, 80], [1, 1]] and got.dtype == np.int64  # never under a pixel
 
 
 @pytest.mark.parametrize(
@@ -213,3 +218,72 @@ def test_a_crop_flipped_both_ways_reads_the_same_box_as_unflipped():
     g = _walk([RandomVerticalFlip(1.0), CenterCrop((24, 20))], [40], [30])
     boxes, hflips, vflips = g.fast
     assert boxes.tolist() == [[8, 5, 24, 20]] and not hflips.any() and vflips.all()
+
+
+def test_a_flipped_crop_resized_reads_its_box_in_source_pixels():
+    steps = [RandomVerticalFlip(1.0), RandomHorizontalFlip(1.0), CenterCrop((24, 20)), Resize((12, 10))]
+    boxes, hflips, vflips = _walk(steps, [40], [30]).fast
+    assert boxes.tolist() == [[8, 5, 24, 20]] and hflips.all() and vflips.all()
+
+
+def test_only_whole_pixel_boxes_of_a_pixel_or_more_are_crops():
+    assert as_boxes(_diag(0.5, 0.5, 0.25, 0.0)[None], (10, 10)) is None  # left half a pixel
+    assert as_boxes(_diag(10.0, 24.0)[None], (24, 10)) is not None  # one pixel, stretched
+    boxes, hflips, vflips = as_boxes(_diag(10.0, 24.0, -30.0, -48.0)[None], (24, 10))
+    assert boxes.tolist() == [[2, 3, 1, 1]] and not hflips.any() and not vflips.any()
+    perspective = _diag(1.0, 1.0)
+    perspective[2, 0] = 0.01
+    assert as_boxes(perspective[None], (10, 10)) is None
+    scaled = 2 * _diag(0.5, 0.5, -3.0, -4.0)  # the same map in other homogeneous coordinates
+    assert as_boxes(scaled[None], (10, 10))[0].tolist() == [[8, 6, 20, 20]]
+
+
+def test_boxes_through_a_perspective_map_are_the_box_round_their_projected_corners():
+    m = np.array([[0.9, -0.3, 12.0], [0.25, 1.1, -4.0], [1e-3, -2e-3, 1.0]])
+    boxes = np.array([[10.0, 20.0, 60.0, 45.0], [0.0, 0.0, 5.0, 90.0]])
+    got = box_corners(boxes, np.repeat(m[None], 2, 0))
+    for box, out in zip(boxes, got):
+        x0, y0, x1, y1 = box
+        p = m @ np.array([[x0, x1, x1, x0], [y0, y0, y1, y1], [1, 1, 1, 1]])
+        px, py = p[0] / p[2], p[1] / p[2]
+        assert np.allclose(out, [px.min(), py.min(), px.max(), py.max()])
+    horizon = _diag(1.0, 1.0)
+    horizon[2, 0] = -0.1  # x = 10 is on the horizon, past it behind
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = box_corners(
+            np.array([[0.0, 0.0, 10.0, 5.0], [0.0, 0.0, 5.0, 5.0]]), np.repeat(horizon[None], 2, 0)
+        )
+    assert got[0].tolist() == [0, 0, 0, 0] and np.allclose(got[1], [0, 0, 10, 10])
+
+
+def test_an_iou_crop_takes_an_iou_of_exactly_the_option_and_shifts_by_its_corner():
+    step = RandomIoUCrop(trials=1, sampler_options=(0.5, 1.0))
+    u = _iou_draws(step, [(0.0, [_scale_draw(step, 0.4), _scale_draw(step, 0.8), 0.5, 0.25])])
+    box = np.array([[30.0, 5.0, 70.0, 45.0]])  # in the crop (30, 5)-(70, 85), half of it: IoU 0.5
+    m, nh, nw, rects = iou_crop(step, u, np.array([100.0]), np.array([100.0]), [box])
+    assert (nh[0], nw[0]) == (80, 40) and rects[0].tolist() == [30, 5, 70, 85]
+    assert np.allclose(m[0], _diag(1.0, 1.0, -30.0, -5.0))
+
+
+def test_an_iou_crop_at_exactly_the_largest_aspect_ratio_and_a_centre_on_its_right_edge():
+    step = RandomIoUCrop(trials=1, sampler_options=(0.0, 1.0))
+    u = _iou_draws(step, [(0.0, [_scale_draw(step, 0.8), _scale_draw(step, 0.4), 0.0, 0.0])])  # 80 x 40
+    m, nh, nw, rects = iou_crop(
+        step, u, np.array([100.0]), np.array([100.0]), [np.array([[10.0, 10.0, 30.0, 30.0]])]
+    )
+    assert (nh[0], nw[0]) == (40, 80)  # w / h = 2: in range
+    on_edge = np.array([[70.0, 10.0, 90.0, 30.0]])  # centre x 80: the crop's right edge
+    m, nh, nw, rects = iou_crop(step, u, np.array([100.0]), np.array([100.0]), [on_edge])
+    assert (nh[0], nw[0]) == (100, 100)
+
+
+def test_an_iou_crop_no_pixels_tall_is_passed_over_without_a_warning():
+    step = RandomIoUCrop(trials=1, sampler_options=(0.0, 1.0))
+    u = _iou_draws(step, [(0.0, [0.5, 0.0, 0.0, 0.0])])  # 0.65 x 100 wide, 0.3 x 2 = 0 tall: w / 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        m, nh, nw, rects = iou_crop(
+            step, u, np.array([2.0]), np.array([100.0]), [np.array([[0.2, 0.2, 0.8, 0.8]])]
+        )
+    assert (nh[0], nw[0]) == (2, 100)

@@ -33,3 +33,9 @@ def test_a_whole_pixel_general_list_that_shrinks_takes_crop_boxes_without_a_pre_
     assert g.fast is not None and g.shrink is None
     boxes, hflips, vflips = g.fast
     assert boxes.tolist() == [[0, 0, 40, 60]] * 2 and not hflips.any() and vflips.all()
+
+
+def test_the_pixel_sources_sizes_are_whole_numbers_on_every_path():
+    for steps in ([RandomResizedCrop(16)], [RandomVerticalFlip(), Resize((16, 16))], [RandomAffine(10)]):
+        g = draw_maps(compile_plan(steps).steps, 0, 0, [0, 1], [40, 40], [60, 60])
+        assert g.source_hw.dtype == np.int64 and g.source_hw.tolist() == [[40, 60]] * 2
