@@ -131,6 +131,23 @@ def _opencv_one_thread() -> None:
 CHUNK = 8
 
 
+#: The longest the caller's wait for a thread sleeps at once: a Ctrl-C whose signal another thread
+#: took is seen only when the caller wakes (a lock's wait is not interrupted by it).
+WAIT_SLICE = 0.1
+
+
+def _result(future, deadline: float | None) -> None:
+    """``future``'s end, by ``deadline`` (``time.monotonic()``) or ``FutureTimeout``, waited in slices."""
+    while True:
+        left = None if deadline is None else deadline - time.monotonic()
+        try:
+            future.result(WAIT_SLICE if left is None else max(0.0, min(WAIT_SLICE, left)))
+            return
+        except FutureTimeout:
+            if left is not None and left <= WAIT_SLICE:
+                raise
+
+
 def run_chunks(n: int, threads: int, fn: Callable[[int, int], None], timeout: float | None = None) -> None:
     """``fn(lo, hi)`` over pieces of ``range(n)``, taken in turn by ``threads`` threads (the caller is one).
 
@@ -181,7 +198,7 @@ def run_chunks(n: int, threads: int, fn: Callable[[int, int], None], timeout: fl
             error = exc
         for future in futures:
             try:
-                future.result(None if deadline is None else max(0.0, deadline - time.monotonic()))
+                _result(future, deadline)
             except FutureTimeout:
                 failed.set()  # the others stop at their next piece
                 _forget(pool)

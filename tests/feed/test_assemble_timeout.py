@@ -137,8 +137,7 @@ def test_ctrl_c_while_the_users_thread_waits_stops_the_batchs_threads():
     """Ctrl-C reaches a caller that only waits for the threads over the batch (the user's thread with a
     timeout): the threads stop at their next piece and the interrupt goes on, rather than being held
     until every piece of the batch is read (or, behind a stuck user op, until the timeout)."""
-    import os
-    import signal
+    import _thread
     import time
 
     done, lock = [], threading.Lock()
@@ -148,11 +147,11 @@ def test_ctrl_c_while_the_users_thread_waits_stops_the_batchs_threads():
             done.append(lo)
             first = len(done) == 1
         if first:
-            os.kill(os.getpid(), signal.SIGINT)
-        time.sleep(0.02)
+            _thread.interrupt_main()  # as a SIGINT another thread took: the main thread sees it when it wakes
+        time.sleep(0.05)
 
     with pytest.raises(KeyboardInterrupt):
         run_chunks(400, 2, fn, timeout=60)
     pieces = len(range(0, 400, 8))
-    time.sleep(pieces * 0.02)  # as long as all the pieces would take: the threads took no more
+    time.sleep(pieces * 0.05)  # as long as all the pieces would take: the threads took no more
     assert len(done) < pieces, "Ctrl-C left the threads reading the whole batch"
