@@ -39,3 +39,28 @@ def test_an_error_in_any_piece_reaches_the_caller():
 
     with pytest.raises(ValueError, match="sample 9"):
         run_chunks(32, 4, fn)
+
+
+def test_a_call_from_inside_a_thread_over_the_batch_reads_its_pieces_itself(monkeypatch):
+    """A batch read from inside a thread over another batch (a user op that reads a loader of its own)
+    finds the pool's threads busy with the outer batch: its caller reads every piece, and does not wait
+    for the pieces it handed out, which could only start once the outer ones end (they wait on it)."""
+    import cachekit.feed.assemble as assemble
+    from cachekit.feed.prefetch import ReadTimeout
+
+    monkeypatch.setattr(assemble, "_pools", {})  # a pool of the outer batch's two threads, no more
+    inner, lock, both = [], threading.Lock(), threading.Barrier(2, timeout=10)
+
+    def read_inner(lo: int, hi: int) -> None:
+        with lock:
+            inner.extend(range(lo, hi))
+
+    def read_outer(lo: int, hi: int) -> None:
+        both.wait()  # each of the pool's threads holds a piece of the outer batch
+        run_chunks(16, 2, read_inner, timeout=5)
+
+    try:
+        run_chunks(16, 2, read_outer, timeout=20)
+    except ReadTimeout:
+        pytest.fail("a batch read inside a thread over another batch waited for threads that never came free")
+    assert sorted(inner) == sorted(list(range(16)) * len(_pieces(16, 2)))
