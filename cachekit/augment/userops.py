@@ -74,7 +74,7 @@ def op_name(fn) -> str:
     ``functools.partial`` with its arguments, an instance of a callable class with its fields
     (``module.Class(value=10)``), so that two ops of one function given other arguments differ."""
     if isinstance(fn, functools.partial):
-        given = [_shown(a) for a in fn.args] + [f"{k}={_shown(v)}" for k, v in fn.keywords.items()]
+        given = [_shown(a) for a in fn.args] + [f"{k}={_shown(v) or '...'}" for k, v in fn.keywords.items()]
         return f"{op_name(fn.func)}({', '.join(g or '...' for g in given)})"
     owner = getattr(fn, "__self__", None)
     if isinstance(fn, types.MethodType) and not isinstance(owner, type):  # an object's method: with its fields

@@ -369,3 +369,20 @@ def test_an_op_that_does_not_pickle_for_another_reason_than_a_lambda_says_why(sq
         "workers=0"
     )
     assert len(_images(square, [*BASE, PixelOp(Locked())], **THREADS)) == 2  # in this process: fine
+
+
+# -- an argument an op's name cannot show --------------------------------------------------------------
+
+
+def test_a_keyword_the_name_cannot_show_is_not_named_none(square):
+    """A partial's keyword whose value has no one-line repr (an object's address) is shown as ``...``,
+    as a positional one is: named ``value=None`` it passed for an op given None, and a loader resumed
+    with ``value=None`` took its state as written by the same list."""
+    hidden = PixelOp(functools.partial(add, value=object()))
+    assert repr(hidden) == "PixelOp(test_user_ops_hostile.add(value=...))"
+    assert hidden.spec_text() != PixelOp(functools.partial(add, value=None)).spec_text()
+    seven = np.full((64, 1, 1), 7, np.int16)  # one amount a row: a repr of many lines
+    _, state = _state(square, [*BASE, PixelOp(functools.partial(add, value=seven))])
+    resumed = make_loader(square, 3, seed=SEED, augment=[*BASE, _partial(None)], shuffle=False, **THREADS)
+    with pytest.raises(UsageError, match="made with the same augment list"):
+        resumed.load_state_dict(state)
