@@ -63,10 +63,29 @@ def _shown(value) -> str | None:
     if isinstance(value, functools.partial) or (callable(value) and hasattr(value, "__qualname__")):
         return op_name(value)
     try:
-        text = repr(value)
+        text = _text(value)
     except Exception:  # noqa: BLE001 -- a value that cannot show itself is left out of the name
         return None
     return None if " at 0x" in text or "\n" in text or len(text) > MAX_SHOWN else text
+
+
+def _text(value) -> str:
+    """``repr(value)``, the members of a set (also one in a list, tuple or dict) in sorted order: a
+    set's own order changes with each process's hash seed, and a resumed loader's names must match."""
+    kind = type(value)
+    if kind in (set, frozenset):
+        try:
+            members = ", ".join(_text(v) for v in sorted(value))
+        except TypeError:  # members that do not compare: by their text
+            members = ", ".join(sorted(_text(v) for v in value))
+        inner = "{" + members + "}" if members else ""
+        return inner if kind is set and members else f"{kind.__name__}({inner})"
+    if kind in (list, tuple):
+        items = [_text(v) for v in value]
+        return f"[{', '.join(items)}]" if kind is list else f"({items[0]},)" if len(items) == 1 else f"({', '.join(items)})"
+    if kind is dict:
+        return "{" + ", ".join(f"{_text(k)}: {_text(v)}" for k, v in value.items()) + "}"
+    return repr(value)
 
 
 def op_name(fn) -> str:

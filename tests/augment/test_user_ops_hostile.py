@@ -386,3 +386,24 @@ def test_a_keyword_the_name_cannot_show_is_not_named_none(square):
     resumed = make_loader(square, 3, seed=SEED, augment=[*BASE, _partial(None)], shuffle=False, **THREADS)
     with pytest.raises(UsageError, match="made with the same augment list"):
         resumed.load_state_dict(state)
+
+
+def test_an_op_holding_a_set_has_one_name_in_every_process():
+    """A set's order changes with each process's hash seed: an op given one (a partial's argument, an
+    object's field) is named with its members sorted, so a loader resumed in a new process matches."""
+    code = (
+        "import functools, numpy; from cachekit.transforms import PixelOp\n"
+        "class Drop:\n"
+        "    def __init__(self, names): self.names = names\n"
+        "    def __call__(self, image, rng): return image\n"
+        "names = ['nose', 'left_eye', 'right_eye', 'left_ear', 'right_ear', 'tail']\n"
+        "print(PixelOp(functools.partial(numpy.clip, names=set(names))).spec_text())\n"
+        "print(PixelOp(Drop([frozenset(names), {'k': set(names[:3])}])).spec_text())\n"
+    )
+    names = set()
+    for seed in ("1", "2"):
+        env = {**__import__("os").environ, "PYTHONHASHSEED": seed}
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+        names.add(done.stdout)
+    (text,) = names
+    assert "names={'left_ear', 'left_eye', 'nose', 'right_ear', 'right_eye', 'tail'}" in text
