@@ -2,8 +2,8 @@
 
     python benchmarks/mutate.py cachekit/store/fields/base.py --tests tests/store/test_ragged.py
     python benchmarks/mutate.py cachekit/feed/mix.py cachekit/feed/mixorder.py --tests tests/feed/test_mix.py
-    python benchmarks/mutate.py cachekit/augment/maps.py --tests tests/augment/test_walk.py \
-        --only 'cachekit.augment.maps.x_draw_maps*' --sample 60 --max-children 1 --base HEAD
+    python benchmarks/mutate.py cachekit/augment/maps.py --tests tests/augment/test_walk.py
+        --only 'cachekit.augment.maps.x_draw_maps*' --sample 60 --max-children 1 --base HEAD  (one line)
 
 mutmut 3 (a dev dependency) writes a ``mutants/`` folder beside the code it mutates and reads its settings
 from ``pyproject.toml``; running it on a copy keeps the checkout clean and lets the settings name just the
@@ -19,7 +19,8 @@ with workers, ``torch.multiprocessing.spawn``, a process pool) hangs there, so `
 fnmatch, as ``mutmut results`` prints them) and ``--sample N`` (N of them drawn with ``--sample-seed``)
 bound a run on a module of hundreds of mutants; the scores then count the mutants run alone.
 ``--base REV`` copies the tree as committed at REV, with the mutated modules and the named test files
-from the working tree: files others are editing in the same checkout cannot break the run.
+from the working tree: files others are editing in the same checkout cannot break the run (a named
+test file edited for code not yet committed still can: ``--deselect`` its test, or commit first).
 """
 
 from __future__ import annotations
