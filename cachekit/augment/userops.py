@@ -21,6 +21,7 @@ import os
 import pickle
 import pickletools
 import sys
+import threading
 import types
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -112,8 +113,18 @@ def _instance_name(obj) -> str:
     if type(obj).__repr__ is not object.__repr__:
         text = _shown(obj)
         return f"{module}.{text}" if text is not None and text.startswith(type(obj).__name__) else f"{module}.{qualname}"
-    fields = [f"{k}={_shown(v) or '...'}" for k, v in getattr(obj, "__dict__", {}).items() if not k.startswith("_")]
+    busy = _naming.__dict__.setdefault("objects", set())
+    if id(obj) in busy:  # a field refers back to it (self.impl = self.fast): by its class alone there
+        return f"{module}.{qualname}"
+    busy.add(id(obj))
+    try:
+        fields = [f"{k}={_shown(v) or '...'}" for k, v in getattr(obj, "__dict__", {}).items() if not k.startswith("_")]
+    finally:
+        busy.discard(id(obj))
     return f"{module}.{qualname}({', '.join(fields)})"
+
+
+_naming = threading.local()  # the objects being named, in this thread
 
 
 def _check_fn(fn, kind: str) -> None:

@@ -407,3 +407,31 @@ def test_an_op_holding_a_set_has_one_name_in_every_process():
         names.add(done.stdout)
     (text,) = names
     assert "names={'left_ear', 'left_eye', 'nose', 'right_ear', 'right_eye', 'tail'}" in text
+
+
+class Chosen:
+    """A callable object that picks one of its own methods when made: a field that refers back to it."""
+
+    def __init__(self, value, brighter=True):
+        self.value = value
+        self.impl = self.brighten if brighter else self.darken
+
+    def brighten(self, image, rng):
+        return add(image, rng, self.value)
+
+    def darken(self, image, rng):
+        return add(image, rng, -self.value)
+
+    def __call__(self, image, rng):
+        return self.impl(image, rng)
+
+
+def test_an_object_whose_field_is_its_own_method_is_named(square):
+    """Naming its field named the object again, and again: a RecursionError's traceback when the op was
+    made. Where it refers back, it is named by its class; the two choices are told apart."""
+    brighter, darker = PixelOp(Chosen(10)), PixelOp(Chosen(10, brighter=False))
+    assert repr(brighter) == "PixelOp(test_user_ops_hostile.Chosen(value=10, impl=test_user_ops_hostile.Chosen.brighten))"
+    assert brighter.spec_text() != darker.spec_text()
+    images = _images(square, [*BASE, brighter], **THREADS)
+    plain = _images(square, [*BASE, PixelOp(Add(10))], **THREADS)
+    assert all(torch.equal(a, b) for a, b in zip(images, plain, strict=True))
