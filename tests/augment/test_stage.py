@@ -57,6 +57,8 @@ def test_plan_keeps_geometry_stage_and_mixing_apart():
     d = only.draw(0, 0, [0, 1], [30, 30], [40, 40])
     assert d.out_size == (30, 40)
     with pytest.raises(TypeError, match="RandAugment"):
+        compile_plan([3])
+    with pytest.raises(ValueError, match=r"the function .*<lambda> in the augment list: wrap it as PixelOp"):
         compile_plan([lambda x: x])
 
 
