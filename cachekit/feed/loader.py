@@ -352,7 +352,7 @@ def make_loader(
 
     def check(plan) -> None:
         if sent["workers"] > 0:  # a later plan (set_augment, a schedule) goes to the same workers
-            check_plan_pickles(plan, multiprocessing_context)
+            check_plan_pickles(plan, sent["context"])
         check_augment_plan(
             dataset, batch_size, plan, pad=pad, per_sample=per_sample, on_device=on_device_for(plan)
         )
@@ -377,8 +377,14 @@ def make_loader(
         workers = suggest_num_workers(batch_size) if per_sample or codec in _SERIAL_CODECS else 0
     workers = fit_workers(workers, asked, batch_bytes(dataset, batch_size, plan), prefetch_factor)
     sent["workers"] = workers
-    if workers > 0:
-        check_plan_pickles(plan, multiprocessing_context)
+    if workers > 0:  # how they start: a notebook's op reaches forked workers, not a forkserver's
+        # (the user's context as given, else a forkserver for a cache, see worker_context); another
+        # dataset keeps the platform's default: pickled to every worker, one held in memory would be
+        # copied into each, not shared with the parent's pages as a fork shares it
+        sent["context"] = (
+            worker_context(multiprocessing_context, dataset, collate_fn) if readable else multiprocessing_context
+        )
+        check_plan_pickles(plan, sent["context"])
     if threads is None:
         threads = 1 if workers > 0 else suggest_threads()
     if prefetch_thread is None:
@@ -436,12 +442,8 @@ def make_loader(
             "timeout": timeout,
         }
     extra = {"persistent_workers": True, "prefetch_factor": prefetch_factor} if workers > 0 else {}
-    if workers > 0:  # the user's context as given, else a forkserver for a cache (see worker_context);
-        # another dataset keeps the platform's default: pickled to every worker, one held in memory
-        # would be copied into each, not shared with the parent's pages as a fork shares it
-        extra["multiprocessing_context"] = (
-            worker_context(multiprocessing_context, dataset, collate_fn) if readable else multiprocessing_context
-        )
+    if workers > 0:
+        extra["multiprocessing_context"] = sent["context"]
         extra["timeout"] = float(timeout)
         if extra["multiprocessing_context"] == "forkserver":  # its children inherit the server's environment
             extra["worker_init_fn"] = functools.partial(take_environment, dict(os.environ))

@@ -435,3 +435,15 @@ def test_an_object_whose_field_is_its_own_method_is_named(square):
     images = _images(square, [*BASE, brighter], **THREADS)
     plain = _images(square, [*BASE, PixelOp(Add(10))], **THREADS)
     assert all(torch.equal(a, b) for a, b in zip(images, plain, strict=True))
+
+
+def test_an_op_of_an_interactive_session_reaches_workers_the_loader_forks(square):
+    """A dataset that does not pickle (a lambda ``transform=``) makes the loader fork its workers, which
+    inherit the session's functions: its op is read there, not refused as for a forkserver."""
+    code = INTERACTIVE.replace("make_loader({root!r}", "make_loader(ds").replace(
+        "try:\n", "from cachekit import CachedDataset\nds = CachedDataset({root!r}, transform=lambda x: x)\ntry:\n"
+    )
+    code = "import warnings\nwarnings.simplefilter('ignore')\n" + code.format(root=str(square.root), context="")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "batches 2"
