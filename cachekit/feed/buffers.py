@@ -12,6 +12,7 @@ the pool: reuse follows the interpreter's own lifetime rules, never a reference 
 
 from __future__ import annotations
 
+import math
 import threading
 import weakref
 
@@ -21,8 +22,10 @@ __all__ = ["BufferPool"]
 
 
 def _aligned(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
-    """A new array starting on a 64-byte boundary."""
-    size = int(np.prod(shape)) * dtype.itemsize
+    """A new array starting on a 64-byte boundary (a shape ``np.empty`` refuses is refused)."""
+    if min(shape, default=0) < 0:  # reshape would take -1 as "whatever is left"
+        raise ValueError(f"negative dimensions are not allowed: {shape}")
+    size = math.prod(shape) * dtype.itemsize  # Python's ints: a huge shape does not wrap round
     raw = np.empty(size + 64, np.uint8)
     start = (-raw.ctypes.data) % 64
     return raw[start : start + size].view(dtype).reshape(shape)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 import numpy as np
+import pytest
 import torch
 
 from cachekit import CachedDataset
@@ -48,3 +49,16 @@ def test_blocks_start_on_a_64_byte_boundary():
         assert block.flags.c_contiguous and block.flags.writeable
         block[...] = 7
         assert (block == 7).all()
+
+
+def test_a_shape_numpy_refuses_is_refused():
+    """A negative side is refused as ``np.empty`` refuses it: the aligned block took -1 as reshape's
+    "whatever is left" and handed out an empty batch; a side past any memory is no reshape error."""
+    pool = BufferPool()
+    for shape in ((-1, 4), (3, -1), (2, -3, 5)):
+        with pytest.raises(ValueError, match="negative dimensions"):
+            pool.get(shape, np.float32)
+    with pytest.raises((ValueError, MemoryError)) as caught:
+        pool.get((2**40, 2**40))
+    assert "reshape" not in str(caught.value)
+    assert pool.get((0, 3), np.float32).shape == (0, 3)
