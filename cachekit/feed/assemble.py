@@ -95,11 +95,14 @@ if hasattr(os, "register_at_fork"):
 
 
 def _forget(pool: ThreadPoolExecutor) -> None:
-    """Leave ``pool`` (a thread of it is stuck) to finish on its own: the next batch makes a new one."""
+    """Leave ``pool`` (a thread of it is stuck) to finish on its own: the next batch makes a new one.
+
+    Not shut down: a batch of another thread may have looked it up already and be about to hand it
+    pieces; its idle threads end when the last batch using it lets it go (the executor's own rule).
+    """
     with _pools_lock:
         if _pools.get(os.getpid()) is pool:
             del _pools[os.getpid()]
-    pool.shutdown(wait=False)
 
 
 def _pool(threads: int) -> ThreadPoolExecutor:

@@ -64,3 +64,27 @@ def test_a_call_from_inside_a_thread_over_the_batch_reads_its_pieces_itself(monk
     except ReadTimeout:
         pytest.fail("a batch read inside a thread over another batch waited for threads that never came free")
     assert sorted(inner) == sorted(list(range(16)) * len(_pieces(16, 2)))
+
+
+def test_a_pool_another_reader_gave_up_on_still_reads_the_batch(monkeypatch):
+    """Two loaders read from two threads; one's batch times out and leaves the shared pool behind just
+    as the other has looked it up: the other's batch is read there, not refused with 'cannot schedule
+    new futures after shutdown'."""
+    import cachekit.feed.assemble as assemble
+
+    looked_up = assemble._pool
+
+    def then_given_up(threads: int):
+        pool = looked_up(threads)
+        assemble._forget(pool)  # the other reader's timeout, landing between lookup and submit
+        return pool
+
+    monkeypatch.setattr(assemble, "_pool", then_given_up)
+    seen, lock = [], threading.Lock()
+
+    def fn(lo: int, hi: int) -> None:
+        with lock:
+            seen.extend(range(lo, hi))
+
+    run_chunks(64, 4, fn, timeout=10)
+    assert sorted(seen) == list(range(64))
