@@ -432,15 +432,22 @@ def compile_batch_ops(steps) -> tuple:
     )
 
 
-def _main_importable() -> bool:
-    """Whether a worker process started afresh (forkserver, spawn) runs this process's ``__main__``
-    again, as ``multiprocessing`` does for a script or ``python -m``: not for a notebook, ``python
-    -c`` or an interactive prompt, whose functions it never defines."""
+def _main_unreachable() -> str | None:
+    """Where this process's ``__main__`` comes from, when a worker process started afresh
+    (forkserver, spawn) never runs it again; None where it does, as ``multiprocessing`` runs a
+    script or a module given to ``python -m`` again: not a notebook, ``python -c`` or an interactive
+    prompt, nor a package's or a zip's ``__main__.py`` (``python -m package``), which it never runs
+    in a worker either, so their functions are never defined there."""
     main = sys.modules.get("__main__")
-    if getattr(getattr(main, "__spec__", None), "name", None):
-        return True
+    name = getattr(getattr(main, "__spec__", None), "name", None)
+    if name:
+        if name == "__main__" or name.endswith(".__main__"):
+            return "a package's __main__.py (python -m package)"
+        return None
     path = getattr(main, "__file__", None)
-    return isinstance(path, str) and os.path.isfile(path)
+    if isinstance(path, str) and os.path.isfile(path):
+        return None
+    return "an interactive session (a notebook, python -c)"
 
 
 def worker_refusal(op, fresh: bool = True) -> str | None:
@@ -448,8 +455,8 @@ def worker_refusal(op, fresh: bool = True) -> str | None:
 
     It must pickle (not a lambda, nor a function defined inside another); and where the workers
     start afresh (``fresh``: a forkserver or spawn, not a fork) whatever it names must be importable
-    there: a function of a notebook's or ``python -c``'s ``__main__`` pickles by name, and each
-    worker would die unpickling it."""
+    there: a function of a notebook's, ``python -c``'s or a package's ``__main__`` pickles by name,
+    and each worker would die unpickling it."""
     try:
         pickle.dumps(op)
     except Exception as exc:  # noqa: BLE001 -- whatever pickling raises is said in one line
@@ -463,7 +470,8 @@ def worker_refusal(op, fresh: bool = True) -> str | None:
             f"augment: {op!r} cannot be sent to the loader's worker processes: it does not pickle ({why}): "
             "give it only what pickles, or pass workers=0"
         )
-    if not fresh or _main_importable():
+    where = _main_unreachable() if fresh else None
+    if where is None:
         return None
     try:  # protocol 2 names every global it refers to as "module name"
         names = [arg for code, arg, _ in pickletools.genops(pickle.dumps(op, protocol=2)) if code.name == "GLOBAL"]
@@ -471,9 +479,8 @@ def worker_refusal(op, fresh: bool = True) -> str | None:
         return None
     if any(str(name).split(" ")[0] == "__main__" for name in names):
         return (
-            f"augment: {op!r} cannot be sent to the loader's worker processes: it is defined in an "
-            "interactive session (a notebook, python -c), which they do not run: define it in a module "
-            "file and import it, or pass workers=0"
+            f"augment: {op!r} cannot be sent to the loader's worker processes: it is defined in {where}, "
+            "which they do not run: define it in a module file and import it, or pass workers=0"
         )
     return None
 

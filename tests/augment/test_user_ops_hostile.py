@@ -447,3 +447,22 @@ def test_an_op_of_an_interactive_session_reaches_workers_the_loader_forks(square
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "batches 2"
+
+
+def test_an_op_of_a_packages_main_is_refused_for_workers_that_start_afresh(square, tmp_path):
+    """``python -m package`` runs its ``__main__.py``, which multiprocessing never runs again in a worker
+    (nor a zip's): its op was let through, and each worker died unpickling it, a traceback after the
+    loader's timeout. Refused when made, as a notebook's is."""
+    package = tmp_path / "trainer"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "__main__.py").write_text(INTERACTIVE.format(root=str(square.root), context=""))
+    done = subprocess.run(
+        [sys.executable, "-m", "trainer"], cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == (
+        "refused: augment: PixelOp(__main__.inverted) cannot be sent to the loader's worker processes: it is "
+        "defined in a package's __main__.py (python -m package), which they do not run: define it in a "
+        "module file and import it, or pass workers=0"
+    )
