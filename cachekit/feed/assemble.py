@@ -197,11 +197,12 @@ def run_chunks(n: int, threads: int, fn: Callable[[int, int], None], timeout: fl
         try:
             if not waits_only:
                 drain()
-                # no piece is left: a helper not yet started has nothing to do (nor, called from a
-                # thread of the pool itself, a free thread to start on, as the others wait on theirs)
-                futures = [future for future in futures if not future.cancel()]
         except BaseException as exc:  # every thread stops before the error goes on
             error = exc
+        if not waits_only:
+            # no piece is left (or one failed): a helper not yet started has nothing to do, nor, called
+            # from a thread of the pool itself, a free thread to start on, as the others wait on theirs
+            futures = [future for future in futures if not future.cancel()]
         for future in futures:
             try:
                 _result(future, deadline)

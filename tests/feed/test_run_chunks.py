@@ -88,3 +88,26 @@ def test_a_pool_another_reader_gave_up_on_still_reads_the_batch(monkeypatch):
 
     run_chunks(64, 4, fn, timeout=10)
     assert sorted(seen) == list(range(64))
+
+
+def test_a_failing_call_from_inside_a_thread_over_the_batch_says_its_error(monkeypatch):
+    """As above, the inner batch's own piece failing: its error comes at once, not a timeout after the
+    helpers it handed out, queued behind the busy pool."""
+    import cachekit.feed.assemble as assemble
+    from cachekit.feed.prefetch import ReadTimeout
+
+    monkeypatch.setattr(assemble, "_pools", {})
+    both = threading.Barrier(2, timeout=10)
+
+    def read_inner(lo: int, hi: int) -> None:
+        raise ValueError("sample 3 is damaged")
+
+    def read_outer(lo: int, hi: int) -> None:
+        both.wait()
+        run_chunks(16, 2, read_inner, timeout=5)
+
+    try:
+        with pytest.raises(ValueError, match="sample 3 is damaged"):
+            run_chunks(16, 2, read_outer, timeout=20)
+    except ReadTimeout:
+        pytest.fail("the inner batch's error waited for helpers that could not start")
