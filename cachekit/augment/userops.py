@@ -118,13 +118,25 @@ def _instance_name(obj) -> str:
         return f"{module}.{qualname}"
     busy.add(id(obj))
     try:
-        fields = [f"{k}={_shown(v) or '...'}" for k, v in getattr(obj, "__dict__", {}).items() if not k.startswith("_")]
+        fields = [f"{k}={_shown(v) or '...'}" for k, v in _fields(obj) if not k.startswith("_")]
     finally:
         busy.discard(id(obj))
     return f"{module}.{qualname}({', '.join(fields)})"
 
 
 _naming = threading.local()  # the objects being named, in this thread
+
+
+def _fields(obj) -> list:
+    """An object's fields, ``(name, value)``: its ``__slots__`` (its classes', base first), then its
+    ``__dict__``."""
+    slots = []
+    for cls in reversed(type(obj).__mro__):
+        names = cls.__dict__.get("__slots__", ())
+        for name in [names] if isinstance(names, str) else names:
+            if name not in ("__dict__", "__weakref__") and name not in slots and hasattr(obj, name):
+                slots.append(name)
+    return [(name, getattr(obj, name)) for name in slots] + list(getattr(obj, "__dict__", {}).items())
 
 
 def _check_fn(fn, kind: str) -> None:

@@ -466,3 +466,25 @@ def test_an_op_of_a_packages_main_is_refused_for_workers_that_start_afresh(squar
         "defined in a package's __main__.py (python -m package), which they do not run: define it in a "
         "module file and import it, or pass workers=0"
     )
+
+
+class Slotted:
+    """A callable class with ``__slots__``: its fields live in no ``__dict__``."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value):
+        self.value = value
+
+    def __call__(self, image, rng):
+        return add(image, rng, self.value)
+
+
+def test_a_callable_object_with_slots_is_named_with_its_fields(square):
+    """Named ``Slotted()`` whatever its value, a loader resumed with another value took the state as
+    its own list, and read other pixels than the epoch it resumed."""
+    assert repr(PixelOp(Slotted(10))) == "PixelOp(test_user_ops_hostile.Slotted(value=10))"
+    _, state = _state(square, [*BASE, PixelOp(Slotted(10))])
+    resumed = make_loader(square, 3, seed=SEED, augment=[*BASE, PixelOp(Slotted(20))], shuffle=False, **THREADS)
+    with pytest.raises(UsageError, match="made with the same augment list"):
+        resumed.load_state_dict(state)
