@@ -8,13 +8,19 @@ from collections.abc import Iterator
 
 from ..errors import UsageError
 
-__all__ = ["AugmentUsageError", "not_a_step", "is_compose"]
+__all__ = ["AugmentUsageError", "AugmentTypeError", "not_a_step", "is_compose"]
 
 
 class AugmentUsageError(UsageError, ValueError):
     """An augment list written so that it would not run as written (or a class where an instance
     belongs, or a user's op that failed on a sample): one line that says the fix. A ``UsageError``
     (exit 2), and a ``ValueError`` as every other refusal of a list is."""
+
+
+class AugmentTypeError(AugmentUsageError, TypeError):
+    """Something other than a transform where a transform belongs (a container, a function, a name,
+    another library's transform): the one line of an ``AugmentUsageError``, and a ``TypeError`` as
+    the refusal of a wrong kind of step has always been."""
 
 
 def is_compose(value) -> bool:
@@ -41,10 +47,13 @@ def not_a_step(item) -> str | None:
     if item is None:
         return "augment: None in the augment list: leave it out (augment=None for no augmentation)"
     if isinstance(item, str):
+        from .catalogue import STEPS  # here: the catalogue's modules import this one
+
+        named = {t.__name__.lower(): t.__name__ for t in STEPS}.get(item.lower())  # only one that exists
         return (
             f"augment: the text {item!r} in the augment list: give the transform itself, "
-            f"cachekit.transforms.{item}(...)"
-            if item.isidentifier()
+            f"cachekit.transforms.{named}(...)"
+            if named is not None
             else f"augment: the text {item!r} in the augment list: give cachekit.transforms, e.g. augment=[Resize(224)]"
         )
     module = (type(item).__module__ or "").split(".")[0]
