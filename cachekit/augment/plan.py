@@ -33,7 +33,7 @@ from .stage import Stage, compile_stage
 from .transforms import (
     ColorJitter,
 )
-from .usage import AugmentUsageError, not_a_step
+from .usage import AugmentTypeError, AugmentUsageError, not_a_step
 from .userops import BatchOpDraws, compile_batch_ops
 
 __all__ = ["Plan", "Draws", "compile_plan", "check_order", "AugmentUsageError"]
@@ -373,7 +373,7 @@ def compile_plan(transforms, min_visibility: float = DEFAULT_MIN_VISIBILITY) -> 
             raise AugmentUsageError(f"augment: {step.__name__} is a class: write {_call_of(step)}")
         if not isinstance(step, Transform):
             if (said := not_a_step(step)) is not None:  # a list in the list, a Compose, None, ...
-                raise AugmentUsageError(said)
+                raise AugmentTypeError(said)
             names = ", ".join(t.__name__ for t in STEPS)
             given = f"the class {step.__name__}" if isinstance(step, type) else type(step).__name__
             raise TypeError(

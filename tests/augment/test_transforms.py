@@ -192,6 +192,8 @@ def test_colour_jitter_follows_torchvision_definitions():
 
 def test_plans_refuse_what_they_cannot_do():
     with pytest.raises(TypeError, match="cachekit.transforms"):
+        compile_plan([object()])
+    with pytest.raises(TypeError, match=r"wrap it as PixelOp\(fn\)"):
         compile_plan([lambda x: x])
     with pytest.raises(ValueError, match="at most one ColorJitter"):
         compile_plan([ColorJitter(0.1), ColorJitter(0.2)])
