@@ -111,3 +111,23 @@ def test_a_failing_call_from_inside_a_thread_over_the_batch_says_its_error(monke
             run_chunks(16, 2, read_outer, timeout=20)
     except ReadTimeout:
         pytest.fail("the inner batch's error waited for helpers that could not start")
+
+
+def test_a_batch_queued_behind_another_threads_batch_is_read_whole(monkeypatch):
+    """Two loaders read from two user threads share the pool: a batch whose caller only waits (the user's
+    thread, with a timeout) and whose helpers are queued behind the other batch's pieces is read whole
+    once they start, none of its helpers given up for having not started yet."""
+    import cachekit.feed.assemble as assemble
+
+    monkeypatch.setattr(assemble, "_pools", {})
+    pool, release = assemble._pool(2), threading.Event()
+    others = [pool.submit(release.wait, 10) for _ in range(2)]  # the other batch's pieces, under way
+    threading.Timer(0.3, release.set).start()
+    seen, lock = [], threading.Lock()
+
+    def fn(lo: int, hi: int) -> None:
+        with lock:
+            seen.extend(range(lo, hi))
+
+    run_chunks(16, 2, fn, timeout=10)
+    assert sorted(seen) == list(range(16)) and all(f.done() for f in others)
