@@ -449,16 +449,17 @@ def test_an_op_of_an_interactive_session_reaches_workers_the_loader_forks(square
     assert done.stdout.strip() == "batches 2"
 
 
-def test_an_op_of_a_packages_main_is_refused_for_workers_that_start_afresh(square, tmp_path):
+@pytest.mark.parametrize("run", [["-m", "trainer"], ["trainer"]], ids=["python-m-package", "python-folder"])
+def test_an_op_of_a_packages_main_is_refused_for_workers_that_start_afresh(square, tmp_path, run):
     """``python -m package`` runs its ``__main__.py``, which multiprocessing never runs again in a worker
-    (nor a zip's): its op was let through, and each worker died unpickling it, a traceback after the
-    loader's timeout. Refused when made, as a notebook's is."""
+    (nor a folder's or a zip's): its op was let through, and each worker died unpickling it, a
+    traceback after the loader's timeout. Refused when made, as a notebook's is."""
     package = tmp_path / "trainer"
     package.mkdir()
     (package / "__init__.py").write_text("")
     (package / "__main__.py").write_text(INTERACTIVE.format(root=str(square.root), context=""))
     done = subprocess.run(
-        [sys.executable, "-m", "trainer"], cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False
+        [sys.executable, *run], cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == (
@@ -488,3 +489,10 @@ def test_a_callable_object_with_slots_is_named_with_its_fields(square):
     resumed = make_loader(square, 3, seed=SEED, augment=[*BASE, PixelOp(Slotted(20))], shuffle=False, **THREADS)
     with pytest.raises(UsageError, match="made with the same augment list"):
         resumed.load_state_dict(state)
+
+
+@pytest.mark.parametrize("value", [(1,), (), [1, "a"], {"k": (2, 3)}, frozenset(), set(), {0.5}, [{"b", "a"}]])
+def test_an_argument_is_named_as_python_writes_it(value):
+    """A set's members are sorted for the name, and nothing else of a container's text changes."""
+    shown = repr(value) if not isinstance(value, list) or not value or not isinstance(value[0], set) else "[{'a', 'b'}]"
+    assert repr(PixelOp(functools.partial(add, value=value))) == f"PixelOp(test_user_ops_hostile.add(value={shown}))"
