@@ -46,6 +46,7 @@ __all__ = [
     "op_name",
     "compile_batch_ops",
     "worker_refusal",
+    "unreachable_main",
 ]
 
 #: Streams of the batch ops start here (the list position is added; MixUp/CutMix use 3000).
@@ -482,19 +483,27 @@ def worker_refusal(op, fresh: bool = True) -> str | None:
             f"augment: {op!r} cannot be sent to the loader's worker processes: it does not pickle ({why}): "
             "give it only what pickles, or pass workers=0"
         )
-    where = _main_unreachable() if fresh else None
-    if where is None:
-        return None
-    try:  # protocol 2 names every global it refers to as "module name"
-        names = [arg for code, arg, _ in pickletools.genops(pickle.dumps(op, protocol=2)) if code.name == "GLOBAL"]
-    except Exception:  # noqa: BLE001 -- it pickles (above), only not so: nothing more to say of it
-        return None
-    if any(str(name).split(" ")[0] == "__main__" for name in names):
+    where = unreachable_main(op) if fresh else None
+    if where is not None:
         return (
             f"augment: {op!r} cannot be sent to the loader's worker processes: it is defined in {where}, "
             "which they do not run: define it in a module file and import it, or pass workers=0"
         )
     return None
+
+
+def unreachable_main(obj) -> str | None:
+    """Where the ``__main__`` that ``obj`` (which pickles) refers to by name comes from, when worker
+    processes started afresh never run it (``_main_unreachable``); None when it refers to none, or
+    they do."""
+    where = _main_unreachable()
+    if where is None:
+        return None
+    try:  # protocol 2 names every global it refers to as "module name"
+        names = [arg for code, arg, _ in pickletools.genops(pickle.dumps(obj, protocol=2)) if code.name == "GLOBAL"]
+    except Exception:  # noqa: BLE001 -- it pickles otherwise: nothing more to say of it
+        return None
+    return where if any(str(name).split(" ")[0] == "__main__" for name in names) else None
 
 
 #: The user's op classes, by name (the spec parser reads them back from a loader's state).

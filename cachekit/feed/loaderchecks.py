@@ -19,7 +19,7 @@ import torch.distributed as dist
 from torch.utils.data import IterableDataset
 
 from ..augment.plan import AugmentUsageError, Plan
-from ..augment.userops import worker_refusal
+from ..augment.userops import unreachable_main, worker_refusal
 from ..constants import MAX_BATCH_BYTES
 from .shm import ShmTooSmall, shm_shortfall
 
@@ -247,7 +247,8 @@ def worker_context(explicit, *picklable):
     starts once per process (a few seconds, the preloaded imports) and is reused by every loader.
     Like ``spawn``, it imports the main script again in the server: code that makes and reads the
     loader must sit under ``if __name__ == "__main__":``. A dataset that cannot be pickled (a lambda
-    ``transform=``) keeps ``fork``, with a warning.
+    ``transform=``), or that refers to a ``__main__`` the server never runs (a notebook's function),
+    keeps ``fork``, with a warning.
     """
     if explicit is not None:
         return explicit
@@ -260,6 +261,15 @@ def worker_context(explicit, *picklable):
             f"worker processes start by fork: the dataset cannot be pickled for a forkserver ({exc}); "
             "a forked worker can hang for ever on a lock another thread held in OpenCV at the fork: "
             "make transforms picklable (no lambdas) or pass multiprocessing_context",
+            stacklevel=3,
+        )
+        return "fork"
+    where = unreachable_main(picklable)
+    if where is not None:  # a notebook's transform= pickles by name, and a forkserver's worker dies unpickling it
+        warnings.warn(
+            f"worker processes start by fork: the dataset refers to code defined in {where}, which a "
+            "forkserver's workers do not run; a forked worker can hang for ever on a lock another thread held "
+            "in OpenCV at the fork: define its transforms in a module file, or pass multiprocessing_context",
             stacklevel=3,
         )
         return "fork"

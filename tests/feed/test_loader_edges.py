@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 
 import numpy as np
@@ -304,3 +305,33 @@ def test_a_loader_logs_what_it_chose_and_reads_a_plain_torch_dataset_in_process(
     assert "make_loader: in-process batched reads + prefetch thread, batch 8, pin_memory=False, one process" in caplog.text
     plain = make_loader(torch.utils.data.TensorDataset(torch.zeros(16, 3, 4, 4), torch.arange(16)), 8, seed=0)
     assert plain.num_workers == 0 and sorted(torch.cat([y for _, y in plain]).tolist()) == list(range(16))
+
+
+NOTEBOOK_TRANSFORM = """
+import warnings
+from cachekit import CachedDataset, make_loader
+
+def keep(image):
+    return image
+
+with warnings.catch_warnings(record=True) as said:
+    warnings.simplefilter("always")
+    loader = make_loader(CachedDataset({root!r}, transform=keep), 4, workers=1, timeout=30, pad=True)
+print(loader.multiprocessing_context.get_start_method(), sum(1 for _ in loader))
+print(*[str(w.message) for w in said if "start by fork" in str(w.message)])
+"""
+
+
+def test_a_notebooks_transform_makes_the_workers_fork(small_cache):
+    """A dataset whose ``transform=`` is a notebook's function (here ``python -c``'s) pickles by name,
+    and a forkserver's worker, which never runs that ``__main__``, died unpickling it: a traceback and
+    'worker exited unexpectedly' after the timeout. Its workers fork, with the warning of a dataset that
+    does not pickle."""
+    import subprocess
+
+    code = NOTEBOOK_TRANSFORM.format(root=str(small_cache))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    first, warned = done.stdout.strip().splitlines()
+    assert first.split()[0] == "fork" and int(first.split()[1]) > 0
+    assert "refers to code defined in an interactive session" in warned
