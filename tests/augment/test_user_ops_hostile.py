@@ -439,14 +439,20 @@ def test_an_object_whose_field_is_its_own_method_is_named(square):
 
 def test_an_op_of_an_interactive_session_reaches_workers_the_loader_forks(square):
     """A dataset that does not pickle (a lambda ``transform=``) makes the loader fork its workers, which
-    inherit the session's functions: its op is read there, not refused as for a forkserver."""
+    inherit the session's functions: its op is read there, not refused as for a forkserver; so is one
+    a later ``set_augment`` gives the same workers."""
     code = INTERACTIVE.replace("make_loader({root!r}", "make_loader(ds").replace(
         "try:\n", "from cachekit import CachedDataset\nds = CachedDataset({root!r}, transform=lambda x: x)\ntry:\n"
+    ).replace(
+        '    print("batches", sum(1 for _ in loader))\n',
+        '    print("batches", sum(1 for _ in loader))\n'
+        "    loader.set_augment([Resize((32, 32)), PixelOp(inverted)])\n"
+        '    print("then", sum(1 for _ in loader))\n',
     )
     code = "import warnings\nwarnings.simplefilter('ignore')\n" + code.format(root=str(square.root), context="")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip() == "batches 2"
+    assert done.stdout.split() == ["batches", "2", "then", "2"]
 
 
 @pytest.mark.parametrize("run", [["-m", "trainer"], ["trainer"]], ids=["python-m-package", "python-folder"])
