@@ -18,8 +18,8 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import IterableDataset
 
+from ..augment.opnames import unreachable_main, worker_refusal
 from ..augment.plan import AugmentUsageError, Plan
-from ..augment.userops import unreachable_main, worker_refusal
 from ..constants import MAX_BATCH_BYTES
 from .shm import ShmTooSmall, shm_shortfall
 
