@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from cachekit.feed.assemble import CHUNK, run_chunks
+from cachekit.feed.chunks import CHUNK, run_chunks
 
 
 def _pieces(n: int, threads: int) -> list[tuple[int, int]]:
@@ -45,10 +45,10 @@ def test_a_call_from_inside_a_thread_over_the_batch_reads_its_pieces_itself(monk
     """A batch read from inside a thread over another batch (a user op that reads a loader of its own)
     finds the pool's threads busy with the outer batch: its caller reads every piece, and does not wait
     for the pieces it handed out, which could only start once the outer ones end (they wait on it)."""
-    import cachekit.feed.assemble as assemble
+    import cachekit.feed.chunks as chunks
     from cachekit.feed.prefetch import ReadTimeout
 
-    monkeypatch.setattr(assemble, "_pools", {})  # a pool of the outer batch's two threads, no more
+    monkeypatch.setattr(chunks, "_pools", {})  # a pool of the outer batch's two threads, no more
     inner, lock, both = [], threading.Lock(), threading.Barrier(2, timeout=10)
 
     def read_inner(lo: int, hi: int) -> None:
@@ -70,16 +70,16 @@ def test_a_pool_another_reader_gave_up_on_still_reads_the_batch(monkeypatch):
     """Two loaders read from two threads; one's batch times out and leaves the shared pool behind just
     as the other has looked it up: the other's batch is read there, not refused with 'cannot schedule
     new futures after shutdown'."""
-    import cachekit.feed.assemble as assemble
+    import cachekit.feed.chunks as chunks
 
-    looked_up = assemble._pool
+    looked_up = chunks._pool
 
     def then_given_up(threads: int):
         pool = looked_up(threads)
-        assemble._forget(pool)  # the other reader's timeout, landing between lookup and submit
+        chunks._forget(pool)  # the other reader's timeout, landing between lookup and submit
         return pool
 
-    monkeypatch.setattr(assemble, "_pool", then_given_up)
+    monkeypatch.setattr(chunks, "_pool", then_given_up)
     seen, lock = [], threading.Lock()
 
     def fn(lo: int, hi: int) -> None:
@@ -93,10 +93,10 @@ def test_a_pool_another_reader_gave_up_on_still_reads_the_batch(monkeypatch):
 def test_a_failing_call_from_inside_a_thread_over_the_batch_says_its_error(monkeypatch):
     """As above, the inner batch's own piece failing: its error comes at once, not a timeout after the
     helpers it handed out, queued behind the busy pool."""
-    import cachekit.feed.assemble as assemble
+    import cachekit.feed.chunks as chunks
     from cachekit.feed.prefetch import ReadTimeout
 
-    monkeypatch.setattr(assemble, "_pools", {})
+    monkeypatch.setattr(chunks, "_pools", {})
     both = threading.Barrier(2, timeout=10)
 
     def read_inner(lo: int, hi: int) -> None:
@@ -117,10 +117,10 @@ def test_a_batch_queued_behind_another_threads_batch_is_read_whole(monkeypatch):
     """Two loaders read from two user threads share the pool: a batch whose caller only waits (the user's
     thread, with a timeout) and whose helpers are queued behind the other batch's pieces is read whole
     once they start, none of its helpers given up for having not started yet."""
-    import cachekit.feed.assemble as assemble
+    import cachekit.feed.chunks as chunks
 
-    monkeypatch.setattr(assemble, "_pools", {})
-    pool, release = assemble._pool(2), threading.Event()
+    monkeypatch.setattr(chunks, "_pools", {})
+    pool, release = chunks._pool(2), threading.Event()
     others = [pool.submit(release.wait, 10) for _ in range(2)]  # the other batch's pieces, under way
     threading.Timer(0.3, release.set).start()
     seen, lock = [], threading.Lock()
