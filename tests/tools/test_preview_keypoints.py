@@ -46,7 +46,7 @@ def test_an_array_field_shaped_like_points_is_not_drawn_as_points(tmp_path):
     build(
         [(image, target)], tmp_path / "c", BuildConfig(workers=1, progress=False, pipeline="none"), classes=2
     )
-    result = cachekit.preview(tmp_path / "c", n=1, cell=200)
+    result = cachekit.preview(tmp_path / "c", n=1, cell=200, out=tmp_path / "grid.png")
     cell = result.cells[0]
     assert cell.target["normals"].shape == (2, 2, 3)
     x, y = cell.x + int(50.5 * cell.scale), cell.y + int(50.5 * cell.scale)
