@@ -107,6 +107,14 @@ def object_stream(items: list[Item]):
         yield {"image": Path(item.path).read_bytes(), **target_of(item)}
 
 
+def breaking(samples, at: int):
+    """``samples`` until the ``at``-th, where the stream's server goes away (a ``ConnectionError``)."""
+    for k, sample in enumerate(samples):
+        if k == at:
+            raise ConnectionError("the stream's server went away")
+        yield sample
+
+
 class TorchvisionDetection:
     """torchvision v2's detection targets: ``{"boxes": BoundingBoxes-like XYWH tensor, "labels": tensor}``."""
 

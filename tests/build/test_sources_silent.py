@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import cv2
 import pytest
-from sourcekit import make_objects, object_stream
+from sourcekit import breaking, make_objects, object_stream
 
 from cachekit import BuildConfig, CachedDataset, UsageError, build, read_manifest
 from cachekit.tools.synthetic_objects import object_classes
@@ -17,13 +17,6 @@ QUIET = {"workers": 2, "progress": False, "order": "sorted", "shard_size": 3}
 @pytest.fixture(scope="module")
 def objects(tmp_path_factory):
     return make_objects(tmp_path_factory.mktemp("objects") / "raw")
-
-
-def _breaking(samples, at: int):
-    for k, sample in enumerate(samples):
-        if k == at:
-            raise ConnectionError("the stream's server went away")
-        yield sample
 
 
 def _stream_build(samples, out, config=BuildConfig(**QUIET)):
@@ -37,7 +30,7 @@ def _files(folder) -> dict:
 def test_a_resumed_iterable_that_yields_another_order_is_refused(objects, tmp_path):
     _, items = objects
     with pytest.raises(UsageError, match="raised at sample 7"):
-        _stream_build(_breaking(object_stream(items), 7), tmp_path / "c")
+        _stream_build(breaking(object_stream(items), 7), tmp_path / "c")
     shuffled = list(object_stream(items))
     shuffled = shuffled[1:] + shuffled[:1]  # another order: every finished shard holds other samples
     with pytest.raises(UsageError, match="other samples than the build it resumes.*repeat its order"):
@@ -54,7 +47,7 @@ def test_a_resumed_iterable_whose_finished_shard_changed_is_refused_and_overwrit
 ):
     _, items = objects
     with pytest.raises(UsageError, match="raised at sample 7"):
-        _stream_build(_breaking(object_stream(items), 7), tmp_path / "c")
+        _stream_build(breaking(object_stream(items), 7), tmp_path / "c")
     changed = list(object_stream(items))
     changed[4] = {**changed[4], "text": "another caption"}  # one sample of the second finished shard
     with pytest.raises(UsageError, match=r"samples 3 to 5\).*rebuild with --overwrite"):
@@ -428,7 +421,7 @@ def test_a_finished_shard_recorded_again_keeps_the_digest_of_its_samples(objects
 
     _, items = objects
     with pytest.raises(UsageError, match="raised at sample 7"):
-        _stream_build(_breaking(object_stream(items), 7), tmp_path / "c")
+        _stream_build(breaking(object_stream(items), 7), tmp_path / "c")
     out = open_location(tmp_path / "c", {})
     found = read_partial(out)
     assert len(found.samples) == 2 and set(found.samples) == set(found.finished)

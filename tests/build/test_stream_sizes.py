@@ -4,7 +4,7 @@ with when it is resumed or run again without one; what a stream build reports an
 from __future__ import annotations
 
 import pytest
-from sourcekit import make_objects, object_stream
+from sourcekit import breaking, make_objects, object_stream
 
 from cachekit import BuildConfig, CachedDataset, UsageError, build, read_manifest
 from cachekit.build import streamrun
@@ -18,13 +18,6 @@ SAMPLE_BYTES = 3 * 16 * 16
 @pytest.fixture(scope="module")
 def objects(tmp_path_factory):
     return make_objects(tmp_path_factory.mktemp("objects") / "raw")
-
-
-def _breaking(samples, at: int):
-    for k, sample in enumerate(samples):
-        if k == at:
-            raise ConnectionError("the stream's server went away")
-        yield sample
 
 
 def _build(samples, out, **options):
@@ -52,7 +45,7 @@ def test_without_a_shard_size_a_stream_takes_the_target_bytes_over_a_sample_s_by
 def test_a_resumed_stream_keeps_the_shard_size_it_began_with(objects, tmp_path):
     _, items = objects
     with pytest.raises(UsageError, match="raised at sample 7"):
-        _build(_breaking(object_stream(items), 7), tmp_path / "c", shard_size=3)
+        _build(breaking(object_stream(items), 7), tmp_path / "c", shard_size=3)
     again = _build(object_stream(items), tmp_path / "c")  # no size given: the unfinished build's 3
     assert again.status == "resumed" and (again.reused_shards, again.built_shards) == (2, 1)
     assert _size(tmp_path / "c") == 3 and len(again.manifest.shards) == 3
@@ -107,7 +100,7 @@ def test_a_stream_goes_on_over_an_unfinished_build_of_another_stream(objects, tm
     asked to start again), not refused: the cache ends with this stream's samples."""
     _, items = objects
     with pytest.raises(UsageError, match="raised at sample 7"):
-        build(_breaking(object_stream(items), 7), tmp_path / "c", BuildConfig(**QUIET, **RECIPE, shard_size=3),
+        build(breaking(object_stream(items), 7), tmp_path / "c", BuildConfig(**QUIET, **RECIPE, shard_size=3),
               box_format="xywh", classes=object_classes(3), source_id="first")  # fmt: skip
     changed = [{**s, "text": f"caption {k}"} for k, s in enumerate(object_stream(items))]
     result = build(iter(changed), tmp_path / "c", BuildConfig(**QUIET, **RECIPE, shard_size=3), box_format="xywh",
