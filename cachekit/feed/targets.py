@@ -26,6 +26,7 @@ from ..augment.instances import Instances, move_mask, sample_geometry
 from ..errors import CacheError
 from ..image.geometry import Affine
 from ..store.fields import FieldSpec, decode_mask
+from ..store.fields.keypoints import beyond_image
 
 __all__ = [
     "COLLATES",
@@ -130,9 +131,9 @@ def _check_points_inside(name: str, values: list, hw: np.ndarray) -> None:
         return
     points = np.concatenate(values)
     size = np.repeat(hw, counts, axis=0)[:, None, :].astype(np.float64)  # (height, width) per object
-    x, y = points[..., 0], points[..., 1]
-    out = (x < -1) | (y < -1) | (x > size[..., 1] + 1) | (y > size[..., 0] + 1)
+    out = beyond_image(points, size[..., 0], size[..., 1])
     if out.any():
+        x, y = points[..., 0], points[..., 1]
         o, k = (int(v[0]) for v in np.nonzero(out))
         raise CacheError(
             f"field {name!r}: a stored value is out of range (a keypoint ({x[o, k]:g}, {y[o, k]:g}) outside "

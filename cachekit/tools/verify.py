@@ -23,6 +23,7 @@ from ..errors import CacheError
 from ..store.atomic import path_size, remove_path, sha256_path
 from ..store.encoding import RAW_STORES, shaped_store
 from ..store.fields import decode_mask
+from ..store.fields.keypoints import beyond_image
 from ..store.formats import get_format
 from ..store.location import read_manifest
 from ..store.manifest import Manifest, ShardInfo, shard_path
@@ -115,10 +116,8 @@ def _check_value(kind: str, value, classes: int, hw: tuple[int, int]) -> str | N
             return f"a box outside its {hw[1]}x{hw[0]} image"
         if (value["iscrowd"] > 1).any():
             return "an iscrowd flag that is not 0 or 1"
-    if kind == "keypoints" and len(value):  # a build clips every point onto its image
-        x, y = value[..., 0], value[..., 1]
-        if ((x < -1) | (y < -1) | (x > hw[1] + 1) | (y > hw[0] + 1)).any():
-            return f"a keypoint outside its {hw[1]}x{hw[0]} image"
+    if kind == "keypoints" and len(value) and beyond_image(value, hw[0], hw[1]).any():
+        return f"a keypoint outside its {hw[1]}x{hw[0]} image"
     return None
 
 

@@ -21,7 +21,7 @@ from ...errors import CacheError
 from ..limits import short
 from .base import Column, ColumnReader, column_name, pack_ragged, ragged_gather, row_spans
 
-__all__ = ["KeypointsKind", "points_problem", "flip_pairs", "flip_problem", "MAX_KEYPOINTS"]
+__all__ = ["KeypointsKind", "points_problem", "beyond_image", "flip_pairs", "flip_problem", "MAX_KEYPOINTS"]
 
 #: The most points an object may have (COCO-WholeBody has 133).
 MAX_KEYPOINTS = 1024
@@ -40,6 +40,14 @@ def points_problem(points: np.ndarray, k: int | None = None) -> str | None:
     if bad.any():
         return f"a keypoint visibility of {float(v[bad][0]):g}, not 0, 1 or 2"
     return None
+
+
+def beyond_image(points: np.ndarray, height, width) -> np.ndarray:
+    """Which stored points ``[..., K, 3]`` lie more than a pixel outside their ``height`` x ``width``
+    image (numbers, or arrays that broadcast against ``[..., K]``): a build clips every point onto
+    its image, so such a point is damage, for the readers and ``verify`` alike."""
+    x, y = points[..., 0], points[..., 1]
+    return (x < -1) | (y < -1) | (x > width + 1) | (y > height + 1)
 
 
 def flip_pairs(names: Sequence[str]) -> list[int] | None:
