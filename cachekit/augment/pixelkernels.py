@@ -11,11 +11,11 @@ truncate, as ``ColorJitter`` here does (one level at most); ``affine`` is OpenCV
 from __future__ import annotations
 
 import math
-import threading
 
 import cv2
 import numpy as np
 
+from ..image.scratch import scratch
 from .colour import GRAY
 
 __all__ = [
@@ -40,9 +40,6 @@ __all__ = [
 #: torchvision's ``rgb_to_grayscale`` weights (its ``Grayscale``; its colour ops' gray is ITU-R 601's).
 TV_GRAY = (0.2989, 0.587, 0.114)
 _LEVELS = np.arange(256, dtype=np.int64)
-_local = threading.local()
-#: Where this thread's scratch buffers start past a 64-byte boundary (``_scratch_of``).
-_OFFSET = 16
 
 
 def _flat(chw: np.ndarray) -> np.ndarray:
@@ -239,20 +236,9 @@ def _scratch(name: str, shape: tuple[int, ...]) -> np.ndarray:
 
 
 def _scratch_of(name: str, shape: tuple[int, ...], dtype) -> np.ndarray:
-    """This thread's reusable buffer ``name`` of ``shape`` and ``dtype``, starting 16 bytes past a
-    64-byte boundary: OpenCV's ``merge`` and ``split`` write a destination aligned to their vectors
-    with non-temporal stores, which bypass the cache, so the next kernel reads it back from memory
-    (measured: a merge, nearest warp and split of 224 x 224 x 3 in 69 us from this offset, 185 us
-    from an aligned scratch)."""
-    dtype = np.dtype(dtype)
-    size = math.prod(shape)
-    buffer = getattr(_local, name, None)
-    if buffer is None or buffer.size < size or buffer.dtype != dtype:
-        raw = np.empty(max(size, 1) * dtype.itemsize + 64 + _OFFSET, np.uint8)
-        start = (_OFFSET - raw.ctypes.data) % 64
-        buffer = raw[start : start + max(size, 1) * dtype.itemsize].view(dtype)
-        setattr(_local, name, buffer)
-    return buffer[:size].reshape(shape)
+    """This thread's reusable buffer ``name`` of ``shape`` and ``dtype`` (``image.scratch``: 16 bytes
+    past a 64-byte boundary, off the grid of OpenCV's non-temporal stores)."""
+    return scratch(f"pixelkernels.{name}", shape, dtype)
 
 
 def hsv_pixels(pixels: np.ndarray, gains: np.ndarray) -> None:

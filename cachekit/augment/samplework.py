@@ -9,12 +9,11 @@ device, the pixel source as it is: a mosaic's canvas). ``feed/`` reads the rows 
 
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 import torch
 
 from ..image.ops import hwc_into_planes
+from ..image.scratch import scratch
 from .colour import jitter_planes
 from .mosaic import render_canvas, render_canvas_pixels
 from .warp import flip_sample, warp_hwc, warp_planes
@@ -22,16 +21,9 @@ from .warpmatrix import resize_chw, warp_pixels, warp_planes_to_pixels, warp_sam
 
 __all__ = ["SampleWork"]
 
-_scratch = threading.local()
-
-
 def _canvas(shape: tuple[int, ...]) -> np.ndarray:
     """This thread's mosaic canvas, contiguous (its memory reused: a 2x canvas is megabytes)."""
-    size = int(np.prod(shape))
-    buffer = getattr(_scratch, "canvas", None)
-    if buffer is None or buffer.size < size:
-        buffer = _scratch.canvas = np.empty(size, np.uint8)
-    return buffer[:size].reshape(shape)
+    return scratch("samplework.canvas", shape)
 
 
 def _chw(src: np.ndarray, hwc: bool) -> torch.Tensor:

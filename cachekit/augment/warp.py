@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from ..image.ops import hwc_into_planes, planes_into_hwc
-from .pixelkernels import _scratch_of
+from ..image.scratch import scratch
 
 __all__ = [
     "warp_planes",
@@ -86,15 +86,15 @@ def _pixels(planes: np.ndarray) -> np.ndarray:
     average enlarging crop of a train-256 image against 28-34 us for ``cv2.mixChannels`` straight
     from the strided crop (and 37 against 49 us for a shrinking one), the same bytes.
 
-    Both copies go to this thread's scratch (``pixelkernels._scratch_of``: valid until its next
+    Both copies go to this thread's scratch (``image.scratch``: valid until its next
     sample), not fresh arrays: a fresh crop and fresh pixels cost their page faults each sample
     (merge, resize and split of a random crop of a train-256 image to 224 x 224: 135-148 against
     149-190 us on one thread, loaded machine).
     """
     c = planes.shape[0]
-    crop = _scratch_of("crop_planes", planes.shape, planes.dtype)
+    crop = scratch("warp.crop_planes", planes.shape, planes.dtype)
     np.copyto(crop, planes)
-    pixels = _scratch_of("crop_pixels", (*planes.shape[1:], c), planes.dtype)
+    pixels = scratch("warp.crop_pixels", (*planes.shape[1:], c), planes.dtype)
     merged = cv2.merge(list(crop), pixels)
     if merged is not pixels:  # should OpenCV ever hand back an array of its own
         pixels[...] = merged.reshape(pixels.shape)
@@ -135,13 +135,7 @@ def _scratch(shape: tuple[int, ...]) -> np.ndarray:
     """This thread's reusable uint8 buffer of ``shape``, for a resize's channels-last output before
     it is split into a sample's planes (an enlarging crop took 116 us with a fresh 224 x 224 x 3
     array each sample, 104 us with this one, on one thread)."""
-    size = 1
-    for n in shape:  # np.prod costs more than the copy it sizes, at a few us a call
-        size *= int(n)
-    buffer = getattr(_local, "scratch", None)
-    if buffer is None or buffer.size < size:
-        buffer = _local.scratch = np.empty(size, np.uint8)
-    return buffer[:size].reshape(shape)
+    return scratch("warp.resized", shape)
 
 
 def antialiased(src: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:

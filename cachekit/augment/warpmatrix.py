@@ -18,14 +18,13 @@ would cost more than the rest of the sample (measured: 9.5 of 15 ms at 640).
 
 from __future__ import annotations
 
-import threading
-
 import cv2
 import numpy as np
 import torch
 import torch.nn.functional as F
 
 from ..image.ops import hwc_into_planes, planes_as_pixels, planes_into_hwc
+from ..image.scratch import scratch
 from .warp import antialiased, resize_weights, warp_batch
 
 __all__ = [
@@ -102,17 +101,10 @@ def _warp(image: np.ndarray, inverse: np.ndarray, affine: bool, hw, fill: int, d
                                borderMode=cv2.BORDER_CONSTANT, borderValue=(fill,) * 4)  # fmt: skip
 
 
-_local = threading.local()
-
-
 def _scratch(shape: tuple[int, ...]) -> np.ndarray:
     """This thread's reusable uint8 buffer for a warp's channels-last output (a fresh 640 x 640 x 3
     array costs its page faults every sample)."""
-    size = int(np.prod(shape))
-    buffer = getattr(_local, "warped", None)
-    if buffer is None or buffer.size < size:
-        buffer = _local.warped = np.empty(size, np.uint8)
-    return buffer[:size].reshape(shape)
+    return scratch("warpmatrix.warped", shape)
 
 
 def warp_pixels(
@@ -137,12 +129,7 @@ def warp_pixels(
 
 
 def _scratch_named(name: str, shape: tuple[int, ...]) -> np.ndarray:
-    size = int(np.prod(shape))
-    buffer = getattr(_local, name, None)
-    if buffer is None or buffer.size < size:
-        buffer = np.empty(size, np.uint8)
-        setattr(_local, name, buffer)
-    return buffer[:size].reshape(shape)
+    return scratch(f"warpmatrix.{name}", shape)
 
 
 def warp_planes_to_pixels(

@@ -7,10 +7,10 @@ once (broadcasting, lookup tables), never pixel by pixel in Python.
 
 from __future__ import annotations
 
-import threading
-
 import cv2
 import numpy as np
+
+from .scratch import scratch
 
 __all__ = [
     "DecodeError",
@@ -248,16 +248,9 @@ def _aligned_planes(out: np.ndarray) -> bool:
     return start % 32 == 0 and step % 32 == 0
 
 
-_local = threading.local()
-
-
 def _contiguous(src: np.ndarray) -> np.ndarray:
     """``src`` copied into this thread's reusable contiguous buffer (valid until its next call)."""
-    size = src.size * src.itemsize
-    buffer = getattr(_local, "pixels", None)
-    if buffer is None or buffer.size < size:
-        buffer = _local.pixels = np.empty(size, np.uint8)
-    out = buffer[:size].view(src.dtype).reshape(src.shape)
+    out = scratch(f"ops.contiguous.{src.dtype.str}", src.shape, src.dtype)
     np.copyto(out, src)
     return out
 

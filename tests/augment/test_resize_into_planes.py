@@ -62,8 +62,8 @@ def test_a_crop_is_merged_into_this_threads_scratch_sample_after_sample(monkeypa
     """The crop's planes are copied and merged into the thread's reused scratch (no fresh arrays a
     sample), and a smaller crop after a larger one, shrinking then enlarging, still gets its own
     pixels: torchvision's (OpenCV's bilinear when enlarging, cachekit's way)."""
-    import cachekit.augment.pixelkernels as kernels
     import cachekit.augment.warp as warp
+    import cachekit.image.scratch as kept
 
     merges = []
     real_merge = cv2.merge
@@ -86,8 +86,8 @@ def test_a_crop_is_merged_into_this_threads_scratch_sample_after_sample(monkeypa
             assert np.array_equal(row, _torchvision(crop, size))
         planes, dst = merges[-1]
         assert dst.shape == (h, w, 3)
-        assert np.shares_memory(dst, kernels._local.crop_pixels)
-        assert all(np.shares_memory(p, kernels._local.crop_planes) for p in planes)
+        assert np.shares_memory(dst, getattr(kept._local, "warp.crop_pixels"))
+        assert all(np.shares_memory(p, getattr(kept._local, "warp.crop_planes")) for p in planes)
         assert all(np.array_equal(p, c) for p, c in zip(planes, crop))
     assert len(merges) == 4
 
