@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import uuid
 
 import numpy as np
 
@@ -10,13 +11,14 @@ from cachekit.image.scratch import OFFSET, scratch
 
 
 def test_a_name_keeps_its_bytes_and_grows_when_asked_for_more():
-    a = scratch("test.kept", (4, 5))
+    name = f"test.kept.{uuid.uuid4()}"  # new to this thread, however often the tests run in this process
+    a = scratch(name, (4, 5))
     a[...] = 7
-    again = scratch("test.kept", (2, 3))  # smaller: the same bytes, reshaped
+    again = scratch(name, (2, 3))  # smaller: the same bytes, reshaped
     assert np.shares_memory(a, again) and again.shape == (2, 3) and (again == 7).all()
-    bigger = scratch("test.kept", (40, 50))
+    bigger = scratch(name, (40, 50))
     assert bigger.shape == (40, 50) and not np.shares_memory(a, bigger)
-    assert np.shares_memory(scratch("test.kept", (40, 50)), bigger)
+    assert np.shares_memory(scratch(name, (40, 50)), bigger)
 
 
 def test_names_and_dtypes_never_share_bytes():
