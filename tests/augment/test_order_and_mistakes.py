@@ -383,11 +383,12 @@ class _FakeTorchvisionFlip:  # what torchvision.transforms.v2.RandomHorizontalFl
         ("Blur", "augment: the text 'Blur' in the augment list: give cachekit.transforms, e.g. augment=[Resize(224)]"),
         (_my_op, "augment: the function _my_op in the augment list: wrap it as PixelOp(fn)"),
         (functools.partial(_my_op), "augment: the function _my_op in the augment list: wrap it as PixelOp(fn)"),
-        (np.fliplr, "augment: the function fliplr in the augment list: wrap it as PixelOp(fn)"),
-        (_FakeTorchvisionFlip(), "augment: _FakeTorchvisionFlip of torchvision is not run here: give the cachekit.transforms of the same name"),
+        (np.fliplr, "augment: the function fliplr in the augment list: wrap it as PixelOp(fn) (fn(image, rng) -> image, each sample), BatchOp(fn) (fn(images, generator) -> images, each batch) or MatrixOp(fn) (fn(height, width, rng) -> 3x3 map)"),
+        (functools.partial(_FakeTorchvisionFlip()), "augment: the function partial in the augment list: wrap it as PixelOp(fn)"),
+        (_FakeTorchvisionFlip(), "augment: _FakeTorchvisionFlip of torchvision is not run here: give the cachekit.transforms of the same name (torchvision's meanings), or your own function in PixelOp(fn), BatchOp(fn) or MatrixOp(fn)"),
     ],
     ids=["a-name", "text", "a-name-in-lower-case", "no-transform-of-ours", "function", "partial", "numpy-function",
-         "torchvision"],
+         "partial-of-an-object", "torchvision"],
 )  # fmt: skip
 def test_a_name_a_function_or_another_librarys_transform_in_the_list_is_told_what_to_write(small_cache, item, said):
     """Each got the line of every transform's name (470 characters) ending 'not str' or 'not function'."""
