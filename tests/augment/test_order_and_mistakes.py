@@ -293,7 +293,7 @@ class Compose:
         ((s for s in [CenterCrop(16)]), "augment takes a list of transforms in the order they run, not a generator"),
         ({CenterCrop(16)}, "augment takes a list of transforms in the order they run, not a set"),
         ([CenterCrop(16), None], "augment: None in the augment list: leave it out"),
-        (Compose([CenterCrop(16)]), "augment: a Compose is not run as it is: give its cachekit.transforms as one flat"),
+        (Compose([CenterCrop(16)]), "augment: a Compose is not run as it is: give its cachekit.transforms as one flat list, augment=[...] (a function of your own goes in PixelOp(fn), BatchOp(fn) or MatrixOp(fn))"),
         ([Compose([CenterCrop(16)])], "augment: a Compose is not run as it is"),
     ],
     ids=["nested-list", "nested-tuple", "generator", "set", "none", "compose", "compose-in-list"],
