@@ -313,6 +313,19 @@ def _commute(earlier, later) -> bool:
     return earlier.PER_PIXEL and later.MIRROR
 
 
+def _first_out_of_order(steps: tuple, stages: list[int]) -> int | None:
+    """The first step listed before one that runs ahead of it and does not commute with it (None: none),
+    in one pass from the end: the least stage after each step, of all steps and of those no mirror."""
+    least = least_unmirrored = len(_KIND_STAGE)
+    first = None
+    for i in range(len(steps) - 1, -1, -1):
+        if (least_unmirrored if steps[i].PER_PIXEL else least) < stages[i]:
+            first = i
+        least = min(least, stages[i])
+        least_unmirrored = least_unmirrored if steps[i].MIRROR else min(least_unmirrored, stages[i])
+    return first
+
+
 def check_order(steps) -> None:
     """Refuse, in one line that says the fix, a list the plan would run in another order than written
     (a step listed before one that runs ahead of it), unless the two commute exactly (``_commute``)."""
@@ -327,26 +340,26 @@ def check_order(steps) -> None:
             f"Ultralytics' Mosaic -> RandomAffine -> ...): list it before {name[0]}"
         )
     stages = [_stage_of(s) for s in steps]
-    for i, step in enumerate(steps):
-        later = range(i + 1, len(steps))
-        ahead = [k for k in later if stages[k] < stages[i] and not _commute(step, steps[k])]
-        if not ahead:
-            continue
-        if stages[i] == _BATCH:
-            raise AugmentUsageError(
-                f"augment: {name[i]} mixes whole batches, after every per-sample step has run: "
-                f"list it after {name[ahead[-1]]} (at the end)"
-            )
-        geometry = [k for k in ahead if stages[k] == _GEOMETRY]
-        if not geometry:  # a pixel transform listed before ColorJitter, which runs right after the map
-            raise AugmentUsageError(
-                f"augment: {name[ahead[0]]} runs right after the geometry, before the per-sample pixel "
-                f"transforms: list it before {name[i]}"
-            )
+    i = _first_out_of_order(steps, stages)
+    if i is None:
+        return
+    step = steps[i]
+    ahead = [k for k in range(i + 1, len(steps)) if stages[k] < stages[i] and not _commute(step, steps[k])]
+    if stages[i] == _BATCH:
         raise AugmentUsageError(
-            f"augment: {name[i]} runs on each sample after its geometry (crops, resizes, flips, warps): "
-            f"list it after {name[geometry[-1]]}"
+            f"augment: {name[i]} mixes whole batches, after every per-sample step has run: "
+            f"list it after {name[ahead[-1]]} (at the end)"
         )
+    geometry = [k for k in ahead if stages[k] == _GEOMETRY]
+    if not geometry:  # a pixel transform listed before ColorJitter, which runs right after the map
+        raise AugmentUsageError(
+            f"augment: {name[ahead[0]]} runs right after the geometry, before the per-sample pixel "
+            f"transforms: list it before {name[i]}"
+        )
+    raise AugmentUsageError(
+        f"augment: {name[i]} runs on each sample after its geometry (crops, resizes, flips, warps): "
+        f"list it after {name[geometry[-1]]}"
+    )
 
 
 def _call_of(cls: type) -> str:
