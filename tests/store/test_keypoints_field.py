@@ -151,6 +151,36 @@ def test_a_manifest_whose_keypoints_do_not_fit_is_refused(cache, tmp_path):
             CachedDataset(copy)[0]
 
 
+def test_a_manifest_whose_flip_idx_is_no_mirror_is_refused_by_readers_and_verify(cache, tmp_path):
+    """flip_idx [1, 2, 0, ...] lists each point once, but a flip would send every point of the
+    cycle to the next index, and two flips would not give the sample back: the readers and
+    ``verify`` (``cachekit verify``: exit 1, one line) refuse it, as a build does."""
+    from click.testing import CliRunner
+
+    from cachekit.cli import main
+
+    copy = tmp_path / "cycle"
+    shutil.copytree(cache, copy)
+    manifest = listed_manifest(copy)
+    manifest["sample"]["fields"]["keypoints"]["flip_idx"] = [1, 2, 0, *range(3, K)]
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    said = "flip_idx: point 0 becomes 1 but 1 becomes 2: a mirror swaps points in pairs"
+    with pytest.raises(CacheError, match=said):
+        CachedDataset(copy)
+    with pytest.raises(CacheError, match=said):
+        make_loader(copy, 2, shuffle=False, pad=True)
+    with pytest.raises(CacheError, match=said):
+        verify(copy)
+    result = CliRunner().invoke(main, ["verify", str(copy)])
+    assert result.exit_code == 1 and said in result.output
+    assert len(result.output.strip().splitlines()) == 1, result.output
+    # the pairs of the same list, each its own mirror, read
+    manifest["sample"]["fields"]["keypoints"]["flip_idx"] = [1, 0, 2, 4, 3]
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    assert CachedDataset(copy).manifest.sample.fields["keypoints"].params["flip_idx"] == [1, 0, 2, 4, 3]
+    assert verify(copy).ok
+
+
 def test_params_are_checked_and_flip_idx_pairs_left_and_right_names():
     kind = FIELD_KINDS["keypoints"]
     names = ["nose", "left_eye", "right_eye", "left_hip", "right_hip"]

@@ -80,23 +80,23 @@ def _mirror_names(n: str) -> list[str]:
     return found
 
 
-def flip_problem(flip_idx: Sequence[int], k: int, involution: bool = True) -> str | None:
+def flip_problem(flip_idx: Sequence[int], k: int) -> str | None:
     """What is wrong with ``flip_idx`` (integers) for ``k`` points, or None: it must list each point
     index from 0 to ``k - 1`` once (a permutation), and, a mirror being its own undoing, send each
-    point's image back to it (``flip_idx[flip_idx[i]] == i``) unless ``involution`` is False."""
+    point's image back to it (``flip_idx[flip_idx[i]] == i``). The one rule of builds, readers and
+    ``verify``."""
     if len(flip_idx) != k:
         return f"it lists {len(flip_idx)} points, the keypoints have {k}"
     if sorted(flip_idx) != list(range(k)):
         bad = next(v for v in flip_idx if not 0 <= v < k or list(flip_idx).count(v) > 1)
         said = "is not one" if not 0 <= bad < k else "is there twice"
         return f"it must list each point index from 0 to {k - 1} once ({bad} {said})"
-    if involution:
-        for i, j in enumerate(flip_idx):
-            if flip_idx[j] != i:
-                return (
-                    f"point {i} becomes {j} but {j} becomes {flip_idx[j]}: a mirror swaps points in pairs "
-                    "(flip_idx[flip_idx[i]] == i)"
-                )
+    for i, j in enumerate(flip_idx):
+        if flip_idx[j] != i:
+            return (
+                f"point {i} becomes {j} but {j} becomes {flip_idx[j]}: a mirror swaps points in pairs "
+                "(flip_idx[flip_idx[i]] == i)"
+            )
     return None
 
 
@@ -141,8 +141,8 @@ class KeypointsKind:
             out["skeleton"] = [list(e) for e in edges]
         if params.get("flip_idx") is not None:
             out["flip_idx"] = _index_list(params["flip_idx"], k, where, "flip_idx")
-            problem = flip_problem(out["flip_idx"], k, involution=False)
-            if problem:  # a point twice and another lost: a mirrored sample would not hold its points
+            problem = flip_problem(out["flip_idx"], k)
+            if problem:  # a point twice, or [1, 2, 0]: a mirrored sample's points would not be its own
                 raise CacheError(f"{where}.flip_idx: {problem}")
         return out
 
