@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import CacheError, UsageError
+from ..errors import BuildError, CacheError, UsageError
 from ..store.fields import ARRAY_DTYPES, FieldSpec, check_field_name, target_keys
 from ..store.fields.keypoints import flip_pairs
 from ..store.limits import MAX_ARRAY_BYTES
@@ -30,7 +30,15 @@ from .inputtable import Source, Walk, file_problem, is_image_name, path_key, sta
 from .sources.layouts import FLAT, IMAGEFOLDER
 from .sources.objectstore import remote_files
 
-__all__ = ["Tree", "open_tree", "keypoints_field", "add_masks", "add_arrays", "MASK_EXTENSION"]
+__all__ = [
+    "Tree",
+    "open_tree",
+    "keypoints_field",
+    "add_masks",
+    "add_arrays",
+    "check_some_kept",
+    "MASK_EXTENSION",
+]
 
 MASK_EXTENSION = ".png"
 
@@ -129,6 +137,18 @@ def keypoints_field(names: list[str] | None, skeleton=None, flip_idx=None, k: in
     if flip_idx is not None:
         params["flip_idx"] = list(flip_idx)
     return FieldSpec("keypoints", params)
+
+
+def check_some_kept(what: str, kept: int, dropped, fix: str = "") -> None:
+    """Stop a build whose annotations were every one left out (``kept`` none, ``dropped`` some, each
+    ``(where, reason)``): its cache would hold the images with no targets, the build a success. One
+    line (BuildError, exit 1): ``what`` (the annotations), how many, the first with its reason, and
+    ``fix`` when the source can tell it. Losing some is reported with the cache, not fatal."""
+    if kept or not dropped:
+        return
+    where, reason = dropped[0]
+    head = f"{what}: every annotation was left out ({len(dropped)}; the first, {where}: {reason})"
+    raise BuildError(f"{head}: {fix}" if fix else f"{head}, so no image would hold one")
 
 
 def add_masks(

@@ -9,7 +9,8 @@ Nothing in the file is trusted: it is size-checked before it is read, and every 
 on its own. A bad image entry or annotation (a missing or duplicate id, a path outside RAW,
 NaN or infinite numbers, a box of no area or outside its image, a labelled keypoint outside its
 image, an unknown image or category) is left out and reported with its reason; a box or keypoint
-that overhangs its image by less than a pixel (COCO has some) is clipped. Only a file that is not COCO JSON at all stops the build, in one line.
+that overhangs its image by less than a pixel (COCO has some) is clipped. Only a file that is not COCO JSON at all stops the build, in one line,
+or a file whose every annotation is left out (``annotate.check_some_kept``).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from ...errors import UsageError
 from ...store.fields import FieldSpec
 from ...store.fields.keypoints import MAX_KEYPOINTS
 from ...store.limits import short
-from ..annotate import keypoints_field, open_tree
+from ..annotate import check_some_kept, keypoints_field, open_tree
 from ..inputtable import Source, nonempty, path_key, table
 from .layouts import COCO
 
@@ -254,11 +255,13 @@ def _box(bbox: Any, h: int, w: int) -> tuple[list[float] | None, str]:
 
 
 def read_coco(path: str | Path) -> CocoImages:
-    """Parse and check a COCO instances file; a file that is not one is a UsageError (one line)."""
+    """Parse and check a COCO instances file; a file that is not one is a UsageError (one line), one
+    whose every annotation is left out a BuildError (``check_some_kept``)."""
     obj = _load(Path(path))
     found = CocoImages()
     category = _categories(obj, found)
     by_id = _images(obj, found)
+    first = len(found.dropped)  # the annotations' own come next
     for i, ann in enumerate(obj.get("annotations", [])):
         where = f"annotations[{i}]"
         if not isinstance(ann, dict):
@@ -294,6 +297,8 @@ def read_coco(path: str | Path) -> CocoImages:
         entry["boxes"].append(box)
         entry["classes"].append(cls)
         entry["iscrowd"].append(int(crowd))
+    kept = sum(len(e["boxes"]) for e in found.images.values())
+    check_some_kept(f"annotations file {path}", kept, found.dropped[first:])
     return found
 
 

@@ -4,7 +4,8 @@ each object's box and class, ``difficult`` kept as the boxes' ``iscrowd`` flag.
 XML is read as data: a file of bounded size, refused when it declares a DOCTYPE or an ENTITY (no
 entity expansion, nothing fetched), parsed by ``xml.etree.ElementTree``. Boxes are the XML's
 corners as written (VOC's pixel indices, as torchvision's ``VOCDetection`` gives them); a bad
-object is left out and reported, a bad file leaves its image out with the reason.
+object is left out and reported, a bad file leaves its image out with the reason; every object left
+out stops the build in one line (``annotate.check_some_kept``).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from xml.parsers import expat
 
 from ...errors import UsageError
 from ...store.fields import FieldSpec
-from ..annotate import open_tree
+from ..annotate import check_some_kept, open_tree
 from ..inputtable import Source, nonempty, path_key, table
 from .layouts import VOC
 
@@ -137,6 +138,7 @@ def voc_source(root, storage_options: dict | None = None) -> Source:
             continue
         dropped += bad
         entries[image] = entry
+    check_some_kept(f"{root}/Annotations", sum(len(e["objects"]) for e in entries.values()), dropped)
     names = sorted({o[0] for e in entries.values() for o in e["objects"]})
     classes = list(VOC_CLASSES) if set(names) <= set(VOC_CLASSES) else names
     index = {c: i for i, c in enumerate(classes)}

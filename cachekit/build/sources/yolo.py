@@ -9,20 +9,22 @@ treats it). A segmentation row (``class x1 y1 x2 y2 ...``, a polygon) gives the 
 points. Bad rows (not numbers, NaN, a class outside the names, a box of no area or outside the
 image, a labelled keypoint outside the image) are left out and reported, each with its file, line
 and reason; boxes overhanging the image by rounding (under 0.1%) are clipped, and keypoints under
-1% (Ultralytics' bound).
+1% (Ultralytics' bound). Every row left out stops the build in one line, naming the ``kpt_shape``
+the rows fit when one does (a data.yaml's ``[5, 3]`` for rows of 7 points: ``[7, 3]``).
 """
 
 from __future__ import annotations
 
 import math
 import os
+from collections import Counter
 from pathlib import Path
 
-from ...errors import UsageError
+from ...errors import BuildError, UsageError
 from ...store.fields import FieldSpec
 from ...store.fields.keypoints import flip_problem
 from ...store.limits import MAX_CLASSES
-from ..annotate import Tree, keypoints_field, open_tree
+from ..annotate import Tree, check_some_kept, keypoints_field, open_tree
 from ..inputtable import Source, nonempty, table
 from .layouts import YOLO
 
@@ -285,6 +287,10 @@ def yolo_source(root: str | Path, annotations: str, storage_options: dict | None
         keep.append((rel, -1, *_))
     if not images:
         raise UsageError(f"{root}{'/images' if top else ''} holds no images")
+    if dropped and not any(r["yolo"] for r in rows_of.values()):
+        _none_kept(
+            labels_tree.root, yaml_path, texts.values(), len(names) if names else None, kpt_shape, dropped
+        )
     classes = names if names is not None else [str(i) for i in range(seen)]
     source = table(root, YOLO.name, keep, classes, ignored, unread)
     targets = [rows_of[p] for p in source.paths]
@@ -292,6 +298,48 @@ def yolo_source(root: str | Path, annotations: str, storage_options: dict | None
     if pose is not None:
         fields["keypoints"] = keypoints_field(None, None, pose[1], k=kpt_shape[0])
     return source.with_targets(fields, targets, dropped, {"annotations": YOLO.annotations})
+
+
+#: The label rows read again to find the kpt_shape they fit, when none fitted.
+_ROWS_TRIED = 10_000
+
+
+def _none_kept(labels, yaml_path, texts, classes: int | None, kpt_shape, dropped) -> None:
+    """Every label row was left out: a BuildError in one line, naming the kpt_shape the rows fit when
+    one does (``_shapes_that_fit``), else the first row's reason (``check_some_kept``)."""
+    rows = []
+    for data in texts:
+        if isinstance(data, bytes) and _utf8(data):
+            rows += [v for v in (line.split() for line in data.decode("utf-8-sig").splitlines()) if v]
+        if len(rows) >= _ROWS_TRIED:
+            break
+    held, fits = _shapes_that_fit(rows[:_ROWS_TRIED], classes, kpt_shape)
+    if fits and kpt_shape is not None:
+        raise BuildError(
+            f"{yaml_path}: kpt_shape {list(kpt_shape)} fits no label row ({held}: {fits} would fit)"
+        )
+    check_some_kept(
+        str(labels), 0, dropped, f"{held}: a data.yaml with {fits} would read them" if fits else ""
+    )
+
+
+def _shapes_that_fit(rows: list[list[str]], classes: int | None, given) -> tuple[str, str]:
+    """What the label rows hold, from their commonest length (5 + K x D values), and the
+    ``kpt_shape`` (``[K, 3]`` or ``[K, 2]``, other than ``given``) that reads the most of them, in
+    words; both shapes when both read them (every third value a visibility 0 or 1, every value
+    inside the image); ``("", "")`` when none does."""
+    if not rows:
+        return "", ""
+    n = Counter(len(r) for r in rows).most_common(1)[0][0] - 5
+    shapes = [(n // d, d) for d in (3, 2) if n > 0 and n % d == 0 and n // d <= 1024 and (n // d, d) != given]
+    read = {s: sum(_pose_row(r, classes, s)[0] is not None for r in rows) for s in shapes}
+    best = max(read.values(), default=0)
+    fit = [s for s in shapes if best and read[s] == best]
+    if not fit:
+        return "", ""
+    if len(fit) == 1:
+        return f"rows hold {fit[0][0]} points of {fit[0][1]} values", f"kpt_shape: {list(fit[0])}"
+    return f"rows hold {n} keypoint values", "kpt_shape: " + " or ".join(str(list(s)) for s in fit)
 
 
 def discover(request) -> Source:
