@@ -38,6 +38,7 @@ from ..store.location import Location, commit_index, open_location, write_failur
 from ..store.manifest import ArraySpec, Manifest, SampleSpec, ShardInfo, SkippedInput
 from ..store.manifestio import manifest_text
 from ..store.remote import is_object_store, is_url, redact, secrets_hidden
+from ..store.splitdirs import check_split_out
 from .classnames import read_names_file, with_class_order
 from .config import BuildConfig, BuildResult, SplitsResult
 from .executors import run_jobs
@@ -168,6 +169,8 @@ def _build_splits(raw, out, config: BuildConfig, splits: dict[str, Split]) -> Sp
             f"{out} holds one cache of all of {raw}'s splits together; each split is now a cache of its "
             f"own at {out}/<split>: remove {out} or give another --out"
         )
+    for name in chosen:  # never through a link: the readers would refuse what it was built into
+        check_split_out(split_out(out, name))
     mask_names = read_names_file(config.mask_classes, "--mask-classes", 256) if config.mask_classes else None
     found = {}
     for name, split in splits.items():

@@ -12,8 +12,8 @@ What names splits:
   ``data/test-*.parquet``, ``train/*.parquet`` or WebDataset's ``train-000000.tar``;
 - a VOC tree's ``ImageSets/Main/{train,val,trainval,test}.txt`` (``--annotations voc``): lists of
   image ids, ``trainval`` left out when ``train`` and ``val`` are there;
-- a folder whose folders are all split names (``train/``, ``val/``): an ImageFolder tree each, or
-  a folder of Parquet or tar files each.
+- a folder whose folders are all split names (``train/``, ``val/``, in any case: ``Train/`` is
+  ``train``): an ImageFolder tree each, or a folder of Parquet or tar files each.
 
 A pattern that names one split only (``data/train-*.parquet``) is that split's files: it builds
 one cache, as any pattern does. Nothing else names splits (a labels CSV or a COCO file says which
@@ -156,21 +156,38 @@ def _subfolders(root: Path) -> list[str]:
         return []
 
 
+def _split_folders(root: Path) -> dict[str, str] | None:
+    """The folders of ``root`` by the split each names, in any case as Parquet names are (``Train/``
+    is ``train``), when every one names one; None otherwise. Two naming one split are one line."""
+    names = _subfolders(root)
+    if not names or any(n.lower() not in SPLIT_NAMES for n in names):
+        return None
+    out: dict[str, str] = {}
+    for name in names:
+        if name.lower() in out:
+            raise UsageError(
+                f"{root}: the folders {out[name.lower()]} and {name} both name the split {name.lower()}: "
+                "rename or remove one"
+            )
+        out[name.lower()] = name
+    return out
+
+
 def _folder_splits(root: Path) -> dict[str, Split] | None:
     """``root/<split>/`` folders, when every folder of ``root`` is named as a split."""
-    names = _subfolders(root)
-    if not names or any(n not in SPLIT_NAMES for n in names):
+    found = _split_folders(root)
+    if found is None:
         return None
     out = {}
-    for name in names:
-        folder = root / name
+    for name, folder_name in found.items():
+        folder = root / folder_name
         raw = str(folder)
         for suffix in record_suffixes():
             if any(e.is_file() and e.name.lower().endswith(suffix) for e in os.scandir(folder)):
                 raw = str(folder / f"*{suffix}")
                 break
         out[name] = Split(name, raw, origin=f"the folders of {root}")
-    _warn_loose(root, names)
+    _warn_loose(root, list(found.values()))
     return _ordered(out)
 
 
@@ -280,14 +297,14 @@ def _yolo_splits(raw: Path, annotations: str) -> dict[str, Split] | None:
     keys = [k for k in ("train", "val", "test") if data.get(k)]
     yaml_arg = str(yaml_path) if os.path.lexists(yaml_path) else annotations
     if not keys:  # images/<split>/ folders
-        names = _subfolders(raw / "images")
-        if not names or any(n not in SPLIT_NAMES for n in names):
+        found = _split_folders(raw / "images")
+        if found is None:
             return None
-        _warn_loose(raw / "images", names)
+        _warn_loose(raw / "images", list(found.values()))
         return _ordered(
             {
-                n: Split(n, str(raw / "images" / n), yaml_arg, origin=f"the folders of {raw}/images")
-                for n in names
+                n: Split(n, str(raw / "images" / f), yaml_arg, origin=f"the folders of {raw}/images")
+                for n, f in found.items()
             }
         )
     root = _dataset_root(yaml_path, data, raw)

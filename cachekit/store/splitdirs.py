@@ -12,7 +12,7 @@ from ..constants import MANIFEST_NAME
 from ..errors import NotACacheError, UsageError
 from .remote import is_url
 
-__all__ = ["cache_splits", "choose_split", "split_path", "splits_error"]
+__all__ = ["cache_splits", "check_split_out", "choose_split", "split_path", "splits_error"]
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
@@ -34,10 +34,29 @@ def cache_splits(path: str | os.PathLike) -> tuple[str, ...]:
             e.name
             for e in entries
             if _NAME.match(e.name)
-            and e.is_dir(follow_symlinks=False)
+            and _own_folder(e.path)
             and os.path.isfile(os.path.join(e.path, MANIFEST_NAME))
         )
     )
+
+
+def _own_folder(path: str) -> bool:
+    """Whether ``path`` is a split's own folder, the only kind readers open: a folder, not a link to one
+    (which could send a split's files anywhere)."""
+    return not os.path.islink(path) and os.path.isdir(path)
+
+
+def check_split_out(path: str | os.PathLike) -> None:
+    """Refuse, in one line, to build a split into ``path`` (``OUT/<split>``, local) when it is there
+    but not a folder of its own: a symbolic link would send the split's files outside OUT, and the
+    readers (``cache_splits``) would not open them."""
+    text = os.fspath(path)
+    if not is_url(text) and os.path.lexists(text) and not _own_folder(text):
+        what = "a symbolic link" if os.path.islink(text) else "not a folder"
+        raise UsageError(
+            f"{text} is {what}: a split's cache is written into a folder of its own, as readers open it; "
+            "remove it or give another --out"
+        )
 
 
 def split_path(path: str | os.PathLike, split: str) -> str:
