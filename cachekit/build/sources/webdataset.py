@@ -2,15 +2,20 @@
 by key (``dir/key.jpg`` + ``dir/key.cls``), the image from ``jpg``/``jpeg``/``png``/``webp``, the
 class from ``cls``, a caption from ``txt``, boxes and labels from ``json`` (the schema's names).
 
-Read with the standard ``tarfile`` module, never extracted: discovery walks each tar's headers
-(reading only the small ``cls``/``txt``/``json`` members) and records where each image lies; a shard
-job reads those bytes by offset, one image at a time. A size enlarged exactly onto a later header
-hides the members between inside the bytes it claims: each member's blocks are looked through for a
-header where they are read anyway (a target at discovery, which then reads on at the header it
-found; an image in its shard job, which skips it naming the members it hides, never built), so
-discovery reads no image bytes. A member named outside the archive
-(``../``, ``/``), a link, a device or FIFO, or of an absurd size is left out and reported; a tar
-that cannot be read (cut short, not a tar) is left out whole, with its reason.
+Read with the standard ``tarfile`` module, never extracted: discovery walks each tar's chain of
+headers (reading only the small ``cls``/``txt``/``json`` members) and records where each image lies;
+a shard job reads those bytes by offset, one image at a time. Only headers on the chain are trusted:
+each header's size leads to the next, and a member's own bytes are never read as a header, whatever
+they hold (a caption or an image may hold a whole tar). A header that does not read (a bad checksum),
+or states a negative size or a PAX size that is no number or not its own, ends the walk: its size
+is not known, so neither is where the next member starts, and a scan for a header-like block could
+land inside a member's bytes and build a sample from them; it is listed with its offset, with the
+key read just before it (whose members may go on past it), and the rest of the file is not read.
+GNU tar scans on (and lists members made of a member's bytes), ``tarfile`` stops silently; both
+stop at the first end-of-archive block, as discovery does (data after it is listed, not read). A
+member named outside the archive (``../``, ``/``), a link, a device or FIFO, a sparse member, or
+one of an absurd size is left out and reported; one running past the end of the tar ends the walk
+(cut short); a tar that cannot be read at all (not a tar) is left out whole, with its reason.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from ..inputtable import Source
 from ..samples import json_target
 from ..sourceoptions import SourceOptions, recorded_options
 from .layouts import WEBDATASET, Request
-from .recordfiles import RecordFile, RecordRows, find_files, open_file
+from .recordfiles import RecordFile, RecordRows, find_files, open_file, read_range
 
 __all__ = ["discover", "tar_source", "TarReader", "IMAGE_KEYS", "MAX_TARGET_BYTES"]
 
@@ -57,12 +62,7 @@ class TarReader:
                 if state["fh"] is not None:
                     state["fh"].close()
                 state["fh"], state["index"] = open_file(self.files[f], self.url, storage_options), f
-            # its whole blocks (a tar pads each member to 512 bytes): a header may lie in the last one
-            data = _read_blocks(state["fh"], offset, size)
-            hidden = hidden_members(data)
-            if hidden:
-                raise DecodeError(hidden_reason(size, hidden))
-            return data if len(data) == size else data[:size]
+            return read_range(state["fh"], offset, size)
 
         return read
 
@@ -77,6 +77,8 @@ def _member_problem(m: tarfile.TarInfo) -> str | None:
         return ""  # folders are only structure
     if not m.isfile():
         return "not a regular file (a device, FIFO or other), left out"
+    if m.issparse():  # its bytes are not stored in one run from its offset
+        return "a sparse member, left out"
     return None
 
 
@@ -122,197 +124,141 @@ def _blocks(size: int) -> int:
     return -(-size // tarfile.BLOCKSIZE) * tarfile.BLOCKSIZE
 
 
-def _read_blocks(fh, offset: int, size: int) -> bytes:
-    """A member's ``size`` bytes at ``offset`` and the rest of its last block (as far as the file
-    goes): the bytes a read of the member fetches anyway, looked through for a header."""
-    fh.seek(offset)
-    data = fh.read(_blocks(size))
-    if len(data) < size:
-        raise OSError(f"{size} bytes at {offset} asked, {len(data)} read: the file was cut or changed")
-    return data
-
-
-def _member(fh, m: tarfile.TarInfo, file: RecordFile, keys: dict, ignored: list) -> int | None:
-    """Note one member: an image's place, a target's bytes, or why it is left out. Returns the
-    offset of a header found inside the blocks of a member read here (a target, or a member left
-    out, which no shard job reads), or None: an image a shard job reads is looked through there."""
+def _member(fh, m: tarfile.TarInfo, file: RecordFile, keys: dict, ignored: list) -> None:
+    """Note one member: an image's place, a target's bytes, or why it is left out."""
     where = f"{file.name}/{m.name}"
     problem = _member_problem(m)
     if problem is not None:
         if problem:
             ignored.append((where, problem))
-        return None
+        return
     key, ext = _split(m.name)
     if ext not in IMAGE_KEYS and ext not in _TARGET_KEYS:
-        return None  # other members (.pickle, .npy, ...) are never read
+        return  # other members (.pickle, .npy, ...) are never read
     entry = keys.setdefault(key, {})
     limit = MAX_IMAGE_BYTES if ext in IMAGE_KEYS else MAX_TARGET_BYTES
     if m.size > limit:
         ignored.append((where, f"{m.size} bytes, over the {limit} a .{ext} member may have"))
         entry["bad"] = True
-        return _next_header(fh, m.offset_data, m.offset_data + _blocks(m.size))  # damaged input only
+        return
     if m.offset_data + m.size > file.size:
         ignored.append((where, "runs past the end of the tar (cut short)"))
         entry["bad"] = True
-        return None  # the walk looks for the next header itself
+        return
     if ext in IMAGE_KEYS:
         if "image" not in entry:
-            entry["image"] = (m.name, m.offset_data, m.size)
-            return None  # its shard job looks through its bytes
-        # a key seen again (a second image, or the same name twice): not a sample, never read later
-        ignored.append((where, f"a second image for the key {key!r}, left out"))
-        return _next_header(fh, m.offset_data, m.offset_data + _blocks(m.size))
-    data = _read_blocks(fh, m.offset_data, m.size)  # a target: read whole blocks, looked through free
+            entry["image"] = (m.name, m.offset_data, m.size)  # its shard job reads it
+        else:  # a key seen again (a second image, or the same name twice): not a sample
+            ignored.append((where, f"a second image for the key {key!r}, left out"))
+        return
     if ext in entry.get("parts", {}):
         ignored.append((where, f"a second .{ext} for the key {key!r}, left out"))
     else:
-        entry.setdefault("parts", {})[ext] = data[: m.size]
-    k = _scan(data)
-    return None if k is None else m.offset_data + k
+        entry.setdefault("parts", {})[ext] = read_range(fh, m.offset_data, m.size)
 
 
-#: Where a ustar (GNU, PAX) header holds its magic.
-_MAGIC_AT = 257
+#: A PAX record's number: decimal digits (``tarfile`` reads any other as 0).
+_PAX_NUMBER = re.compile(r"^[0-9]+$")
 
 
-def _is_header(block: bytes) -> bool:
-    """True for a 512-byte block that is a ustar (or GNU, PAX) header with a right checksum."""
-    if block[_MAGIC_AT : _MAGIC_AT + 5] != b"ustar":
-        return False
-    try:
-        tarfile.TarInfo.frombuf(block, "utf-8", "surrogateescape")
-    except tarfile.TarError:
-        return False
-    return True
-
-
-def _scan(buf: bytes, start: int = 0) -> int | None:
-    """The offset in ``buf`` (which starts on a block) of its first whole header at a 512-byte
-    boundary from ``start`` on, or None. Only the blocks whose magic's first byte is a ``u`` are
-    looked at further (one byte a block gathered and searched: microseconds over an image)."""
-    first = -(-start // tarfile.BLOCKSIZE)
-    firsts = buf[first * tarfile.BLOCKSIZE + _MAGIC_AT :: tarfile.BLOCKSIZE]
-    at = firsts.find(b"u")
-    while at >= 0:
-        k = (first + at) * tarfile.BLOCKSIZE
-        if k + tarfile.BLOCKSIZE > len(buf):
-            return None  # a part of a block: no whole header
-        if _is_header(buf[k : k + tarfile.BLOCKSIZE]):
-            return k
-        at = firsts.find(b"u", at + 1)
+def _size_problem(m: tarfile.TarInfo, next_at: int) -> str | None:
+    """Why ``m``'s size cannot lead to the next header (which ``tarfile`` put at ``next_at``), or None.
+    ``tarfile`` reads a PAX size that is no number as 0 (its bytes would be read as the next header),
+    walks back over a negative one (forever), and reads a global PAX size as the member's without
+    moving the next header: each ends the chain here."""
+    pax = m.pax_headers.get("size")
+    if pax is not None and not _PAX_NUMBER.match(pax):
+        return f"a PAX size {pax[:20]!r} that is no number"
+    if m.size < 0:
+        return f"a negative size ({m.size})"
+    if m.isreg() and not m.issparse() and next_at != m.offset_data + _blocks(m.size):
+        return f"a size of {m.size} bytes that is not the one its header states"
     return None
-
-
-def _next_header(fh, start: int, end: int) -> int | None:
-    """The offset of the first header at a 512-byte boundary from ``start`` (rounded up) to ``end``."""
-    pos = -(-start // tarfile.BLOCKSIZE) * tarfile.BLOCKSIZE
-    while pos < end:
-        fh.seek(pos)
-        buf = fh.read(min(1 << 20, end - pos))
-        if not buf:
-            return None
-        k = _scan(buf)
-        if k is not None:
-            return pos + k
-        pos += len(buf) - len(buf) % tarfile.BLOCKSIZE or tarfile.BLOCKSIZE
-    return None
-
-
-#: Headers of a member's metadata (a PAX record, a GNU long name): the member is the next header.
-_META = (tarfile.XHDTYPE, tarfile.XGLTYPE, tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK)
-#: A PAX record of a member's path (``"27 path=some/long/name.jpg\n"``).
-_PAX_PATH = re.compile(rb"(?:^|\n)[0-9]+ path=([^\n]*)\n")
-#: The most hidden members a reason names.
-_NAMED = 8
-
-
-def hidden_members(data: bytes) -> list[str]:
-    """The names in the headers inside a member's blocks ``data``: its size was enlarged over later
-    members, hidden in the bytes it claims. Read from the first header found on, header to header
-    by their sizes (a header that does not follow is looked for again); none in an intact member."""
-    names: list[str] = []
-    long_name = None  # a PAX path or GNU long name: the next member's name
-    k = _scan(data)
-    while k is not None:
-        m = tarfile.TarInfo.frombuf(data[k : k + tarfile.BLOCKSIZE], "utf-8", "surrogateescape")
-        body = data[k + tarfile.BLOCKSIZE : k + tarfile.BLOCKSIZE + min(m.size, MAX_TARGET_BYTES)]
-        if m.type == tarfile.GNUTYPE_LONGNAME:
-            long_name = body.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
-        elif m.type == tarfile.XHDTYPE:
-            path = _PAX_PATH.search(body)
-            long_name = path.group(1).decode("utf-8", "surrogateescape") if path else long_name
-        elif m.type not in _META:
-            names.append(long_name or m.name)
-            long_name = None
-        k = _scan(data, k + tarfile.BLOCKSIZE + _blocks(m.size))
-    return names
-
-
-def hidden_reason(size: int, names: list[str]) -> str:
-    """Why a member whose blocks hold the headers of ``names`` is skipped, naming them."""
-    shown = ", ".join(names[:_NAMED]) + (f" and {len(names) - _NAMED} more" if len(names) > _NAMED else "")
-    hidden = f"{len(names)} member{'s' if len(names) != 1 else ''}"
-    return (
-        f"its header says {size} bytes, which run over the tar headers of {shown}: damaged; it and the "
-        f"{hidden} hidden in it are not built"
-    )
 
 
 def _walk(tar: tarfile.TarFile, fh, file: RecordFile, keys: dict, ignored: list) -> None:
-    """Every member of one tar, past damage: a header whose size is wrong (enlarged, a PAX record of
-    10**15 bytes) or that does not read ends that member, not the archive: the walk goes on at the
-    next valid header (members found there are read; the damaged one is listed as left out), and
-    what cannot be read is listed, never silently gone. A size enlarged exactly onto a later header
-    hides the members between: the blocks of a member read here (a target) are looked through for
-    a header, and the walk reads on at it; an image's are looked through by its shard job."""
-    last: tarfile.TarInfo | None = None
-    scan_from = 0
+    """Every member on the tar's chain of headers, in order, each header's size leading to the
+    next; nothing else is read as a header. The chain ends at the end-of-archive block or the end of
+    the file, at a member that runs past the end (listed: all that follows lies inside the bytes it
+    claims), or at a header that does not read (``_broken``)."""
+    last: str | None = None  # the key of the member read last
     while True:
-        why = None
         try:
             m = tar.next()
-        except (tarfile.TarError, EOFError, OSError) as exc:
-            m, why = None, f"{type(exc).__name__}: {' '.join(str(exc).split())[:120]}"
-        if m is not None:
-            hidden = _member(fh, m, file, keys, ignored)
-            last, scan_from = m, m.offset_data
-            if m.offset_data + m.size <= file.size:
-                if hidden is None:
-                    continue
-                _damaged(m, file, keys, ignored, hidden)  # its size runs over members: read on at them
-                tar.offset, scan_from = hidden, hidden + tarfile.BLOCKSIZE
-                continue
-        # the end, a header that does not read, or a member said to run past the end: any header after?
-        found = _next_header(fh, scan_from, file.size) if last is not None else None
-        if found is None:
-            if why is not None:
-                ignored.append((file.name, f"damaged or cut short after {len(keys)} keys ({why})"))
+        except (tarfile.TarError, EOFError, OSError, ValueError) as exc:  # a PAX or GNU record
+            why = f"{type(exc).__name__}: {' '.join(str(exc).split())[:120]}"
+            _broken(file, keys, ignored, tar.offset, last, why)
             return
-        expected = last.offset_data + -(-last.size // tarfile.BLOCKSIZE) * tarfile.BLOCKSIZE
-        if found < expected and found > last.offset:  # the last member's size runs over a header
-            _damaged(last, file, keys, ignored, found)
-        elif found > expected and why is None:
-            fh.seek(expected)
-            if fh.read(tarfile.BLOCKSIZE).strip(b"\0"):  # not the end-of-archive zeros: a bad header
-                ignored.append((file.name, f"a damaged header at byte {expected}: read on at byte {found}"))
-        elif why is not None:
-            ignored.append(
-                (file.name, f"a damaged header after {last.name!r} ({why}): read on at byte {found}")
-            )
-        tar.offset, scan_from = found, found + tarfile.BLOCKSIZE
+        if m is None:
+            _ended(fh, file, keys, ignored, tar.offset, last)
+            return
+        problem = _size_problem(m, tar.offset)
+        if problem is not None:
+            _broken(file, keys, ignored, m.offset, last, problem)
+            return
+        _member(fh, m, file, keys, ignored)
+        if tar.offset > file.size and m.offset_data + m.size > file.size:  # all that follows is its bytes
+            said = f"{m.name!r}, whose header at byte {m.offset} says {m.size} bytes, runs past the end"
+            ignored.append((file.name, f"{said} (cut short, or its size damaged): nothing after it is read"))
+            _leave_out(file, keys, ignored, _split(m.name)[0], f"its members may go on inside {m.name!r}")
+            return
+        if tar.offset >= file.size:
+            return
+        last = _split(m.name)[0]
 
 
-def _damaged(m: tarfile.TarInfo, file: RecordFile, keys: dict, ignored: list, found: int) -> None:
-    """``m``'s size runs over the next header (at ``found``): its bytes are not known, it is left out."""
-    key, ext = _split(m.name)
-    entry = keys.get(key)
-    if entry is None or entry.get("bad") or (ext not in IMAGE_KEYS and ext not in _TARGET_KEYS):
-        return  # left out already (listed), or never read
-    entry["bad"] = True
+def _ended(fh, file: RecordFile, keys: dict, ignored: list, at: int, last: str | None) -> None:
+    """The chain stopped at byte ``at``: the end of the file, the end-of-archive block (data after
+    it is listed, not read, as ``tar`` and ``tarfile`` stop there too), or a header that does not read."""
+    fh.seek(at)
+    block = fh.read(tarfile.BLOCKSIZE)
+    if block.strip(b"\0"):
+        try:
+            tarfile.TarInfo.frombuf(block, "utf-8", "surrogateescape")
+            why = "it does not read"
+        except tarfile.TarError as exc:
+            why = str(exc)
+        _broken(file, keys, ignored, at, last, why)
+        return
+    after = _data_after(fh, at + len(block))
+    if after is not None:
+        ignored.append(
+            (file.name, f"data at byte {after}, after its end-of-archive block at byte {at}, is not read "
+             "(tar reads no further; two tars joined by cat?)")
+        )  # fmt: skip
+
+
+def _data_after(fh, start: int) -> int | None:
+    """The offset of the first byte that is not zero from ``start`` to the end of the file, or None."""
+    fh.seek(start)
+    pos = start
+    while chunk := fh.read(1 << 20):
+        stripped = chunk.lstrip(b"\0")
+        if stripped:
+            return pos + len(chunk) - len(stripped)
+        pos += len(chunk)
+    return None
+
+
+def _broken(file: RecordFile, keys: dict, ignored: list, at: int, last: str | None, why: str) -> None:
+    """A header on the chain at byte ``at`` that does not read: listed, and nothing after it is read
+    (its size is not known, so where the next member starts is not either: any header-like block
+    found further on may lie inside a member's bytes). The key read just before it is left out too:
+    its members may go on past it."""
+    rest = file.size - at
     ignored.append(
-        (f"{file.name}/{m.name}", f"its header says {m.size} bytes, but the next header is at byte {found}: "
-         "damaged, left out")
+        (file.name, f"a damaged header at byte {at} ({why}): the {rest} bytes from there on are not read "
+         "(where its member ends is not known)")
     )  # fmt: skip
+    _leave_out(file, keys, ignored, last, f"its members may go on past the damaged header at byte {at}")
+
+
+def _leave_out(file: RecordFile, keys: dict, ignored: list, key: str | None, why: str) -> None:
+    """The sample of ``key`` (if any, and not left out already) left out, listed with ``why``."""
+    entry = keys.get(key) if key is not None else None
+    if entry is not None and not entry.get("bad"):
+        entry["bad"] = True
+        ignored.append((f"{file.name}/{key}", f"{why}, left out"))
 
 
 def _tar_rows(file: RecordFile, f: int, url: bool, options, storage_options) -> tuple[list, list, str | None]:
@@ -331,27 +277,17 @@ def _tar_rows(file: RecordFile, f: int, url: bool, options, storage_options) -> 
                     continue
                 name, offset, size = entry["image"]
                 rel = f"{file.name}/{name}"
-                if entry.get("bad"):  # its key left out for another member (listed): no job reads it
-                    hidden = _unread(fh, offset, size)
-                    if hidden:
-                        ignored.append((rel, hidden[2:]))
-                    continue
+                if entry.get("bad"):
+                    continue  # its key left out for another member (listed)
                 try:
                     raw, label = json_target(_target(entry.get("parts", {})), sample_options)
                 except DecodeError as exc:
-                    ignored.append((rel, str(exc) + _unread(fh, offset, size)))
+                    ignored.append((rel, str(exc)))
                     continue
                 rows.append((rel, raw | {"at": [f, offset, size]}, label))
     except (tarfile.TarError, OSError, EOFError) as exc:
         return [], [], f"not a readable tar ({type(exc).__name__}: {' '.join(str(exc).split())[:160]})"
     return rows, ignored, None
-
-
-def _unread(fh, offset: int, size: int) -> str:
-    """``"; "`` and why, for an image of a key left out at discovery whose blocks hide members (no
-    shard job reads it, so they are named here: damaged input only pays this read), else ``""``."""
-    hidden = hidden_members(_read_blocks(fh, offset, size))
-    return "; " + hidden_reason(size, hidden) if hidden else ""
 
 
 def tar_source(pattern: str, options: SourceOptions, storage_options: dict | None = None) -> Source:
