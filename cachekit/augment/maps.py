@@ -177,13 +177,13 @@ def draw_maps(
         raise ValueError(
             "augment gives outputs of different sizes for images of different sizes (or after a "
             "RandomZoomOut, RandomIoUCrop or RandomRotation(expand=True)): end it with "
-            "RandomResizedCrop, CenterCrop or Resize((height, width))"
+            "Letterbox, RandomResizedCrop, CenterCrop or Resize((height, width))"
         )
     out = (int(vh[0]), int(vw[0])) if n else (0, 0)
     if max(out) > MAX_SIDE:
         raise ValueError(
             f"augment gives outputs of {out[0]} x {out[1]} pixels, past the largest side an image may have, "
-            f"{MAX_SIDE}: end it with RandomResizedCrop, CenterCrop or Resize((height, width))"
+            f"{MAX_SIDE}: end it with Letterbox, RandomResizedCrop, CenterCrop or Resize((height, width))"
         )
     if rects is not None:  # the crop+resize path takes the carried rects; no warp is drawn
         return MapDraws(m, source_hw, out, int(fill), crops=rects.done())

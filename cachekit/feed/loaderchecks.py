@@ -206,19 +206,20 @@ def check_augment_plan(
     if ragged and plan is not None and plan.fixed_size() is None:
         raise ValueError(
             "this cache keeps every sample at its own size, and augment must then end in a fixed "
-            "size (RandomResizedCrop, CenterCrop or Resize((height, width))): pad=True pads "
+            "size (Letterbox, RandomResizedCrop, CenterCrop or Resize((height, width))): pad=True pads "
             "samples read as stored, not augmented ones"
         )
     if not ragged and plan is not None and plan.fixed_size() is None and plan.size_varies():
         raise ValueError(
             "augment gives outputs of a different size for each sample (a RandomZoomOut, RandomIoUCrop "
             "or RandomRotation(expand=True) with no fixed size after it): end it with "
-            "RandomResizedCrop, CenterCrop or Resize((height, width))"
+            "Letterbox, RandomResizedCrop, CenterCrop or Resize((height, width))"
         )
     if ragged and not pad and not per_sample and plan is None:
         raise ValueError(
             "this cache keeps every sample at its own size: pass pad=True (batches come zero-padded "
-            "with their sizes) or an augment ending in a fixed size (RandomResizedCrop, CenterCrop)"
+            "with their sizes) or an augment ending in a fixed size (Letterbox, RandomResizedCrop, "
+            "CenterCrop or Resize((height, width)))"
         )
 
 

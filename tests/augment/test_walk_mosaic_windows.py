@@ -104,7 +104,8 @@ def test_sizes_that_differ_in_height_alone_are_refused_naming_the_steps_that_end
     ):
         draw_maps(steps, 0, 0, np.arange(2), [40, 41], [50, 50])
     with pytest.raises(
-        ValueError, match=re.escape("end it with RandomResizedCrop, CenterCrop or Resize((height, width))")
+        ValueError,
+        match=re.escape("end it with Letterbox, RandomResizedCrop, CenterCrop or Resize((height, width))"),
     ):
         draw_maps(steps, 0, 0, np.arange(2), [40, 40], [50, 51])
 
