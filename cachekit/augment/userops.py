@@ -163,7 +163,13 @@ class BatchOp(Batch):
                 f"augment: {self!r} returned {got} for {where}, not the uint8 {list(images.shape)} torch batch it "
                 "was given (an op returns a batch of the same shape and dtype)"
             )
-        return out.to(images.device)
+        if out.layout != torch.strided or out.device != images.device:
+            fix = "it dense (.to_dense())" if out.device == images.device else f"its values on {images.device}"
+            raise AugmentUsageError(
+                f"augment: {self!r} returned {_tensor_kind(out)} for {where}, not a dense uint8 batch on "
+                f"{images.device}, where it was given: return {fix}"
+            )
+        return out
 
 
 @dataclass(frozen=True)
@@ -201,6 +207,13 @@ class BatchOpDraws:
         if not ops or not len(x):
             return x
         return self._run(ops, x.round().clamp_(0, 255).to(torch.uint8)).to(x.dtype)
+
+
+def _tensor_kind(t: torch.Tensor) -> str:
+    """A tensor that holds no plain data where a batch was, in words: its layout and its device."""
+    layout = "" if t.layout == torch.strided else f"{str(t.layout).removeprefix('torch.')} "
+    where = "the meta device (shapes, no data)" if t.device.type == "meta" else str(t.device)
+    return f"a {layout}tensor on {where}"
 
 
 def _check_size(size) -> tuple[int, int] | None:
@@ -271,16 +284,8 @@ class MatrixOp(Geometric):
             if not np.isfinite(m).all():
                 raise AugmentUsageError(f"augment: {self!r} returned a matrix with NaN or inf for {where}")
             if not _conditioned(m):
-                if _conditioned(m[:2, :2]) and np.array_equal(m[2], (0.0, 0.0, 1.0)):
-                    shift = float(np.abs(m[:2, 2]).max())
-                    raise AugmentUsageError(
-                        f"augment: {self!r} returned a matrix for {where} that moves the image by {shift:g} "
-                        "pixels, past any output it could show: keep its translation near the image's size"
-                    )
-                raise AugmentUsageError(
-                    f"augment: {self!r} returned a singular matrix for {where} (it squashes the image "
-                    "onto a line or a point): return an invertible map"
-                )
+                out_hw = self.size if self.size is not None else (h, w)
+                raise AugmentUsageError(f"augment: {self!r} returned {_ill(m, where, (h, w), out_hw)}")
             maps[j] = m
         if self.size is None:
             return maps, vh, vw
@@ -291,6 +296,35 @@ def _conditioned(m: np.ndarray) -> bool:
     """Whether ``m``'s condition number is finite and at most ``MAX_CONDITION``."""
     c = np.linalg.cond(m)
     return math.isfinite(c) and c <= MAX_CONDITION
+
+
+def _ill(m: np.ndarray, where: str, in_hw: tuple[int, int], out_hw: tuple[int, int]) -> str:
+    """What a finite map taken as singular (its condition number past ``MAX_CONDITION``) does, for
+    its refusal: a shift or a scale past any output it could show, or a squash onto a line."""
+    linear = m.copy()
+    linear[:2, 2] = 0.0
+    affine = np.array_equal(m[2], (0.0, 0.0, 1.0))
+    if affine and _conditioned(linear):  # the shift alone: the homogeneous column dwarfs the rest
+        shift = float(np.abs(m[:2, 2]).max())
+        return (
+            f"a matrix for {where} that moves the image by {shift:g} pixels, past any output it could show: "
+            "keep its translation near the image's size"
+        )
+    s = np.linalg.svd(m[:2, :2], compute_uv=False)  # its scales along its two axes, largest first
+    if affine and s[1] > 0 and s[0] / s[1] <= MAX_CONDITION:
+        if s[1] > 1:  # every axis enlarged: an output shows a sliver of one input pixel
+            shown = " x ".join(f"{v / s[1]:.3g}" for v in out_hw)
+            what = f"enlarges the image {s[1]:g} times (its {out_hw[0]} x {out_hw[1]} output shows {shown} pixels)"
+        else:  # every axis shrunk: the whole image falls inside a fraction of a pixel
+            shown = " x ".join(f"{v * s[0]:.3g}" for v in in_hw)
+            what = f"shrinks the image {1 / s[0]:g} times (its {in_hw[0]} x {in_hw[1]} pixels become {shown})"
+        return (
+            f"a matrix for {where} that {what}, past the {MAX_CONDITION:g} times a map may scale by: keep its "
+            "scale near the output's size over the image's"
+        )
+    return (
+        f"a singular matrix for {where} (it squashes the image onto a line or a point): return an invertible map"
+    )
 
 
 def _named(value) -> str:
