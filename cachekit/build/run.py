@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import posixpath
 import sys
 import time
 import warnings
@@ -38,6 +39,7 @@ from ..store.location import Location, commit_index, open_location, write_failur
 from ..store.manifest import ArraySpec, Manifest, SampleSpec, ShardInfo, SkippedInput
 from ..store.manifestio import manifest_text
 from ..store.remote import is_object_store, is_url, redact, secrets_hidden
+from ..store.sourcecol import PREFIX
 from ..store.splitdirs import check_split_out
 from .classnames import read_names_file, with_class_order
 from .config import BuildConfig, BuildResult, SplitsResult
@@ -62,8 +64,10 @@ from .sourceoptions import SourceOptions
 from .sources import Source
 from .sources.discovery import find_source
 from .sources.layouts import SORTED, VOC, layout_named
+from .sources.recordfiles import pattern_folder
 from .splits import Split, find_splits, pick_splits, split_out
 from .streamrun import job_options, stream_shards
+from .strict import strict_refusal
 
 __all__ = ["BuildConfig", "BuildResult", "SplitsResult", "build", "default_shard_size", "probe_shape"]
 
@@ -185,6 +189,9 @@ def _build_splits(raw, out, config: BuildConfig, splits: dict[str, Split]) -> Sp
         )
         if split.only is not None:
             source = _only(source, split)
+        prefix = _split_prefix(raw, split_raw)
+        if prefix:  # ds.source(i) puts it before each stored path: relative to RAW, as for one cache
+            source = replace(source, extra={**source.extra, PREFIX: prefix})
         found[name] = (split_config, split_raw, source)
     names = _union_classes([s for _, _, s in found.values()])
     for name, (split_config, split_raw, source) in found.items():
@@ -211,6 +218,26 @@ def _build_splits(raw, out, config: BuildConfig, splits: dict[str, Split]) -> Sp
         results[name] = _build(split_raw, split_out(out, name), split_config, found=(split_raw, source))
     origin = next(iter(splits.values())).origin
     return SplitsResult(os.fspath(out), results, origin, len(overlaps))
+
+
+def _split_prefix(raw, split_raw) -> str:
+    """Where a split's inputs lie relative to ``raw``, the RAW the build was given (``images/train``,
+    ``train``, ``data``; "" for the same folder): a split's source paths are relative to its own folder
+    (a folder, or a pattern's), and ``ds.source(i)`` puts this before them."""
+    here, there = _inputs_folder(raw), _inputs_folder(split_raw)
+    if is_url(here):
+        rel = posixpath.relpath(there.split("://", 1)[-1], here.split("://", 1)[-1])
+    else:
+        rel = os.path.relpath(os.path.abspath(there), os.path.abspath(here)).replace(os.sep, "/")
+    return "" if rel == "." else rel
+
+
+def _inputs_folder(raw) -> str:
+    """The folder a source's paths are relative to: ``raw`` itself, or a pattern's folder."""
+    text = os.fspath(raw)
+    if not is_url(text) and os.path.isdir(text):
+        return text
+    return pattern_folder(text) or ("." if not is_url(text) else text)
 
 
 def _split_folder(folder, name: str):

@@ -25,6 +25,7 @@ from ..store.formats import ShardReader, get_format
 from ..store.location import read_manifest
 from ..store.manifest import Manifest, shard_path
 from ..store.remote import is_url
+from ..store.sourcecol import source_at, source_prefix
 from ..store.splitdirs import split_path, splits_error
 from ..stream.pins import bytes_per_batch, shards_per_batch
 from ..stream.remotecache import RemoteShards, index_folder
@@ -462,18 +463,20 @@ class CachedDataset(Dataset):
             return {name: np.array(reader.column(name, local)[0]) for name in self.manifest.sample.extras}
 
     def source(self, index: int) -> str:
-        """The path sample ``index`` was built from, relative to the raw folder (``/``-separated).
+        """The path sample ``index`` was built from, relative to the raw folder given to the build
+        (``/``-separated; a split's cache too: ``images/val/a.jpg``, ``train/cat/b.jpg``).
 
         A file name that is not UTF-8 comes back as ``os.fsdecode`` gives it (its bytes kept as
         lone surrogates), so ``os.path.join(raw, ds.source(i))`` opens that very file.
         """
-        from ..store.sourcecol import source_at
-
+        where = f"{self.url or self.root}/manifest.json"
+        prefix = source_prefix(self.manifest.source, where)  # a split's folder within RAW
         idx, shards = self._locate([index])
         shard = int(shards[0])
         info = self.manifest.shards[shard]
         with self._reader(shard) as reader:
-            return source_at(reader.column, int(idx[0] - self.shard_offsets[shard]), info.samples, info.file)
+            row = int(idx[0] - self.shard_offsets[shard])
+            return prefix + source_at(reader.column, row, info.samples, info.file)
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, Any]:
         if isinstance(index, (bool, np.bool_)) or not isinstance(index, (int, np.integer)):

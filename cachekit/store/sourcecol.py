@@ -1,6 +1,7 @@
 """Each sample's source path, stored in its shard: the ``source_bytes`` and ``source_offsets`` columns.
 
-Row ``i``'s path (relative to the raw root, ``/``-separated) is
+Row ``i``'s path (relative to the raw root, ``/``-separated; a split's cache: to the split's folder,
+which the manifest's ``source.prefix`` names relative to the raw root) is
 ``source_bytes[source_offsets[i]:source_offsets[i + 1]]``: the file name's own bytes, UTF-8 for
 UTF-8 names and unchanged otherwise. Kept in the shard, the paths cost the manifest nothing
 (ImageNet's 1.28M paths are ~50 MB), are covered by the shard's sha256, and travel with it
@@ -16,10 +17,14 @@ import numpy as np
 
 from ..errors import CacheError
 
-__all__ = ["SOURCE_BYTES", "SOURCE_OFFSETS", "pack_sources", "source_at"]
+__all__ = ["SOURCE_BYTES", "SOURCE_OFFSETS", "PREFIX", "pack_sources", "source_at", "source_prefix"]
 
 SOURCE_BYTES = "source_bytes"
 SOURCE_OFFSETS = "source_offsets"
+#: The manifest's ``source`` key naming a split's folder relative to the RAW given to the build.
+PREFIX = "prefix"
+#: The longest prefix a reader takes (a path, not a document).
+_MAX_PREFIX = 4096
 
 
 def pack_sources(paths: Sequence[str]) -> dict[str, np.ndarray]:
@@ -54,3 +59,22 @@ def source_at(column: Callable, row: int, samples: int, where: str) -> str:
     if data.dtype != np.uint8 or data.size != ends[1] - ends[0]:
         raise CacheError(f"{where}: {SOURCE_OFFSETS!r} point outside {SOURCE_BYTES!r}")
     return os.fsdecode(data.tobytes())
+
+
+def source_prefix(source: dict, where: str) -> str:
+    """What goes before each stored path so that it is relative to the RAW given to the build: the
+    manifest's ``source.prefix`` and a ``/`` (a split's cache stores paths relative to its split's own
+    folder, ``images/train``), or "" where there is none (the whole RAW; a cache built before it was
+    recorded). A prefix that is not a relative path is one line."""
+    prefix = source.get(PREFIX, "")
+    if prefix == "":
+        return ""
+    if (
+        not isinstance(prefix, str)
+        or len(prefix) > _MAX_PREFIX
+        or "\0" in prefix
+        or prefix.startswith("/")
+        or prefix.endswith("/")
+    ):
+        raise CacheError(f"{where}: source.{PREFIX} {str(prefix)[:80]!r} is not a relative folder")
+    return prefix + "/"

@@ -17,6 +17,7 @@ import numpy as np
 from ..build.sources.layouts import BENCH_ANNOTATIONS, BENCH_RECORDS, layout_named
 from ..feed.dataset import CachedDataset
 from ..image.recipes import Pipeline, Step
+from ..store.sourcecol import source_prefix
 from .baselines import RawInputs
 
 __all__ = ["raw_discovery", "Alignment", "align_samples", "cache_pipeline"]
@@ -48,9 +49,14 @@ def raw_discovery(manifest, raw) -> dict:
 
 
 def _sample_sources(ds: CachedDataset) -> list[str] | None:
-    """Each sample's source path (relative to RAW) when the cache records them, else None."""
+    """Each sample's source path when the cache records them, else None: relative to the folder its
+    inputs were found in (a split's own, which the raw rows read: ``bench.raw_split``), as a build
+    stores them before ``ds.source`` puts the split's folder in front."""
     source = getattr(ds, "source", None)
-    return [source(i) for i in range(len(ds))] if callable(source) else None
+    if not callable(source):
+        return None
+    prefix = source_prefix(ds.manifest.source, "manifest.json")
+    return [source(i)[len(prefix) :] for i in range(len(ds))]
 
 
 @dataclass(frozen=True)

@@ -58,8 +58,8 @@ def test_yolo_data_yaml_builds_one_cache_per_split(tmp_path):
     assert result.exit_code == 0, result.output
     assert not (out / "manifest.json").exists()
     train, val = _sources(out / "train"), _sources(out / "val")
-    assert train == [f"train_img_{i:05d}.png" for i in range(5)]
-    assert val == [f"val_img_{i:05d}.png" for i in range(3)]
+    assert train == [f"images/train/train_img_{i:05d}.png" for i in range(5)]  # relative to RAW
+    assert val == [f"images/val/val_img_{i:05d}.png" for i in range(3)]
     assert "more than one split" not in result.stderr
     lines = [line for line in result.stdout.splitlines() if "splits" in line]
     assert len(lines) == 1 and "train 5" in lines[0] and "val 3" in lines[0], result.stdout
@@ -68,7 +68,7 @@ def test_yolo_data_yaml_builds_one_cache_per_split(tmp_path):
         assert m.classes == tuple(object_classes(3))
     # a val sample's boxes are its own label file's (not a train image's of the same name)
     label = (raw / "labels" / "val" / "val_img_00001.txt").read_text().split()
-    rows = _yolo_rows(out / "val", "val_img_00001.png")
+    rows = _yolo_rows(out / "val", "images/val/val_img_00001.png")
     assert rows[:, 0].tolist() == [int(v) for v in label[0::5]]
     width = cv2.imread(str(raw / "images" / "val" / "val_img_00001.png")).shape[1]
     cx = (rows[:, 1] + rows[:, 3]) / 2 / width  # the box's centre, normalised, as its label file says
@@ -168,7 +168,7 @@ def test_parquet_repo_builds_one_cache_per_split(tmp_path):
     result = build(repo, tmp_path / "c", BuildConfig(pipeline="none", **QUIET), box_format="xywh")
     assert {n: r.manifest.num_samples for n, r in result.results.items()} == {"train": 5, "test": 2}
     train, test = _sources(tmp_path / "c" / "train"), _sources(tmp_path / "c" / "test")
-    assert all(p.startswith("train-") for p in train) and all(p.startswith("test-") for p in test)
+    assert all(p.startswith("data/train-") for p in train) and all(p.startswith("data/test-") for p in test)
     assert CachedDataset(tmp_path / "c" / "test").manifest.classes == tuple(object_classes(3))
     # the same files named by a pattern split the same way; one split's pattern builds one cache
     again = build(
@@ -232,7 +232,8 @@ def test_masks_with_a_folder_per_split(tmp_path):
     config = BuildConfig(annotations="yolo", masks=str(raw / "masks"), pipeline="none", **QUIET)
     build(raw, tmp_path / "c", config)
     val = CachedDataset(tmp_path / "c", split="val")
-    want = cv2.imread(str(raw / "masks" / "val" / f"{val.source(0)[:-4]}.png"), cv2.IMREAD_UNCHANGED)
+    name = val.source(0).removeprefix("images/val/")[:-4]
+    want = cv2.imread(str(raw / "masks" / "val" / f"{name}.png"), cv2.IMREAD_UNCHANGED)
     assert np.array_equal(val[0][1]["mask"].numpy(), want)
 
 
@@ -262,9 +263,10 @@ def test_imagefolder_splits_share_one_class_list(tmp_path):
         == ("class_000", "class_001", "class_002")
     )
     for i in range(len(val)):
-        assert val.manifest.classes[val[i][1]] == val.source(i).split("/")[0]
+        assert val.manifest.classes[val[i][1]] == val.source(i).split("/")[1]  # val/<class>/...
     assert len(val) == len(list((raw / "val").rglob("*.jpg")))
-    assert set(_sources(out / "train")).isdisjoint(f"val/{p}" for p in _sources(out / "val"))
+    assert all(p.startswith("train/") for p in _sources(out / "train"))  # no val image in train
+    assert all(p.startswith("val/") for p in _sources(out / "val"))
 
 
 def test_split_option_builds_only_those(tmp_path):

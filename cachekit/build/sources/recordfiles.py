@@ -25,6 +25,7 @@ __all__ = [
     "expand_braces",
     "find_files",
     "open_file",
+    "pattern_folder",
     "read_range",
 ]
 
@@ -153,6 +154,12 @@ def _base(pattern: str) -> str:
     """The folder before the first pattern character: names are relative to it."""
     cut = min((pattern.find(c) for c in "*?[{" if c in pattern), default=len(pattern))
     return pattern[:cut].rsplit("/", 1)[0] if "/" in pattern[:cut] else ""
+
+
+def pattern_folder(pattern: str) -> str:
+    """The folder the names of ``pattern``'s files are relative to (``data`` of ``data/train-*.parquet``;
+    "" for the working folder)."""
+    return _base(pattern)
 
 
 def find_files(pattern: str, storage_options: dict | None, what: str) -> list[RecordFile]:
