@@ -22,6 +22,7 @@ from ..augment.spec import parse_spec
 from ..errors import UsageError
 from ..feed.dataset import CachedDataset
 from ..feed.loader import CacheLoader, make_loader
+from .previewpoints import draw_legend, draw_points, legend_entries, legend_height
 
 __all__ = ["PALETTE", "MAX_PREVIEW", "Cell", "Preview", "preview", "draw_grid", "short_spec", "caption_lines"]
 
@@ -68,6 +69,7 @@ class Preview:
     image: np.ndarray
     cells: list[Cell]
     title: str
+    legend: list[str] = field(default_factory=list)  # the keypoints' legend: "1 left_eye <> 2", ...
 
 
 def _colour(k: int) -> tuple[int, int, int]:
@@ -196,33 +198,6 @@ def _boxes(canvas: np.ndarray, target: dict, classes: list[str], x0: int, y0: in
             cv2.putText(canvas, name, (tx + 1, ty - 1), _FONT, 0.4, ink, 1, cv2.LINE_AA)
 
 
-def _keypoints(
-    canvas: np.ndarray, target: dict, x0: int, y0: int, scale: float, skeletons: dict | None
-) -> None:
-    """Each object's labelled keypoints (visibility > 0) as dots in its class's colour, ringed white,
-    joined by its field's skeleton where both ends are labelled. ``skeletons`` names the keypoints
-    fields (an array field of shape [N, K, 3] is no points); None: every float [N, K, 3] value."""
-    for key, value in target.items():
-        if skeletons is not None and key not in skeletons:
-            continue
-        if not (isinstance(value, torch.Tensor) and value.dim() == 3 and value.shape[-1] == 3):
-            continue
-        if not value.is_floating_point():
-            continue
-        classes = torch.as_tensor(target.get("classes", torch.zeros(len(value), dtype=torch.int64)))
-        for pts, k in zip(value.numpy().astype(np.float64), classes.numpy().reshape(-1).tolist()):
-            colour = _colour(int(k))
-            xy = [(x0 + int(x * scale), y0 + int(y * scale)) for x, y in pts[:, :2]]
-            seen = (pts[:, 2] > 0).tolist()
-            for a, b in (skeletons or {}).get(key, []):
-                if seen[a] and seen[b]:
-                    cv2.line(canvas, xy[a], xy[b], colour, 2)
-            for p, on in zip(xy, seen):
-                if on:
-                    cv2.circle(canvas, p, 3, colour, -1, cv2.LINE_AA)
-                    cv2.circle(canvas, p, 3, (255, 255, 255), 1, cv2.LINE_AA)
-
-
 def draw_grid(
     images: torch.Tensor,
     targets: list[dict],
@@ -233,10 +208,12 @@ def draw_grid(
     cell: int = 256,
     columns: int | None = None,
     skeletons: dict | None = None,
+    legend: list[tuple[int, str]] | None = None,
 ) -> tuple[np.ndarray, list[Cell]]:
     """A grid (RGB) of ``images [B, C, H, W]`` with their ``targets`` drawn, each image's longer side
     at ``cell`` pixels; padded samples cut to their ``sizes``. ``skeletons``: each keypoints field's
-    pairs of points to join, the fields drawn as points (None: every float [N, K, 3] value)."""
+    pairs of points to join, the fields drawn as points (None: every float [N, K, 3] value), each
+    point in its index's colour; ``legend``: ``(index, label)`` of those colours, drawn under the grid."""
     n = len(images)
     columns = min(columns or max(1, int(np.ceil(np.sqrt(n)))), max(1, n))  # no empty columns
     rows = -(-n // columns)
@@ -248,9 +225,10 @@ def draw_grid(
         title, max(16, (columns * (cell + _PAD)) // 8), max_lines=4, placeholder="..."
     )
     head = _LINE * len(title_lines) + _PAD if title else 0
-    canvas = np.full(
-        (head + rows * (cell + band + _PAD) + _PAD, columns * (cell + _PAD) + _PAD, 3), 32, np.uint8
-    )
+    width = columns * (cell + _PAD) + _PAD
+    body = head + rows * (cell + band + _PAD) + _PAD
+    canvas = np.full((body + legend_height(legend or [], width), width, 3), 32, np.uint8)
+    draw_legend(canvas, legend or [], body)
     if title:
         for k, line in enumerate(title_lines):
             _text(canvas, line, _PAD, _LINE * (k + 1) + 4, scale=0.45)
@@ -262,7 +240,7 @@ def draw_grid(
         th, tw = tile.shape[:2]
         canvas[y0 : y0 + th, x0 : x0 + tw] = tile
         _boxes(canvas, targets[j], classes, x0, y0, scales[j], hws[j])
-        _keypoints(canvas, targets[j], x0, y0, scales[j], skeletons)
+        draw_points(canvas, targets[j], x0, y0, scales[j], skeletons, _colour)
         for k, line in enumerate(texts[j]):
             _text(canvas, line, x0 + 2, y0 + cell + _LINE * (k + 1) - 2)
         cells.append(Cell(x0, y0, scales[j], *hws[j], target=targets[j]))
@@ -396,6 +374,8 @@ def preview(
     images, targets, sizes = _rows(batch)
     where = getattr(dataset, "url", None) or Path(str(getattr(dataset, "root", "cache"))).name
     title = f"{where}, epoch {epoch}, seed {seed}: {short_spec(steps) if steps else 'no augmentation'}"
+    points = {n: f.params for n, f in getattr(dataset, "fields", {}).items() if f.kind == "keypoints"}
+    legend = legend_entries(points)
     grid, cells = draw_grid(
         images,
         targets,
@@ -404,12 +384,9 @@ def preview(
         title=title,
         cell=cell,
         columns=columns,
-        skeletons={
-            name: spec.params.get("skeleton", [])
-            for name, spec in getattr(dataset, "fields", {}).items()
-            if spec.kind == "keypoints"
-        },
+        skeletons={name: params.get("skeleton", []) for name, params in points.items()},
+        legend=legend,
     )
     if out is not None:
         _write_image(out, grid)
-    return Preview(out, grid, cells, title)
+    return Preview(out, grid, cells, title, [label for _, label in legend])

@@ -100,8 +100,9 @@ def _fields(m: Manifest) -> str:
             shape = ", ".join("*" if v is None else str(v) for v in spec.params["shape"])
             parts.append(f"{name}: array ({spec.params['dtype']} [{shape}])")
         elif spec.kind == "keypoints":
-            k, flip = spec.params["k"], " flip_idx" if spec.params.get("flip_idx") else ""
-            parts.append(f"{name}: {k} keypoints per box (float32 [N, {k}, 3] x, y, visibility){flip}")
+            k, flip = spec.params["k"], spec.params.get("flip_idx")
+            mirror = f", flip_idx {list(flip)}" if flip else ", no flip_idx (a flip keeps each point's index)"
+            parts.append(f"{name}: {k} keypoints per box (float32 [N, {k}, 3] x, y, visibility){mirror}")
         else:
             parts.append(f"{name}: {_FIELD_WORDS[spec.kind]}")
     return "; ".join(parts) + " (target: dict)"
