@@ -483,14 +483,8 @@ def _run(t: _Target, config: BuildConfig, started: float) -> BuildResult:
     for i in range(len(planned)):
         skipped.extend(results[i].skipped)
     if config.strict and (skipped or source.dropped):
-        problems = [f"{s.path}: {s.reason}" for s in skipped] + [f"{w}: {r}" for w, r in source.dropped]
-        listed = "; ".join(problems[:20])
-        more = f" (and {len(problems) - 20} more)" if len(problems) > 20 else ""
         remove_unrecorded_plan(out, names, referenced)
-        raise BuildError(
-            f"--strict: {len(skipped)} inputs could not be used and {len(source.dropped)} annotations were "
-            f"left out: {listed}{more}"
-        )
+        raise BuildError(strict_refusal([(s.path, s.reason) for s in skipped], list(source.dropped), out.url))
     if sum(s.samples for s in shards) == 0:
         remove_unrecorded_plan(out, names, referenced)
         reasons = "; ".join(f"{s.path}: {s.reason}" for s in skipped[:3])
