@@ -394,12 +394,12 @@ def test_the_documented_example_runs_as_written(cache):
     text = TRAINING.read_text(encoding="utf-8")
     section = text[text.index("### Your own ops: PixelOp, BatchOp, MatrixOp") :]
     code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
-    for old, new in {"Resize((256, 256))": f"Resize(({H}, {W}))", '"cache/", 64': "cache, 4"}.items():
+    for old, new in {"Resize((256, 256))": f"Resize(({H}, {W}))", '"cache/", 64': f"{str(cache.root)!r}, 4"}.items():
         assert old in code, f"TRAINING changed: {old!r} is no longer in its example"
         code = code.replace(old, new)
     runs = []
     for _ in range(2):
-        scope = {"make_loader": make_loader, "cache": cache}
+        scope = {}  # nothing given: the example imports what it uses
         exec(compile(code, str(TRAINING), "exec"), scope)
         runs.append([(x.clone(), t) for x, t in scope["loader"]])
     plain = _read(cache, [Resize((H, W))])
