@@ -14,13 +14,14 @@ ALLOWED = {
     "constants": set(),
     "errors": set(),
     "cpus": set(),
+    "lifetime": set(),
     "image": {"errors", "constants"},
     "store": {"errors", "constants", "image"},
-    "build": {"errors", "constants", "cpus", "image", "store"},
+    "build": {"errors", "constants", "cpus", "lifetime", "image", "store"},
     "stream": {"errors", "constants", "cpus", "store"},
     "augment": {"errors", "constants", "image"},
-    "feed": {"errors", "constants", "cpus", "image", "store", "stream", "augment"},
-    "tools": {"errors", "constants", "cpus", "image", "store", "build", "stream", "augment", "feed"},
+    "feed": {"errors", "constants", "cpus", "lifetime", "image", "store", "stream", "augment"},
+    "tools": {"errors", "constants", "cpus", "lifetime", "image", "store", "build", "stream", "augment", "feed"},
 }
 
 

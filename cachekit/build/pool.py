@@ -9,26 +9,21 @@ if the build process dies first (``PR_SET_PDEATHSIG``), so none is left writing 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import faulthandler
 import multiprocessing as mp
 import os
 import signal
 import sys
 import tempfile
-import threading
-import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from multiprocessing.connection import wait
 
 from ..constants import START_METHOD_ENV
 from ..errors import BuildError, UsageError
+from ..lifetime import die_with_parent
 
 __all__ = ["WorkerCrashed", "run_pool", "start_context"]
-
-_PR_SET_PDEATHSIG = 1
-
 
 class WorkerCrashed(BuildError):
     """A worker process died without reporting back (a signal, or a crash inside a library)."""
@@ -55,24 +50,6 @@ def start_context() -> mp.context.BaseContext:
     return ctx
 
 
-def _die_with(parent: int) -> None:
-    """End this process when ``parent`` exits: the kernel kills it (Linux), else a watchdog thread."""
-    armed = False
-    if sys.platform.startswith("linux"):
-        with contextlib.suppress(OSError, AttributeError):
-            armed = ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0
-    if os.getppid() != parent:
-        os._exit(1)
-    if not armed:
-
-        def watch() -> None:
-            while os.getppid() == parent:
-                time.sleep(0.5)
-            os._exit(1)
-
-        threading.Thread(target=watch, daemon=True, name="cachekit-watchdog").start()
-
-
 def _quiet(log: int | str) -> None:
     """Send this worker's stderr to ``log`` (an inherited descriptor, or a path): libraries' own
     complaints (h5py's "Exception ignored" tracebacks on a full disk, libpng warnings) are not the
@@ -90,9 +67,9 @@ def _quiet(log: int | str) -> None:
 
 def _worker(conn, fn: Callable, parent: int, log: int | str) -> None:
     """A worker's loop: receive a job, run it, send progress and then its result or error."""
-    _die_with(parent)
+    die_with_parent(parent)
     # Ctrl-C and SIGTERM reach the whole process group; the build process handles them and stops
-    # its workers itself (and should it die first, the kernel kills them: _die_with)
+    # its workers itself (and should it die first, the kernel kills them: die_with_parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     _quiet(log)

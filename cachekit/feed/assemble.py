@@ -24,9 +24,9 @@ from ..image.ops import hwc_into_planes
 from ..store.encoding import decode_sample, read_raw
 from .batch import SampleBatch
 from .chunks import run_chunks
-from .prefetch import READ_TIMEOUT_SECONDS
 from .rows import Rows, draw_batch, read_indices
 from .targets import box_keys, move_boxes_of_batch, sample_target, stage_targets
+from .timeouts import READ_TIMEOUT_SECONDS
 
 __all__ = ["BatchRequest", "run_chunks", "assemble"]
 

@@ -8,22 +8,112 @@ loader's ``timeout=`` as one ``ReadTimeout`` line, the pool with the stuck threa
 
 from __future__ import annotations
 
+import atexit
 import os
+import queue
 import threading
 import time
+import weakref
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 
 import torch
 
 from ..augment.warp import single_threaded_torch
-from .prefetch import ReadTimeout
+from .forking import working
+from .timeouts import ReadTimeout
 
-__all__ = ["CHUNK", "run_chunks"]
+__all__ = ["CHUNK", "ReadPool", "abandon_busy_threads", "run_chunks"]
 
 
-_pools: dict[int, ThreadPoolExecutor] = {}
+class ReadPool:
+    """Daemon threads over batches, as ``ThreadPoolExecutor`` but never joined at interpreter exit:
+    a thread stuck for ever in a user op (after its ``ReadTimeout``) must not keep the process from
+    ending. Idle threads end when the pool is shut down or no longer referenced; at exit, threads
+    that are not stuck are given the time to finish the piece they are in (``_join_at_exit``)."""
+
+    def __init__(self, threads: int) -> None:
+        self.max_workers = int(threads)
+        self._work: queue.SimpleQueue = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+        self._idle = threading.Semaphore(0)
+        self._shutdown = False
+        work = self._work  # the threads hold the queue, not the pool: an unused pool is collected
+        self._wake = weakref.finalize(self, _stop_threads, work, self._threads)
+
+    def submit(self, fn: Callable, *args) -> Future:
+        future: Future = Future()
+        with self._lock:
+            if self._shutdown:
+                raise RuntimeError("cannot schedule new futures after shutdown")
+            self._work.put((future, fn, args))
+            if not self._idle.acquire(blocking=False) and len(self._threads) < self.max_workers:
+                thread = threading.Thread(
+                    target=_serve,
+                    args=(self._work, self._idle),
+                    name=f"cachekit-read_{len(self._threads)}",
+                    daemon=True,
+                )
+                thread.start()
+                self._threads.append(thread)
+                _LIVE.add(thread)
+        return future
+
+    def shutdown(self, wait: bool = True) -> None:
+        with self._lock:
+            self._shutdown = True
+        self._wake()
+        if wait:
+            for thread in list(self._threads):
+                thread.join()
+
+
+def _stop_threads(work: queue.SimpleQueue, threads: list) -> None:
+    for _ in threads:
+        work.put(None)
+
+
+def _serve(work: queue.SimpleQueue, idle: threading.Semaphore) -> None:
+    """A pool thread: run what comes, until told to stop."""
+    single_threaded_torch()
+    try:
+        while True:
+            item = work.get()
+            if item is None:
+                return
+            future, fn, args = item
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(fn(*args))
+                except BaseException as exc:  # handed to whoever waits on it
+                    future.set_exception(exc)
+            del item, future, fn, args
+            idle.release()
+    finally:
+        _LIVE.discard(threading.current_thread())
+
+
+#: Pool threads that have not ended, and those left behind stuck (not waited for at exit).
+_LIVE: weakref.WeakSet = weakref.WeakSet()
+_STUCK: weakref.WeakSet = weakref.WeakSet()
+
+
+@atexit.register
+def _join_at_exit() -> None:
+    """Give pool threads that are not stuck a moment to finish their piece before the interpreter goes
+    (a daemon thread inside torch's C++ code at finalisation can abort the process); stuck ones are
+    left: they hold the process no longer."""
+    deadline = time.monotonic() + 5.0
+    for pool in list(_pools.values()):
+        pool.shutdown(wait=False)
+    for thread in list(_LIVE):
+        if thread not in _STUCK and thread is not threading.current_thread():
+            thread.join(max(0.0, deadline - time.monotonic()))
+
+
+_pools: dict[int, ReadPool] = {}
 _pools_lock = threading.Lock()
 
 
@@ -31,6 +121,7 @@ def _after_fork() -> None:
     """A forked child starts with no pool and a free lock (a thread may have held it at the fork)."""
     global _pools_lock
     _pools.clear()
+    _LIVE.clear()
     _pools_lock = threading.Lock()
 
 
@@ -38,26 +129,36 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork)
 
 
-def _forget(pool: ThreadPoolExecutor) -> None:
+def _forget(pool: ReadPool) -> None:
     """Leave ``pool`` (a thread of it is stuck) to finish on its own: the next batch makes a new one.
 
     Not shut down: a batch of another thread may have looked it up already and be about to hand it
-    pieces; its idle threads end when the last batch using it lets it go (the executor's own rule).
-    """
+    pieces; its idle threads end when the last batch using it lets it go. Its busy threads are not
+    waited for at exit."""
     with _pools_lock:
         if _pools.get(os.getpid()) is pool:
             del _pools[os.getpid()]
+    for thread in list(pool._threads):
+        if thread.is_alive():
+            _STUCK.add(thread)
 
 
-def _pool(threads: int) -> ThreadPoolExecutor:
+def abandon_busy_threads() -> None:
+    """Leave this process's pool, and its threads busy now, to themselves (the reader that waited on
+    them gave up: ``ReadTimeout``): they are not waited for at exit; the next batch makes a new pool."""
+    with _pools_lock:
+        pool = _pools.get(os.getpid())
+    if pool is not None:
+        _forget(pool)
+
+
+def _pool(threads: int) -> ReadPool:
     """This process's pool (a forked child makes its own: threads do not survive a fork)."""
     with _pools_lock:
         pool = _pools.get(os.getpid())
-        if pool is None or pool._max_workers < threads:
+        if pool is None or pool.max_workers < threads:
             _pools.clear()
-            pool = _pools[os.getpid()] = ThreadPoolExecutor(
-                max_workers=threads, thread_name_prefix="cachekit-read", initializer=single_threaded_torch
-            )
+            pool = _pools[os.getpid()] = ReadPool(threads)
         return pool
 
 
@@ -105,7 +206,8 @@ def run_chunks(n: int, threads: int, fn: Callable[[int, int], None], timeout: fl
         single_threaded_torch()
     waits_only = timeout is not None and not ours and torch.utils.data.get_worker_info() is None
     if threads == 1 and not waits_only:
-        fn(0, n)
+        with working():  # no fork copies this process while OpenCV may hold a lock (feed.forking)
+            fn(0, n)
         return
     pieces = iter(range(0, n, size))  # next() on a range iterator is atomic under the GIL
     failed = threading.Event()
@@ -115,7 +217,8 @@ def run_chunks(n: int, threads: int, fn: Callable[[int, int], None], timeout: fl
             if failed.is_set():
                 return
             try:
-                fn(lo, min(lo + size, n))
+                with working():
+                    fn(lo, min(lo + size, n))
             except BaseException:
                 failed.set()
                 raise

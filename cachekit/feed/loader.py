@@ -10,9 +10,7 @@ crops, flips and colour run on the GPU as one batched kernel after a side-stream
 
 from __future__ import annotations
 
-import functools
 import logging
-import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -35,15 +33,15 @@ from .loaderchecks import (
     fit_workers,
     open_dataset,
     resolve_seed,
-    take_environment,
-    worker_context,
 )
 from .order import default_window, node_partitions
-from .prefetch import READ_TIMEOUT_SECONDS, Prefetcher, ReadTimeout
+from .prefetch import Prefetcher
 from .rows import boxes_field
 from .sampler import ShardAwareDistributedSampler
 from .schedule import AugmentSchedule
 from .targets import check_yolo_collate
+from .timeouts import READ_TIMEOUT_SECONDS, ReadTimeout
+from .workers import WorkerBatches, WorkerExited, check_not_rerun, worker_context, worker_init
 
 __all__ = ["CacheLoader", "make_loader", "suggest_num_workers", "suggest_threads", "resolve_seed"]
 
@@ -158,19 +156,28 @@ class CacheLoader(DataLoader):
         self._delivered = 0
         it = super().__iter__()
         if self.num_workers > 0:
-            it = _named_timeouts(it, self.num_workers, self.timeout, self.multiprocessing_context)
+            it = _said_in_one_line(it)
         if self.prefetch_thread:
             self._prefetcher = Prefetcher(it, self.prefetch_thread, self.read_timeout)
             it = iter(self._prefetcher)
-        for batch in self.stage.run(it):
-            self._delivered += 1
-            if self.pad and isinstance(batch, (tuple, list)) and len(batch) == 2:
-                batch = (*batch, _sizes_of(batch[0]))  # pad=True: always (images, labels, sizes)
-            yield batch
+        try:
+            for batch in self.stage.run(it):
+                self._delivered += 1
+                if self.pad and isinstance(batch, (tuple, list)) and len(batch) == 2:
+                    batch = (*batch, _sizes_of(batch[0]))  # pad=True: always (images, labels, sizes)
+                yield batch
+        except (ReadTimeout, WorkerExited):  # its workers are gone: the next pass starts new ones
+            self._iterator = None
+            raise
+
+    def _get_iterator(self):
+        if self.num_workers == 0:
+            return super()._get_iterator()
+        return WorkerBatches(self)
 
     def worker_pids(self) -> list[int]:
-        """Process ids of this loader's worker processes, once a pass has started them (they are
-        the forkserver's children, not this process's, when it starts them)."""
+        """Process ids of this loader's worker processes, once a pass has started them (a
+        forkserver's children, not this process's, where ``multiprocessing_context`` says so)."""
         it = getattr(self, "_iterator", None)  # persistent workers: the DataLoader keeps its iterator
         return [int(w.pid) for w in getattr(it, "_workers", ()) if w.pid is not None]
 
@@ -213,10 +220,9 @@ class CacheLoader(DataLoader):
             self.schedule.restore(state, new_epoch=self.sampler.epoch != state.get("epoch"))
 
 
-def _named_timeouts(batches: Iterator, workers: int, timeout: float, context) -> Iterator:
-    """A DataLoader's batches, its timeout ("DataLoader timed out") said as what hung, in one line;
-    a usage error raised in a worker (an op of the user's that failed on a sample) as its own line,
-    not as the worker's traceback."""
+def _said_in_one_line(batches: Iterator) -> Iterator:
+    """A DataLoader's batches, a usage error raised in a worker (an op of the user's that failed on a
+    sample) said as its own line, not as the worker's traceback."""
     try:
         yield from batches
     except UsageError as exc:
@@ -226,14 +232,6 @@ def _named_timeouts(batches: Iterator, workers: int, timeout: float, context) ->
         name = type(exc).__name__
         said = lines[-1].split(f"{name}: ", 1)[-1] if f"{name}: " in lines[-1] else lines[-1]
         raise type(exc)(said) from None
-    except RuntimeError as exc:
-        if not str(exc).startswith("DataLoader timed out"):
-            raise
-        how = getattr(context, "get_start_method", lambda: context)() or "the default start method"
-        raise ReadTimeout(
-            f"no batch came from the loader's {workers} worker processes (started by {how}) in {timeout:g} s: "
-            "a worker is stuck (storage that does not answer, a lock held for ever, or a user op that never returns)"
-        ) from None
 
 
 def _sizes_of(images: torch.Tensor) -> torch.Tensor:
@@ -321,11 +319,11 @@ def make_loader(
       threads write it as they read: fastest from a ``--store pixels-hwc`` cache).
     - ``pad``: variable-sized samples zero-padded to the batch's largest, as ``(images, labels,
       sizes)``; an ``augment`` ending in a fixed size needs no padding.
-    - Worker processes start from a forkserver (``multiprocessing_context``, default
-      ``"forkserver"`` for a cache whose dataset pickles): a forked worker can wait for ever on a lock an
-      OpenCV thread of this process held at the fork. Keep the code that reads the loader under
-      ``if __name__ == "__main__":``, as for ``spawn``. ``timeout`` (default
-      ``READ_TIMEOUT_SECONDS``, 600): the longest a pass waits for one batch, then ``ReadTimeout``.
+    - Worker processes start as torch's DataLoader starts them on Linux, by fork (no main guard
+      needed; ``multiprocessing_context`` to choose), and end with this process however it ends;
+      one that dies is named within a second or so (``WorkerExited``). ``timeout`` (default
+      ``READ_TIMEOUT_SECONDS``, 600): the longest a pass waits for one batch, worker processes'
+      handover included, then ``ReadTimeout`` (stuck workers are killed; the next pass starts anew).
     """
     check_counts(
         batch_size=batch_size, prefetch_factor=prefetch_factor, seed=seed, workers=workers, threads=threads
@@ -377,13 +375,9 @@ def make_loader(
         workers = suggest_num_workers(batch_size) if per_sample or codec in _SERIAL_CODECS else 0
     workers = fit_workers(workers, asked, batch_bytes(dataset, batch_size, plan), prefetch_factor)
     sent["workers"] = workers
-    if workers > 0:  # how they start: a notebook's op reaches forked workers, not a forkserver's
-        # (the user's context as given, else a forkserver for a cache, see worker_context); another
-        # dataset keeps the platform's default: pickled to every worker, one held in memory would be
-        # copied into each, not shared with the parent's pages as a fork shares it
-        sent["context"] = (
-            worker_context(multiprocessing_context, dataset, collate_fn) if readable else multiprocessing_context
-        )
+    if workers > 0:  # fork on Linux, as torch's DataLoader (the user's context as given)
+        check_not_rerun()
+        sent["context"] = worker_context(multiprocessing_context)
         check_plan_pickles(plan, sent["context"])
     if threads is None:
         threads = 1 if workers > 0 else suggest_threads()
@@ -442,11 +436,9 @@ def make_loader(
             "timeout": timeout,
         }
     extra = {"persistent_workers": True, "prefetch_factor": prefetch_factor} if workers > 0 else {}
-    if workers > 0:
+    if workers > 0:  # waits bounded by timeout= in the loader's own iterator (workers.WorkerBatches)
         extra["multiprocessing_context"] = sent["context"]
-        extra["timeout"] = float(timeout)
-        if extra["multiprocessing_context"] == "forkserver":  # its children inherit the server's environment
-            extra["worker_init_fn"] = functools.partial(take_environment, dict(os.environ))
+        extra["worker_init_fn"] = worker_init(sent["context"])
     loader = CacheLoader(
         dataset,
         batch_size=batch_size,

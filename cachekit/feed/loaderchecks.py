@@ -7,10 +7,8 @@ Every refusal here is one line, raised before a worker, a thread or a download b
 from __future__ import annotations
 
 import logging
-import multiprocessing
 import numbers
 import os
-import pickle
 import warnings
 from typing import Any
 
@@ -18,7 +16,7 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import IterableDataset
 
-from ..augment.opnames import unreachable_main, worker_refusal
+from ..augment.opnames import worker_refusal
 from ..augment.plan import AugmentUsageError, Plan
 from ..constants import MAX_BATCH_BYTES
 from .shm import ShmTooSmall, shm_shortfall
@@ -33,9 +31,6 @@ __all__ = [
     "choose_augment_on",
     "check_augment_plan",
     "check_mosaic_targets",
-    "worker_context",
-    "take_environment",
-    "WORKER_PRELOAD",
 ]
 
 log = logging.getLogger("cachekit")
@@ -221,63 +216,3 @@ def check_augment_plan(
             "with their sizes) or an augment ending in a fixed size (Letterbox, RandomResizedCrop, "
             "CenterCrop or Resize((height, width)))"
         )
-
-
-#: Modules the forkserver imports once, so that each worker it forks starts with them loaded.
-WORKER_PRELOAD = ("torch", "cv2", "cachekit.feed.dataset", "cachekit.feed.mix")
-
-
-def take_environment(environment: dict[str, str], worker_id: int) -> None:
-    """A forkserver's worker (``worker_init_fn``): the environment of the process that made the
-    loader, as it was then. A forkserver's children inherit the server's environment, from when the
-    first loader of the process started it: credentials or settings set since (``AWS_PROFILE``, a
-    proxy, ``OMP_NUM_THREADS``) would be missing in the workers, as they are not in a forked one."""
-    for name in [name for name in os.environ if name not in environment]:
-        del os.environ[name]
-    os.environ.update(environment)
-
-
-def worker_context(explicit, *picklable):
-    """How worker processes start: the user's ``multiprocessing_context`` as given, else
-    ``"forkserver"`` where the objects the workers get (dataset, collate) pickle, else ``"fork"``.
-
-    A forked worker inherits every lock of the parent as it was at the fork: one OpenCV's thread
-    pool (or any thread running cv2) held then is held for ever in the worker, whose first cv2 call
-    waits on it (``cv2.calcHist`` in an equalize, about one loader in seven in a process that ran cv2
-    in threads). A forkserver forks workers from a clean process that never ran cv2 in threads; it
-    starts once per process (a few seconds, the preloaded imports) and is reused by every loader.
-    Like ``spawn``, it imports the main script again in the server: code that makes and reads the
-    loader must sit under ``if __name__ == "__main__":``. A dataset that cannot be pickled (a lambda
-    ``transform=``), or that refers to a ``__main__`` the server never runs (a notebook's function),
-    keeps ``fork``, with a warning.
-    """
-    if explicit is not None:
-        return explicit
-    if "forkserver" not in multiprocessing.get_all_start_methods():
-        return None  # the platform's default (spawn on Windows)
-    try:
-        pickle.dumps(picklable)
-    except Exception as exc:  # noqa: BLE001 -- whatever pickling raises, the answer is the same
-        warnings.warn(
-            f"worker processes start by fork: the dataset cannot be pickled for a forkserver ({exc}); "
-            "a forked worker can hang for ever on a lock another thread held in OpenCV at the fork: "
-            "make transforms picklable (no lambdas) or pass multiprocessing_context",
-            stacklevel=3,
-        )
-        return "fork"
-    where = unreachable_main(picklable)
-    if where is not None:  # a notebook's transform= pickles by name, and a forkserver's worker dies unpickling it
-        warnings.warn(
-            f"worker processes start by fork: the dataset refers to code defined in {where}, which a "
-            "forkserver's workers do not run; a forked worker can hang for ever on a lock another thread held "
-            "in OpenCV at the fork: define its transforms in a module file, or pass multiprocessing_context",
-            stacklevel=3,
-        )
-        return "fork"
-    from multiprocessing import forkserver
-
-    server = getattr(forkserver, "_forkserver", None)
-    if server is not None and getattr(server, "_forkserver_pid", None) is None:  # not started yet: preload
-        have = list(getattr(server, "_preload_modules", ["__main__"]))
-        multiprocessing.set_forkserver_preload(have + [m for m in WORKER_PRELOAD if m not in have])
-    return "forkserver"

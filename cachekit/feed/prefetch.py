@@ -13,20 +13,12 @@ import threading
 import time
 from collections.abc import Iterator
 
-from ..errors import CachekitError
+from .chunks import abandon_busy_threads
+from .timeouts import READ_TIMEOUT_SECONDS, ReadTimeout
 
 __all__ = ["Prefetcher", "ReadTimeout", "READ_TIMEOUT_SECONDS"]
 
 log = logging.getLogger("cachekit")
-
-#: The longest a loader waits for one batch (from its prefetch thread or its worker processes)
-#: before it gives up in one line: a read that takes longer is stuck, never merely slow (shards
-#: on object storage come in replies bounded by ``CACHEKIT_REMOTE_TIMEOUT`` each).
-READ_TIMEOUT_SECONDS = 600.0
-
-
-class ReadTimeout(CachekitError, TimeoutError):
-    """A loader waited longer than its bound for a batch: what it waited on is named."""
 
 #: Running prefetch threads and their stop events; a thread removes itself as its last act.
 _LIVE: dict[threading.Thread, threading.Event] = {}
@@ -128,6 +120,9 @@ class Prefetcher:
                     ok, item = self._queue.get(timeout=0.2)
                 except queue.Empty:
                     if self._thread.is_alive() and time.monotonic() - since > self.timeout:
+                        with _LIVE_LOCK:  # stuck: not waited for at exit, so that the process can end
+                            _LIVE.pop(self._thread, None)
+                        abandon_busy_threads()  # nor the pool's threads it handed pieces to
                         raise ReadTimeout(
                             f"the loader's prefetch thread read no batch in {self.timeout:g} s: a read is "
                             "stuck (storage that does not answer, a lock held for ever, or a user op that "

@@ -276,15 +276,18 @@ except UsageError as exc:
 """
 
 
-@pytest.mark.parametrize("context", ["", ", multiprocessing_context='fork'"], ids=["forkserver", "fork"])
+@pytest.mark.parametrize(
+    "context", [", multiprocessing_context='spawn'", ", multiprocessing_context='forkserver'", ""],
+    ids=["spawn", "forkserver", "default-fork"],
+)
 def test_an_op_of_an_interactive_session_is_refused_for_workers_that_start_afresh(square, context):
-    """A notebook's function (here ``python -c``'s) lives in a ``__main__`` a forkserver's worker never
-    runs: each worker died unpickling it and the loader waited out its timeout. Refused when made; a
-    forked worker inherits it and reads every batch."""
+    """A notebook's function (here ``python -c``'s) lives in a ``__main__`` a spawned or forkserver's
+    worker never runs: each worker died unpickling it and the loader waited out its timeout. Refused
+    when made; a forked worker (the default, as torch's on Linux) inherits it and reads every batch."""
     code = INTERACTIVE.format(root=str(square.root), context=context)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
-    if context:
+    if not context:
         assert done.stdout.strip() == "batches 2"
     else:
         assert done.stdout.strip() == (
@@ -438,9 +441,9 @@ def test_an_object_whose_field_is_its_own_method_is_named(square):
 
 
 def test_an_op_of_an_interactive_session_reaches_workers_the_loader_forks(square):
-    """A dataset that does not pickle (a lambda ``transform=``) makes the loader fork its workers, which
-    inherit the session's functions: its op is read there, not refused as for a forkserver; so is one
-    a later ``set_augment`` gives the same workers."""
+    """Workers that fork (the default, here with a dataset that does not pickle) inherit the session's
+    functions: its op is read there, not refused as for a forkserver; so is one a later
+    ``set_augment`` gives the same workers."""
     code = INTERACTIVE.replace("make_loader({root!r}", "make_loader(ds").replace(
         "try:\n", "from cachekit import CachedDataset\nds = CachedDataset({root!r}, transform=lambda x: x)\ntry:\n"
     ).replace(
@@ -458,12 +461,14 @@ def test_an_op_of_an_interactive_session_reaches_workers_the_loader_forks(square
 @pytest.mark.parametrize("run", [["-m", "trainer"], ["trainer"]], ids=["python-m-package", "python-folder"])
 def test_an_op_of_a_packages_main_is_refused_for_workers_that_start_afresh(square, tmp_path, run):
     """``python -m package`` runs its ``__main__.py``, which multiprocessing never runs again in a worker
-    (nor a folder's or a zip's): its op was let through, and each worker died unpickling it, a
-    traceback after the loader's timeout. Refused when made, as a notebook's is."""
+    started afresh (nor a folder's or a zip's): its op was let through, and each worker died
+    unpickling it, a traceback after the loader's timeout. Refused when made, as a notebook's is."""
     package = tmp_path / "trainer"
     package.mkdir()
     (package / "__init__.py").write_text("")
-    (package / "__main__.py").write_text(INTERACTIVE.format(root=str(square.root), context=""))
+    (package / "__main__.py").write_text(
+        INTERACTIVE.format(root=str(square.root), context=", multiprocessing_context='spawn'")
+    )
     done = subprocess.run(
         [sys.executable, *run], cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False
     )

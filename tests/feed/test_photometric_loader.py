@@ -279,26 +279,34 @@ def busy(stop):
     while not stop.is_set():
         cv2.calcHist([plane], [0], None, [256], [0, 256])
 
-if __name__ == "__main__":
-    stop = threading.Event()
-    threads = [threading.Thread(target=busy, args=(stop,), daemon=True) for _ in range(3)]
-    for t in threads:
-        t.start()
-    for run in range(int(sys.argv[2])):
-        loader = make_loader(sys.argv[1], 8, seed=run, augment=[RandomResizedCrop(32), RandAugment(2, 9)], workers=2)
-        print(run, sum(len(x) for x, *_ in loader), flush=True)
-        del loader
-    stop.set()
-    for t in threads:
-        t.join()
+def reading(stop):  # cachekit's own threads over a batch, in this process, while workers fork
+    loader = make_loader(sys.argv[1], 8, augment=[RandomResizedCrop(32), RandAugment(2, 9)], threads=2)
+    while not stop.is_set():
+        for _ in loader:
+            pass
+
+stop = threading.Event()
+threads = [threading.Thread(target=busy, args=(stop,), daemon=True) for _ in range(3)]
+threads.append(threading.Thread(target=reading, args=(stop,), daemon=True))
+for t in threads:
+    t.start()
+for run in range(int(sys.argv[2])):
+    loader = make_loader(sys.argv[1], 8, seed=run, augment=[RandomResizedCrop(32), RandAugment(2, 9)], workers=2)
+    print(run, sum(len(x) for x, *_ in loader), flush=True)
+    del loader
+stop.set()
+for t in threads:
+    t.join()
 """
 
 
 @pytest.mark.slow  # ten loaders started under load: half a minute
-def test_workers_never_hang_on_a_lock_opencv_threads_of_the_parent_held(classes_cache, tmp_path):
-    # threads of this process run cv2.calcHist while each loader starts its workers, whose
-    # RandAugment equalizes with calcHist: a forked worker inherited the held lock about one
-    # loader in three and waited for ever; workers from a forkserver never do
+def test_workers_never_hang_on_a_lock_threads_of_the_parent_held(classes_cache, tmp_path):
+    # threads of this process run cv2.calcHist (on OpenCV's own pool), import np.random, and read a
+    # loader on cachekit's threads while each loader forks its workers, whose RandAugment equalizes
+    # with calcHist: a worker forked while one of those held a lock (OpenCV's, or the module lock of
+    # an import under way) waited for ever on it; feed.forking makes the fork wait them out. No main
+    # guard: workers fork, as torch's do on Linux
     import subprocess
     import sys
 
