@@ -233,7 +233,7 @@ def run(cache: str, loader: str, name: str, workers: int, limit: float) -> dict:
         "seconds": round(end - (told or start), 1),
         "exit": proc.returncode if not note else "-",
         "left after 10 s": len(left),
-        "said": lines[-1][:160] if lines else "",
+        "said": next((line for line in lines if line.startswith("raised")), lines[-1] if lines else "")[:160],
         "lines": len(lines),
     }
 
