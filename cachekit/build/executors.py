@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 
 from ..errors import BuildError, CachekitError, UsageError
+from ..image.threads import opencv_single_threaded
 from .pool import run_pool
 
 __all__ = ["run_jobs", "EXECUTORS"]
@@ -31,29 +32,12 @@ DASK_UNDO_WAIT_S = 30
 DASK_NO_WORKERS_S = 120
 
 
-@contextlib.contextmanager
-def _single_threaded_opencv():
-    """OpenCV on one thread in this process while workers are forked from it.
-
-    A child forked while OpenCV's thread pool is alive deadlocks in its first OpenCV call, so the
-    parent's pool is shut down before the workers are forked.
-    """
-    import cv2
-
-    threads = cv2.getNumThreads()
-    cv2.setNumThreads(1)
-    try:
-        yield
-    finally:
-        cv2.setNumThreads(threads)
-
-
 def _describe(job) -> str:
     return f"shard {getattr(job, 'file', job)}"
 
 
 def _run_local(fn, jobs, workers, on_progress) -> Iterator:
-    with _single_threaded_opencv():
+    with opencv_single_threaded():  # no OpenCV pool alive while workers are forked
         yield from run_pool(fn, jobs, workers, on_progress, _describe)
 
 

@@ -21,13 +21,12 @@ OpenCV runs on one thread per process throughout, as in a build's workers and li
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import os
 import platform
 import statistics
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -41,6 +40,7 @@ from ..errors import CachekitError, UsageError
 from ..feed.dataset import CachedDataset
 from ..feed.shm import shm_shortfall
 from ..image.recipes import load_pipeline
+from ..image.threads import opencv_single_threaded
 from ..store.remote import is_url
 from ..store.splitdirs import choose_split
 from .baselines import BACKENDS, RawImageDataset, RawInputs, check_raw_inputs, classification_recipe
@@ -170,19 +170,6 @@ def memcpy_bandwidth(nbytes: int = 256 * 1024 * 1024, repeats: int = 5) -> float
     return nbytes / best
 
 
-@contextlib.contextmanager
-def _opencv_one_thread() -> Iterator[None]:
-    """OpenCV on one thread per process while loaders run (and no thread pool alive at a fork)."""
-    import cv2
-
-    threads = cv2.getNumThreads()
-    cv2.setNumThreads(1)
-    try:
-        yield
-    finally:
-        cv2.setNumThreads(threads)
-
-
 def _files(path: Path) -> list[Path]:
     return [p for p in path.rglob("*") if p.is_file()]
 
@@ -306,7 +293,7 @@ def run_bench(
             raw = raw_split(raw, picked, datasets[0].manifest, storage_options, named)
             if raw != given:
                 log(f"raw: split {picked} of {given}: {raw}")
-        with _opencv_one_thread():
+        with opencv_single_threaded():
             return _run(raw, caches, datasets, config, log, progress, storage_options)
     finally:
         for d in datasets:
