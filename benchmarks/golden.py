@@ -42,8 +42,7 @@ import numpy as np
 import torch
 
 from cachekit import BuildConfig, CachedDataset, build, make_loader
-from cachekit.augment.catalogue import CATALOGUE
-from cachekit.augment.maps import GEOMETRIC_STEPS
+from cachekit.augment.catalogue import CATALOGUE, GEOMETRIC_STEPS
 from cachekit.augment.spec import format_spec
 from cachekit.augment.transforms import TRANSFORMS
 from cachekit.tools.synthetic import synthetic_image

@@ -11,28 +11,16 @@ independent of thread and worker counts, and new every epoch. Boxes and masks mo
 The geometry of a list (crops, resizes, flips, affine, perspective, mosaic) is one map per sample;
 per-sample pixel transforms (RandAugment's family, RandomErasing, RandomGrayscale, GaussianBlur,
 RandomHSV) run on each output row after it, in list order; MixUp and CutMix mix the batch last. See
-``cachekit.augment.transforms``, ``geometric``, ``mosaic``, ``photometric`` and ``mixing``.
+``cachekit.augment.transforms``, ``geometric``, ``zoomcrop``, ``mosaic``, ``photometric``,
+``autoaugment``, ``erasing`` and ``mixing``.
 """
 
-from .augment.geometric import (
-    RandomAffine,
-    RandomIoUCrop,
-    RandomPerspective,
-    RandomRotation,
-    RandomVerticalFlip,
-    RandomZoomOut,
-)
+from .augment.autoaugment import AutoAugment, RandAugment, TrivialAugmentWide
+from .augment.erasing import RandomErasing
+from .augment.geometric import RandomAffine, RandomPerspective, RandomRotation, RandomVerticalFlip
 from .augment.mixing import CutMix, MixUp, MixUpOrCutMix
 from .augment.mosaic import Mosaic
-from .augment.photometric import (
-    AutoAugment,
-    GaussianBlur,
-    RandAugment,
-    RandomErasing,
-    RandomGrayscale,
-    RandomHSV,
-    TrivialAugmentWide,
-)
+from .augment.photometric import GaussianBlur, RandomGrayscale, RandomHSV
 from .augment.transforms import (
     CenterCrop,
     ColorJitter,
@@ -42,6 +30,7 @@ from .augment.transforms import (
     Resize,
 )
 from .augment.userops import BatchOp, MatrixOp, PixelOp
+from .augment.zoomcrop import RandomIoUCrop, RandomZoomOut
 
 __all__ = [
     "RandomResizedCrop",

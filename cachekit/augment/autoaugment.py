@@ -1,4 +1,4 @@
-"""RandAugment, TrivialAugmentWide and AutoAugment as data: torchvision v2's op tables, the draws, one kernel per op.
+"""RandAugment, TrivialAugmentWide and AutoAugment: the transforms, and as data: torchvision v2's op tables, the draws, one kernel per op.
 
 Each family is a table of (op, magnitudes for ``num_bins`` bins and an ``H x W`` image, signed)
 over one shared set of ops, exactly torchvision's; AutoAugment adds its policies' sub-policies
@@ -19,10 +19,30 @@ import numpy as np
 import torch
 
 from . import pixelbatch, pixelkernels
+from .checks import check_count, check_fill
 from .draws import uniforms
-from .photometric import check_fill
+from .protocol import Pixel
 
-__all__ = ["OpDraws", "draw_ops", "space_of", "op_matrix", "GEOMETRIC_OPS", "POLICY_TABLES"]
+__all__ = [
+    "RandAugment",
+    "TrivialAugmentWide",
+    "AutoAugment",
+    "OpDraws",
+    "draw_ops",
+    "space_of",
+    "op_matrix",
+    "GEOMETRIC_OPS",
+    "POLICY_TABLES",
+]
+
+
+#: The most operations RandAugment may chain per sample (torchvision sets no bound; 2-4 is usual).
+MAX_OPS = 16
+#: The most magnitude bins (torchvision's default is 31).
+MAX_BINS = 1024
+#: AutoAugment's policies, by torchvision's ``AutoAugmentPolicy`` values.
+POLICIES = ("imagenet", "cifar10", "svhn")
+
 
 
 def _linspace(a: float, b: float):
@@ -284,7 +304,7 @@ def draw_ops(step, seed: int, epoch: int, idx: np.ndarray, stream: int, out_hw: 
                 values = fn(10, h, w)
                 if values is not None:
                     mags[j, k] = float(values[bin_]) * (-1 if signed and u[j, 2 + 2 * k] <= 0.5 else 1)
-        return OpDraws(names, ops, mags, check_fill(step.fill, "AutoAugment"), out_hw)
+        return OpDraws(names, ops, mags, check_fill(step.fill, "AutoAugment", per_channel=True), out_hw)
     fixed = step.SPACE == "rand"  # RandAugment: num_ops ops at one magnitude; else one at a drawn bin
     slots = step.num_ops if fixed else 1
     bins = step.num_magnitude_bins
@@ -304,4 +324,68 @@ def draw_ops(step, seed: int, epoch: int, idx: np.ndarray, stream: int, out_hw: 
         mags[here] = values[chosen_bin[here]].astype(np.float64)
         if signed:
             mags[here & (u[:, :, 1] <= 0.5)] *= -1
-    return OpDraws(names, ops, mags, check_fill(step.fill, type(step).__name__), out_hw)
+    return OpDraws(names, ops, mags, check_fill(step.fill, type(step).__name__, per_channel=True), out_hw)
+
+
+@dataclass(frozen=True)
+class RandAugment(Pixel):
+    """``num_ops`` operations drawn uniformly from torchvision's 14 (Identity, ShearX/Y, TranslateX/Y,
+    Rotate, Brightness, Color, Contrast, Sharpness, Posterize, Solarize, AutoContrast, Equalize), each
+    at bin ``magnitude`` of ``num_magnitude_bins``, signed ones negated half the time. Shears,
+    translations and rotations move boxes and masks too; ``fill`` is what they uncover."""
+
+    num_ops: int = 2
+    magnitude: int = 9
+    num_magnitude_bins: int = 31
+    fill: int | tuple[int, ...] = 0
+
+    def __post_init__(self) -> None:
+        check_count(self.num_ops, "RandAugment: num_ops", 0, MAX_OPS)
+        bins = check_count(self.num_magnitude_bins, "RandAugment: num_magnitude_bins", 2, MAX_BINS)
+        check_count(self.magnitude, "RandAugment: magnitude", 0, bins - 1)
+        check_fill(self.fill, "RandAugment", per_channel=True)
+
+    SPACE = "rand"
+
+    def draw_stage(self, seed, epoch, idx, stream, out_hw, stats=None):
+        return draw_ops(self, seed, epoch, idx, stream, out_hw)
+
+
+@dataclass(frozen=True)
+class TrivialAugmentWide(Pixel):
+    """One operation per sample from torchvision's wide table, at a magnitude bin drawn uniformly."""
+
+    num_magnitude_bins: int = 31
+    fill: int | tuple[int, ...] = 0
+
+    def __post_init__(self) -> None:
+        check_count(self.num_magnitude_bins, "TrivialAugmentWide: num_magnitude_bins", 2, MAX_BINS)
+        check_fill(self.fill, "TrivialAugmentWide", per_channel=True)
+
+    SPACE = "wide"
+    draw_stage = RandAugment.draw_stage
+
+
+@dataclass(frozen=True)
+class AutoAugment(Pixel):
+    """One of the ``policy``'s 25 learned sub-policies per sample (``"imagenet"``, ``"cifar10"`` or
+    ``"svhn"``): two operations, each applied with its own probability at its own magnitude."""
+
+    policy: str = "imagenet"
+    fill: int | tuple[int, ...] = 0
+
+    def __post_init__(self) -> None:
+        # kept as its lower-case name: an enum member (torchvision's) writes back as text, so a
+        # loader's state keeps it for a resumed epoch
+        object.__setattr__(self, "policy", self.policy_name())
+        check_fill(self.fill, "AutoAugment", per_channel=True)
+
+    SPACE = "auto"
+    draw_stage = RandAugment.draw_stage
+
+    def policy_name(self) -> str:
+        """The policy as a lower-case name (torchvision's ``AutoAugmentPolicy`` members work too)."""
+        name = getattr(self.policy, "value", self.policy)
+        if not isinstance(name, str) or name.lower() not in POLICIES:
+            raise ValueError(f"AutoAugment: policy must be one of {', '.join(POLICIES)}, got {self.policy!r}")
+        return name.lower()

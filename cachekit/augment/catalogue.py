@@ -3,25 +3,25 @@ accepts, the names a text spec may call, what a schedule function is told apart 
 
 from __future__ import annotations
 
-from .geometric import (
-    RandomAffine,
-    RandomIoUCrop,
-    RandomPerspective,
-    RandomRotation,
-    RandomVerticalFlip,
-    RandomZoomOut,
-)
+from .autoaugment import AutoAugment, RandAugment, TrivialAugmentWide
+from .erasing import RandomErasing
+from .geometric import RandomAffine, RandomPerspective, RandomRotation, RandomVerticalFlip
 from .mixing import BATCH_TRANSFORMS
 from .mosaic import Mosaic
-from .photometric import PIXEL_TRANSFORMS
+from .photometric import GaussianBlur, RandomGrayscale, RandomHSV
 from .transforms import TRANSFORMS
 from .userops import USER_OPS
+from .zoomcrop import RandomIoUCrop, RandomZoomOut
 
-__all__ = ["CATALOGUE", "STEPS", "GEOMETRIC_STEPS"]
+__all__ = ["CATALOGUE", "STEPS", "GEOMETRIC_STEPS", "PIXEL_TRANSFORMS"]
 
 #: The geometry of one general map per sample (affine, perspective, zoom-out, IoU crop, mosaic).
 GEOMETRIC_STEPS = (RandomVerticalFlip, RandomRotation, RandomAffine, RandomPerspective, RandomZoomOut,
                    RandomIoUCrop, Mosaic)  # fmt: skip
+
+#: The per-sample pixel transforms (the plan's stage after the geometry).
+PIXEL_TRANSFORMS = (RandAugment, TrivialAugmentWide, AutoAugment, RandomErasing, RandomGrayscale, GaussianBlur,
+                    RandomHSV)  # fmt: skip
 
 #: Crops, resizes, flips and colour jitter; the geometry of one map per sample (affine, perspective,
 #: zoom-out, IoU crop, mosaic); the per-sample pixel stage; the batch stage (MixUp, CutMix).

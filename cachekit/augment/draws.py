@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["uniforms"]
+__all__ = ["keyed_generator", "uniforms"]
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -44,3 +44,9 @@ def uniforms(seed: int, epoch: int, indices: np.ndarray, stream: int, count: int
         counter = idx[:, None] * np.uint64(count) + np.arange(count, dtype=np.uint64)[None, :]
         bits = _mix(_mix(counter ^ key) + _GOLDEN)
     return (bits >> np.uint64(11)).astype(np.float64) * (1.0 / 2**53)
+
+
+def keyed_generator(seed: int, epoch: int, index: int, stream: int) -> np.random.Generator:
+    """A generator that depends on (seed, epoch, index, stream) alone (Philox keyed by their hash)."""
+    bits = (uniforms(seed, epoch, np.array([index]), stream, 2)[0] * 2.0**53).astype(np.uint64)
+    return np.random.Generator(np.random.Philox(key=bits))

@@ -1,4 +1,4 @@
-"""RandomErasing's draws: torchvision's box search (ten attempts, then nothing) for a whole batch at once.
+"""RandomErasing, and its draws: torchvision's box search (ten attempts, then nothing) for a whole batch at once.
 
 Each sample's box comes from (seed, epoch, index): area ``uniform(scale) * H * W``, aspect
 ``exp(uniform(log ratio))`` (height / width), ``h = round(sqrt(area * aspect))``, ``w =
@@ -16,18 +16,61 @@ import numpy as np
 import torch
 
 from . import pixelkernels
-from .draws import uniforms
-from .photometric import RandomErasing
+from .checks import check_fill, check_p, pair_of_numbers
+from .draws import keyed_generator, uniforms
+from .protocol import Pixel
 
-__all__ = ["EraseDraws", "draw_erasing", "keyed_generator"]
+__all__ = ["RandomErasing", "EraseDraws", "draw_erasing"]
 
 _ATTEMPTS = 10
 
 
-def keyed_generator(seed: int, epoch: int, index: int, stream: int) -> np.random.Generator:
-    """A generator that depends on (seed, epoch, index, stream) alone (Philox keyed by their hash)."""
-    bits = (uniforms(seed, epoch, np.array([index]), stream, 2)[0] * 2.0**53).astype(np.uint64)
-    return np.random.Generator(np.random.Philox(key=bits))
+@dataclass(frozen=True)
+class RandomErasing(Pixel):
+    """With probability ``p``, a box of ``scale`` x the area and aspect ``ratio`` (height / width) set
+    to ``value``: a pixel value, one per channel, or ``"random"`` (per-pixel normal noise). Ten
+    attempts at a box that fits, then nothing, as torchvision.
+
+    Values are pixel levels (the rows are uint8 here): 0 is black. ``"random"`` draws each pixel
+    ``z ~ N(0, 1)`` in the space ``normalize=True`` gives, i.e. ``255 * (mean + std * z)`` with the
+    cache's statistics, as torchvision's erasing after ``Normalize`` (DeiT's place for it) does."""
+
+    p: float = 0.5
+    scale: tuple[float, float] = (0.02, 0.33)
+    ratio: tuple[float, float] = (0.3, 3.3)
+    value: float | tuple[float, ...] | str = 0
+
+    def __post_init__(self) -> None:
+        check_p(self.p, "RandomErasing")
+        lo, hi = pair_of_numbers(self.scale, "RandomErasing scale")
+        if not 0.0 <= lo <= hi <= 1.0:
+            raise ValueError(
+                f"RandomErasing: scale must be (min, max) with 0 <= min <= max <= 1, got {self.scale!r}"
+            )
+        lo, hi = pair_of_numbers(self.ratio, "RandomErasing ratio")
+        if not 0.0 < lo <= hi:
+            raise ValueError(
+                f"RandomErasing: ratio must be (min, max) with 0 < min <= max, got {self.ratio!r}"
+            )
+        self.values()
+
+    def values(self) -> tuple[int, ...] | None:
+        """The erasing value per channel (one for all), or None for ``"random"``."""
+        if isinstance(self.value, str):
+            if self.value != "random":
+                raise ValueError(
+                    f"RandomErasing: value must be a number, one per channel, or 'random', got {self.value!r}"
+                )
+            return None
+        return check_fill(self.value, "RandomErasing value", per_channel=True)
+
+    @property
+    def needs_stats(self) -> bool:
+        """Noise (``value="random"``) is drawn in the space ``normalize=True`` gives: the cache's statistics."""
+        return self.values() is None
+
+    def draw_stage(self, seed, epoch, idx, stream, out_hw, stats=None):
+        return draw_erasing(self, seed, epoch, idx, stream, out_hw, stats)
 
 
 @dataclass(frozen=True)

@@ -1,92 +1,32 @@
-"""The geometric transforms beyond crop, resize and flip: flips, rotations, affine and perspective maps,
-zoom-out and SSD's IoU crop, as descriptions (torchvision v2's names, parameters and meanings).
+"""Geometric transforms beyond crop, resize and flip: vertical flips, rotations, affine and
+perspective maps, as descriptions (torchvision v2's names, parameters and meanings), each with its
+draw beside it.
 
-Each is one 3x3 map per sample, drawn from (seed, epoch, index) (``cachekit.augment.matrices``) and
-composed with the rest of a list's geometry into the one map that moves the sample's pixels, boxes
-and masks (``cachekit.augment.warpmatrix``). Angles are in degrees; fills are 0-255 grey levels.
+Each is one 3x3 map per sample, drawn from (seed, epoch, index) and composed with the rest of a
+list's geometry into the one map that moves the sample's pixels, boxes and masks
+(``cachekit.augment.maps``, ``cachekit.augment.warpmatrix``). Angles are in degrees; fills are
+0-255 grey levels. Zoom-out and SSD's IoU crop are in ``cachekit.augment.zoomcrop``.
 """
 
 from __future__ import annotations
 
-import math
-import numbers
 from dataclasses import dataclass, field
 
+import cv2
+import numpy as np
+
+from .checks import check_fill, check_p, degrees_range, is_real, pair_of_numbers, shear_ranges
+from .matrices import affine_matrices, draw_uniforms, eye, translation
 from .protocol import Geometric
-from .transforms import _is_int, _pair_of_numbers
 
-__all__ = [
-    "RandomVerticalFlip",
-    "RandomRotation",
-    "RandomAffine",
-    "RandomPerspective",
-    "RandomZoomOut",
-    "RandomIoUCrop",
-    "check_p",
-    "check_fill",
-]
+__all__ = ["RandomVerticalFlip", "RandomRotation", "RandomAffine", "RandomPerspective"]
 
-#: Largest zoom-out factor and shear (degrees) taken: beyond, an image is a dot or a line.
-MAX_ZOOM_OUT = 16.0
-MAX_SHEAR = 80.0
+#: Largest scale taken: beyond, an image is a dot or a line.
 MAX_SCALE = 16.0
+#: Largest perspective term (Ultralytics' ``perspective``; 0.0005 is a strong one).
 MAX_PERSPECTIVE = (
     0.001  # Ultralytics' documented range (0-0.001); past it a map folds an image through its horizon
 )
-
-
-def _number(value) -> bool:
-    return isinstance(value, numbers.Real) and not isinstance(value, bool)
-
-
-def check_p(p, name: str) -> float:
-    """A probability in [0, 1], or a one-line ValueError."""
-    if not _number(p) or not 0.0 <= float(p) <= 1.0:
-        raise ValueError(f"{name}: p must be in [0, 1], got {p!r}")
-    return float(p)
-
-
-def check_fill(fill, name: str) -> int:
-    """A grey level 0-255, or a one-line ValueError."""
-    if isinstance(fill, bool) or not isinstance(fill, numbers.Integral) or not 0 <= fill <= 255:
-        raise ValueError(f"{name}: fill must be an integer 0-255, got {fill!r}")
-    return int(fill)
-
-
-def degrees_range(value, name: str) -> tuple[float, float]:
-    """torchvision's forms: a number ``d >= 0`` is ``(-d, d)``, a pair ``(min, max)`` itself (within +-360)."""
-    if _number(value):
-        d = float(value)
-        if not (math.isfinite(d) and 0 <= d <= 360):
-            raise ValueError(f"{name}: degrees must be a number in [0, 360] or (min, max), got {value!r}")
-        return -d, d
-    a, b = _pair_of_numbers(value, f"{name} degrees")
-    if not -360 <= a <= b <= 360:
-        raise ValueError(f"{name}: degrees (min, max) must have -360 <= min <= max <= 360, got {value!r}")
-    return a, b
-
-
-def shear_ranges(value, name: str) -> tuple[float, float, float, float] | None:
-    """torchvision's forms: ``s`` is x in (-s, s); a pair x in (min, max); four values x then y ranges."""
-    if value is None:
-        return None
-    if _number(value):
-        s = float(value)
-        if not (math.isfinite(s) and 0 <= s <= MAX_SHEAR):
-            raise ValueError(f"{name}: shear must be a number in [0, {MAX_SHEAR:g}] or ranges, got {value!r}")
-        return -s, s, 0.0, 0.0
-    if not isinstance(value, (tuple, list)) or len(value) not in (2, 4):
-        raise ValueError(
-            f"{name}: shear must be a number, (min, max) or (xmin, xmax, ymin, ymax), got {value!r}"
-        )
-    x = _pair_of_numbers(value[:2], f"{name} shear")
-    y = _pair_of_numbers(value[2:], f"{name} shear") if len(value) == 4 else (0.0, 0.0)
-    for lo, hi in (x, y):
-        if not -MAX_SHEAR <= lo <= hi <= MAX_SHEAR:
-            raise ValueError(
-                f"{name}: shear ranges must have -{MAX_SHEAR:g} <= min <= max <= {MAX_SHEAR:g}, got {value!r}"
-            )
-    return (*x, *y)
 
 
 @dataclass(frozen=True)
@@ -98,9 +38,7 @@ class RandomVerticalFlip(Geometric):
     DRAWS = 1
 
     def draw_matrices(self, seed, epoch, idx, stream, vh, vw):
-        from .matrices import draw_uniforms, vertical_flip
-
-        return vertical_flip(self, draw_uniforms(seed, epoch, idx, stream, self), vh), vh, vw
+        return _vertical_flip(self, draw_uniforms(seed, epoch, idx, stream, self), vh), vh, vw
 
     p: float = 0.5
 
@@ -125,16 +63,14 @@ class RandomRotation(Geometric):
         if not isinstance(self.expand, bool):
             raise ValueError(f"RandomRotation: expand must be True or False, got {self.expand!r}")
         if self.center is not None:
-            _pair_of_numbers(self.center, "RandomRotation center")
+            pair_of_numbers(self.center, "RandomRotation center")
         check_fill(self.fill, "RandomRotation")
 
     GENERAL = True
     DRAWS = 1
 
     def draw_matrices(self, seed, epoch, idx, stream, vh, vw):
-        from .matrices import draw_uniforms, rotation
-
-        return rotation(self, draw_uniforms(seed, epoch, idx, stream, self), vh, vw)
+        return _rotation(self, draw_uniforms(seed, epoch, idx, stream, self), vh, vw)
 
     def map_fill(self, fill):
         return self.fill
@@ -175,13 +111,13 @@ class RandomAffine(Geometric):
     def __post_init__(self) -> None:
         degrees_range(self.degrees, "RandomAffine")
         if self.translate is not None:
-            a, b = _pair_of_numbers(self.translate, "RandomAffine translate")
+            a, b = pair_of_numbers(self.translate, "RandomAffine translate")
             if not (0 <= a <= 1 and 0 <= b <= 1):
                 raise ValueError(
                     f"RandomAffine: translate fractions must be in [0, 1], got {self.translate!r}"
                 )
         if self.scale is not None:
-            a, b = _pair_of_numbers(self.scale, "RandomAffine scale")
+            a, b = pair_of_numbers(self.scale, "RandomAffine scale")
             if not 0 < a <= b <= MAX_SCALE:
                 raise ValueError(
                     f"RandomAffine: scale must be (min, max) with 0 < min <= max <= {MAX_SCALE:g}, "
@@ -189,7 +125,7 @@ class RandomAffine(Geometric):
                 )
         object.__setattr__(self, "_shear", shear_ranges(self.shear, "RandomAffine"))
         check_fill(self.fill, "RandomAffine")
-        if not _number(self.perspective) or not 0 <= float(self.perspective) <= MAX_PERSPECTIVE:
+        if not is_real(self.perspective) or not 0 <= float(self.perspective) <= MAX_PERSPECTIVE:
             raise ValueError(
                 f"RandomAffine: perspective must be a number in [0, {MAX_PERSPECTIVE}], got {self.perspective!r}"
             )
@@ -198,9 +134,7 @@ class RandomAffine(Geometric):
     DRAWS = 8
 
     def draw_matrices(self, seed, epoch, idx, stream, vh, vw):
-        from .matrices import affine, draw_uniforms
-
-        return affine(self, draw_uniforms(seed, epoch, idx, stream, self), vh, vw), vh, vw
+        return _affine(self, draw_uniforms(seed, epoch, idx, stream, self), vh, vw), vh, vw
 
     def map_fill(self, fill):
         return self.fill
@@ -220,7 +154,7 @@ class RandomPerspective(Geometric):
     fill: int = 0
 
     def __post_init__(self) -> None:
-        if not _number(self.distortion_scale) or not 0 <= float(self.distortion_scale) <= 1:
+        if not is_real(self.distortion_scale) or not 0 <= float(self.distortion_scale) <= 1:
             raise ValueError(
                 f"RandomPerspective: distortion_scale must be in [0, 1], got {self.distortion_scale!r}"
             )
@@ -231,106 +165,103 @@ class RandomPerspective(Geometric):
     DRAWS = 9
 
     def draw_matrices(self, seed, epoch, idx, stream, vh, vw):
-        from .matrices import draw_uniforms, perspective
-
-        return perspective(self, draw_uniforms(seed, epoch, idx, stream, self), vh, vw), vh, vw
+        return _perspective(self, draw_uniforms(seed, epoch, idx, stream, self), vh, vw), vh, vw
 
     def map_fill(self, fill):
         return self.fill
 
 
-@dataclass(frozen=True)
-class RandomZoomOut(Geometric):
-    """With probability ``p``, place the image on a canvas ``r`` times its size (``r`` uniform in
-    ``side_range``, at a uniform place) filled with ``fill``: SSD's zoom-out, torchvision's. The output
-    size then varies: end the list in a fixed size."""
-
-    fill: int = 0
-    side_range: tuple[float, float] = (1.0, 4.0)
-    p: float = 0.5
-
-    def __post_init__(self) -> None:
-        check_fill(self.fill, "RandomZoomOut")
-        a, b = _pair_of_numbers(self.side_range, "RandomZoomOut side_range")
-        if not 1.0 <= a <= b <= MAX_ZOOM_OUT:
-            raise ValueError(
-                f"RandomZoomOut: side_range must have 1 <= min <= max <= {MAX_ZOOM_OUT:g}, got {self.side_range!r}"
-            )
-        check_p(self.p, "RandomZoomOut")
-
-    GENERAL = True
-
-    def draw_matrices(self, seed, epoch, idx, stream, vh, vw):
-        from .matrices import draw_uniforms, zoom_out
-
-        return zoom_out(self, draw_uniforms(seed, epoch, idx, stream, self), vh, vw)
-
-    def map_fill(self, fill):
-        return self.fill
-
-    def fixed_size(self, size):
-        return None
-
-    def size_varies(self, varies: bool) -> bool:
-        lo, hi = self.side_range
-        return varies or not (hi == 1.0 or self.p == 0.0 or (self.p == 1.0 and lo == hi))
+def _vertical_flip(step: RandomVerticalFlip, u: np.ndarray, vh: np.ndarray) -> np.ndarray:
+    flip = u[:, 0] < step.p
+    m = eye(len(vh))
+    m[flip, 1, 1], m[flip, 1, 2] = -1.0, vh[flip]
+    return m
 
 
-@dataclass(frozen=True)
-class RandomIoUCrop(Geometric):
-    """SSD's crop (torchvision's ``RandomIoUCrop``): draw an option from ``sampler_options`` (a value
-    >= 1 leaves the sample as it is); try ``trials`` crops of ``min_scale``-``max_scale`` of each side
-    with an aspect ratio in range, keep the first holding some box's centre with an IoU >= the option
-    with one of them; boxes whose centres fall outside the crop are dropped. Needs a cache with
-    boxes; the output size varies: end the list in a fixed size. Where torchvision redraws options
-    until a crop fits, at most ``ROUNDS`` options are drawn here (then the sample is left whole)."""
+def _rotation(step: RandomRotation, u: np.ndarray, vh: np.ndarray, vw: np.ndarray):
+    """torchvision's ``RandomRotation``: counter-clockwise by an angle uniform in ``degrees``;
+    ``expand`` grows the view to the rotated image's bounds (torchvision's rounding) about its centre.
+    Returns (matrices, new heights, new widths)."""
+    lo, hi = degrees_range(step.degrees, "RandomRotation")
+    angle = lo + u[:, 0] * (hi - lo)
+    n, zeros, ones = len(vh), np.zeros(len(vh)), np.ones(len(vh))
+    if step.center is not None and not step.expand:
+        cx, cy = np.full(n, float(step.center[0])), np.full(n, float(step.center[1]))
+    else:
+        cx, cy = vw / 2, vh / 2
+    m = affine_matrices(-angle, zeros, zeros, ones, zeros, zeros, cx, cy)
+    if not step.expand:
+        return m, vh, vw
+    corners = np.stack(
+        [[-vw / 2, -vh / 2], [vw / 2, -vh / 2], [vw / 2, vh / 2], [-vw / 2, vh / 2]]
+    )  # [4,2,n]
+    lin = m[:, :2, :2]
+    moved = np.einsum("nij,knj->kni", lin, corners.transpose(0, 2, 1))  # [4, n, 2]
+    tol = 1e-4
+    hi_ = np.ceil(np.trunc(moved.max(0) / tol) * tol)
+    lo_ = np.floor(np.trunc(moved.min(0) / tol) * tol)
+    nw, nh = (hi_ - lo_)[:, 0], (hi_ - lo_)[:, 1]
+    shift = translation(nw / 2 - vw / 2, nh / 2 - vh / 2)
+    return shift @ m, nh, nw
 
-    min_scale: float = 0.3
-    max_scale: float = 1.0
-    min_aspect_ratio: float = 0.5
-    max_aspect_ratio: float = 2.0
-    sampler_options: tuple[float, ...] | None = None
-    trials: int = 40
 
-    ROUNDS = 10
-    GENERAL = True
-    NEEDS_BOXES = True
+def _affine(step: RandomAffine, u: np.ndarray, vh: np.ndarray, vw: np.ndarray) -> np.ndarray:
+    """torchvision's ``RandomAffine.get_params`` and its map about the view's centre; Ultralytics'
+    perspective terms (``step.perspective``) act on the centred coordinates, as its
+    ``RandomPerspective`` puts them (between centring and rotation)."""
+    lo, hi = degrees_range(step.degrees, "RandomAffine")
+    angle = lo + u[:, 0] * (hi - lo)
+    zeros = np.zeros(len(vh))
+    tx = ty = zeros
+    if step.translate is not None:
+        dx, dy = step.translate[0] * vw, step.translate[1] * vh
+        tx, ty = np.round(-dx + u[:, 1] * 2 * dx), np.round(-dy + u[:, 2] * 2 * dy)
+    scale = np.ones(len(vh))
+    if step.scale is not None:
+        scale = step.scale[0] + u[:, 3] * (step.scale[1] - step.scale[0])
+    x0, x1, y0, y1 = step.shear_ranges
+    shear_x, shear_y = x0 + u[:, 4] * (x1 - x0), y0 + u[:, 5] * (y1 - y0)
+    cx, cy = vw / 2, vh / 2
+    m = affine_matrices(angle, tx, ty, scale, shear_x, shear_y, cx, cy)
+    if step.perspective:
+        p = eye(len(vh))
+        p[:, 2, 0] = (2 * u[:, 6] - 1) * step.perspective
+        p[:, 2, 1] = (2 * u[:, 7] - 1) * step.perspective
+        m = m @ translation(cx, cy) @ p @ translation(-cx, -cy)
+    return m
 
-    @property
-    def DRAWS(self) -> int:  # noqa: N802 -- the protocol's name for it
-        return self.ROUNDS * (1 + 4 * self.trials)
 
-    def fixed_size(self, size):
-        return None
+def _randint(u: np.ndarray, low, high) -> np.ndarray:
+    """``torch.randint(low, high)`` from uniforms: an integer in ``[low, high)``."""
+    return low + np.floor(u * (high - low))
 
-    def size_varies(self, varies: bool) -> bool:
-        return varies or any(v < 1.0 for v in self.options)
 
-    def __post_init__(self) -> None:
-        lo, hi = _pair_of_numbers((self.min_scale, self.max_scale), "RandomIoUCrop min_scale/max_scale")
-        if not 0 < lo <= hi <= 1:
-            raise ValueError(f"RandomIoUCrop: need 0 < min_scale <= max_scale <= 1, got {lo}, {hi}")
-        lo, hi = _pair_of_numbers(
-            (self.min_aspect_ratio, self.max_aspect_ratio), "RandomIoUCrop min/max_aspect_ratio"
-        )
-        if not 0 < lo <= hi <= 100:
-            raise ValueError(
-                f"RandomIoUCrop: need 0 < min_aspect_ratio <= max_aspect_ratio <= 100, got {lo}, {hi}"
-            )
-        options = self.options
-        if not options or len(options) > 64 or not all(_number(v) and 0 <= v < math.inf for v in options):
-            raise ValueError(
-                f"RandomIoUCrop: sampler_options must be 1-64 finite numbers >= 0, got {self.sampler_options!r}"
-            )
-        if not _is_int(self.trials) or not 1 <= self.trials <= 1000:
-            raise ValueError(f"RandomIoUCrop: trials must be an integer 1-1000, got {self.trials!r}")
-        if self.sampler_options is not None:  # a tuple: the transform stays hashable, like the others
-            object.__setattr__(self, "sampler_options", tuple(float(v) for v in options))
+def _perspective(step: RandomPerspective, u: np.ndarray, vh: np.ndarray, vw: np.ndarray) -> np.ndarray:
+    """torchvision's ``RandomPerspective``: each corner moved inwards by up to ``distortion_scale`` of
+    half the side (whole pixels), applied with probability ``p``; the homography taking the
+    corners ``(0, 0), (w-1, 0), (w-1, h-1), (0, h-1)`` to the moved ones."""
+    n = len(vh)
+    out = eye(n)
+    half_h, half_w = np.floor(vh / 2), np.floor(vw / 2)
+    bh = np.floor(step.distortion_scale * half_h) + 1
+    bw = np.floor(step.distortion_scale * half_w) + 1
+    ends = np.stack(
+        [
+            np.stack([_randint(u[:, 1], 0, bw), _randint(u[:, 2], 0, bh)], 1),
+            np.stack([_randint(u[:, 3], vw - bw, vw), _randint(u[:, 4], 0, bh)], 1),
+            np.stack([_randint(u[:, 5], vw - bw, vw), _randint(u[:, 6], vh - bh, vh)], 1),
+            np.stack([_randint(u[:, 7], 0, bw), _randint(u[:, 8], vh - bh, vh)], 1),
+        ],
+        axis=1,
+    )
+    for j in np.flatnonzero(u[:, 0] < step.p):
+        w, h = vw[j] - 1, vh[j] - 1
+        starts = np.float32([[0, 0], [w, 0], [w, h], [0, h]])
+        if np.array_equal(starts, ends[j]) or vw[j] < 2 or vh[j] < 2:  # nothing to move (a 1-pixel side)
+            continue
+        m = cv2.getPerspectiveTransform(starts, ends[j].astype(np.float32)).astype(np.float64)
+        if np.isfinite(m).all() and abs(np.linalg.det(m)) > 1e-9:  # corners in a line: left as it is
+            out[j] = m
+    return out
 
-    @property
-    def options(self) -> tuple[float, ...]:
-        if self.sampler_options is None:
-            return (0.0, 0.1, 0.3, 0.5, 0.7, 0.9, 2.0)
-        if isinstance(self.sampler_options, (str, bytes)) or not hasattr(self.sampler_options, "__len__"):
-            return ()
-        return tuple(self.sampler_options)
+

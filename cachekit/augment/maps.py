@@ -14,19 +14,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..constants import MAX_SIDE
-from .catalogue import GEOMETRIC_STEPS  # kept importable from here, where it was
-from .matrices import (
-    as_boxes,
-    box_corners,
-    draw_uniforms,
-    eye,
-    iou_crop,
-    shrink_sizes,
-)
+from .matrices import as_boxes, box_corners, draw_uniforms, eye, shrink_sizes
 from .mosaic import MosaicDraws, canvas_window, mosaic_layout
 from .protocol import COLOUR, MOSAIC
+from .zoomcrop import iou_crop
 
-__all__ = ["MapDraws", "CropRects", "draw_maps", "GEOMETRIC_STEPS"]
+__all__ = ["MapDraws", "CropRects", "draw_maps"]
 
 
 @dataclass(frozen=True)

@@ -20,8 +20,8 @@ import cv2
 import numpy as np
 import torch
 
-from .erasing import keyed_generator
-from .photometric import check_p
+from .checks import check_p
+from .draws import keyed_generator
 from .protocol import Batch
 
 __all__ = ["MixUp", "CutMix", "MixUpOrCutMix", "BATCH_TRANSFORMS", "BatchMix", "MixDraws", "compile_mixing"]

@@ -22,10 +22,9 @@ import numpy as np
 
 from ..image.geometry import Affine
 from ..image.ops import hwc_into_planes, planes_as_pixels, planes_into_hwc
+from .checks import check_fill, check_p, check_size
 from .draws import uniforms
-from .geometric import check_fill, check_p
 from .protocol import MOSAIC, Geometric
-from .transforms import _size
 from .warpmatrix import resize_hwc
 
 __all__ = [
@@ -55,19 +54,19 @@ class Mosaic(Geometric):
     fill: int = 114
 
     def __post_init__(self) -> None:
-        if _size(self.size, "Mosaic")[0] != _size(self.size, "Mosaic")[1]:
+        if check_size(self.size, "Mosaic")[0] != check_size(self.size, "Mosaic")[1]:
             raise ValueError(f"Mosaic: size must be one int (a square), got {self.size!r}")
-        if 2 * _size(self.size, "Mosaic")[0] > 8192:
+        if 2 * check_size(self.size, "Mosaic")[0] > 8192:
             raise ValueError(f"Mosaic: size {self.size!r} makes a canvas past 8192 pixels; use at most 4096")
         check_p(self.p, "Mosaic")
         check_fill(self.fill, "Mosaic")
 
     @property
     def side(self) -> int:
-        return _size(self.size, "Mosaic")[0]
+        return check_size(self.size, "Mosaic")[0]
 
     def fixed_size(self, size):
-        return _size(self.size, "Mosaic")
+        return check_size(self.size, "Mosaic")
 
     def size_varies(self, varies: bool) -> bool:
         return False

@@ -25,6 +25,7 @@ from .draws import uniforms
 from .instances import Instances
 from .maps import MapDraws, draw_maps
 from .matrices import eye
+from .mistakes import not_a_step
 from .mixing import BatchMix, compile_mixing
 from .mosaic import Mosaic, mosaic_extras, render_mask_canvas
 from .protocol import BATCH, COLOUR, GEOMETRY, MOSAIC, PIXEL, Transform
@@ -33,7 +34,7 @@ from .stage import Stage, compile_stage
 from .transforms import (
     ColorJitter,
 )
-from .usage import AugmentTypeError, AugmentUsageError, not_a_step
+from .usage import AugmentTypeError, AugmentUsageError
 from .userops import BatchOpDraws, compile_batch_ops
 
 __all__ = ["Plan", "Draws", "compile_plan", "check_order", "AugmentUsageError"]

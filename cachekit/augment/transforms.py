@@ -18,13 +18,13 @@ go through each sample's very map (``Draws.affine``).
 from __future__ import annotations
 
 import math
-import numbers
 from dataclasses import dataclass
 
 import numpy as np
 
-from ..constants import MAX_SIDE
+from .checks import check_fill, check_p, check_size, jitter_range, positive_range
 from .draws import uniforms
+from .matrices import crop_matrices
 from .protocol import Colour, Geometric
 
 __all__ = [
@@ -36,62 +36,6 @@ __all__ = [
     "Letterbox",
     "TRANSFORMS",
 ]
-
-
-def _is_int(v) -> bool:
-    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
-
-
-def _size(value, name: str) -> tuple[int, int]:
-    pair = (value, value) if _is_int(value) else value
-    if not isinstance(pair, (tuple, list)) or len(pair) != 2 or not all(_is_int(v) and v > 0 for v in pair):
-        raise ValueError(f"{name}: size must be a positive int or (height, width), got {value!r}")
-    if max(pair) > MAX_SIDE:
-        raise ValueError(
-            f"{name}: size {value!r} is past the largest side an image may have, {MAX_SIDE} pixels"
-        )
-    return int(pair[0]), int(pair[1])
-
-
-def _pair_of_numbers(value, name: str) -> tuple[float, float]:
-    if not isinstance(value, (tuple, list)) or len(value) != 2:
-        raise ValueError(f"{name}: expected (min, max), got {value!r}")
-    if not all(isinstance(v, numbers.Real) and not isinstance(v, bool) for v in value):
-        raise ValueError(f"{name}: expected two numbers, got {value!r}")
-    a, b = (float(v) for v in value)
-    if not (math.isfinite(a) and math.isfinite(b)):
-        raise ValueError(f"{name}: expected finite numbers, got {value!r}")
-    return a, b
-
-
-def _range(value, name: str, low: float = 0.0) -> tuple[float, float]:
-    a, b = _pair_of_numbers(value, name)
-    if not low < a <= b:
-        raise ValueError(f"{name}: expected {low} < min <= max, got {value!r}")
-    return a, b
-
-
-#: The largest brightness, contrast or saturation factor taken (past a few, every pixel is already at 0 or 255).
-MAX_JITTER = 1000.0
-
-
-def _jitter_range(
-    value, name: str, centre: float, low: float, high: float = MAX_JITTER
-) -> tuple[float, float]:
-    """torchvision's forms: a number ``x`` is ``[centre - x, centre + x]`` (clipped at ``low``), a
-    pair is ``(min, max)`` itself; both within ``[low, high]``."""
-    if isinstance(value, numbers.Real) and not isinstance(value, bool):
-        x = float(value)
-        if not (math.isfinite(x) and x >= 0):
-            raise ValueError(f"ColorJitter: {name} must be a finite number >= 0 or (min, max), got {value!r}")
-        a, b = max(low, centre - x), centre + x
-    else:
-        a, b = _pair_of_numbers(value, f"ColorJitter {name}")
-        if not low <= a <= b:
-            raise ValueError(f"ColorJitter: {name} (min, max) must have {low} <= min <= max, got {value!r}")
-    if b > high:
-        raise ValueError(f"ColorJitter: {name} must stay within [{low}, {high}], got {value!r}")
-    return a, b
 
 
 _ATTEMPTS = 10  # torchvision's RandomResizedCrop tries 10 boxes before its central fallback
@@ -139,19 +83,17 @@ def _letterbox_boxes(size: tuple[int, int], vh: np.ndarray, vw: np.ndarray) -> n
 
 class _CropToSize(Geometric):
     """A crop of each view (``crop_boxes``, the subclass's) resized to ``size``: its map, and the
-    fixed output size it sets (RandomResizedCrop, CenterCrop)."""
+    fixed output size it sets (RandomResizedCrop, CenterCrop, Letterbox)."""
 
     def draw_matrices(self, seed, epoch, idx, stream, vh, vw):
         """Its crop of each view, resized to its size."""
-        from .matrices import crop_matrices
-
         top, left, ch, cw = self.crop_boxes(seed, epoch, idx, stream, vh, vw).T
-        out_h, out_w = _size(self.size, type(self).__name__)
+        out_h, out_w = check_size(self.size, type(self).__name__)
         n = len(idx)
         return crop_matrices(top, left, ch, cw, out_h, out_w), np.full(n, float(out_h)), np.full(n, float(out_w))
 
     def fixed_size(self, size):
-        return _size(self.size, type(self).__name__)
+        return check_size(self.size, type(self).__name__)
 
     def size_varies(self, varies: bool) -> bool:
         return False
@@ -166,9 +108,9 @@ class RandomResizedCrop(_CropToSize):
     ratio: tuple[float, float] = (3 / 4, 4 / 3)
 
     def __post_init__(self) -> None:
-        _size(self.size, "RandomResizedCrop")
-        _range(self.scale, "RandomResizedCrop scale")
-        _range(self.ratio, "RandomResizedCrop ratio")
+        check_size(self.size, "RandomResizedCrop")
+        positive_range(self.scale, "RandomResizedCrop scale")
+        positive_range(self.ratio, "RandomResizedCrop ratio")
 
     def crop_boxes(self, seed, epoch, idx, stream, vh, vw):
         """Each sample's crop ``(top, left, height, width)`` of its ``vh`` x ``vw`` view (torchvision's draw)."""
@@ -187,8 +129,7 @@ class RandomHorizontalFlip(Geometric):
     p: float = 0.5
 
     def __post_init__(self) -> None:
-        if isinstance(self.p, bool) or not isinstance(self.p, numbers.Real) or not 0.0 <= self.p <= 1.0:
-            raise ValueError(f"RandomHorizontalFlip: p must be in [0, 1], got {self.p}")
+        check_p(self.p, "RandomHorizontalFlip")
 
     def draw_matrices(self, seed, epoch, idx, stream, vh, vw):
         flip, f = uniforms(seed, epoch, idx, stream, 1)[:, 0] < self.p, np.tile(np.eye(3), (len(idx), 1, 1))
@@ -211,14 +152,14 @@ class ColorJitter(Colour):
 
     def __post_init__(self) -> None:
         for name in ("brightness", "contrast", "saturation"):
-            _jitter_range(getattr(self, name), name, 1.0, 0.0)
-        _jitter_range(self.hue, "hue", 0.0, -0.5, 0.5)
+            jitter_range(getattr(self, name), name, 1.0, 0.0)
+        jitter_range(self.hue, "hue", 0.0, -0.5, 0.5)
 
     def ranges(self) -> list[tuple[float, float]]:
         """(min, max) of the brightness, contrast and saturation factors and of the hue shift."""
         return [
-            _jitter_range(getattr(self, n), n, 1.0, 0.0) for n in ("brightness", "contrast", "saturation")
-        ] + [_jitter_range(self.hue, "hue", 0.0, -0.5, 0.5)]
+            jitter_range(getattr(self, n), n, 1.0, 0.0) for n in ("brightness", "contrast", "saturation")
+        ] + [jitter_range(self.hue, "hue", 0.0, -0.5, 0.5)]
 
 
 @dataclass(frozen=True)
@@ -228,11 +169,11 @@ class CenterCrop(_CropToSize):
     size: int | tuple[int, int]
 
     def __post_init__(self) -> None:
-        _size(self.size, "CenterCrop")
+        check_size(self.size, "CenterCrop")
 
     def crop_boxes(self, seed, epoch, idx, stream, vh, vw):
         """Each sample's central crop ``(top, left, height, width)`` of its ``vh`` x ``vw`` view."""
-        out_h, out_w = _size(self.size, "CenterCrop")
+        out_h, out_w = check_size(self.size, "CenterCrop")
         n = len(idx)
         return np.stack(
             [np.round((vh - out_h) / 2), np.round((vw - out_w) / 2), np.full(n, out_h), np.full(n, out_w)],
@@ -247,7 +188,7 @@ class Resize(Geometric):
     size: int | tuple[int, int]
 
     def __post_init__(self) -> None:
-        _size(self.size, "Resize")
+        check_size(self.size, "Resize")
 
     def view_size(self, vh: np.ndarray, vw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The view's size after it (torchvision's truncation of the longer side)."""
@@ -265,14 +206,14 @@ class Resize(Geometric):
         return s, nh, nw
 
     def fixed_size(self, size):
-        return None if isinstance(self.size, int) else _size(self.size, "Resize")
+        return None if isinstance(self.size, int) else check_size(self.size, "Resize")
 
     def size_varies(self, varies: bool) -> bool:
         return varies if isinstance(self.size, int) else False
 
 
 @dataclass(frozen=True)
-class Letterbox(Geometric):
+class Letterbox(_CropToSize):
     """YOLO's letterbox: the image scaled, keeping its aspect ratio, to fit ``size`` (an int: a square;
     or ``(height, width)``, as Ultralytics' ``LetterBox(new_shape)``), centred on a canvas of that
     size filled with ``fill`` (114, YOLO's grey). Boxes, masks and keypoints move with the image."""
@@ -281,35 +222,15 @@ class Letterbox(Geometric):
     fill: int = 114
 
     def __post_init__(self) -> None:
-        _size(self.size, "Letterbox")
-        if (
-            isinstance(self.fill, bool)
-            or not isinstance(self.fill, numbers.Integral)
-            or not 0 <= self.fill <= 255
-        ):
-            raise ValueError(f"Letterbox: fill must be an integer 0-255, got {self.fill!r}")
+        check_size(self.size, "Letterbox")
+        check_fill(self.fill, "Letterbox")
 
     def crop_boxes(self, seed, epoch, idx, stream, vh, vw):
         """The part of each view that the letterbox shows (``_letterbox_boxes``)."""
-        return _letterbox_boxes(_size(self.size, "Letterbox"), vh, vw)
-
-    def draw_matrices(self, seed, epoch, idx, stream, vh, vw):
-        """Its crop of each view, resized to its size."""
-        from .matrices import crop_matrices
-
-        top, left, ch, cw = self.crop_boxes(seed, epoch, idx, stream, vh, vw).T
-        out_h, out_w = _size(self.size, type(self).__name__)
-        n = len(idx)
-        return crop_matrices(top, left, ch, cw, out_h, out_w), np.full(n, float(out_h)), np.full(n, float(out_w))
+        return _letterbox_boxes(check_size(self.size, "Letterbox"), vh, vw)
 
     def map_fill(self, fill):
         return self.fill
-
-    def fixed_size(self, size):
-        return _size(self.size, type(self).__name__)
-
-    def size_varies(self, varies: bool) -> bool:
-        return False
 
 
 TRANSFORMS = (RandomResizedCrop, RandomHorizontalFlip, ColorJitter, CenterCrop, Resize, Letterbox)

@@ -24,8 +24,7 @@ import numpy as np
 import torch
 
 from ..constants import MAX_SIDE
-from .draws import uniforms
-from .erasing import keyed_generator
+from .draws import keyed_generator, uniforms
 from .opnames import op_name, said_in_one_line
 from .protocol import BATCH, Batch, Geometric, Pixel
 from .usage import AugmentUsageError

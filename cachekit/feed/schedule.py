@@ -16,10 +16,10 @@ from collections.abc import Callable
 
 import torch
 
+from ..augment.mistakes import is_compose
 from ..augment.plan import AugmentUsageError, Plan, compile_plan
 from ..augment.protocol import Transform
 from ..augment.spec import format_spec, parse_spec
-from ..augment.usage import is_compose
 
 __all__ = ["AugmentSchedule", "is_schedule_function"]
 

@@ -11,20 +11,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from cachekit.augment.geometric import (
-    RandomAffine,
-    RandomIoUCrop,
-    RandomPerspective,
-    RandomRotation,
-    RandomVerticalFlip,
-    RandomZoomOut,
-)
+from cachekit.augment.geometric import RandomAffine, RandomPerspective, RandomRotation, RandomVerticalFlip
 from cachekit.augment.instances import move_boxes
 from cachekit.augment.mosaic import Mosaic, canvas_window, render_canvas
 from cachekit.augment.plan import compile_plan
 from cachekit.augment.transforms import CenterCrop, Letterbox, RandomHorizontalFlip, RandomResizedCrop, Resize
 from cachekit.augment.warp import warp_batch, warp_planes
 from cachekit.augment.warpmatrix import resize_chw, warp_fast_batch, warp_maps_batch, warp_sample
+from cachekit.augment.zoomcrop import RandomIoUCrop, RandomZoomOut
 from cachekit.tools.synthetic import synthetic_image
 
 N = 4000  # samples for the statistics: a KS distance past 1.63 / sqrt(N) has odds under 1%

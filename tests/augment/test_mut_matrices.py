@@ -9,17 +9,12 @@ import warnings
 import numpy as np
 import pytest
 
-from cachekit.augment.geometric import (
-    RandomIoUCrop,
-    RandomPerspective,
-    RandomRotation,
-    RandomVerticalFlip,
-    RandomZoomOut,
-)
+from cachekit.augment.geometric import RandomPerspective, RandomRotation, RandomVerticalFlip
 from cachekit.augment.maps import draw_maps
-from cachekit.augment.matrices import _iou_with, as_boxes, box_corners, iou_crop, shrink_sizes
+from cachekit.augment.matrices import as_boxes, box_corners, shrink_sizes
 from cachekit.augment.plan import compile_plan
 from cachekit.augment.transforms import CenterCrop, RandomHorizontalFlip, Resize
+from cachekit.augment.zoomcrop import RandomIoUCrop, RandomZoomOut, iou_crop, iou_with
 
 
 def _walk(steps: list, heights, widths, seed: int = 0):
@@ -150,9 +145,9 @@ def test_the_iou_of_boxes_and_crops_counts_the_overlap_of_both_axes():
     crops = np.array([[0.0, 0.0, 4.0, 1.0], [0.0, 5.0, 4.0, 9.0], [5.0, 0.0, 9.0, 1.0]])
     boxes = np.array([[0.0, 0.0, 4.0, 0.5], [0.0, 0.0, 2.0, 2.0]])
     # a box half a pixel tall in a 4 x 1 crop: 2 / 4; the square: 2 / (4 + 4 - 2); nothing in the far crop
-    assert np.allclose(_iou_with(boxes, crops), [[0.5, 1 / 3], [0.0, 0.0], [0.0, 0.0]])
+    assert np.allclose(iou_with(boxes, crops), [[0.5, 1 / 3], [0.0, 0.0], [0.0, 0.0]])
     # the same turned a quarter: half a pixel wide in a 1 x 4 crop, nothing in the crop far to the right
-    turned = _iou_with(boxes[:, [1, 0, 3, 2]], crops[:, [1, 0, 3, 2]])
+    turned = iou_with(boxes[:, [1, 0, 3, 2]], crops[:, [1, 0, 3, 2]])
     assert np.allclose(turned, [[0.5, 1 / 3], [0.0, 0.0], [0.0, 0.0]])
 
 

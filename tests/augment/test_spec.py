@@ -45,7 +45,7 @@ def test_format_spec_round_trips():
         ("Eval(1)", "unknown transform 'Eval'"),
         ("RandomResizedCrop(-1)", "RandomResizedCrop: size must be"),
         ("RandomHorizontalFlip(p=float('nan'))", "must be literals"),
-        ("RandomHorizontalFlip(p=1e999)", "p must be in"),
+        ("RandomHorizontalFlip(p=1e999)", "p must be a number in"),
         ("RandomResizedCrop(224, colour=1)", "unexpected keyword"),
         ("RandomResizedCrop(224", "not a list of transforms"),
         ("[" * 2000, "not a list of transforms"),

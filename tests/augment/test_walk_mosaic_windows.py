@@ -7,11 +7,12 @@ import re
 import numpy as np
 import pytest
 
-from cachekit.augment.geometric import RandomAffine, RandomIoUCrop, RandomVerticalFlip
+from cachekit.augment.geometric import RandomAffine, RandomVerticalFlip
 from cachekit.augment.maps import draw_maps
 from cachekit.augment.mosaic import Mosaic
 from cachekit.augment.plan import compile_plan
 from cachekit.augment.transforms import CenterCrop, ColorJitter, Letterbox, RandomHorizontalFlip, Resize
+from cachekit.augment.zoomcrop import RandomIoUCrop
 from cachekit.constants import MAX_SIDE
 
 
