@@ -29,6 +29,7 @@ import numpy as np
 
 from ..errors import CacheError
 from .limits import MAX_SAMPLES, MAX_SHARD_BYTES, MAX_SHARD_ROWS, short
+from .shardfiles import check_shard_name
 
 __all__ = [
     "INDEX_NAME",
@@ -139,8 +140,6 @@ def index_record(file: str, size: int, sha256: str, shards: int, samples: int) -
 
 def check_record(obj: object, where: str) -> dict:
     """The manifest's ``index`` object, validated (types and bounds; the file is checked when mapped)."""
-    from .shardfiles import check_shard_name
-
     if not isinstance(obj, dict):
         raise CacheError(f"{where}: expected an object, got {short(obj)}")
     out = {}

@@ -12,7 +12,9 @@ from __future__ import annotations
 import contextlib
 import errno
 import hashlib
+import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -25,7 +27,7 @@ from .atomic import commit_file, path_size, remove_path, sha256_path
 from .index import INDEX_NAME, ShardIndex, index_record, write_index
 from .lock import BuildLock
 from .manifest import Manifest
-from .manifestio import parse_manifest, read_local_manifest
+from .manifestio import manifest_text, parse_manifest, read_local_manifest
 from .remote import access_error, answered_within, filesystem, is_url, process_filesystem, reach
 
 __all__ = [
@@ -36,6 +38,7 @@ __all__ = [
     "read_manifest",
     "write_failure",
     "commit_index",
+    "write_manifest",
     "fetch_index",
 ]
 
@@ -282,6 +285,16 @@ def commit_index(out: Location, manifest: Manifest) -> Manifest:
     return replace(manifest, index=record)
 
 
+def write_manifest(cache_dir: str | os.PathLike, manifest: Manifest) -> Path:
+    """Write a local cache's manifest atomically, after a format 5 cache's index (which it names)."""
+    out = LocalLocation(cache_dir)
+    if manifest.format_version >= 5 and not manifest.index:
+        manifest = commit_index(out, manifest)
+    data = manifest_text(manifest)
+    out.commit(MANIFEST_NAME, lambda tmp: tmp.write_text(data, encoding="utf-8"))
+    return out.path / MANIFEST_NAME
+
+
 def fetch_index(fs, root: str, url: str, record: dict, folder: Path | None = None, copies=None) -> ShardIndex:
     """The index object of the cache at ``url`` (``fs``, ``root``), fetched whole and checked against
     the manifest's size and sha256, then mapped: kept in ``folder`` (a node's folder of copies,
@@ -380,9 +393,6 @@ def read_manifest(
 
 def _fingerprint_of(text: str) -> str | None:
     """The manifest's fingerprint, read before the manifest is validated (names the node's folder)."""
-    import json
-    import re
-
     try:
         value = json.loads(text).get("fingerprint")
     except (ValueError, AttributeError):

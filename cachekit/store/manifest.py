@@ -1,14 +1,17 @@
-"""The on-disk contract: a versioned ``manifest.json`` describing a cache, read, written and validated.
+"""The on-disk contract: a versioned ``manifest.json`` describing a cache (``Manifest``), validated.
 
-A cache folder is valid if and only if its manifest validates. This module parses and checks the
-manifest's structure and never touches image data; shard contents are checked by ``cachekit.verify``.
+A cache folder is valid if and only if its manifest validates. This module checks the manifest's
+structure from parsed JSON and never touches image data (shard contents are checked by
+``cachekit.verify``; the file itself is ``manifestio``'s). Its parts have their own modules, below
+this one: what one sample is in ``samplespec``, one shard's entry in ``shardinfo``, a format 5
+cache's shards in ``shardtable``; the names the rest of the package imports from here
+(``SampleSpec``, ``ArraySpec``, ``ShardInfo``, ``FieldSpec``, ``shard_path``) are re-exported.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -16,23 +19,14 @@ import numpy as np
 from ..constants import MANIFEST_VERSION, READABLE_MANIFEST_VERSIONS, VERSION
 from ..errors import CacheError
 from ..image.recipes import check_recorded
-from .fields import FieldSpec, field_columns, target_keys
-from .jsonfields import dtype_of, get, get_floats, get_int, get_str, itemsize, shape_of
-from .limits import (
-    MAX_EXTRA_BYTES,
-    MAX_EXTRAS,
-    MAX_INT,
-    MAX_SAMPLE_BYTES,
-    MAX_SAMPLES,
-    MAX_SHARD_BYTES,
-    MAX_SHARD_ROWS,
-    MAX_VARIANTS,
-    short,
-)
-from .shardfiles import check_plain_tree, check_shard_name, shard_path  # re-exported: the contract
+from .fields import FieldSpec  # re-exported: the public API imports it from here
+from .jsonfields import get, get_floats, get_int, get_str
+from .limits import MAX_INT, MAX_SAMPLES, MAX_VARIANTS, short
+from .samplespec import ArraySpec, SampleSpec  # ArraySpec re-exported
+from .shardinfo import ShardInfo, shard_path  # shard_path re-exported: the contract
+from .shardtable import indexed_shards
 
 __all__ = [
-    "MANIFEST_VERSION",
     "manifest_version_for",
     "FieldSpec",
     "ArraySpec",
@@ -41,184 +35,14 @@ __all__ = [
     "SkippedInput",
     "Manifest",
     "ORDERS",
-    "check_shard_name",
-    "check_plain_tree",
     "shard_path",
-    "SHARD_NAME_COLUMN",
 ]
-
-_HEX64 = re.compile(r"^[0-9a-f]{64}$")
-
-#: The column every shard carries with its own file name (UTF-8 bytes), so that a reader can tell
-#: a shard from another one swapped in under its name without hashing it (see formats/base.py).
-SHARD_NAME_COLUMN = "shard_name"
-#: Columns a shard stores besides the per-sample extras; no extra may take one of these names.
-_RESERVED_COLUMNS = {
-    "images",
-    "labels",
-    "image_bytes",
-    "image_offsets",
-    "image_shape",
-    "source_bytes",  # each sample's source path (store/sourcecol.py)
-    "source_offsets",
-    SHARD_NAME_COLUMN,
-}
-
-
-@dataclass(frozen=True)
-class ArraySpec:
-    """Shape and dtype of one per-sample array (the image, or an extra such as letterbox padding)."""
-
-    shape: tuple[int, ...]
-    dtype: str
-
-    def to_json(self) -> dict:
-        return {"shape": list(self.shape), "dtype": self.dtype}
-
-    @classmethod
-    def from_json(cls, obj: Any, where: str) -> ArraySpec:
-        if not isinstance(obj, dict):
-            raise CacheError(f"{where}: expected an object, got {short(obj)}")
-        dtype = dtype_of(get(obj, "dtype", where), f"{where}.dtype")
-        shape = shape_of(get(obj, "shape", where), f"{where}.shape", MAX_EXTRA_BYTES, itemsize(dtype))
-        return cls(shape=shape, dtype=dtype)
-
-
-@dataclass(frozen=True)
-class SampleSpec:
-    """What one stored sample is: a channels-first RGB image, fixed-size extras, and typed fields
-    (a class, several classes, boxes, a mask, text, arrays; none for a classification cache)."""
-
-    shape: tuple[int, ...]
-    dtype: str = "|u1"
-    extras: dict[str, ArraySpec] = field(default_factory=dict)
-    label_dtype: str = "<i8"
-    fields: dict[str, FieldSpec] = field(default_factory=dict)
-
-    @property
-    def targets(self) -> bool:
-        """True when a sample's target is a dict of fields rather than its class alone."""
-        return bool(self.fields)
-
-    @property
-    def ragged(self) -> bool:
-        """True when samples keep their own height and width (``shape`` is ``[C, null, null]``)."""
-        return any(d is None for d in self.shape)
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes of one sample; for ragged samples an estimate (a 400x500 image)."""
-        c, h, w = self.shape
-        return c * (h or 400) * (w or 500)
-
-    def to_json(self) -> dict:
-        return {
-            "shape": list(self.shape),
-            "dtype": self.dtype,
-            "layout": "CHW",
-            "color": "RGB",
-            "label_dtype": self.label_dtype,
-            "extras": {k: v.to_json() for k, v in sorted(self.extras.items())},
-        } | ({"fields": {k: v.to_json() for k, v in sorted(self.fields.items())}} if self.fields else {})
-
-    @classmethod
-    def from_json(cls, obj: Any, where: str = "manifest.sample") -> SampleSpec:
-        raw = get(obj, "shape", where)
-        if not isinstance(raw, list) or len(raw) != 3 or (raw[1] is None) != (raw[2] is None):
-            raise CacheError(f"{where}.shape: expected [channels, height, width], got {raw!r}")
-        if raw[1] is None:  # ragged: every sample has its own height and width
-            shape = (*shape_of(raw[:1], f"{where}.shape", MAX_SAMPLE_BYTES), None, None)
-        else:
-            shape = shape_of(raw, f"{where}.shape", MAX_SAMPLE_BYTES)
-        if shape[0] not in (1, 3):
-            raise CacheError(f"{where}.shape: expected [channels, height, width], got {raw!r}")
-        dtype = dtype_of(get(obj, "dtype", where), f"{where}.dtype")
-        if dtype != "|u1":
-            raise CacheError(f"{where}.dtype: images are stored as '|u1', got {dtype!r}")
-        label_dtype = dtype_of(get(obj, "label_dtype", where), f"{where}.label_dtype")
-        extras_obj = get(obj, "extras", where)
-        if not isinstance(extras_obj, dict) or len(extras_obj) > MAX_EXTRAS:
-            raise CacheError(f"{where}.extras: expected an object of at most {MAX_EXTRAS} extras")
-        extras = {}
-        for name, spec in extras_obj.items():
-            if not re.match(r"^[a-z][a-z0-9_]{0,63}$", str(name)) or name in _RESERVED_COLUMNS:
-                raise CacheError(f"{where}.extras: bad extra name {name!r}")
-            extras[name] = ArraySpec.from_json(spec, f"{where}.extras.{name}")
-        fields = _fields(obj.get("fields", {}), f"{where}.fields", set(extras))
-        return cls(shape=shape, dtype=dtype, extras=extras, label_dtype=label_dtype, fields=fields)
-
-
-def _fields(obj: Any, where: str, taken: set[str]) -> dict[str, FieldSpec]:
-    """The ``fields`` object, each validated, none of whose columns clash with another column."""
-    if not isinstance(obj, dict) or len(obj) > MAX_EXTRAS:
-        raise CacheError(f"{where}: expected an object of at most {MAX_EXTRAS} fields")
-    fields = {name: FieldSpec.from_json(name, spec, f"{where}.{name}") for name, spec in obj.items()}
-    keys = [k for name, spec in fields.items() for k in target_keys(name, spec)]
-    if len(set(keys)) != len(keys):
-        raise CacheError(
-            f"{where}: two fields give a target the same key ({sorted({k for k in keys if keys.count(k) > 1})})"
-        )
-    for name, spec in fields.items():
-        if spec.kind == "keypoints" and getattr(fields.get(spec.params["boxes"]), "kind", None) != "boxes":
-            raise CacheError(
-                f"{where}.{name}.boxes: {spec.params['boxes']!r} is not a boxes field of this cache"
-            )
-    columns = list(field_columns(fields))
-    clash = (set(columns) & (_RESERVED_COLUMNS | taken)) | {c for c in columns if columns.count(c) > 1}
-    if clash:
-        raise CacheError(f"{where}: field columns {sorted(clash)} clash with other columns")
-    return fields
 
 
 def manifest_version_for(sample: SampleSpec) -> int:
     """The format version a new cache is written as: 5 (its shards in the binary index) for every
     sample; 3 and 4 (shards listed in the manifest) are read as before."""
     return MANIFEST_VERSION
-
-
-@dataclass(frozen=True)
-class ShardInfo:
-    """One shard file: how many samples it holds, how big it is, and what it was built from."""
-
-    file: str
-    samples: int
-    bytes: int
-    sha256: str
-    inputs: int
-    first: str
-    last: str
-    inputs_digest: str
-    pixel_sum: tuple[float, ...]
-    pixel_sumsq: tuple[float, ...]
-    pixel_count: int  # pixels per channel the sums cover
-
-    def to_json(self) -> dict:
-        out = asdict(self)
-        out["pixel_sum"] = list(self.pixel_sum)
-        out["pixel_sumsq"] = list(self.pixel_sumsq)
-        return out
-
-    @classmethod
-    def from_json(cls, obj: Any, where: str, channels: int = 3) -> ShardInfo:
-        sha = get_str(obj, "sha256", where)
-        digest = get_str(obj, "inputs_digest", where)
-        for key, value in (("sha256", sha), ("inputs_digest", digest)):
-            if not _HEX64.fullmatch(value):
-                raise CacheError(f"{where}.{key}: expected 64 lowercase hex digits, got {value!r}")
-        info = cls(
-            file=check_shard_name(get(obj, "file", where), f"{where}.file"),
-            samples=get_int(obj, "samples", where, maximum=MAX_SHARD_ROWS),
-            bytes=get_int(obj, "bytes", where, minimum=1, maximum=MAX_SHARD_BYTES),
-            sha256=sha,
-            inputs=get_int(obj, "inputs", where, minimum=1, maximum=MAX_SHARD_ROWS),
-            first=get_str(obj, "first", where),
-            last=get_str(obj, "last", where),
-            inputs_digest=digest,
-            pixel_sum=get_floats(obj, "pixel_sum", where, channels),
-            pixel_sumsq=get_floats(obj, "pixel_sumsq", where, channels),
-            pixel_count=get_int(obj, "pixel_count", where),
-        )
-        return info
 
 
 @dataclass(frozen=True)
@@ -361,9 +185,7 @@ class Manifest:
         if self.format_version < 5:
             return {"shards": [s.to_json() for s in self.shards]}
         if not self.index:
-            raise ValueError(
-                "a format 5 manifest is written after its index (store.location.commit_manifest)"
-            )
+            raise ValueError("a format 5 manifest is written after its index (store.location.commit_index)")
         return {"num_shards": len(self.shards), "total_bytes": self.total_bytes, "index": self.index}
 
     @classmethod
@@ -390,8 +212,6 @@ class Manifest:
             else get_int(augment, "variants", f"{where}.pipeline.augment", 1, MAX_VARIANTS)
         )
         if version >= 5:
-            from .shardtable import indexed_shards
-
             shards, record = indexed_shards(obj, shards, variants, where)
         else:
             shards, record = _listed(obj, channels, variants, where), {}

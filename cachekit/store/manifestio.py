@@ -1,5 +1,5 @@
-"""``manifest.json`` as text and as a file: parsed and bounded, read from a local folder, written
-atomically (temp file, fsync, rename) so that readers never see half of it."""
+"""``manifest.json`` as text and as a file: parsed and bounded, read from a local folder, and the
+text a manifest is written as (``location`` writes it, atomically, after its index)."""
 
 from __future__ import annotations
 
@@ -12,13 +12,12 @@ from typing import Any
 
 from ..constants import MANIFEST_NAME
 from ..errors import CacheError, NotACacheError
-from .atomic import commit_file
 from .index import ShardIndex, check_record
 from .limits import MAX_DEPTH, MAX_MANIFEST_BYTES, check_depth
 from .manifest import Manifest
 from .shardtable import ShardTable
 
-__all__ = ["parse_manifest", "read_local_manifest", "write_manifest", "manifest_text", "json_text"]
+__all__ = ["parse_manifest", "read_local_manifest", "manifest_text", "json_text"]
 
 
 def parse_manifest(text: str, where: str, open_index: Callable[[dict], ShardIndex] | None = None) -> Manifest:
@@ -85,16 +84,3 @@ def json_text(obj: Any, **kwargs: Any) -> str:
 def manifest_text(manifest: Manifest) -> str:
     """The ``manifest.json`` text of ``manifest``."""
     return json_text(manifest.to_json(), indent=1) + "\n"
-
-
-def write_manifest(cache_dir: str | os.PathLike, manifest: Manifest) -> Path:
-    """Write the manifest atomically (temp file, fsync, ``os.replace``) so readers never see half of it."""
-    root = Path(cache_dir)
-    path = root / MANIFEST_NAME
-    if manifest.format_version >= 5 and not manifest.index:
-        from .location import LocalLocation, commit_index  # the index first: the manifest names it
-
-        manifest = commit_index(LocalLocation(root), manifest)
-    data = manifest_text(manifest)
-    commit_file(path, lambda tmp: tmp.write_text(data, encoding="utf-8"))
-    return path

@@ -1,7 +1,8 @@
 """What a cache folder may hold for a shard: a plain name, a regular file or a folder of them, no links.
 
 Checked from the entries' own types before anything is opened: a FIFO would block the first read,
-a device or socket would be read as data, a symlink could lead anywhere.
+a device or socket would be read as data, a symlink could lead anywhere. The rules only: a shard's
+own entry is checked by ``shardinfo.shard_path``, its file by the formats.
 """
 
 from __future__ import annotations
@@ -9,16 +10,11 @@ from __future__ import annotations
 import errno
 import os
 import re
-import stat
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from ..errors import CacheError
 
-if TYPE_CHECKING:
-    from .manifest import ShardInfo
-
-__all__ = ["OpenFilesExhausted", "check_shard_name", "check_plain_tree", "out_of_files", "shard_path"]
+__all__ = ["OpenFilesExhausted", "check_shard_name", "check_plain_tree", "out_of_files"]
 
 _SHARD_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,200}$")
 
@@ -75,21 +71,3 @@ def check_plain_tree(folder: Path) -> None:
                 raise CacheError(
                     f"holds {rel}, which is not a regular file (shard folders must hold plain files)"
                 )
-
-
-def shard_path(root: Path, info: ShardInfo) -> Path:
-    """The shard's path, refusing anything but a regular file or folder of files inside ``root``."""
-    path = root / info.file
-    if path.is_symlink() and path.resolve().parent != root.resolve():
-        raise CacheError("is a symlink out of the cache folder")
-    try:
-        mode = path.stat().st_mode
-    except FileNotFoundError:
-        raise CacheError("missing") from None
-    except OSError as exc:
-        raise CacheError(f"cannot be read ({exc.strerror or exc})") from None
-    if stat.S_ISDIR(mode):
-        check_plain_tree(path)
-    elif not stat.S_ISREG(mode):
-        raise CacheError("not a regular file or folder")
-    return path

@@ -11,6 +11,8 @@ from ..errors import CacheError
 from .index import ShardIndex, check_record
 from .jsonfields import get, get_int
 from .limits import MAX_INT, MAX_SAMPLES
+from .shardfiles import check_shard_name
+from .shardinfo import ShardInfo
 
 __all__ = ["ShardTable", "indexed_shards"]
 
@@ -23,7 +25,7 @@ class ShardTable(Sequence):
 
     def __init__(self, index: ShardIndex) -> None:
         self.index = index
-        self._memo: dict[int, object] = {}
+        self._memo: dict[int, ShardInfo] = {}
 
     def __getstate__(self) -> dict:
         return {"index": self.index, "_memo": {}}
@@ -72,10 +74,7 @@ class ShardTable(Sequence):
             self._memo[k] = info
         return info
 
-    def _make(self, k: int):
-        from .manifest import ShardInfo
-        from .shardfiles import check_shard_name
-
+    def _make(self, k: int) -> ShardInfo:
         c, ix = self.index.columns, self.index
         return ShardInfo(
             file=check_shard_name(ix.text("name", k), f"{ix.path.name}: shard {k}"),

@@ -125,8 +125,8 @@ def write_synthetic_cache(
 
     from ..store.atomic import commit_file
     from ..store.formats import SHARD_NAME_COLUMN, get_format, identity_column
+    from ..store.location import write_manifest
     from ..store.manifest import ArraySpec, Manifest, SampleSpec, ShardInfo
-    from ..store.manifestio import write_manifest
 
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)

@@ -43,8 +43,8 @@ def write_synthetic_index(
     ``3 x side x side`` in ``shards`` class-mixed ``.pt`` shards (none written)."""
     from ..store.atomic import commit_file, sha256_path
     from ..store.index import INDEX_NAME, ShardIndex, index_record, write_index_columns
+    from ..store.location import write_manifest
     from ..store.manifest import ArraySpec, Manifest, SampleSpec
-    from ..store.manifestio import write_manifest
     from ..store.shardtable import ShardTable
 
     if not 1 <= shards <= samples:

@@ -17,8 +17,9 @@ from cachekit import CachedDataset, CacheError, read_manifest
 from cachekit.store.atomic import sha256_file
 from cachekit.store.formats import identity_column
 from cachekit.store.limits import MAX_SAMPLE_BYTES, MAX_SAMPLES, MAX_SHARD_ROWS
-from cachekit.store.manifest import Manifest, check_shard_name
+from cachekit.store.manifest import Manifest
 from cachekit.store.manifestio import manifest_text, parse_manifest
+from cachekit.store.shardfiles import check_shard_name
 from cachekit.tools.report import describe
 
 huge_integers = (

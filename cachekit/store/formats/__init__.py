@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ...errors import CacheError, UsageError
-from ..manifest import SHARD_NAME_COLUMN
+from ..samplespec import SHARD_NAME_COLUMN
 from .base import OpenFilesExhausted, ShardFormat, ShardReader, identity_column
 from .hdf5 import Hdf5Format
 from .pt import PtFormat

@@ -13,7 +13,7 @@ import torch
 from ...errors import CacheError
 from ..encoding import shaped_store
 from ..fields import field_columns
-from ..manifest import SHARD_NAME_COLUMN, SampleSpec
+from ..samplespec import SHARD_NAME_COLUMN, SampleSpec
 from ..shardfiles import OpenFilesExhausted, out_of_files
 
 __all__ = [

@@ -13,7 +13,7 @@ import numpy as np
 
 from ...constants import DIST_NAME
 from ...errors import CacheError, UsageError
-from ..manifest import SampleSpec
+from ..samplespec import SampleSpec
 from .base import OpenFilesExhausted, check_arrays, check_regular_file, map_file, out_of_files, prefetch_file
 
 __all__ = ["Hdf5Format", "Hdf5Reader"]

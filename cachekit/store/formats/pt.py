@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from ...errors import CacheError, UsageError
-from ..manifest import SampleSpec
+from ..samplespec import SampleSpec
 from .base import OpenFilesExhausted, check_arrays, check_regular_file, out_of_files, prefetch_file
 
 __all__ = ["PtFormat", "PtReader"]

@@ -24,7 +24,8 @@ from pathlib import Path
 import numpy as np
 
 from ...errors import CacheError, UsageError
-from ..manifest import SampleSpec, check_plain_tree
+from ..samplespec import SampleSpec
+from ..shardfiles import check_plain_tree
 from .base import OpenFilesExhausted, check_arrays, map_file, out_of_files, prefetch_file
 
 __all__ = ["ZarrFormat", "ZarrReader", "CODECS"]
