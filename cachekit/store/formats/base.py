@@ -27,6 +27,7 @@ __all__ = [
     "map_file",
     "out_of_files",
     "prefetch_file",
+    "shard_mode",
 ]
 
 
@@ -76,15 +77,21 @@ class ShardFormat(Protocol):
         """
 
 
-def check_regular_file(path: Path) -> None:
-    """Raise CacheError unless ``path`` is a regular file (a FIFO would block ``open`` forever)."""
+def shard_mode(path: Path, what: str = "shard file") -> int:
+    """The mode of the shard at ``path`` (links followed: the cache's ``shard_path`` has checked
+    them); a CacheError naming the shard when it is missing (``what`` says what it should be) or
+    cannot be read."""
     try:
-        mode = os.stat(path).st_mode
+        return os.stat(path).st_mode
     except FileNotFoundError:
-        raise CacheError(f"{path.name}: shard file is missing") from None
+        raise CacheError(f"{path.name}: {what} is missing") from None
     except OSError as exc:
         raise CacheError(f"{path.name}: cannot be read ({exc.strerror or exc})") from None
-    if not stat.S_ISREG(mode):
+
+
+def check_regular_file(path: Path) -> None:
+    """Raise CacheError unless ``path`` is a regular file (a FIFO would block ``open`` forever)."""
+    if not stat.S_ISREG(shard_mode(path)):
         raise CacheError(f"{path.name}: not a regular file")
 
 

@@ -15,7 +15,6 @@ offset and size is checked as unsigned against the file's size.
 from __future__ import annotations
 
 import json
-import os
 import stat
 import zlib
 from collections.abc import Callable
@@ -26,7 +25,7 @@ import numpy as np
 from ...errors import CacheError, UsageError
 from ..samplespec import SampleSpec
 from ..shardfiles import check_plain_tree
-from .base import OpenFilesExhausted, check_arrays, map_file, out_of_files, prefetch_file
+from .base import OpenFilesExhausted, check_arrays, map_file, out_of_files, prefetch_file, shard_mode
 
 __all__ = ["ZarrFormat", "ZarrReader", "CODECS"]
 
@@ -142,13 +141,7 @@ def _column(path: Path, name: str, array) -> np.ndarray:
 class ZarrReader:
     def __init__(self, path: Path, spec: SampleSpec, samples: int, store: str = "pixels") -> None:
         zarr = _zarr()
-        try:
-            mode = os.stat(path).st_mode
-        except FileNotFoundError:
-            raise CacheError(f"{path.name}: shard folder is missing") from None
-        except OSError as exc:
-            raise CacheError(f"{path.name}: cannot be read ({exc.strerror or exc})") from None
-        if not stat.S_ISDIR(mode):
+        if not stat.S_ISDIR(shard_mode(path, "shard folder")):
             raise CacheError(f"{path.name}: not a folder (a zarr shard is a folder)")
         try:  # before zarr opens anything: a FIFO in the folder would block its first read
             check_plain_tree(path)
