@@ -35,7 +35,7 @@ if url:
         return data
     s3fs.core.S3File._fetch_range = counted
 import cachekit
-from cachekit.build.sourceoptions import SourceOptions
+from cachekit import SourceOptions
 from cachekit.build.sources.webdataset import tar_source
 wall, cpu = time.perf_counter(), time.process_time()
 source = tar_source(pattern, SourceOptions(), None)

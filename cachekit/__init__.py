@@ -2,8 +2,8 @@
 
 from . import transforms
 from .build.run import BuildConfig, BuildResult, SplitsResult, build
-from .build.sourceoptions import SourceOptions
 from .build.sources import Source, discover
+from .build.sources.sourceoptions import SourceOptions
 from .constants import VERSION as __version__
 from .cpus import available_cpus
 from .errors import BuildError, CacheError, CachekitError, NotACacheError, UsageError

@@ -8,7 +8,7 @@ from pathlib import Path
 from ..constants import DEFAULT_FORMAT, DEFAULT_MAX_PIXELS, DEFAULT_PIPELINE
 from ..image.geometry import DEFAULT_MIN_VISIBILITY
 from ..store.manifest import Manifest
-from .sourceoptions import SourceOptions
+from .sources.sourceoptions import SourceOptions
 
 __all__ = ["BuildConfig", "BuildResult", "SplitsResult"]
 

@@ -22,7 +22,7 @@ import numpy as np
 
 from ..errors import UsageError
 from ..store.manifest import ORDERS
-from .inputtable import Source, path_bytes, paths_bytes
+from .sources.inputtable import Source, path_bytes, paths_bytes
 
 __all__ = ["ORDERS", "input_key", "order_key", "order_keys", "shard_rows", "default_shards"]
 

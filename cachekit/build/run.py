@@ -41,9 +41,9 @@ from ..store.manifestio import manifest_text
 from ..store.remote import is_object_store, is_url, redact, secrets_hidden
 from ..store.sourcecol import PREFIX
 from ..store.splitdirs import check_split_out
-from .classnames import read_names_file, with_class_order
 from .config import BuildConfig, BuildResult, SplitsResult
 from .executors import run_jobs
+from .findsource import find_source
 from .guards import check_apart, check_config, check_job_bytes, refuse
 from .offline_variants import AUGMENT_EXTRAS, AugmentConfig
 from .pool import WorkerCrashed
@@ -60,11 +60,11 @@ from .shardplan import (
     plan,
 )
 from .shardwrite import check_at_out, disk_full, remove_written
-from .sourceoptions import SourceOptions
 from .sources import Source
-from .sources.discovery import find_source
+from .sources.classnames import read_names_file, with_class_order
 from .sources.layouts import SORTED, VOC, layout_named
 from .sources.recordfiles import pattern_folder
+from .sources.sourceoptions import SourceOptions
 from .splits import Split, find_splits, pick_splits, split_out
 from .streamrun import job_options, stream_shards
 from .strict import strict_refusal

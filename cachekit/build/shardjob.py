@@ -24,23 +24,15 @@ from ..store.formats import SHARD_NAME_COLUMN, identity_column
 from ..store.manifest import SampleSpec, ShardInfo, SkippedInput
 from ..store.remote import redact
 from ..store.sourcecol import pack_sources
-from .annotate import ARRAY_FILE_MAX_BYTES
 from .headers import jpeg_size
 from .inputorder import input_key
-from .inputs import (
-    INPUT_ERRORS,
-    decode_input,
-    input_reader,
-    jpeg_truncated,
-    max_input_bytes,
-    read_input,
-    read_retrying,
-    skip_reason,
-)
+from .inputs import INPUT_ERRORS, decode_input, jpeg_truncated, max_input_bytes, skip_reason
 from .offline_variants import AugmentConfig, colour_batch, crop_variant, rotation, variant_params
-from .records import ReaderFailures, Record
 from .sampletargets import move_values, move_values_matrix, raw_values
 from .shardwrite import commit_shard, disk_full
+from .sources.annotate import ARRAY_FILE_MAX_BYTES
+from .sources.reading import input_reader, read_input, read_retrying
+from .sources.records import ReaderFailures, Record
 
 #: Augmented variants whose flip and colour jitter run together, as one batch.
 _COLOUR_BATCH = 64

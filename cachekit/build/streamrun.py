@@ -25,11 +25,11 @@ from ..store.remote import is_object_store
 from .config import BuildConfig, BuildResult
 from .executors import run_jobs
 from .guards import check_job_bytes, refuse
-from .inputtable import Source
 from .resume import existing_cache, read_partial, reusable, start_partial, write_sidecar
 from .shardjob import ShardJob, run_shard_job
 from .shardplan import option_changes, plan
 from .shardwrite import remove_written
+from .sources.inputtable import Source
 from .sources.iterable import ChunkReader, positions, samples_digest
 
 __all__ = ["stream_shards", "Streamed", "job_options"]

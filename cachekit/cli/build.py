@@ -291,7 +291,7 @@ def build_cmd(
     train/ and val/ folders) builds one cache per split, at --out/<split>.
     """
     from ..build.run import BuildConfig, SplitsResult, build
-    from ..build.sourceoptions import SourceOptions
+    from ..build.sources.sourceoptions import SourceOptions
 
     storage_options = options_of(storage_option, raw, out)
     config = BuildConfig(

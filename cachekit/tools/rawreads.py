@@ -9,11 +9,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ..build.inputtable import Source
-from ..build.records import Record
 from ..build.shardjob import read_input
 from ..build.sources import discover
 from ..build.sources.discovery import record_files_kind
+from ..build.sources.inputtable import Source
+from ..build.sources.records import Record
 from ..errors import UsageError
 
 __all__ = ["RawReads", "raw_source"]
@@ -22,14 +22,14 @@ __all__ = ["RawReads", "raw_source"]
 def raw_source(raw, discover_options: dict | None = None) -> Source:
     """The inputs of ``raw``: a folder (``discover``), Parquet or tar files by pattern, or a dataset."""
     from ..build.config import BuildConfig
-    from ..build.sourceoptions import recorded
     from ..build.sources.pydataset import dataset_source
+    from ..build.sources.sourceoptions import recorded
 
     options = dict(discover_options or {})
     how = recorded(options.pop("source", {}))  # a file source: read as the cache's build read it
     if isinstance(raw, (str, os.PathLike)):
         if record_files_kind(os.fspath(raw)) and not Path(raw).is_dir():
-            from ..build.sources.discovery import find_source
+            from ..build.findsource import find_source
 
             return find_source(os.fspath(raw), None, BuildConfig(source=how))[1]
         return discover(raw, **options)

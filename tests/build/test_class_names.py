@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from PIL import Image
 
 from cachekit import BuildConfig, CachedDataset, UsageError, build
-from cachekit.build.classnames import VOC_CLASSES, _voc_colour
+from cachekit.build.sources.classnames import VOC_CLASSES, _voc_colour
 from cachekit.cli import main
 from cachekit.tools.synthetic_objects import make_object_dataset, object_classes
 

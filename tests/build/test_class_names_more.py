@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from cachekit import BuildConfig, CachedDataset, UsageError, build
-from cachekit.build.classnames import VOC_CLASSES, _voc_colour, read_names_file, voc_palette_names
+from cachekit.build.sources.classnames import VOC_CLASSES, _voc_colour, read_names_file, voc_palette_names
 
 QUIET = {"workers": 1, "progress": False, "pipeline": "none"}
 

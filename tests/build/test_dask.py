@@ -261,18 +261,18 @@ def test_a_build_whose_client_dies_stops_its_jobs_before_they_write(big_tree, tm
 
 def _hide_raw():
     """On a dask worker: RAW is not mounted here."""
-    from cachekit.build import inputs
+    from cachekit.build.sources import reading
 
     def missing(path, max_bytes=0):
         raise FileNotFoundError(2, "No such file or directory", str(path))
 
-    inputs.real_read_input, inputs.read_input = inputs.read_input, missing
+    reading.real_read_input, reading.read_input = reading.read_input, missing
 
 
 def _show_raw():
-    from cachekit.build import inputs
+    from cachekit.build.sources import reading
 
-    inputs.read_input = inputs.real_read_input
+    reading.read_input = reading.real_read_input
 
 
 def _fails_on_the_workers(cluster, tweak, tree, out, match: str) -> BuildConfig:
@@ -301,10 +301,10 @@ def test_raw_the_workers_cannot_read_fails_the_build_and_the_rerun_builds(small_
 
 def _other_raw():
     """On a dask worker: a RAW of its own, whose files differ from the client's."""
-    from cachekit.build import inputs
+    from cachekit.build.sources import reading
 
-    real = inputs.read_input
-    inputs.real_read_input, inputs.read_input = (
+    real = reading.read_input
+    reading.real_read_input, reading.read_input = (
         real,
         lambda path, max_bytes=0: real(path, max_bytes) + b"\0" * 10,
     )

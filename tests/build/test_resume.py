@@ -194,10 +194,10 @@ def test_an_unwritable_out_is_one_line_exit_1(small_tree, tmp_path):
 
 
 def test_an_input_that_could_not_be_read_is_retried_by_the_next_build(small_tree, tmp_path, monkeypatch):
-    from cachekit.build import inputs
+    from cachekit.build.sources import reading
 
     victim = "class_002/img_0000022.jpg"
-    real = inputs.read_input
+    real = reading.read_input
 
     def flaky_disk(path, max_bytes=0):
         if str(path).endswith(victim):
@@ -207,8 +207,8 @@ def test_an_input_that_could_not_be_read_is_retried_by_the_next_build(small_tree
     out = tmp_path / "c"
     config = BuildConfig(size=16, shard_size=5, workers=1, progress=False)
     with monkeypatch.context() as patch:
-        patch.setattr(inputs, "read_input", flaky_disk)
-        patch.setattr(inputs, "_READ_TRIES", (0.0, 0.0, 0.0))
+        patch.setattr(reading, "read_input", flaky_disk)
+        patch.setattr(reading, "_READ_TRIES", (0.0, 0.0, 0.0))
         first = build(small_tree, out, config)
     [skip] = first.manifest.skipped
     assert skip.path == victim and skip.retry and "unreadable: Input/output error" in skip.reason

@@ -13,12 +13,13 @@ import numpy as np
 import pytest
 
 from cachekit import BuildConfig, CachedDataset, build, read_manifest
-from cachekit.build.classnames import with_class_order
-from cachekit.build.inputtable import Source, local_folder, nonempty, table
 from cachekit.build.sources import discover as discover_folder
 from cachekit.build.sources import layouts
-from cachekit.build.sources.base import RecordReader, SourceKind
+from cachekit.build.sources.base import SourceKind
+from cachekit.build.sources.classnames import with_class_order
+from cachekit.build.sources.inputtable import Source, local_folder, nonempty, table
 from cachekit.build.sources.layouts import LISTED, NUMBERED, Layout, Request, detect, register, unregister
+from cachekit.build.sources.records import RecordReader
 from cachekit.build.splits import find_splits
 from cachekit.errors import UsageError
 from cachekit.tools.benchsamples import raw_discovery

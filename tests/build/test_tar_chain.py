@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from cachekit import BuildConfig, CachedDataset, build
-from cachekit.build.sourceoptions import SourceOptions
 from cachekit.build.sources import webdataset
+from cachekit.build.sources.sourceoptions import SourceOptions
 from cachekit.errors import BuildError
 
 QUIET = {"workers": 1, "progress": False, "order": "sorted", "pipeline": "none"}

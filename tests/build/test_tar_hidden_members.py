@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from cachekit import BuildConfig, CachedDataset, build
-from cachekit.build.sourceoptions import SourceOptions
 from cachekit.build.sources import webdataset
+from cachekit.build.sources.sourceoptions import SourceOptions
 
 QUIET = {"workers": 1, "progress": False, "order": "sorted", "pipeline": "none"}
 KEYS = 5

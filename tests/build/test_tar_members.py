@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from sourcekit import make_objects, write_tars
 
-from cachekit.build.sourceoptions import SourceOptions
+from cachekit.build.sources.sourceoptions import SourceOptions
 from cachekit.build.sources.webdataset import TarReader, tar_source
 from cachekit.image.ops import DecodeError
 

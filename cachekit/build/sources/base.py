@@ -4,7 +4,7 @@ A source kind is one module under ``cachekit/build/sources/`` (or anywhere, for 
 outside) and one row of ``layouts.LAYOUTS``. Three steps, each run by a fixed caller:
 
 1. ``discover(request) -> Source`` (the module's function, ``SourceKind``), called once in the
-   build's process by ``discovery.find_source`` (a build, ``bench``'s raw rows) or
+   build's process by ``build.findsource.find_source`` (a build, ``bench``'s raw rows) or
    ``discovery.discover`` (a folder) after ``layouts.detect`` chose the module's row. ``request`` is a
    ``layouts.Request``: the RAW (a path, URL or pattern, or the user's Python object), the build's
    ``--annotations`` and ``--labels`` and the other options (``request.config``, a ``BuildConfig``).
@@ -13,7 +13,7 @@ outside) and one row of ``layouts.LAYOUTS``. Three steps, each run by a fixed ca
    left out with its reason (``ignored``, ``dropped``), ``layout`` (its row's name) and ``reader``.
    It reads small things (listings, annotation files, columns), never pixels; a problem the user can
    fix is one ``UsageError`` line.
-2. records: ``Source.reader`` (``RecordReader``, or None when every input is a file under
+2. records: ``Source.reader`` (``records.RecordReader``, or None when every input is a file under
    ``Source.root``, which the shard job reads itself). It is pickled into each shard job; in the
    worker, ``shardjob`` calls ``reader.open(storage_options, max_bytes)`` once, which gives
    ``read(rel, target) -> bytes | Record``: the input named ``rel`` (a row's path) as its encoded
@@ -28,18 +28,12 @@ outside) and one row of ``layouts.LAYOUTS``. Three steps, each run by a fixed ca
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
-if TYPE_CHECKING:
-    from ..inputtable import Source
-    from ..records import Record
-    from .layouts import Request
+from .inputtable import Source
+from .layouts import Request
 
-__all__ = ["SourceKind", "RecordReader", "ReadRecord"]
-
-#: What ``RecordReader.open`` gives: ``read(rel, target)``, an input's bytes or its ``Record``.
-ReadRecord = Callable[[str, "dict | None"], "bytes | Record"]
+__all__ = ["SourceKind"]
 
 
 @runtime_checkable
@@ -48,16 +42,4 @@ class SourceKind(Protocol):
 
     def discover(self, request: Request) -> Source:
         """The ``Source`` of ``request.raw`` (called in the build's process, once, by ``discovery``)."""
-        ...
-
-
-@runtime_checkable
-class RecordReader(Protocol):
-    """``Source.reader`` (step 2 above): a small picklable value sent with every shard job."""
-
-    #: True when rows are cheapest read in their stored order (files of records, a stream).
-    sequential: bool
-
-    def open(self, storage_options: dict | None, max_bytes: int) -> ReadRecord:
-        """In the worker, once per shard job: ``read(rel, target)`` for that job's rows."""
         ...

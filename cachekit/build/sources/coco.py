@@ -25,8 +25,8 @@ from ...errors import UsageError
 from ...store.fields import FieldSpec
 from ...store.fields.keypoints import MAX_KEYPOINTS
 from ...store.limits import short
-from ..annotate import check_some_kept, keypoints_field, open_tree
-from ..inputtable import Source, nonempty, path_key, table
+from .annotate import check_some_kept, keypoints_field, open_tree
+from .inputtable import Source, nonempty, path_key, table
 from .layouts import COCO
 
 __all__ = ["CocoImages", "read_coco", "coco_source", "OVERHANG"]

@@ -1,103 +1,20 @@
-"""What a build reads from: the row of ``layouts.LAYOUTS`` that takes its RAW (a folder or URL of
-images, Parquet files or WebDataset tars named by a pattern, a Python dataset or iterable, or a
-kind added with ``layouts.register``), and the ``Source`` its module's ``discover`` makes.
+"""A folder's inputs (``discover``): the first folder row of ``layouts.LAYOUTS`` that takes RAW (a
+local folder or a URL), its module's ``discover``, masks and arrays added (``annotate``).
 
-Source modules sit below this one and never import it back.
+What a whole build reads from (a folder, files of records, a Python object) is ``build.findsource``,
+above this package; the source modules never import this one back.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import replace
-from pathlib import Path
 
 from ...errors import UsageError
-from ...store.remote import is_url
-from ..annotate import add_arrays, add_masks
-from ..config import BuildConfig
-from ..guards import check_apart
-from ..inputtable import Source, nonempty
-from ..sourceoptions import with_keypoint_options
-from .layouts import Request, detect, record_files_kind
+from .annotate import add_arrays, add_masks
+from .inputtable import Source, nonempty
+from .layouts import Layout, Request, detect, record_files_kind
 
-__all__ = ["discover", "find_source", "record_files_kind"]
-
-
-def _only_images(config: BuildConfig, what: str) -> None:
-    given = [
-        flag
-        for flag, value in (
-            ("--labels", config.labels),
-            ("--annotations", config.annotations),
-            ("--masks", config.masks),
-            ("--array", config.arrays),
-        )
-        if value
-    ]
-    if given:
-        raise UsageError(
-            f"{' and '.join(given)} name files beside a folder of images; {what} carries its own targets"
-        )
-
-
-def find_source(
-    raw, out, config: BuildConfig, *, mask_classes: tuple[str, ...] | None = None
-) -> tuple[Path | str, Source]:
-    """The build's RAW as the manifest names it, and its ``Source`` (``mask_classes``: the names
-    of ``--masks``' class values, read from ``--mask-classes``)."""
-    request = Request(
-        raw,
-        annotations=config.annotations,
-        labels=config.labels,
-        storage_options=config.storage_options,
-        masks=config.masks,
-        arrays=config.arrays,
-        mask_classes=mask_classes,
-        config=config,
-        out=out,
-    )
-    if request.text is None:
-        _only_images(config, "a Python dataset")
-    row = detect(request)
-    if row is None:
-        raise UsageError(
-            f"cannot build from a {type(raw).__name__}: give a folder, a URL, Parquet or tar files, a dataset "
-            "(__len__ and __getitem__) or an iterable of samples"
-        )
-    if not row.folder:
-        if request.text is not None:
-            what = f"a {row.suffix[1:].title()} source" if row.suffix else f"a {row.name} source"
-            _only_images(config, what)
-            if config.source.fields is not None:
-                raise UsageError(
-                    f"fields= declares the fields of samples from code; {what}'s come from its columns and members"
-                )
-        source = _with_points(row.module().discover(request), config)
-        return (request.text if request.text is not None else source.root), source
-    text = request.text
-    raw = text if is_url(text) else Path(text)
-    if config.source.max_samples is not None:
-        raise UsageError(
-            "--max-samples takes the first samples of Parquet files, tars, a dataset or an iterable; "
-            "a folder's inputs are its files"
-        )
-    check_apart(raw, out)
-    source = discover(
-        raw,
-        config.labels,
-        annotations=config.annotations,
-        masks=config.masks,
-        arrays=config.arrays,
-        storage_options=config.storage_options,
-        mask_classes=mask_classes,
-    )
-    return raw, _with_points(source, config)
-
-
-def _with_points(source: Source, config: BuildConfig) -> Source:
-    """``source`` with the keypoint options (``flip_idx=``, ``keypoint_names=``) in its keypoints field."""
-    fields = with_keypoint_options(source.fields, config.source)
-    return source if fields is source.fields else replace(source, fields=fields)
+__all__ = ["discover", "folder_source", "record_files_kind"]
 
 
 def discover(
@@ -127,8 +44,6 @@ def discover(
     (else VOC's for VOC palette PNGs); ``arrays``:
     field name -> a folder with an array per input (``a/b.jpg`` -> ``folder/a/b.npy``).
     """
-    if annotations is not None and labels_csv is not None:
-        raise UsageError("--annotations and --labels both say which files are inputs: give one of them")
     request = Request(
         root,
         annotations=annotations,
@@ -138,9 +53,17 @@ def discover(
         arrays=arrays,
         mask_classes=mask_classes,
     )
-    source = detect(request, folders_only=True).module().discover(request)
-    if masks is not None:
-        source = nonempty(add_masks(source, masks, storage_options, mask_classes))
-    for name, folder in sorted((arrays or {}).items()):
-        source = nonempty(add_arrays(source, name, folder, storage_options))
+    return folder_source(request, detect(request, folders_only=True))
+
+
+def folder_source(request: Request, row: Layout) -> Source:
+    """The ``Source`` of a folder ``request`` whose row is known (``detect`` ran once, by the caller):
+    its module's ``discover``, then ``request.masks`` and ``request.arrays`` added."""
+    if request.annotations is not None and request.labels is not None:
+        raise UsageError("--annotations and --labels both say which files are inputs: give one of them")
+    source = row.module().discover(request)
+    if request.masks is not None:
+        source = nonempty(add_masks(source, request.masks, request.storage_options, request.mask_classes))
+    for name, folder in sorted((request.arrays or {}).items()):
+        source = nonempty(add_arrays(source, name, folder, request.storage_options))
     return source

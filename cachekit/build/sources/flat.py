@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..inputtable import Source, Walk, local_folder, nonempty, path_key, table, walk
+from .inputtable import Source, Walk, local_folder, nonempty, path_key, table, walk
 from .layouts import FLAT
 
 __all__ = ["discover", "flat_source"]

@@ -10,7 +10,8 @@ from collections import Counter
 from pathlib import Path
 
 from ...errors import UsageError
-from ..inputtable import (
+from .flat import flat_source
+from .inputtable import (
     Source,
     Walk,
     is_dir,
@@ -22,7 +23,6 @@ from ..inputtable import (
     unread_extension,
     walk,
 )
-from .flat import flat_source
 from .layouts import IMAGEFOLDER
 
 __all__ = ["discover", "imagefolder_source"]

@@ -19,11 +19,11 @@ import numpy as np
 
 from ...errors import UsageError
 from ...image.ops import DecodeError
-from ..inputtable import Source
-from ..records import Record, SourceRaised
-from ..samples import SampleOptions, to_record
+from .inputtable import Source
 from .layouts import STREAM, Request
 from .pydataset import PROBE, declared_fields, index_path, own_class_names, probe_schema
+from .records import Record, SourceRaised
+from .samples import SampleOptions, to_record
 
 __all__ = ["discover", "iterable_source", "StreamReader", "ChunkReader", "positions", "samples_digest", "LARGE_STREAM"]
 

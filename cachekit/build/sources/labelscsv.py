@@ -18,7 +18,7 @@ from pathlib import Path
 from ...errors import UsageError
 from ...store.fields import FieldSpec
 from ...store.limits import MAX_CLASSES
-from ..inputtable import Source, file_problem, local_folder, nonempty, path_key, stat_problem, table
+from .inputtable import Source, file_problem, local_folder, nonempty, path_key, stat_problem, table
 from .layouts import CSV
 
 __all__ = ["discover", "csv_source", "read_labels_csv", "read_text_file", "LabelsTable"]

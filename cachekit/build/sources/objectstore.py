@@ -11,7 +11,7 @@ import numpy as np
 
 from ...errors import UsageError
 from ...store.remote import access_error, filesystem, reach
-from ..inputtable import Source, is_image_name, nonempty, unread_extension
+from .inputtable import Source, is_image_name, nonempty, unread_extension
 from .labelscsv import read_labels_csv
 from .layouts import CSV, FLAT, IMAGEFOLDER
 from .listing import Listing, list_files

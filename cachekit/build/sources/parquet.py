@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from ...constants import DIST_NAME
 from ...errors import UsageError
 from ...image.ops import DecodeError
-from ..inputtable import Source
-from ..samples import json_target
-from ..sourceoptions import SourceOptions, recorded_options
+from .inputtable import Source
 from .layouts import PARQUET, Request
 from .recordfiles import RecordFile, RecordRows, find_files, open_file
+from .samples import json_target
+from .sourceoptions import SourceOptions, recorded_options
 
 __all__ = ["discover", "parquet_source", "ParquetReader", "hf_class_names"]
 

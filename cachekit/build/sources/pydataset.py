@@ -23,11 +23,12 @@ import numpy as np
 from ...errors import UsageError
 from ...image.ops import DecodeError
 from ...store.limits import MAX_CLASSES, MAX_SAMPLES, short
-from ..classnames import read_names_file
-from ..inputtable import Source
-from ..records import Record, SourceRaised
-from ..samples import DECLARABLE, SampleOptions, fields_of, to_record
+from .classnames import read_names_file
+from .inputtable import Source
 from .layouts import DATASET, Request
+from .records import Record, SourceRaised
+from .samplefields import DECLARABLE, fields_of
+from .samples import SampleOptions, to_record
 
 __all__ = [
     "discover",

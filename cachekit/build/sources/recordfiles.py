@@ -14,9 +14,9 @@ import numpy as np
 
 from ...errors import UsageError
 from ...store.remote import access_error, filesystem, is_url, process_filesystem
-from ..inputtable import Source, file_problem
-from ..samples import classes_seen, fields_of_targets
+from .inputtable import Source, file_problem
 from .pydataset import class_names
+from .samplefields import classes_seen, fields_of_targets
 
 __all__ = [
     "RecordFile",

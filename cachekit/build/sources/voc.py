@@ -18,8 +18,8 @@ from xml.parsers import expat
 
 from ...errors import UsageError
 from ...store.fields import FieldSpec
-from ..annotate import check_some_kept, open_tree
-from ..inputtable import Source, nonempty, path_key, table
+from .annotate import check_some_kept, open_tree
+from .inputtable import Source, nonempty, path_key, table
 from .layouts import VOC
 
 __all__ = ["discover", "voc_source", "parse_voc", "VOC_CLASSES", "MAX_XML_BYTES"]

@@ -27,11 +27,11 @@ import tarfile
 from dataclasses import dataclass
 
 from ...image.ops import DecodeError
-from ..inputtable import Source
-from ..samples import json_target
-from ..sourceoptions import SourceOptions, recorded_options
+from .inputtable import Source
 from .layouts import WEBDATASET, Request
 from .recordfiles import RecordFile, RecordRows, find_files, open_file, read_range
+from .samples import json_target
+from .sourceoptions import SourceOptions, recorded_options
 
 __all__ = ["discover", "tar_source", "TarReader", "IMAGE_KEYS", "MAX_TARGET_BYTES"]
 

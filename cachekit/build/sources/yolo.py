@@ -24,8 +24,8 @@ from ...errors import BuildError, UsageError
 from ...store.fields import FieldSpec
 from ...store.fields.keypoints import flip_problem
 from ...store.limits import MAX_CLASSES
-from ..annotate import Tree, check_some_kept, keypoints_field, open_tree
-from ..inputtable import Source, nonempty, table
+from .annotate import Tree, check_some_kept, keypoints_field, open_tree
+from .inputtable import Source, nonempty, table
 from .layouts import YOLO
 
 __all__ = [

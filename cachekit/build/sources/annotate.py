@@ -1,5 +1,5 @@
 """A build's targets beside the images of any source: a folder of masks, folders of arrays, and the
-``Tree`` that annotation sources (``sources.coco``, ``sources.yolo``, ``sources.voc``) reach files through.
+``Tree`` that annotation sources (``coco``, ``yolo``, ``voc``) reach files through.
 
 ``add_masks`` gives any source a ``mask`` field, ``add_arrays`` an array field. Each input's raw target (its boxes in its own
 pixels, or YOLO's normalised rows, its mask file) travels with it to the shard job
@@ -19,16 +19,16 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import BuildError, CacheError, UsageError
-from ..store.fields import ARRAY_DTYPES, FieldSpec, check_field_name, target_keys
-from ..store.fields.keypoints import flip_pairs
-from ..store.limits import MAX_ARRAY_BYTES
-from ..store.remote import access_error, filesystem, is_url
+from ...errors import BuildError, CacheError, UsageError
+from ...store.fields import ARRAY_DTYPES, FieldSpec, check_field_name, target_keys
+from ...store.fields.keypoints import flip_pairs
+from ...store.limits import MAX_ARRAY_BYTES
+from ...store.remote import access_error, filesystem, is_url
 from .classnames import voc_palette_names
-from .inputs import read_input
 from .inputtable import Source, Walk, file_problem, is_image_name, path_key, stat_problem, walk
-from .sources.layouts import FLAT, IMAGEFOLDER
-from .sources.objectstore import remote_files
+from .layouts import FLAT, IMAGEFOLDER
+from .objectstore import remote_files
+from .reading import read_input
 
 __all__ = [
     "Tree",

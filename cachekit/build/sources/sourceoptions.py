@@ -6,10 +6,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import UsageError
-from ..store.fields import FieldSpec
-from ..store.fields.keypoints import flip_pairs, flip_problem
-from ..store.limits import short
+from ...errors import UsageError
+from ...store.fields import FieldSpec
+from ...store.fields.keypoints import flip_pairs, flip_problem
+from ...store.limits import short
 from .samples import BOX_FORMATS, SampleOptions
 
 __all__ = ["SourceOptions", "recorded_options", "recorded", "with_keypoint_options"]

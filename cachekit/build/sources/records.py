@@ -11,14 +11,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from ..errors import BuildError
-from ..image.ops import DecodeError
-from .inputs import read_retrying
+from ...errors import BuildError
+from ...image.ops import DecodeError
+from .reading import read_retrying
 
-__all__ = ["Record", "SourceRaised", "ReaderFailures", "GIVE_UP_AFTER"]
+__all__ = ["Record", "SourceRaised", "ReaderFailures", "GIVE_UP_AFTER", "RecordReader", "ReadRecord"]
 
 #: A shard job whose first this-many samples all raised in the user's code stops the build.
 GIVE_UP_AFTER = 8
@@ -58,3 +59,19 @@ class ReaderFailures:
             raise
         self.read_ok += 1
         return found
+
+
+#: What ``RecordReader.open`` gives: ``read(rel, target)``, an input's bytes or its ``Record``.
+ReadRecord = Callable[[str, "dict | None"], "bytes | Record"]
+
+
+@runtime_checkable
+class RecordReader(Protocol):
+    """``Source.reader`` (step 2 of ``base``'s contract): a small picklable value sent with every shard job."""
+
+    #: True when rows are cheapest read in their stored order (files of records, a stream).
+    sequential: bool
+
+    def open(self, storage_options: dict | None, max_bytes: int) -> ReadRecord:
+        """In the worker, once per shard job: ``read(rel, target)`` for that job's rows."""
+        ...

@@ -13,10 +13,10 @@ from dataclasses import replace
 
 import numpy as np
 
-from ..errors import UsageError
-from ..store.limits import MAX_CLASSES, short
-from .sources.labelscsv import read_text_file
-from .sources.layouts import NUMBERED, layout_named
+from ...errors import UsageError
+from ...store.limits import MAX_CLASSES, short
+from .labelscsv import read_text_file
+from .layouts import NUMBERED, layout_named
 
 __all__ = ["read_names_file", "with_class_order", "VOC_CLASSES", "voc_palette_names"]
 

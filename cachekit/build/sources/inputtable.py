@@ -21,15 +21,12 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..constants import IMAGE_EXTENSIONS, UNREAD_IMAGE_EXTENSIONS
-from ..errors import UsageError
-
-if TYPE_CHECKING:  # the contract only: no reader is imported at run time
-    from .sources.base import RecordReader
+from ...constants import IMAGE_EXTENSIONS, UNREAD_IMAGE_EXTENSIONS
+from ...errors import UsageError
+from .records import RecordReader
 
 __all__ = [
     "Source",
@@ -95,7 +92,7 @@ class Source:
     dropped: tuple[tuple[str, str], ...] = ()
     #: What the manifest's ``source`` records besides the layout (COCO's category ids, ...).
     extra: dict = field(default_factory=dict)
-    #: How a shard job reads inputs that are not files under ``root`` (``sources.base``); None: files.
+    #: How a shard job reads inputs that are not files under ``root`` (``records.RecordReader``); None: files.
     reader: RecordReader | None = None
     #: What the user says the source is (``source_id=``), part of every shard's name; "" for files.
     identity: str = ""
