@@ -15,14 +15,14 @@ import numpy as np
 
 from ...errors import CacheError
 from ..limits import MAX_ARRAY_BYTES, short
-from .base import Column, ColumnReader, column_name, pack_ragged, ragged_rows
+from .base import Column, FieldKind, ShardRows, column_name, pack_ragged, ragged_rows
 
 __all__ = ["ArrayKind", "ARRAY_DTYPES"]
 
 ARRAY_DTYPES = ("|u1", "<u2", "<i4", "<i8", "<f4", "<f8")
 
 
-class ArrayKind:
+class ArrayKind(FieldKind):
     kind = "array"
 
     def check_params(self, params: dict, where: str) -> dict:
@@ -73,24 +73,14 @@ class ArrayKind:
             column_name(name, "offsets"): offsets,
         }
 
-    def unpack(
-        self,
-        name: str,
-        params: dict,
-        column: ColumnReader,
-        rows: Sequence[int],
-        samples: int,
-        memo: dict | None = None,
-    ) -> list:
+    def read(self, name: str, params: dict, shard: ShardRows) -> list:
         if self._fixed(params):
-            block = np.asarray(column(name, np.asarray(rows, dtype=np.int64)))
-            return [np.array(v) for v in block]
-        shapes = np.asarray(column(column_name(name, "shapes"), slice(None)))
-        found = ragged_rows(
-            column, column_name(name, "values"), column_name(name, "offsets"), rows, samples, memo=memo
-        )
+            return [np.array(v) for v in shard.take(name)]
+        shapes = np.asarray(shard.column(column_name(name, "shapes"), slice(None)))
+        values, offsets = column_name(name, "values"), column_name(name, "offsets")
+        found = ragged_rows(shard.column, values, offsets, shard.rows, shard.samples, memo=shard.memo)
         out = []
-        for row, (flat,) in zip(rows, found):
+        for row, (flat,) in zip(shard.rows, found):
             shape = tuple(int(v) for v in shapes[row])
             if any(d < 0 for d in shape) or math.prod(shape) != len(flat):
                 raise CacheError(f"{name!r}: a stored array does not have the shape {list(shape)} it records")

@@ -1,4 +1,6 @@
-"""What every field kind shares: its on-disk columns, and packing/unpacking of ragged values.
+"""What every field kind shares: the methods a kind has (``FieldKind``; ``unpack``, as the readers
+call it, the same for all), the kinds kept as one ragged column (``RaggedKind``), the rows a read
+asks of an open shard (``ShardRows``), and packing/unpacking of ragged values.
 
 A field is a named, typed part of a sample besides its image (a class, several classes, boxes, a
 mask, a caption, an array). Each kind (one small module each) says which columns it stores, packs
@@ -9,9 +11,10 @@ column and ``N + 1`` int64 ``offsets``; both are checked before they are used.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
@@ -20,6 +23,8 @@ from ...errors import CacheError
 __all__ = [
     "Column",
     "FieldKind",
+    "RaggedKind",
+    "ShardRows",
     "ColumnReader",
     "pack_ragged",
     "ragged_gather",
@@ -44,19 +49,45 @@ class Column:
     ragged: bool = False
 
 
-class FieldKind(Protocol):
-    """One kind of field: its columns, and how a shard's values go into them and come back."""
+@dataclass(frozen=True)
+class ShardRows:
+    """The rows a read asks of one open shard: ``column`` reads its columns, ``rows`` are local row
+    numbers, ``samples`` its number of rows, ``memo`` a dict kept with the open shard (what was read
+    and checked of it whole), or None."""
+
+    column: ColumnReader
+    rows: Sequence[int]
+    samples: int
+    memo: dict | None = None
+
+    def take(self, name: str) -> np.ndarray:
+        """The rows' values of ``name``, a column of one value per sample."""
+        return np.asarray(self.column(name, np.asarray(self.rows, dtype=np.int64)))
+
+
+class FieldKind(ABC):
+    """One kind of field: its columns, and how a shard's values go into them and come back. Each
+    kind (one small module) says what is its own: its parameters, its columns, its packing and how
+    rows are read (``read``); the readers call ``unpack``, the same for every kind."""
 
     kind: str
 
     def check_params(self, params: dict, where: str) -> dict:
-        """The kind's parameters from a manifest, validated (CacheError naming ``where``)."""
+        """The kind's parameters from a manifest, validated (CacheError naming ``where``); a kind
+        without parameters keeps none."""
+        return {}
 
+    @abstractmethod
     def columns(self, name: str, params: dict) -> dict[str, Column]:
         """Every column a field called ``name`` stores (its name is part of each column's)."""
 
+    @abstractmethod
     def pack(self, name: str, params: dict, values: Sequence) -> dict[str, np.ndarray]:
         """A shard's columns from each sample's value, in row order."""
+
+    @abstractmethod
+    def read(self, name: str, params: dict, shard: ShardRows) -> list:
+        """The values of ``shard.rows``, in that order."""
 
     def unpack(
         self,
@@ -69,6 +100,53 @@ class FieldKind(Protocol):
     ) -> list:
         """The values of ``rows`` (local row numbers of a shard of ``samples`` rows). ``memo``: a dict
         kept with the open shard, where what was read and checked of it whole is kept."""
+        return self.read(name, params, ShardRows(column, rows, samples, memo))
+
+
+class RaggedKind(FieldKind):
+    """A kind stored as one ragged column (``part``: every sample's values back to back) and its
+    offsets. The kind says how a sample's value is stored (``encode``, into values of shape
+    ``tail``) and how a row's stored values come back (``decode``)."""
+
+    part: str
+    dtype: str
+
+    def tail(self, params: dict) -> tuple[int, ...]:
+        """The shape of one stored value: ``()`` for a number or a byte."""
+        return ()
+
+    @abstractmethod
+    def encode(self, value: Any, params: dict) -> np.ndarray:
+        """A sample's value as its rows of the ``part`` column."""
+
+    def decode(self, name: str, stored: np.ndarray) -> Any:
+        """A row's value from its slice of the ``part`` column (a view of a fresh array)."""
+        return stored
+
+    def columns(self, name: str, params: dict) -> dict[str, Column]:
+        return {
+            column_name(name, self.part): Column(self.tail(params), self.dtype, ragged=True),
+            column_name(name, "offsets"): Column((), "<i8"),
+        }
+
+    def pack(self, name: str, params: dict, values: Sequence) -> dict[str, np.ndarray]:
+        stored = [self.encode(v, params) for v in values]
+        data, offsets = pack_ragged(stored, self.dtype, self.tail(params))
+        return {column_name(name, self.part): data, column_name(name, "offsets"): offsets}
+
+    def gather(
+        self, name: str, params: dict, column: ColumnReader, rows: Sequence[int], samples: int, memo=None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``(counts, values)``: each row's number of values, and the rows' values back to back (a
+        fresh array): a batch's values as one array."""
+        counts, (values,) = ragged_gather(
+            column, column_name(name, self.part), column_name(name, "offsets"), rows, samples, memo=memo
+        )
+        return counts, values
+
+    def read(self, name: str, params: dict, shard: ShardRows) -> list:
+        counts, values = self.gather(name, params, shard.column, shard.rows, shard.samples, shard.memo)
+        return [self.decode(name, values[a:b]) for a, b in row_spans(counts)]
 
 
 def column_name(field: str, part: str) -> str:

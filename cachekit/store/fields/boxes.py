@@ -12,7 +12,16 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .base import Column, ColumnReader, column_name, pack_ragged, ragged_gather, row_spans
+from .base import (
+    Column,
+    ColumnReader,
+    FieldKind,
+    ShardRows,
+    column_name,
+    pack_ragged,
+    ragged_gather,
+    row_spans,
+)
 
 __all__ = ["BoxesKind", "empty_boxes"]
 
@@ -28,11 +37,8 @@ def empty_boxes() -> dict[str, np.ndarray]:
     }
 
 
-class BoxesKind:
+class BoxesKind(FieldKind):
     kind = "boxes"
-
-    def check_params(self, params: dict, where: str) -> dict:
-        return {}
 
     def columns(self, name: str, params: dict) -> dict[str, Column]:
         out = {
@@ -72,14 +78,6 @@ class BoxesKind:
         }
         return counts, parts
 
-    def unpack(
-        self,
-        name: str,
-        params: dict,
-        column: ColumnReader,
-        rows: Sequence[int],
-        samples: int,
-        memo: dict | None = None,
-    ) -> list:
-        counts, parts = self.gather(name, column, rows, samples, memo)
+    def read(self, name: str, params: dict, shard: ShardRows) -> list:
+        counts, parts = self.gather(name, shard.column, shard.rows, shard.samples, shard.memo)
         return [{k: v[a:b] for k, v in parts.items()} for a, b in row_spans(counts)]

@@ -8,19 +8,17 @@ each sample's class indices (into ``ds.classes``), sorted and without repeats, a
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
-from .base import Column, ColumnReader, column_name, pack_ragged, ragged_rows
+from .base import Column, FieldKind, RaggedKind, ShardRows
 
 __all__ = ["LabelKind", "LabelsKind"]
 
 
-class LabelKind:
+class LabelKind(FieldKind):
     kind = "label"
-
-    def check_params(self, params: dict, where: str) -> dict:
-        return {}
 
     def columns(self, name: str, params: dict) -> dict[str, Column]:
         return {}  # the ``labels`` column every shard has
@@ -28,45 +26,16 @@ class LabelKind:
     def pack(self, name: str, params: dict, values: Sequence) -> dict[str, np.ndarray]:
         return {}
 
-    def unpack(
-        self,
-        name: str,
-        params: dict,
-        column: ColumnReader,
-        rows: Sequence[int],
-        samples: int,
-        memo: dict | None = None,
-    ) -> list:
-        labels = np.asarray(column("labels", np.asarray(rows, dtype=np.int64)))
-        return [int(v) for v in labels]
+    def read(self, name: str, params: dict, shard: ShardRows) -> list:
+        return [int(v) for v in shard.take("labels")]
 
 
-class LabelsKind:
+class LabelsKind(RaggedKind):
     kind = "labels"
+    part, dtype = "values", "<i8"
 
-    def check_params(self, params: dict, where: str) -> dict:
-        return {}
+    def encode(self, value: Any, params: dict) -> np.ndarray:
+        return np.unique(np.asarray(value, dtype=np.int64))  # sorted, without repeats
 
-    def columns(self, name: str, params: dict) -> dict[str, Column]:
-        return {
-            column_name(name, "values"): Column((), "<i8", ragged=True),
-            column_name(name, "offsets"): Column((), "<i8"),
-        }
-
-    def pack(self, name: str, params: dict, values: Sequence) -> dict[str, np.ndarray]:
-        data, offsets = pack_ragged([np.unique(np.asarray(v, dtype=np.int64)) for v in values], "<i8")
-        return {column_name(name, "values"): data, column_name(name, "offsets"): offsets}
-
-    def unpack(
-        self,
-        name: str,
-        params: dict,
-        column: ColumnReader,
-        rows: Sequence[int],
-        samples: int,
-        memo: dict | None = None,
-    ) -> list:
-        found = ragged_rows(
-            column, column_name(name, "values"), column_name(name, "offsets"), rows, samples, memo=memo
-        )
-        return [np.asarray(v, dtype=np.int64) for (v,) in found]  # views of ragged_rows' own copy
+    def decode(self, name: str, stored: np.ndarray) -> np.ndarray:
+        return np.asarray(stored, dtype=np.int64)  # a view of the gathered copy

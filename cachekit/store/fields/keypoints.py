@@ -14,12 +14,13 @@ per box of its boxes field): a damaged shard is a CacheError, never a NaN in a p
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from ...errors import CacheError
 from ..limits import short
-from .base import Column, ColumnReader, column_name, pack_ragged, ragged_gather, row_spans
+from .base import ColumnReader, RaggedKind, column_name
 
 __all__ = ["KeypointsKind", "points_problem", "beyond_image", "flip_pairs", "flip_problem", "MAX_KEYPOINTS"]
 
@@ -110,8 +111,9 @@ def _index_list(value, k: int, where: str, what: str) -> list[int]:
     return list(value)
 
 
-class KeypointsKind:
+class KeypointsKind(RaggedKind):
     kind = "keypoints"
+    part, dtype = "points", "<f4"
 
     def check_params(self, params: dict, where: str) -> dict:
         boxes, k = params.get("boxes"), params.get("k")
@@ -146,41 +148,20 @@ class KeypointsKind:
                 raise CacheError(f"{where}.flip_idx: {problem}")
         return out
 
-    def columns(self, name: str, params: dict) -> dict[str, Column]:
-        return {
-            column_name(name, "points"): Column((params["k"], 3), "<f4", ragged=True),
-            column_name(name, "offsets"): Column((), "<i8"),
-        }
+    def tail(self, params: dict) -> tuple[int, ...]:
+        return (params["k"], 3)
 
-    def pack(self, name: str, params: dict, values: Sequence) -> dict[str, np.ndarray]:
-        data, offsets = pack_ragged(
-            [np.asarray(v, dtype=np.float32).reshape(-1, params["k"], 3) for v in values],
-            "<f4",
-            (params["k"], 3),
-        )
-        return {column_name(name, "points"): data, column_name(name, "offsets"): offsets}
+    def encode(self, value: Any, params: dict) -> np.ndarray:
+        return np.asarray(value, dtype=np.float32).reshape(-1, params["k"], 3)
 
     def gather(
         self, name: str, params: dict, column: ColumnReader, rows: Sequence[int], samples: int, memo=None
     ) -> tuple[np.ndarray, np.ndarray]:
-        """``(counts, points [M, K, 3])``: each row's number of objects and their points back to back."""
+        """``(counts, points [M, K, 3])``: each row's number of objects and their points back to back,
+        the shard's points checked first."""
         self._check(name, params, column, samples, memo)
-        counts, (p,) = ragged_gather(
-            column, column_name(name, "points"), column_name(name, "offsets"), rows, samples, memo=memo
-        )
-        return counts, np.asarray(p, dtype=np.float32).reshape(-1, params["k"], 3)
-
-    def unpack(
-        self,
-        name: str,
-        params: dict,
-        column: ColumnReader,
-        rows: Sequence[int],
-        samples: int,
-        memo: dict | None = None,
-    ) -> list:
-        counts, points = self.gather(name, params, column, rows, samples, memo)
-        return [points[a:b] for a, b in row_spans(counts)]
+        counts, points = super().gather(name, params, column, rows, samples, memo)
+        return counts, np.asarray(points, dtype=np.float32).reshape(-1, params["k"], 3)
 
     def _check(self, name: str, params: dict, column: ColumnReader, samples: int, memo) -> None:
         """The whole shard's points (once, with a ``memo``): finite, visibility 0/1/2, ``k`` per object,

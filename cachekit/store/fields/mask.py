@@ -7,13 +7,13 @@ and decoding one (OpenCV, which releases the GIL) costs less than resizing its i
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from typing import Any
 
 import cv2
 import numpy as np
 
 from ...errors import CacheError
-from .base import Column, ColumnReader, column_name, pack_ragged, ragged_rows
+from .base import RaggedKind
 
 __all__ = ["MaskKind", "encode_mask", "decode_mask"]
 
@@ -48,8 +48,11 @@ def decode_mask(data: np.ndarray, where: str, hw: tuple[int, int] | None = None)
     return mask
 
 
-class MaskKind:
+class MaskKind(RaggedKind):
+    """A row comes back as its PNG bytes, decoded by the reader's threads, where the work is."""
+
     kind = "mask"
+    part, dtype = "png", "|u1"
 
     def check_params(self, params: dict, where: str) -> dict:
         """``classes`` (optional): what each value of the map means, value ``i`` the ``i``-th name."""
@@ -64,27 +67,5 @@ class MaskKind:
             raise CacheError(f"{where}.classes: expected 1 to 256 class names (one per mask value)")
         return {"classes": list(classes)}
 
-    def columns(self, name: str, params: dict) -> dict[str, Column]:
-        return {
-            column_name(name, "png"): Column((), "|u1", ragged=True),
-            column_name(name, "offsets"): Column((), "<i8"),
-        }
-
-    def pack(self, name: str, params: dict, values: Sequence) -> dict[str, np.ndarray]:
-        data, offsets = pack_ragged([encode_mask(v) for v in values], "|u1")
-        return {column_name(name, "png"): data, column_name(name, "offsets"): offsets}
-
-    def unpack(
-        self,
-        name: str,
-        params: dict,
-        column: ColumnReader,
-        rows: Sequence[int],
-        samples: int,
-        memo: dict | None = None,
-    ) -> list:
-        """The PNG bytes of each row (decoded by the reader's threads, where the work is)."""
-        found = ragged_rows(
-            column, column_name(name, "png"), column_name(name, "offsets"), rows, samples, memo=memo
-        )
-        return [v for (v,) in found]
+    def encode(self, value: Any, params: dict) -> np.ndarray:
+        return encode_mask(value)
