@@ -205,16 +205,7 @@ class Manifest:
         if sample.fields and version < 4:
             raise CacheError(f"{where}.sample.fields: a version {version} manifest has no fields")
         channels = sample.shape[0]
-        augment = obj["pipeline"].get("augment") if isinstance(obj.get("pipeline"), dict) else None
-        variants = (
-            1
-            if augment is None
-            else get_int(augment, "variants", f"{where}.pipeline.augment", 1, MAX_VARIANTS)
-        )
-        if version >= 5:
-            shards, record = indexed_shards(obj, shards, variants, where)
-        else:
-            shards, record = _listed(obj, channels, variants, where), {}
+        shards, record = _shards(obj, shards, version, channels, where)
         pipeline = get(obj, "pipeline", where)
         problem = check_recorded(pipeline)
         if problem:
@@ -252,6 +243,19 @@ class Manifest:
             format_version=version,
             index=record,
         )
+
+
+def _shards(obj: dict, shards, version: int, channels: int, where: str) -> tuple[Sequence[ShardInfo], dict]:
+    """The shards and the index's record: format 5's mapped ``shards`` checked against the
+    manifest's counts, or the ``shards`` list of formats 3 and 4; no shard holds more samples than
+    its inputs times the pipeline's variants."""
+    augment = obj["pipeline"].get("augment") if isinstance(obj.get("pipeline"), dict) else None
+    variants = (
+        1 if augment is None else get_int(augment, "variants", f"{where}.pipeline.augment", 1, MAX_VARIANTS)
+    )
+    if version >= 5:
+        return indexed_shards(obj, shards, variants, where)
+    return _listed(obj, channels, variants, where), {}
 
 
 def _listed(obj: dict, channels: int, variants: int, where: str) -> tuple[ShardInfo, ...]:
