@@ -100,7 +100,9 @@ def choose_split(
     text = os.fspath(path)
     if split is not None:
         if not is_url(text) and os.path.lexists(Path(text) / MANIFEST_NAME):
-            raise UsageError(f"--split {split}: {text} is one cache, not a folder of splits: leave out --split")
+            raise UsageError(
+                f"--split {split}: {text} is one cache, not a folder of splits: leave out --split"
+            )
         return split_path(text, split), None
     found = cache_splits(text)
     if not found:
