@@ -43,7 +43,7 @@ from ..store.sourcecol import PREFIX
 from ..store.splitdirs import check_split_out
 from .config import BuildConfig, BuildResult, SplitsResult
 from .executors import run_jobs
-from .findsource import find_source
+from .findsource import detect_raw, find_source
 from .guards import check_apart, check_config, check_job_bytes, refuse
 from .offline_variants import AUGMENT_EXTRAS, AugmentConfig
 from .pool import WorkerCrashed
@@ -65,7 +65,8 @@ from .sources.classnames import read_names_file, with_class_order
 from .sources.layouts import SORTED, VOC, layout_named
 from .sources.recordfiles import pattern_folder
 from .sources.sourceoptions import SourceOptions
-from .splits import Split, find_splits, pick_splits, split_out
+from .sources.splitnames import Split
+from .splits import find_splits, pick_splits, split_out
 from .streamrun import job_options, stream_shards
 from .strict import strict_refusal
 
@@ -148,7 +149,8 @@ def build(
             raise UsageError(f"build() got unknown options {', '.join(unknown)}")
         config = replace(config, source=replace(config.source, **source))
     with secrets_hidden(config.storage_options):
-        splits = find_splits(raw, config.annotations, config.labels, config.storage_options)
+        detected = detect_raw(raw, out, config)  # once: the splits and the source follow its row
+        splits = find_splits(raw, config.annotations, config.labels, config.storage_options, row=detected.row)
         if splits is None:
             if config.split is not None:
                 raise UsageError(
@@ -156,7 +158,7 @@ def build(
                     f"{raw if isinstance(raw, (str, os.PathLike)) else type(raw).__name__} names no splits "
                     "(a data.yaml's train/val, train-*/test-* files or train/ val/ folders)"
                 )
-            return _build(raw, out, config)
+            return _build(raw, out, config, detected=detected)
         return _build_splits(raw, out, config, splits)
 
 
@@ -310,7 +312,9 @@ def _overlaps(sources: dict[str, Source], raw) -> list[str]:
     return sorted(out)
 
 
-def _build(raw: str | os.PathLike, out: str | os.PathLike, config: BuildConfig, *, found=None) -> BuildResult:
+def _build(
+    raw: str | os.PathLike, out: str | os.PathLike, config: BuildConfig, *, found=None, detected=None
+) -> BuildResult:
     started = time.perf_counter()
     check_config(config)
     location = open_location(out, config.storage_options)
@@ -318,7 +322,9 @@ def _build(raw: str | os.PathLike, out: str | os.PathLike, config: BuildConfig, 
     mask_names = read_names_file(config.mask_classes, "--mask-classes", 256) if config.mask_classes else None
     if mask_names is not None and config.masks is None:
         raise UsageError("--mask-classes names the values of --masks' class maps: give --masks too")
-    raw, source = found if found is not None else find_source(raw, out, config, mask_classes=mask_names)
+    if found is None:
+        found = find_source(raw, out, config, mask_classes=mask_names, detected=detected)
+    raw, source = found
     if config.classes is not None:  # one class order for any source
         source = with_class_order(source, read_names_file(config.classes, "--classes"), config.classes)
     pipeline = load_pipeline(config.pipeline, config.size)

@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from ..augment.transforms import RandomHorizontalFlip, RandomResizedCrop
-from ..build.splits import SPLIT_NAMES
+from ..build.sources.splitnames import SPLIT_NAMES
 from ..constants import DEFAULT_PIPELINE, VERSION
 from ..cpus import available_cpus
 from ..errors import CachekitError, UsageError

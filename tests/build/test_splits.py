@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from sourcekit import make_objects, write_parquet
 
 from cachekit import BuildConfig, CachedDataset, build, make_loader, verify
-from cachekit.build.splits import split_of_name
+from cachekit.build.sources.splitnames import split_of_name
 from cachekit.cli import main
 from cachekit.errors import NotACacheError, UsageError
 from cachekit.tools.synthetic import make_synthetic_folder

@@ -11,7 +11,8 @@ import pytest
 from sourcekit import make_objects, write_parquet
 
 from cachekit import UsageError
-from cachekit.build.splits import find_splits, pick_splits, split_of_name, split_out
+from cachekit.build.sources.splitnames import split_of_name
+from cachekit.build.splits import find_splits, pick_splits, split_out
 from cachekit.tools.synthetic import make_synthetic_folder
 
 

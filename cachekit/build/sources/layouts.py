@@ -42,15 +42,15 @@ NUMBERED = "numbered"
 #: Classes are names in the order the source lists them (a data.yaml, COCO's categories, a CSV's).
 LISTED = "listed"
 
-# Split rules (``Layout.splits``), each a function of ``splits``.
+# Split rules (``Layout.splits``): each the module (under this package) whose ``find_splits`` finds them.
 #: ``data.yaml``'s ``train``/``val``/``test`` (folders, lists, .txt files), else ``images/<split>/``.
-YOLO_SPLITS = "data.yaml"
+YOLO_SPLITS = "yolosplits"
 #: ``ImageSets/Main/<split>.txt`` lists of image ids.
-VOC_SPLITS = "imagesets"
+VOC_SPLITS = "vocsplits"
 #: Files named by split (``train-*.parquet``, ``data/val-*``, tars named by split).
-FILE_SPLITS = "file names"
+FILE_SPLITS = "recordsplits"
 #: Top-level ``train/`` ``val/`` ``test/`` folders, or files named by split in RAW or ``RAW/data``.
-FOLDER_SPLITS = "folders"
+FOLDER_SPLITS = "foldersplits"
 
 # How ``bench`` reads a layout's raw inputs again (``Layout.bench_raw``).
 #: The files under RAW, found as a folder is.
@@ -103,8 +103,9 @@ class Layout:
     #: The module that makes its ``Source``: a module name (under ``cachekit.build.sources`` when it
     #: has no dot) or any object with ``discover(request)`` (``base.SourceKind``).
     source: object
-    #: How its splits are found (``splits``), None when it names none.
-    splits: str | None
+    #: How its splits are found: a module name (under ``cachekit.build.sources`` when it has no dot)
+    #: or any object with ``find_splits(request, row)``; None when it names none.
+    splits: object | None
     #: How its classes are named when nothing else names them (SORTED, NUMBERED, LISTED).
     class_names: str
     #: How ``bench`` reads its raw inputs again (``BENCH_*``); None: it cannot.
@@ -122,10 +123,18 @@ class Layout:
 
     def module(self):
         """The object whose ``discover(request)`` makes this layout's ``Source``."""
-        if isinstance(self.source, str):
-            name = self.source if "." in self.source else f"{__package__}.{self.source}"
-            return importlib.import_module(name)
-        return self.source
+        return _resolve(self.source)
+
+    def split_finder(self):
+        """The object whose ``find_splits(request, row)`` finds this layout's splits; None: it names none."""
+        return _resolve(self.splits) if self.splits is not None else None
+
+
+def _resolve(where: object):
+    """A module named by ``where`` (under this package when it has no dot), or ``where`` itself."""
+    if isinstance(where, str):
+        return importlib.import_module(where if "." in where else f"{__package__}.{where}")
+    return where
 
 
 def _records(suffix: str) -> Callable[[Request], bool]:

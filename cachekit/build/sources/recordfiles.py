@@ -150,16 +150,11 @@ def expand_braces(pattern: str) -> list[str]:
     return out
 
 
-def _base(pattern: str) -> str:
-    """The folder before the first pattern character: names are relative to it."""
+def pattern_folder(pattern: str) -> str:
+    """The folder the names of ``pattern``'s files are relative to, the folder before its first pattern
+    character (``data`` of ``data/train-*.parquet``; "" for the working folder)."""
     cut = min((pattern.find(c) for c in "*?[{" if c in pattern), default=len(pattern))
     return pattern[:cut].rsplit("/", 1)[0] if "/" in pattern[:cut] else ""
-
-
-def pattern_folder(pattern: str) -> str:
-    """The folder the names of ``pattern``'s files are relative to (``data`` of ``data/train-*.parquet``;
-    "" for the working folder)."""
-    return _base(pattern)
 
 
 def find_files(pattern: str, storage_options: dict | None, what: str) -> list[RecordFile]:
@@ -169,7 +164,7 @@ def find_files(pattern: str, storage_options: dict | None, what: str) -> list[Re
     if is_url(pattern):
         fs, _ = filesystem(pattern, storage_options)
         protocol = pattern.split("://", 1)[0]
-        base = filesystem(_base(pattern) or pattern, storage_options)[1] if _base(pattern) else ""
+        base = filesystem(pattern_folder(pattern) or pattern, storage_options)[1] if pattern_folder(pattern) else ""
         for name in names:
             path = filesystem(name, storage_options)[1]
             try:
@@ -184,7 +179,7 @@ def find_files(pattern: str, storage_options: dict | None, what: str) -> list[Re
                     stamp = info.get("mtime") or info.get("LastModified") or info.get("ETag") or 0
                     found[p] = RecordFile(rel, f"{protocol}://{p}", int(info.get("size") or 0), _stamp(stamp))
     else:
-        base = _base(pattern)
+        base = pattern_folder(pattern)
         for name in names:
             for p in sorted(glob.glob(name)) if glob.has_magic(name) else [name]:
                 try:
