@@ -1,5 +1,6 @@
 """What ``make_loader`` checks and resolves before anything starts: its arguments, the dataset it is
-given, the room worker processes need in /dev/shm, the batch's size, the seed, where augmentation runs.
+given, the room worker processes need in /dev/shm, the batch's size, the seed, the timeout, where
+augmentation runs, and every plan it reads with (``PlanCheck``).
 
 Every refusal here is one line, raised before a worker, a thread or a download begins.
 """
@@ -19,10 +20,15 @@ from torch.utils.data import IterableDataset
 from ..augment.opnames import worker_refusal
 from ..augment.plan import AugmentUsageError, Plan
 from ..constants import MAX_BATCH_BYTES
+from .dataset import CachedDataset
+from .rows import boxes_field
 from .shm import ShmTooSmall, shm_shortfall
+from .timeouts import READ_TIMEOUT_SECONDS
 
 __all__ = [
+    "PlanCheck",
     "check_counts",
+    "check_timeout",
     "open_dataset",
     "batch_bytes",
     "fit_workers",
@@ -52,12 +58,18 @@ def check_counts(**values: Any) -> None:
             raise ValueError(f"seed must be from -2**63 to 2**64 - 1, as torch.manual_seed's, got {value}")
 
 
+def check_timeout(timeout: float | None) -> float:
+    """``timeout``, or ``READ_TIMEOUT_SECONDS`` when None: a positive, finite number of seconds."""
+    timeout = READ_TIMEOUT_SECONDS if timeout is None else timeout
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < float("inf"):
+        raise ValueError(f"timeout must be a positive number of seconds (a read never waits for ever), got {timeout!r}")
+    return timeout
+
+
 def open_dataset(dataset, storage_options: dict | None, split: str | None = None):
     """A path or URL opens a ``CachedDataset`` (``split``: one split's cache of a folder of them);
     anything else must be a map-style dataset."""
     if isinstance(dataset, (str, os.PathLike)):
-        from .dataset import CachedDataset
-
         return CachedDataset(dataset, storage_options=storage_options, split=split)
     if split is not None:
         raise ValueError(
@@ -216,3 +228,42 @@ def check_augment_plan(
             "with their sizes) or an augment ending in a fixed size (Letterbox, RandomResizedCrop, "
             "CenterCrop or Resize((height, width)))"
         )
+
+
+class PlanCheck:
+    """Where a loader's plans run, and the check every one of them passes (``AugmentSchedule``'s
+    ``check``): ``make_loader``'s ``augment``, each epoch's plan of a schedule, each ``set_augment``.
+
+    A bad ``augment_on`` is refused when it is made, whatever the plan. Once the loader's worker
+    processes are sized (``send_to_workers``), every later plan must also travel to them.
+    """
+
+    def __init__(self, dataset, batch_size: int, *, pad: bool, augment_on: str, device: torch.device | None) -> None:
+        choose_augment_on(augment_on, device, None)
+        self.dataset, self.batch_size, self.pad = dataset, batch_size, pad
+        self.augment_on, self.device = augment_on, device
+        #: A per-sample ``transform=`` of the dataset's own runs on each sample before any batch work.
+        self.per_sample = any(
+            getattr(dataset, a, None) is not None for a in ("transform", "target_transform", "transforms")
+        )
+        self.workers, self.context = 0, None  # known once the first plan has sized them
+
+    def on_device(self, plan: Plan | None) -> bool:
+        """True where ``plan`` runs on the loader's device, False on CPU threads (or no plan)."""
+        return choose_augment_on(self.augment_on, self.device, plan)
+
+    def send_to_workers(self, workers: int, context) -> None:
+        """Later plans go to ``workers`` worker processes started by ``context``."""
+        self.workers, self.context = workers, context
+
+    def __call__(self, plan: Plan | None) -> None:
+        if self.workers > 0:  # a later plan (set_augment, a schedule) goes to the same workers
+            check_plan_pickles(plan, self.context)
+        check_augment_plan(
+            self.dataset, self.batch_size, plan, pad=self.pad, per_sample=self.per_sample, on_device=self.on_device(plan)
+        )
+        if plan is not None and plan.mix is not None:  # CutMix on boxes, MixUp on masks alone: one line
+            fields, classes = getattr(self.dataset, "fields", {}), getattr(self.dataset, "classes", None)
+            plan.mix.check_cache(fields, len(classes or ()))
+        if plan is not None and plan.needs_boxes:  # an IoU crop: here, not at the first batch (in a worker)
+            boxes_field(self.dataset)

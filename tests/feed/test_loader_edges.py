@@ -250,12 +250,12 @@ class _NodeCache:
 
 @pytest.mark.parametrize("fits, want", [(64, 64), (20, 16), (5, 4), (1, 1), (0, 64)])
 def test_the_window_halves_until_a_batch_s_shards_fit_the_node_cache(fits, want):
-    from cachekit.feed.loader import _window_that_fits
+    from cachekit.feed.loaderoptions import window_that_fits
 
     dataset = _NodeCache(fits)
-    assert _window_that_fits(dataset, 64, 8, 2, 1, 1) == want
+    assert window_that_fits(dataset, 64, 8, 2, 1, 1) == want
     assert dataset.asked[0] == 64 and all(b == a // 2 or b == 1 for a, b in zip(dataset.asked, dataset.asked[1:]))
-    assert _window_that_fits(object(), 64, 8, 2, 1, 1) == 64  # a local cache: nothing to fit
+    assert window_that_fits(object(), 64, 8, 2, 1, 1) == 64  # a local cache: nothing to fit
 
 
 def test_a_rank_without_batches_is_told_the_two_ways_out_in_one_line(small_cache):
@@ -283,7 +283,7 @@ def test_a_usage_error_from_a_worker_is_its_own_last_line(caught, said):
     """DataLoader re-raises a worker's exception as its traceback in text; a usage error is said as the
     line the user's op raised (split once: the message may itself name the error's type)."""
     from cachekit import UsageError
-    from cachekit.feed.loader import _said_in_one_line
+    from cachekit.feed.cacheloader import _said_in_one_line
 
     def batches():
         yield 1
