@@ -100,15 +100,7 @@ def find_source(
             "a folder's inputs are its files"
         )
     check_apart(raw, out)
-    folder = Request(
-        raw,
-        annotations=config.annotations,
-        labels=config.labels,
-        storage_options=config.storage_options,
-        masks=config.masks,
-        arrays=config.arrays,
-        mask_classes=mask_classes,
-    )
+    folder = replace(request, raw=raw, config=None, out=None)  # as discovery.discover makes it
     return raw, _with_points(folder_source(folder, row), config)
 
 

@@ -141,76 +141,114 @@ def _fits(shape: tuple[int, ...], spec_shape: tuple[int | None, ...]) -> bool:
     return len(shape) == len(spec_shape) and all(s is None or s == d for s, d in zip(spec_shape, shape))
 
 
-def run_shard_job(job: ShardJob, progress: Callable[[int], None] | None = None) -> ShardResult:
-    """Decode, preprocess and write one shard; bad inputs are skipped and reported, not fatal."""
-    spec = job.spec
-    n = len(job.paths)
-    per_input = job.augment.variants if job.augment else 1
-    # fixed-size samples go straight into one array; ragged ones are kept one by one
-    images = None if spec.ragged else np.empty((n * per_input, *spec.shape), dtype=np.uint8)
-    ragged: list[np.ndarray] = []
-    extras = {name: np.zeros((n * per_input, *a.shape), dtype=a.dtype) for name, a in spec.extras.items()}
-    labels = np.empty(n * per_input, dtype=np.int64)
-    sources: list[str] = []
-    pixel_sum = np.zeros(spec.shape[0], dtype=np.float64)
-    pixel_sumsq = np.zeros(spec.shape[0], dtype=np.float64)
-    pixel_count = 0
-    skipped: list[SkippedInput] = []
-    kept = 0
-    pending: list[tuple] = []  # (image, extras, variant, field values, label, path) awaiting colour ops
-    values: dict[str, list] = {name: [] for name in spec.fields}  # each kept sample's, per field
+class _Rows:
+    """The rows of one shard as they are kept: the pixels (one array, or one by one when ragged), the
+    extras, classes, source paths and field values, and the pixel statistics. Augmented variants
+    wait in ``pending`` for their flip and colour jitter, run ``_COLOUR_BATCH`` at a time."""
 
-    def store(hwc: np.ndarray, sample_extras: dict, sample_values: dict, label: int, rel: str) -> None:
-        nonlocal kept, pixel_sum, pixel_sumsq, pixel_count
-        if images is not None:
-            images[kept] = hwc.transpose(2, 0, 1)
-            chw = images[kept]
+    def __init__(self, spec: SampleSpec, rows: int) -> None:
+        self.spec = spec
+        # fixed-size samples go straight into one array; ragged ones are kept one by one
+        self.images = None if spec.ragged else np.empty((rows, *spec.shape), dtype=np.uint8)
+        self.ragged: list[np.ndarray] = []
+        self.extras = {name: np.zeros((rows, *a.shape), dtype=a.dtype) for name, a in spec.extras.items()}
+        self.labels = np.empty(rows, dtype=np.int64)
+        self.sources: list[str] = []
+        self.pixel_sum = np.zeros(spec.shape[0], dtype=np.float64)
+        self.pixel_sumsq = np.zeros(spec.shape[0], dtype=np.float64)
+        self.pixel_count = 0
+        self.kept = 0
+        self.pending: list[tuple] = []  # (image, extras, variant, field values, label, path)
+        self.values: dict[str, list] = {name: [] for name in spec.fields}  # each kept sample's, per field
+
+    def store(self, hwc: np.ndarray, sample_extras: dict, sample_values: dict, label: int, rel: str) -> None:
+        """Keep one sample (HWC pixels) with its extras, field values, class and source path."""
+        kept = self.kept
+        if self.images is not None:
+            self.images[kept] = hwc.transpose(2, 0, 1)
+            chw = self.images[kept]
         else:
             chw = np.ascontiguousarray(hwc.transpose(2, 0, 1))
-            ragged.append(chw)
+            self.ragged.append(chw)
         for name, value in sample_extras.items():
-            extras[name][kept] = value
-        for name in values:
-            values[name].append(sample_values.get(name))
-        labels[kept] = label
-        sources.append(rel)
-        flat = chw.reshape(spec.shape[0], -1).astype(np.float64)
-        pixel_sum += flat.sum(axis=1)
-        pixel_sumsq += np.einsum("ij,ij->i", flat, flat)
-        pixel_count += flat.shape[1]
-        kept += 1
+            self.extras[name][kept] = value
+        for name in self.values:
+            self.values[name].append(sample_values.get(name))
+        self.labels[kept] = label
+        self.sources.append(rel)
+        flat = chw.reshape(self.spec.shape[0], -1).astype(np.float64)
+        self.pixel_sum += flat.sum(axis=1)
+        self.pixel_sumsq += np.einsum("ij,ij->i", flat, flat)
+        self.pixel_count += flat.shape[1]
+        self.kept += 1
 
-    def flush() -> None:
-        if pending:
-            coloured = colour_batch(np.stack([s[0] for s in pending]), [s[2] for s in pending])
-            for img, (_, sample_extras, _, sample_values, label, rel) in zip(coloured, pending):
-                store(img, sample_extras, sample_values, label, rel)
-            pending.clear()
+    def add_variants(self, samples: list[tuple], label: int, rel: str) -> None:
+        """Queue one input's augmented variants for their colour ops (a batch run when enough wait)."""
+        self.pending.extend((img, ex, p, moved, label, rel) for img, ex, p, moved in samples)
+        if len(self.pending) >= _COLOUR_BATCH:
+            self.flush()
 
-    if job.reader is not None:
-        read_record = job.reader.open(job.storage_options, max_input_bytes(job.max_pixels))
-        failures = ReaderFailures()
-    else:
-        read_file = input_reader(job.root, max_input_bytes(job.max_pixels), job.storage_options)
-    read_mask = (
-        input_reader(job.masks_root, max_input_bytes(job.max_pixels), job.storage_options)
-        if job.masks_root
-        else None
-    )
-    read_array = {
-        name: input_reader(root, ARRAY_FILE_MAX_BYTES, job.storage_options)
-        for name, root in job.array_roots.items()
-    }
-    done = 0
-    for k, (rel, label) in enumerate(zip(job.paths, job.labels)):
+    def flush(self) -> None:
+        """Run the colour ops of the variants waiting, and keep them."""
+        if self.pending:
+            coloured = colour_batch(np.stack([s[0] for s in self.pending]), [s[2] for s in self.pending])
+            for img, (_, sample_extras, _, sample_values, label, rel) in zip(coloured, self.pending):
+                self.store(img, sample_extras, sample_values, label, rel)
+            self.pending.clear()
+
+    def arrays(self, job: ShardJob) -> dict[str, np.ndarray]:
+        """The shard's columns: pixels (or encoded images), classes, extras, fields, sources, its name."""
+        kept, spec = self.kept, self.spec
+        store_kind = job.format_options.get("store", "pixels")
+        if self.images is not None and store_kind == "pixels":
+            arrays = {"images": self.images[:kept], "labels": self.labels[:kept]}
+        else:
+            rows = self.ragged if self.images is None else self.images[:kept]
+            data, offsets = encode_images(rows, store_kind, job.format_options.get("quality", 90))
+            arrays = {"image_bytes": data, "image_offsets": offsets, "labels": self.labels[:kept]}
+            if self.images is None or shaped_store(store_kind):
+                arrays["image_shape"] = np.array([r.shape for r in rows], dtype=np.int32).reshape(-1, 3)
+        arrays.update({name: value[:kept] for name, value in self.extras.items()})
+        for name, field_spec in spec.fields.items():
+            arrays.update(field_spec.handler.pack(name, field_spec.params, self.values[name]))
+        arrays.update(pack_sources(self.sources))
+        arrays[SHARD_NAME_COLUMN] = identity_column(job.file)  # what a reader checks the file against
+        return arrays
+
+
+class _Inputs:
+    """One job's reads: its reader's records (rows of files, samples of a dataset) or the files under
+    its root, and the mask and array files beside them."""
+
+    def __init__(self, job: ShardJob) -> None:
+        self.job = job
+        if job.reader is not None:
+            self.read_record = job.reader.open(job.storage_options, max_input_bytes(job.max_pixels))
+            self.failures = ReaderFailures()
+        else:
+            self.read_file = input_reader(job.root, max_input_bytes(job.max_pixels), job.storage_options)
+        self.read_mask = (
+            input_reader(job.masks_root, max_input_bytes(job.max_pixels), job.storage_options)
+            if job.masks_root
+            else None
+        )
+        self.read_array = {
+            name: input_reader(root, ARRAY_FILE_MAX_BYTES, job.storage_options)
+            for name, root in job.array_roots.items()
+        }
+
+    def read(self, k: int, rel: str, label: int, skipped: list[SkippedInput]) -> tuple:
+        """Input ``k``'s ``(data, target, label)`` (a record's own target and class), data None when
+        it was skipped (the reason added to ``skipped``); a job that must not skip raises."""
+        job = self.job
         target = job.targets[k] if job.targets else None
         try:
             if job.reader is not None:
-                data = failures.read(read_record, rel, target)
+                data = self.failures.read(self.read_record, rel, target)
                 if isinstance(data, Record):
                     data, target, label = data.image, data.target, data.label
             else:
-                data = read_retrying(read_file, rel)
+                data = read_retrying(self.read_file, rel)
             if job.unreadable_fails and job.sizes and len(data) != job.sizes[k]:
                 raise InputUnreadable(
                     f"{job.root}/{rel} on {socket.gethostname()} holds {len(data)} bytes, the client listed "
@@ -218,7 +256,7 @@ def run_shard_job(job: ShardJob, progress: Callable[[int], None] | None = None) 
                 )
         except DecodeError as exc:
             skipped.append(SkippedInput(rel, str(exc)))
-            data = None
+            return None, target, label
         except OSError as exc:
             reason = skip_reason(exc)
             if job.unreadable_fails:
@@ -227,74 +265,76 @@ def run_shard_job(job: ShardJob, progress: Callable[[int], None] | None = None) 
                     "that every worker sees at the same path, or a URL"
                 ) from None
             skipped.append(SkippedInput(rel, reason, retry=True))
-            data = None
+            return None, target, label
+        return data, target, label
+
+
+def _take(
+    job: ShardJob, rows: _Rows, inputs: _Inputs, rel: str, data, target, label: int, skipped: list
+) -> None:
+    """Decode one input and keep its samples, or skip it with the reason (any failure is a skip)."""
+    spec = job.spec
+    try:
+        img = decode_input(
+            data,
+            job.pipeline,
+            fast_decode=job.fast_decode,
+            max_pixels=job.max_pixels,
+            check_recipe=job.augment is None,  # augmented variants crop first, then resize
+        )
+        read_mask, read_array = inputs.read_mask, inputs.read_array
+        raw = raw_values(spec.fields, target, img.shape[:2], read_mask, read_array) if spec.fields else {}
+        samples = _samples(job, rel, img, raw)
+        shape = samples[0][0].transpose(2, 0, 1).shape
+    except Exception as exc:  # any failure on one input is a skip, never an abort
+        skipped.append(SkippedInput(rel, skip_reason(exc)))
+        return
+    if not _fits(shape, spec.shape):
+        skipped.append(SkippedInput(rel, f"pipeline gave shape {list(shape)}, not {list(spec.shape)}"))
+    elif job.augment is None:
+        rows.store(samples[0][0], samples[0][1], samples[0][3], label, rel)
+    else:
+        rows.add_variants(samples, label, rel)
+
+
+def run_shard_job(job: ShardJob, progress: Callable[[int], None] | None = None) -> ShardResult:
+    """Decode, preprocess and write one shard; bad inputs are skipped and reported, not fatal."""
+    rows = _Rows(job.spec, len(job.paths) * (job.augment.variants if job.augment else 1))
+    inputs = _Inputs(job)
+    skipped: list[SkippedInput] = []
+    done = 0
+    for k, (rel, label) in enumerate(zip(job.paths, job.labels)):
+        data, target, label = inputs.read(k, rel, label, skipped)
         if data is not None:
-            try:
-                img = decode_input(
-                    data,
-                    job.pipeline,
-                    fast_decode=job.fast_decode,
-                    max_pixels=job.max_pixels,
-                    check_recipe=job.augment is None,  # augmented variants crop first, then resize
-                )
-                raw = (
-                    raw_values(spec.fields, target, img.shape[:2], read_mask, read_array)
-                    if spec.fields
-                    else {}
-                )
-                samples = _samples(job, rel, img, raw)
-                shape = samples[0][0].transpose(2, 0, 1).shape
-            except Exception as exc:  # any failure on one input is a skip, never an abort
-                skipped.append(SkippedInput(rel, skip_reason(exc)))
-            else:
-                if not _fits(shape, spec.shape):
-                    skipped.append(
-                        SkippedInput(rel, f"pipeline gave shape {list(shape)}, not {list(spec.shape)}")
-                    )
-                elif job.augment is None:
-                    store(samples[0][0], samples[0][1], samples[0][3], label, rel)
-                else:
-                    pending.extend((img, ex, p, moved, label, rel) for img, ex, p, moved in samples)
-                    if len(pending) >= _COLOUR_BATCH:
-                        flush()
-            del data
+            _take(job, rows, inputs, rel, data, target, label, skipped)
+        del data
         done += 1
         if progress is not None and done % 16 == 0:
             progress(16)
-    flush()
+    rows.flush()
     if progress is not None:  # also the last word before the shard is written: a cancelled job stops here
         progress(done % 16)
+    return _commit(job, rows, skipped)
 
-    store_kind = job.format_options.get("store", "pixels")
-    if images is not None and store_kind == "pixels":
-        arrays = {"images": images[:kept], "labels": labels[:kept]}
-    else:
-        rows = ragged if images is None else images[:kept]
-        data, offsets = encode_images(rows, store_kind, job.format_options.get("quality", 90))
-        arrays = {"image_bytes": data, "image_offsets": offsets, "labels": labels[:kept]}
-        if images is None or shaped_store(store_kind):
-            arrays["image_shape"] = np.array([r.shape for r in rows], dtype=np.int32).reshape(-1, 3)
-    arrays.update({name: value[:kept] for name, value in extras.items()})
-    for name, field_spec in spec.fields.items():
-        arrays.update(field_spec.handler.pack(name, field_spec.params, values[name]))
-    arrays.update(pack_sources(sources))
-    arrays[SHARD_NAME_COLUMN] = identity_column(job.file)  # what a reader checks the file against
+
+def _commit(job: ShardJob, rows: _Rows, skipped: list[SkippedInput]) -> ShardResult:
+    """Write the shard's file and say what it holds (its skips' reasons without a secret in them)."""
     size, digest = commit_shard(
-        job.out, job.file, job.format, arrays, job.format_options, job.storage_options
+        job.out, job.file, job.format, rows.arrays(job), job.format_options, job.storage_options
     )
     if job.storage_options:  # a filesystem's message is recorded in the manifest: never a secret in it
         skipped = [SkippedInput(s.path, redact(s.reason, job.storage_options), s.retry) for s in skipped]
     info = ShardInfo(
         file=job.file,
-        samples=kept,
+        samples=rows.kept,
         bytes=size,
         sha256=digest,
-        inputs=n,
+        inputs=len(job.paths),
         first=job.paths[0],
         last=job.paths[-1],
         inputs_digest=job.inputs_digest,
-        pixel_sum=tuple(float(v) for v in pixel_sum),
-        pixel_sumsq=tuple(float(v) for v in pixel_sumsq),
-        pixel_count=pixel_count,
+        pixel_sum=tuple(float(v) for v in rows.pixel_sum),
+        pixel_sumsq=tuple(float(v) for v in rows.pixel_sumsq),
+        pixel_count=rows.pixel_count,
     )
     return ShardResult(job.index, info, tuple(skipped))

@@ -68,7 +68,7 @@ def _shard_size(t, config: BuildConfig, previous, partial_) -> int:
 
 def job_options(t, config: BuildConfig) -> dict:
     """What every shard job of a build shares, whatever its inputs: where it reads and writes, the
-    recipe, the stored form, the checks (``t``: the build's resolved target, ``run._Target``)."""
+    recipe, the stored form, the checks (``t``: the build's resolved target, ``target.Target``)."""
     return {
         "root": str(t.raw),
         "out": t.out.url,

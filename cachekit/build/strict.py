@@ -1,9 +1,16 @@
-"""The refusal of a ``--strict`` build: one short line, with how many inputs and annotations were left
-out, the first few of them with their reasons (each cut short), and how to see every one."""
+"""What a build left out, and when that stops it once its shards are written: every skipped input
+(discovery's, then each shard's), the refusal of a ``--strict`` build (one short line, with how many
+inputs and annotations were left out, the first few of them with their reasons, each cut short, and
+how to see every one), and a build none of whose inputs could be decoded."""
 
 from __future__ import annotations
 
-__all__ = ["SHOWN", "strict_refusal"]
+from ..errors import BuildError, UsageError
+from ..store.manifest import ShardInfo, SkippedInput
+from .shardjob import ShardResult
+from .sources.inputtable import Source
+
+__all__ = ["SHOWN", "strict_refusal", "skipped_inputs", "finished_refusal"]
 
 #: Problems a refusal shows; the rest are counted.
 SHOWN = 5
@@ -38,3 +45,25 @@ def strict_refusal(skipped: list[tuple[str, str]], dropped: list[tuple[str, str]
         f"--strict: {counts}: {shown}{more}; a build without --strict lists them all in its manifest "
         f"(cachekit info {out})"
     )
+
+
+def skipped_inputs(source: Source, results: list[ShardResult]) -> list[SkippedInput]:
+    """Every input a build leaves out: discovery's (``source.ignored``), then each shard's, in order."""
+    skipped = [SkippedInput(p, r) for p, r in source.ignored]
+    for result in results:
+        skipped.extend(result.skipped)
+    return skipped
+
+
+def finished_refusal(
+    strict: bool, skipped: list[SkippedInput], source: Source, shards: list[ShardInfo], raw, out: str
+) -> Exception | None:
+    """Why a build whose shards are written writes no manifest: ``strict`` and an input or annotation
+    left out (``BuildError``), or no input decoded at all (``UsageError``); None when it writes one."""
+    if strict and (skipped or source.dropped):
+        problems = [(s.path, s.reason) for s in skipped]
+        return BuildError(strict_refusal(problems, list(source.dropped), out))
+    if sum(s.samples for s in shards) == 0:
+        reasons = "; ".join(f"{s.path}: {s.reason}" for s in skipped[:3])
+        return UsageError(f"{raw}: none of the {len(source)} inputs could be decoded ({reasons})")
+    return None

@@ -161,7 +161,7 @@ def op_signature(name: str) -> str:
 
 def describe_recipes() -> str:
     """The built-in recipes (name, output, one line each) and every op a recipe may use."""
-    from ..build.run import probe_shape
+    from ..build.target import probe_shape
 
     rows = []
     for name in builtin_pipelines():

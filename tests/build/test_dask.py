@@ -16,7 +16,7 @@ from cachekit import BuildConfig, BuildError, build, read_manifest
 from cachekit.tools.verify import verify
 
 distributed = pytest.importorskip("dask.distributed")
-run_module = importlib.import_module("cachekit.build.run")
+run_module = importlib.import_module("cachekit.build.cacherun")
 
 
 def _files(out):

@@ -11,7 +11,8 @@ import pytest
 from conftest import S3_SECRET, holds_secret
 
 from cachekit import BuildConfig, build, read_manifest
-from cachekit.build import run, shardplan
+from cachekit.build import cacherun as run
+from cachekit.build import shardplan
 from cachekit.constants import DEFAULT_REMOTE_SHARD_BYTES, DEFAULT_SHARD_BYTES, MIN_SHARD_SAMPLES
 from cachekit.tools.verify import verify
 

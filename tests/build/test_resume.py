@@ -220,7 +220,7 @@ def test_an_input_that_could_not_be_read_is_retried_by_the_next_build(small_tree
 def test_update_goes_on_with_an_unfinished_build_whose_inputs_changed(small_tree, tmp_path, monkeypatch):
     import shutil
 
-    from cachekit.build import run
+    from cachekit.build import cacherun as run
 
     raw, out = tmp_path / "raw", tmp_path / "c"
     shutil.copytree(small_tree, raw)

@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from cachekit import BuildConfig, UsageError, build, read_manifest
-from cachekit.build import run as run_module
+from cachekit.build import cacherun as run_module
 from cachekit.cli import main
 from cachekit.tools.verify import verify
 

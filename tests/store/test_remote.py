@@ -104,7 +104,7 @@ def test_a_remote_build_resumes_from_recorded_checksums(s3, small_tree, monkeypa
     """Finished shards of an interrupted build to S3 are kept on their size and recorded sha256,
     without downloading them again."""
     from cachekit import BuildConfig, build
-    from cachekit.build import run
+    from cachekit.build import cacherun as run
     from cachekit.store.location import RemoteLocation
 
     s3.put(str(small_tree) + "/", "datasets/raw2", recursive=True)

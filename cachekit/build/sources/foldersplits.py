@@ -27,7 +27,9 @@ def find_splits(request: Request, row: Layout) -> dict[str, Split] | None:
             if folder.is_dir() and any(
                 e.is_file() and e.name.lower().endswith(kind.suffix) for e in os.scandir(folder)
             ):
-                return record_splits(str(folder / f"*{kind.suffix}"), request.storage_options, 1, kind.files_noun)
+                return record_splits(
+                    str(folder / f"*{kind.suffix}"), request.storage_options, 1, kind.files_noun
+                )
     return _folder_splits(root)
 
 

@@ -21,7 +21,7 @@ from ...errors import UsageError
 from ...image.ops import DecodeError
 from .inputtable import Source
 from .layouts import STREAM, Request
-from .pydataset import PROBE, declared_fields, index_path, own_class_names, probe_schema
+from .pydataset import PROBE, code_source, declared_fields, index_path, own_class_names, probe_schema
 from .records import Record, SourceRaised
 from .samples import SampleOptions, to_record
 
@@ -181,12 +181,4 @@ def samples_digest(records) -> str:
 
 def discover(request: Request) -> Source:
     """``base.SourceKind``: an iterable of samples (read once, in order, by ``streamrun``)."""
-    options = request.config.source
-    return iterable_source(
-        request.raw,
-        options.samples(),
-        classes=options.classes,
-        source_id=options.source_id,
-        fields=options.fields,
-        max_samples=options.limit(),
-    )
+    return code_source(iterable_source, request)

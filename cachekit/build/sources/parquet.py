@@ -20,7 +20,7 @@ from .inputtable import Source
 from .layouts import PARQUET, Request
 from .recordfiles import RecordFile, RecordRows, find_files, open_file
 from .samples import json_target
-from .sourceoptions import SourceOptions, recorded_options
+from .sourceoptions import SourceOptions
 
 __all__ = ["discover", "parquet_source", "ParquetReader", "hf_class_names"]
 
@@ -202,10 +202,10 @@ def parquet_source(pattern: str, options: SourceOptions, storage_options: dict |
     return found.source(
         pattern,
         PARQUET.name,
+        files,
+        options,
         kind="Parquet files",
-        classes=options.classes,
         names=names,
-        extra=lambda fields: {"files": len(files), **recorded_options(options, fields)},
         reader=ParquetReader(tuple(f.where for f in files), url, options.image_column),
         identity=f"image_column:{options.image_column}",  # the other columns are in the targets
         unit="rows",

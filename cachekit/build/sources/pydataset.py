@@ -15,7 +15,7 @@ import hashlib
 import os
 import pickle
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -31,6 +31,7 @@ from .samplefields import DECLARABLE, fields_of
 from .samples import SampleOptions, to_record
 
 __all__ = [
+    "code_source",
     "discover",
     "IndexPaths",
     "DatasetReader",
@@ -312,8 +313,15 @@ def dataset_source(
 
 def discover(request: Request) -> Source:
     """``base.SourceKind``: a map-style dataset (``__len__`` and ``__getitem__``) with the build's options."""
+    return code_source(dataset_source, request)
+
+
+def code_source(make: Callable[..., Source], request: Request) -> Source:
+    """The ``Source`` ``make`` (``dataset_source``, ``iterable.iterable_source``) makes of the user's
+    object ``request.raw`` with the build's source options: ``classes=``, ``source_id=``, ``fields=``,
+    ``--max-samples``."""
     options = request.config.source
-    return dataset_source(
+    return make(
         request.raw,
         options.samples(),
         classes=options.classes,

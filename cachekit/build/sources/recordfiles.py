@@ -17,6 +17,7 @@ from ...store.remote import access_error, filesystem, is_url, process_filesystem
 from .inputtable import Source, file_problem
 from .pydataset import class_names
 from .samplefields import classes_seen, fields_of_targets
+from .sourceoptions import SourceOptions, recorded_options
 
 __all__ = [
     "RecordFile",
@@ -70,26 +71,28 @@ class RecordRows:
         self,
         pattern: str,
         layout: str,
+        files: list[RecordFile],
+        options: SourceOptions,
         *,
         kind: str,
-        classes,
         names,
-        extra,
         reader,
+        columns: bool = True,
         identity: str = "",
         unit: str = "samples",
     ) -> Source:
-        """The ``Source`` of these rows (one line when there are none): class names from ``classes``
-        (the user's), else ``names`` (the files' own), else numbers, never fewer than the rows use;
-        ``kind`` names the files and ``unit`` their samples in messages, ``extra(fields)`` is what the
-        manifest records of them."""
+        """The ``Source`` of these rows of ``files`` (one line when there are none): class names from
+        ``options.classes`` (the user's), else ``names`` (the files' own), else numbers, never fewer
+        than the rows use; ``kind`` names the files and ``unit`` their samples in messages. The
+        manifest records how many files and the options they were read with (``columns``: the
+        Parquet column options too)."""
         if not self.paths:
             why = "; ".join(f"{p}: {r}" for p, r in self.ignored[:3])
             raise UsageError(f"{pattern} holds no {unit} a build can use" + (f" ({why})" if why else ""))
         labels = np.array(self.labels, dtype=np.int64)
         fields = fields_of_targets(self.targets, labels)
         seen = classes_seen(self.targets, labels)
-        found = class_names(classes, names, False, kind) or tuple(str(i) for i in range(seen))
+        found = class_names(options.classes, names, False, kind) or tuple(str(i) for i in range(seen))
         if len(found) < seen:
             raise UsageError(f"{pattern}: class {seen - 1} is past the {len(found)} class names")
         return Source(
@@ -103,7 +106,7 @@ class RecordRows:
             ignored=tuple(self.ignored),
             fields=fields,
             targets=tuple(self.targets),
-            extra=extra(fields),
+            extra={"files": len(files), **recorded_options(options, fields, columns=columns)},
             reader=reader,
             identity=identity,
         )

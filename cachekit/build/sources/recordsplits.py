@@ -29,7 +29,9 @@ def find_splits(request: Request, row: Layout) -> dict[str, Split] | None:
     return record_splits(request.text, request.storage_options, 2, row.files_noun)
 
 
-def record_splits(pattern: str, storage_options, need: int, files_noun: str | None) -> dict[str, Split] | None:
+def record_splits(
+    pattern: str, storage_options, need: int, files_noun: str | None
+) -> dict[str, Split] | None:
     """The files ``pattern`` names (``files_noun``: what they are called in messages) grouped by
     ``split_of_name``; None when fewer than ``need`` splits are named. Files of no split beside files
     of splits are one line (they would go nowhere)."""

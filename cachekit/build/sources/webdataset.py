@@ -31,7 +31,7 @@ from .inputtable import Source
 from .layouts import WEBDATASET, Request
 from .recordfiles import RecordFile, RecordRows, find_files, open_file, read_range
 from .samples import json_target
-from .sourceoptions import SourceOptions, recorded_options
+from .sourceoptions import SourceOptions
 
 __all__ = ["discover", "tar_source", "TarReader", "IMAGE_KEYS", "MAX_TARGET_BYTES"]
 
@@ -308,11 +308,12 @@ def tar_source(pattern: str, options: SourceOptions, storage_options: dict | Non
     return found.source(
         pattern,
         WEBDATASET.name,
+        files,
+        options,
         kind="tars",
-        classes=options.classes,
         names=None,
-        extra=lambda fields: {"files": len(files), **recorded_options(options, fields, columns=False)},
         reader=TarReader(tuple(f.where for f in files), url),
+        columns=False,
     )
 
 
