@@ -26,6 +26,7 @@ from ...store.fields.keypoints import flip_problem
 from ...store.limits import MAX_CLASSES
 from .annotate import Tree, check_some_kept, keypoints_field, open_tree
 from .inputtable import Source, nonempty, table
+from .labelscsv import read_text_file
 from .layouts import YOLO
 
 __all__ = [
@@ -81,8 +82,6 @@ def load_data_yaml(path: Path):
     """A ``data.yaml`` parsed (a regular UTF-8 file of at most 16 MiB; any YAML value), or a
     UsageError in one line: not valid YAML, or nested too deep for the parser."""
     import yaml
-
-    from .labelscsv import read_text_file
 
     text = read_text_file(path, "data.yaml", 16 << 20)
     try:
