@@ -15,6 +15,7 @@ with another world size continues from there and consumes each remaining sample 
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 from collections.abc import Iterator
@@ -35,13 +36,19 @@ from .order import (
     spread_groups,
     units_at,
 )
+from .samplerstate import (
+    adopted_partitions,
+    adopted_seed,
+    check_same_order,
+    check_saved_cache,
+    is_count,
+    saved_epoch_and_world,
+    shown,
+    state_of,
+)
+from .sharepages import PAGE, PagedShare
 
 __all__ = ["ShardAwareDistributedSampler", "epoch_order", "default_window"]
-
-#: 3: blocks of whole shards, node partitions of fixed samples; 4: samples permuted within a block by
-#: a keyed permutation (the same blocks, another order inside them: a version 3 state would resume
-#: its interrupted block on other samples, so it is refused)
-_STATE_VERSION = 4
 
 
 class ShardAwareDistributedSampler(Sampler[int]):
@@ -85,16 +92,8 @@ class ShardAwareDistributedSampler(Sampler[int]):
         partitions: int | None = None,
         group_spread: int | None = None,
     ) -> None:
-        if num_replicas is None:
-            num_replicas = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
-        if rank is None:
-            rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
-        if num_replicas < 1 or not 0 <= rank < num_replicas:
-            raise ValueError(f"invalid rank {rank} for {num_replicas} replicas")
-        offsets = getattr(dataset, "shard_offsets", None)
-        if offsets is None:
-            offsets = np.array([0, len(dataset)], dtype=np.int64)
-        self.shard_offsets = np.asarray(offsets, dtype=np.int64)
+        num_replicas, rank = _placement(num_replicas, rank)
+        self.shard_offsets = _shard_offsets(dataset)
         self.dataset_len = int(self.shard_offsets[-1])
         self.num_replicas, self.rank = num_replicas, rank
         self.shuffle, self.seed, self.drop_last = shuffle, int(seed), drop_last
@@ -115,17 +114,7 @@ class ShardAwareDistributedSampler(Sampler[int]):
         #: A pass hands out its share a page at a time, never whole (a mix's epoch may hold 2**28
         #: samples); a mix on object storage plans its downloads with the whole share, as a cache does.
         self._paged = self._order_of is not None and not getattr(dataset, "url", None)
-        if window is None and self._order_of is not None:
-            window = dataset.windows
-        elif window is None:
-            window = default_window(dataset, self.dataset_len, local, partitions)
-        self.window = [int(w) for w in window] if isinstance(window, (list, tuple)) else int(window)
-        if min(self.window if isinstance(self.window, list) else [self.window]) < 1:
-            raise ValueError(f"window must be at least 1 sample, got {window}")
-        #: The first blocks of an epoch small (safe when shards are class-mixed, or asked for by a window).
-        self.ramp = bool(getattr(dataset, "shards_mixed", False)) or (
-            isinstance(self.window, int) and self.window < self.dataset_len
-        )
+        self._set_window(dataset, window, local, partitions)
         if partitions > 1 and self.group_size > 1:
             raise ValueError("an augmented cache's variants are dealt per rank: use partitions=1")
         self._local = local
@@ -144,6 +133,20 @@ class ShardAwareDistributedSampler(Sampler[int]):
         self._fresh = True  # no pass has started since construction, set_epoch or load_state_dict
         self._pass_start = self._pass_len = self._yielded = 0
         self.last_indices = np.zeros(0, dtype=np.int64)
+
+    def _set_window(self, dataset, window, local: int, partitions: int) -> None:
+        """``window`` (default: a mix's own, else ``default_window``), and whether an epoch ramps up."""
+        if window is None and self._order_of is not None:
+            window = dataset.windows
+        elif window is None:
+            window = default_window(dataset, self.dataset_len, local, partitions)
+        self.window = [int(w) for w in window] if isinstance(window, (list, tuple)) else int(window)
+        if min(self.window if isinstance(self.window, list) else [self.window]) < 1:
+            raise ValueError(f"window must be at least 1 sample, got {window}")
+        #: The first blocks of an epoch small (safe when shards are class-mixed, or asked for by a window).
+        self.ramp = bool(getattr(dataset, "shards_mixed", False)) or (
+            isinstance(self.window, int) and self.window < self.dataset_len
+        )
 
     def _set_partitions(self, partitions: int) -> None:
         most = min(len(self.shard_offsets) - 1, self._most_partitions)
@@ -175,9 +178,9 @@ class ShardAwareDistributedSampler(Sampler[int]):
     def set_epoch(self, epoch: int) -> None:
         """Make the next pass epoch ``epoch`` (a resumed epoch keeps its resume position)."""
         if isinstance(epoch, bool) or not isinstance(epoch, numbers.Integral):
-            raise ValueError(f"epoch must be an integer, got {_shown(epoch)}")
+            raise ValueError(f"epoch must be an integer, got {shown(epoch)}")
         if not 0 <= int(epoch) <= MAX_EPOCH:
-            raise ValueError(f"epoch must be from 0 to {MAX_EPOCH}, got {_shown(epoch)}")
+            raise ValueError(f"epoch must be from 0 to {MAX_EPOCH}, got {shown(epoch)}")
         if epoch != self.epoch:
             self._start = 0
         self.epoch = int(epoch)
@@ -283,14 +286,16 @@ class ShardAwareDistributedSampler(Sampler[int]):
             self._own_order()
         self._fresh = False
         if self._paged and self.group_size == 1:
-            mine = _Share(self, self.epoch, min(self._start, self.epoch_len))
+            start = min(self._start, self.epoch_len)
+            positions = functools.partial(self._positions, start)
+            mine = PagedShare(self.order(self.epoch), positions, self._per_rank(self.epoch_len - start))
         else:
             mine = self.indices()
         self.last_indices = mine  # what this pass hands out, in order (downloads ahead plan with it)
         self._pass_start, self._pass_len, self._yielded = self._start, len(mine), 0
         self._start = 0  # the resume position is used up: running this epoch again starts it over
-        for lo in range(0, len(mine), 65536):  # Python ints a page at a time, never the whole share
-            for i in mine[lo : lo + 65536].tolist():
+        for lo in range(0, len(mine), PAGE):  # Python ints a page at a time, never the whole share
+            for i in mine[lo : lo + PAGE].tolist():
                 self._yielded += 1
                 yield i
 
@@ -317,83 +322,44 @@ class ShardAwareDistributedSampler(Sampler[int]):
         else:
             used = self._yielded if consumed is None else min(int(consumed), self._pass_len)
             position = min(self._end(), self._pass_start + used * self.num_replicas)
-        return {
-            "version": _STATE_VERSION,
-            "epoch": self.epoch,
-            "position": position,
-            "seed": self.seed,
-            "shuffle": self.shuffle,
-            "window": self.window,
-            "group_size": self.group_size,
-            "partitions": self.partitions,
-            "group_spread": self.group_spread,
-            "drop_last": self.drop_last,
-            "num_replicas": self.num_replicas,
-            "num_samples": self.dataset_len,
-            "fingerprint": self.fingerprint,
-        }
+        return state_of(self, position)
 
     def load_state_dict(self, state: dict) -> None:
         """Continue the saved epoch from its global position (the world size may differ)."""
-        if not isinstance(state, dict) or state.get("version") != _STATE_VERSION:
-            raise ValueError(
-                "sampler state is not from this version of cachekit (it has no global position); "
-                "start the epoch again"
-            )
-        saved = state.get("fingerprint")
-        if self.fingerprint and (not isinstance(saved, str) or not saved):
-            raise ValueError(
-                "sampler state names no cache (its fingerprint is missing or empty): it cannot be "
-                "told from a state of another cache of the same length; resume from a state_dict() "
-                "this version of cachekit saved"
-            )
-        if self.fingerprint and saved != self.fingerprint:
-            raise ValueError(
-                "sampler state was saved on another cache (its fingerprint differs): the same "
-                "position would be other samples; resume on the cache it was saved with"
-            )
-        if state.get("num_samples") != self.dataset_len:
-            raise ValueError(
-                f"sampler state is for a dataset of {_shown(state.get('num_samples'))} samples, not {self.dataset_len}"
-            )
-        saved_partitions = state.get("partitions")
-        adopt = (
-            self._own_partitions is not None  # the default, not the user's choice: resume the saved
-            and isinstance(saved_partitions, int)  # job's partitions for this epoch (another number
-            and not isinstance(saved_partitions, bool)  # of nodes); later epochs go back to this
-            and saved_partitions >= 1  # job's own
-            and saved_partitions != self.partitions
-        )
-        saved_seed = state.get("seed")
-        adopt_seed = (  # a seed the loader chose (make_loader's seed=None): the saved job's is resumed
-            self.seed_chosen
-            and isinstance(saved_seed, int)
-            and not isinstance(saved_seed, bool)
-            and 0 <= saved_seed < 2**63
-        )
+        check_saved_cache(state, self.fingerprint, self.dataset_len)
+        partitions = adopted_partitions(state, self._own_partitions, self.partitions)  # None: this job's
+        seed = adopted_seed(state, self.seed_chosen)  # None: this sampler's
         mine = {
-            "seed": saved_seed if adopt_seed else self.seed,
+            "seed": self.seed if seed is None else seed,
             "shuffle": self.shuffle,
             "window": self.window,
             "group_size": self.group_size,
-            "partitions": saved_partitions if adopt else self.partitions,
+            "partitions": self.partitions if partitions is None else partitions,
         }
         if self.group_size > 1:
             mine["group_spread"] = self.group_spread
-        differ = [f"{k}={state.get(k)!r} (here {v!r})" for k, v in mine.items() if state.get(k) != v]
-        if differ:
-            hint = "; pass the saved values to the sampler (make_loader: seed=, window=, partitions=, batch_size)"
-            raise ValueError(f"sampler state has another order: {', '.join(differ)}{hint}")
-        position, world, epoch = state.get("position"), state.get("num_replicas"), state.get("epoch")
-        if not _count(world) or world < 1 or not _count(epoch) or not 0 <= epoch <= MAX_EPOCH:
-            raise ValueError(
-                f"sampler state has no valid epoch (0 to {MAX_EPOCH}) or world size: "
-                f"{_shown(epoch)}, {_shown(world)}"
-            )
+        check_same_order(state, mine)
+        epoch, world = saved_epoch_and_world(state)
+        position, finished = self._saved_position(state.get("position"), world)
+        if partitions is not None:  # every check passed: only now does the sampler change
+            self._set_partitions(partitions)
+            self._sizes()
+        if seed is not None:
+            self.seed = seed
+        self.epoch = int(epoch)
+        self._start = 0 if world != self.num_replicas and self.group_size > 1 else position
+        self._fresh = True
+        if position > 0 and (finished or len(self) == 0):  # saved at the end of its epoch: the next
+            self.epoch += 1
+            self._start = 0
+
+    def _saved_position(self, position, world: int) -> tuple[int, bool]:
+        """A saved global position, checked to lie in the epoch of the ``world`` ranks that saved it,
+        and whether that epoch was over there."""
         # where the saved epoch ended, for the world that saved it (variants pad whole units per rank)
         saved_end = self._per_rank(self.dataset_len, world) * world if self.group_size > 1 else self.epoch_len
-        if not _count(position) or not 0 <= position <= max(saved_end, self.epoch_len):
-            raise ValueError(f"sampler state position {_shown(position)} is outside the epoch")
+        if not is_count(position) or not 0 <= position <= max(saved_end, self.epoch_len):
+            raise ValueError(f"sampler state position {shown(position)} is outside the epoch")
         finished = position >= saved_end or (  # or too little left for a sample per rank (drop_last)
             self.group_size == 1 and self._per_rank(max(0, saved_end - position), world) == 0
         )
@@ -402,53 +368,23 @@ class ShardAwareDistributedSampler(Sampler[int]):
                 f"this cache's augmented variants are dealt to ranks per epoch: resume mid-epoch with "
                 f"the {world} ranks the state was saved with, or from the start of an epoch"
             )
-        if adopt:  # every check passed: only now does the sampler change
-            self._set_partitions(saved_partitions)
-            self._sizes()
-        if adopt_seed:
-            self.seed = int(saved_seed)
-        self.epoch = int(epoch)
-        self._start = 0 if world != self.num_replicas and self.group_size > 1 else position
-        self._fresh = True
-        if position > 0 and (finished or len(self) == 0):  # saved at the end of its epoch: the next
-            self.epoch += 1
-            self._start = 0
+        return position, finished
 
 
-class _Share:
-    """A rank's indices of one pass of a dataset that orders its own epochs, computed a page at a
-    time: ``share[lo:hi]`` is ``sampler.indices(epoch, start)[lo:hi]``; ``np.asarray`` makes it whole."""
-
-    def __init__(self, sampler: ShardAwareDistributedSampler, epoch: int, start: int) -> None:
-        self.sampler, self.epoch, self.start = sampler, int(epoch), int(start)
-        self.order = sampler.order(epoch)  # a mix's order: evaluated at positions, never built
-        self.len = sampler._per_rank(sampler.epoch_len - self.start)
-
-    def __len__(self) -> int:
-        return self.len
-
-    def __getitem__(self, key: slice) -> np.ndarray:
-        if not isinstance(key, slice):
-            raise TypeError("a pass's share is read by slices")
-        lo, hi, step = key.indices(self.len)
-        if step != 1:
-            raise ValueError("a pass's share is read by runs (a step of 1)")
-        return self.order[self.sampler._positions(self.start, lo, max(lo, hi))]
-
-    def __array__(self, dtype=None, copy=None) -> np.ndarray:
-        whole = self[0 : self.len]
-        return whole if dtype is None else whole.astype(dtype)
-
-    def tolist(self) -> list:
-        return self[0 : self.len].tolist()
+def _placement(num_replicas: int | None, rank: int | None) -> tuple[int, int]:
+    """The world size and this rank (default: the process group's, else one process), checked."""
+    if num_replicas is None:
+        num_replicas = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+    if rank is None:
+        rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+    if num_replicas < 1 or not 0 <= rank < num_replicas:
+        raise ValueError(f"invalid rank {rank} for {num_replicas} replicas")
+    return num_replicas, rank
 
 
-def _shown(value) -> str:
-    """``repr(value)`` cut short (a state may hold anything)."""
-    text = repr(value)
-    return text if len(text) <= 40 else f"{text[:30]}... ({len(text)} characters)"
-
-
-def _count(value) -> bool:
-    """An int that is not a bool (a state read back from JSON or a checkpoint)."""
-    return isinstance(value, int) and not isinstance(value, bool)
+def _shard_offsets(dataset) -> np.ndarray:
+    """The dataset's ``shard_offsets``, or one shard of all its samples."""
+    offsets = getattr(dataset, "shard_offsets", None)
+    if offsets is None:
+        offsets = np.array([0, len(dataset)], dtype=np.int64)
+    return np.asarray(offsets, dtype=np.int64)
