@@ -24,7 +24,7 @@ import numpy as np
 
 from .order import interleave, partition_pieces
 
-__all__ = ["Source", "shares", "mixed_order", "MixedOrder"]
+__all__ = ["Source", "shares", "partition_counts", "source_pieces", "mixed_order", "MixedOrder"]
 
 
 class Source:
@@ -134,6 +134,29 @@ def _stream(
     return run[start : start + count] + source.start
 
 
+def partition_counts(sources: list[Source], weights, epoch_len: int, partitions: int) -> tuple[int, list]:
+    """The partitions an epoch is cut into (at most the smallest source's samples; the first ones a
+    sample longer where they do not divide it) and each partition's draws per source (``shares``)."""
+    partitions = max(1, min(int(partitions), *(len(s) for s in sources)))
+    m, r = divmod(int(epoch_len), partitions)
+    return partitions, [shares(size, weights) for size in [m + 1] * r + [m] * (partitions - r)]
+
+
+def source_pieces(source: Source, i: int, partitions: int, seed: int) -> list:
+    """Source ``i``'s samples cut into ``partitions`` (``order.partition_pieces``, keyed per source)."""
+    return partition_pieces(source.offsets[:-1], np.diff(source.offsets), partitions, seed + 7919 * (i + 1))
+
+
+def _stream_key(seed: int, i: int, q: int) -> list[int]:
+    """The key of source ``i``'s stream in partition ``q``."""
+    return [seed % 2**64, i, q]
+
+
+def _jitter_key(seed: int, epoch: int, q: int) -> list[int]:
+    """The key of partition ``q``'s jitters in ``epoch`` (the interleaving of its sources' draws)."""
+    return [seed % 2**64, epoch % 2**64, q, 0x313]
+
+
 def _interleaved(draws: list[np.ndarray], rng: np.random.Generator | None) -> np.ndarray:
     """The sources' draws merged by jittered strata (evenly, in order, without ``rng``)."""
     keys = [
@@ -154,21 +177,14 @@ def mixed_order(
 ) -> np.ndarray:
     """The ``epoch_len`` indices of one epoch over the ``sources`` mixed by ``weights`` (see the module);
     ``kept``: a dict the caller keeps between epochs, holding each stream's last group of passes."""
-    partitions = max(1, min(int(partitions), *(len(s) for s in sources)))
-    m, r = divmod(int(epoch_len), partitions)
-    per_partition = [m + 1] * r + [m] * (partitions - r)
-    cut = [
-        partition_pieces(s.offsets[:-1], np.diff(s.offsets), partitions, seed + 7919 * (i + 1))
-        for i, s in enumerate(sources)
-    ]
+    partitions, counts_of = partition_counts(sources, weights, epoch_len, partitions)
+    cut = [source_pieces(s, i, partitions, seed) for i, s in enumerate(sources)]
     orders = []
-    for q, size in enumerate(per_partition):
-        counts = shares(size, weights)
+    for q, counts in enumerate(counts_of):
         draws = []
         for i, (source, n) in enumerate(zip(sources, counts.tolist())):
-            key = [seed % 2**64, i, q]
-            draws.append(_stream(source, cut[i][q], key, epoch * n, n, shuffle, kept))
-        rng = np.random.default_rng([seed % 2**64, epoch % 2**64, q, 0x313]) if shuffle else None
+            draws.append(_stream(source, cut[i][q], _stream_key(seed, i, q), epoch * n, n, shuffle, kept))
+        rng = np.random.default_rng(_jitter_key(seed, epoch, q)) if shuffle else None
         orders.append(_interleaved(draws, rng))
     return interleave(orders)
 
@@ -200,10 +216,7 @@ class MixedOrder:
     ) -> None:
         self.sources, self.shuffle = sources, bool(shuffle)
         self.seed, self.epoch, self.len = int(seed), int(epoch), int(epoch_len)
-        self.partitions = max(1, min(int(partitions), *(len(s) for s in sources)))
-        m, r = divmod(self.len, self.partitions)
-        per_partition = [m + 1] * r + [m] * (self.partitions - r)
-        self.counts = [shares(size, weights) for size in per_partition]
+        self.partitions, self.counts = partition_counts(sources, weights, self.len, partitions)
         self.kept = {} if kept is None else kept
         self._cut: dict[int, tuple] = {}
         self._below: dict[tuple[int, int], np.ndarray] = {}  # (q, t): keys below threshold t, per source
@@ -243,9 +256,7 @@ class MixedOrder:
 
     def _pieces(self, q: int, i: int):
         if i not in self._cut:
-            s = self.sources[i]
-            self._cut[i] = partition_pieces(s.offsets[:-1], np.diff(s.offsets), self.partitions,
-                                            self.seed + 7919 * (i + 1))  # fmt: skip
+            self._cut[i] = source_pieces(self.sources[i], i, self.partitions, self.seed)
         return self._cut[i][q]
 
     def _jitter(self, q: int, i: int, lo: int, hi: int) -> np.ndarray:
@@ -254,7 +265,7 @@ class MixedOrder:
         if not self.shuffle:
             return np.full(hi - lo, 0.5)
         if q not in self._rng_state:
-            key = [self.seed % 2**64, self.epoch % 2**64, q, 0x313]
+            key = _jitter_key(self.seed, self.epoch, q)
             self._rng_state[q] = np.random.PCG64(np.random.SeedSequence(key)).state
         bits = np.random.PCG64()
         bits.state = self._rng_state[q]
@@ -293,7 +304,7 @@ class MixedOrder:
         draws, keys = [], []
         for i, source in enumerate(self.sources):
             a, b, n = int(lo[i]), int(hi[i]), int(self.counts[q][i])
-            stream_key = [self.seed % 2**64, i, q]
+            stream_key = _stream_key(self.seed, i, q)
             pieces = self._pieces(q, i)
             draws.append(_stream(source, pieces, stream_key, self.epoch * n + a, b - a, self.shuffle, self.kept))
             keys.append(self._keys(q, i, a, b))
