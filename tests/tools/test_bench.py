@@ -360,16 +360,16 @@ def _clocked(monkeypatch, seconds):
     """Every row's epochs take ``seconds`` in turn (epoch 1, then the warm ones), whatever the clock says."""
     import itertools
 
-    import cachekit.tools.bench as bench
+    import cachekit.tools.benchtiming as benchtiming
 
-    real, calls = bench._epoch, itertools.count()
+    real, calls = benchtiming.time_epoch, itertools.count()
 
     def timed(loader, limit, bar):
         rec = real(loader, limit, bar)
         rec["seconds"] = seconds[next(calls) % len(seconds)]
         return rec
 
-    monkeypatch.setattr(bench, "_epoch", timed)
+    monkeypatch.setattr(benchtiming, "time_epoch", timed)
 
 
 def test_each_row_is_the_median_of_its_warm_epochs_with_their_range(

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from cachekit import CachedDataset, UsageError
 from cachekit.cli import main
-from cachekit.tools.bench import drop_page_cache
+from cachekit.tools.benchtiming import drop_page_cache
 from cachekit.tools.counters import process_counters
 from cachekit.tools.doctor import diagnose, load_model, simulated_step
 from cachekit.tools.synthetic import write_synthetic_cache
