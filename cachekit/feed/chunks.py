@@ -49,16 +49,16 @@ class ReadPool:
             if self._shutdown:
                 raise RuntimeError("cannot schedule new futures after shutdown")
             self._work.put((future, fn, args))
-            if not self._idle.acquire(blocking=False) and len(self._threads) < self.max_workers:
-                thread = threading.Thread(
-                    target=_serve,
-                    args=(self._work, self._idle),
-                    name=f"cachekit-read_{len(self._threads)}",
-                    daemon=True,
-                )
-                thread.start()
-                self._threads.append(thread)
-                _LIVE.add(thread)
+            if self._idle.acquire(blocking=False) or len(self._threads) >= self.max_workers:
+                return future
+            thread = threading.Thread(
+                target=_serve, args=(self._work, self._idle), name=f"cachekit-read_{len(self._threads)}", daemon=True
+            )
+            # listed before it starts: a Ctrl-C inside start() must not leave a thread that shutdown
+            # neither tells to stop nor counts (it would take another's stop and that one wait for ever)
+            self._threads.append(thread)
+            _LIVE.add(thread)
+        thread.start()
         return future
 
     def shutdown(self, wait: bool = True) -> None:
@@ -67,7 +67,8 @@ class ReadPool:
         self._wake()
         if wait:
             for thread in list(self._threads):
-                thread.join()
+                if thread.ident is not None:  # started
+                    thread.join()
 
 
 def _stop_threads(work: queue.SimpleQueue, threads: list) -> None:
