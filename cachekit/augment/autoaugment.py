@@ -18,6 +18,7 @@ import cv2
 import numpy as np
 import torch
 
+from ..image.instances import from_pixel_indices
 from . import pixelbatch, pixelkernels
 from .checks import check_count, check_fill
 from .draws import uniforms
@@ -238,9 +239,10 @@ class OpDraws:
                 yield self.names[op], float(self.magnitudes[j, k])
 
     def matrices(self, j: int) -> list[np.ndarray]:
-        """Sample ``j``'s geometric ops, as forward 2x3 maps in order."""
+        """Sample ``j``'s geometric ops in order, as the targets take them: each op's forward 2x3 map of
+        pixel indices (its pixels') as a 3x3 map of continuous coordinates."""
         h, w = self.out_hw
-        return [op_matrix(name, m, h, w) for name, m in self._steps(j) if name in GEOMETRIC_OPS]
+        return [from_pixel_indices(op_matrix(name, m, h, w)) for name, m in self._steps(j) if name in GEOMETRIC_OPS]
 
     def apply_row(self, chw: np.ndarray, j: int) -> None:
         h, w = chw.shape[1:]

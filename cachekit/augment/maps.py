@@ -14,7 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..constants import MAX_SIDE
-from .matrices import as_boxes, box_corners, draw_uniforms, eye, shrink_sizes
+from ..image.instances import Instances, as_points, box_corners, clip_boxes, points_through
+from .matrices import as_boxes, draw_uniforms, eye, shrink_sizes
 from .mosaic import MosaicDraws, canvas_window, mosaic_layout
 from .protocol import COLOUR, MOSAIC
 from .zoomcrop import iou_crop
@@ -94,6 +95,52 @@ class MapDraws:
     warps: np.ndarray | None = None
     windows: np.ndarray | None = None
     crops: CropRects | None = None
+
+    def move_instances(self, objects: Instances, min_visibility: float) -> Instances:
+        """A batch's objects (owned by the rows of its read: a mosaic's extra rows after the samples)
+        through their samples' maps (``place``, then each sample's map by the carrier): boxes clipped,
+        those below ``min_visibility`` dropped with their keypoints and labels, each object now owned
+        by the sample it lands in, in the samples' order (a mosaic's objects: its own, then its tiles')."""
+        placed, keep, gone = self.place(objects)
+        moved = placed.select(keep).through(
+            self.matrices[placed.owner[keep]], self.out_size, min_visibility, [g[keep] for g in gone], warn=True
+        )
+        return moved.select(np.argsort(moved.owner, kind="stable"))
+
+    def place(self, objects: Instances) -> tuple[Instances, np.ndarray, list[np.ndarray]]:
+        """What comes before each sample's map: a mosaic's tiles onto its canvas (a box clipped to the
+        canvas, a point of a tile's part cut off its region lost) and an IoU crop's rule (the boxes
+        whose centres it holds stay). Returns ``(placed, keep [M], gone)``: the objects on their
+        samples' sources, each owned by its sample; which stay; per keypoints field, ``[M, K]``
+        points lost."""
+        owner = np.asarray(objects.owner, dtype=np.int64)
+        mosaic = self.mosaic
+        extra = mosaic.rows.max(initial=-1) + 1 if mosaic is not None else 0
+        sample_of, tile_of = self.rows(max(int(owner.max(initial=-1)) + 1, len(self.matrices), int(extra)))
+        j, t = sample_of[owner], tile_of[owner]
+        b = np.array(objects.boxes, dtype=np.float64).reshape(-1, 4)
+        points = [as_points(p, len(owner)) for _, p, _ in objects.points]
+        gone = [np.zeros(p.shape[:2], dtype=bool) for p in points]
+        keep = np.ones(len(b), dtype=bool)
+        on = mosaic.on[j] if mosaic is not None else np.zeros(len(b), bool)
+        if on.any():  # some of these objects are a mosaic's: onto its canvas
+            tiles = mosaic.tiles[j[on], t[on]]
+            side = (mosaic.canvas, mosaic.canvas)
+            placed, inside = clip_boxes(box_corners(b[on], tiles), np.zeros(int(on.sum())), side, 0.0)
+            b[on] = placed
+            keep[np.flatnonzero(on)[~inside]] = False
+            x0, y0, x1, y1 = (mosaic.regions[j[on], t[on], k, None] for k in range(4))
+            for p, lost in zip(points, gone):  # a point of a tile's part cut off its region was never drawn
+                moved, _ = points_through(p[on], tiles)
+                lost[on] = (moved[..., 0] < x0) | (moved[..., 0] > x1) | (moved[..., 1] < y0) | (moved[..., 1] > y1)
+                p[on] = moved
+        if self.keep_rects is not None and len(b):  # an IoU crop keeps the boxes whose centres it holds
+            centre = box_corners(b, self.keep_maps[j])
+            cx, cy = (centre[:, 0] + centre[:, 2]) / 2, (centre[:, 1] + centre[:, 3]) / 2
+            r = self.keep_rects[j]
+            keep &= np.isnan(r[:, 0]) | ((r[:, 0] < cx) & (cx < r[:, 2]) & (r[:, 1] < cy) & (cy < r[:, 3]))
+        parts = tuple((name, p, flip_idx) for p, (name, _, flip_idx) in zip(points, objects.points))
+        return Instances(b, objects.classes, objects.iscrowd, j, parts), keep, gone
 
     def rows(self, n_rows: int) -> tuple[np.ndarray, np.ndarray]:
         """For each row of the batch's read (samples, then mosaics' extra samples): its sample and tile."""

@@ -20,7 +20,6 @@ __all__ = [
     "crop_matrices",
     "translation",
     "affine_matrices",
-    "box_corners",
     "draw_uniforms",
     "shrink_sizes",
     "is_axis_aligned",
@@ -60,21 +59,6 @@ def affine_matrices(angle, tx, ty, scale, shear_x, shear_y, cx, cy) -> np.ndarra
     m = eye(len(angle))
     m[:, 0, 0], m[:, 0, 1], m[:, 1, 0], m[:, 1, 1] = a * scale, b * scale, c * scale, d * scale
     return translation(cx + tx, cy + ty) @ m @ translation(-cx, -cy)
-
-
-def box_corners(boxes: np.ndarray, matrices: np.ndarray) -> np.ndarray:
-    """xyxy ``boxes [M, 4]`` through ``matrices [M, 3, 3]``: the box round each one's four moved corners."""
-    b = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
-    xs, ys = b[:, [0, 2, 2, 0]], b[:, [1, 1, 3, 3]]
-    m = matrices
-    w = m[:, 2, 0, None] * xs + m[:, 2, 1, None] * ys + m[:, 2, 2, None]
-    behind = (w <= 1e-9).any(axis=1)  # a corner past the map's horizon: no box round it is true
-    w = np.where(w <= 1e-9, 1e-9, w)
-    mx = (m[:, 0, 0, None] * xs + m[:, 0, 1, None] * ys + m[:, 0, 2, None]) / w
-    my = (m[:, 1, 0, None] * xs + m[:, 1, 1, None] * ys + m[:, 1, 2, None]) / w
-    out = np.stack([mx.min(1), my.min(1), mx.max(1), my.max(1)], axis=1)
-    out[behind] = 0.0  # an empty box: dropped as one that keeps nothing
-    return out
 
 
 def draw_uniforms(seed: int, epoch: int, idx: np.ndarray, stream: int, step) -> np.ndarray:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..image.geometry import Affine
+from ..image.instances import move_mask
 from ..image.ops import hwc_into_planes, planes_as_pixels, planes_into_hwc
 from .checks import check_fill, check_p, check_size
 from .draws import uniforms
@@ -231,8 +232,6 @@ def canvas_window(
 def render_mask_canvas(masks: list, tiles: np.ndarray, regions: np.ndarray, canvas: int) -> np.ndarray:
     """One sample's mask canvas (0 where no tile is): each mask resized nearest, as its pixels were,
     by the carrier's mask mover."""
-    from .instances import move_mask  # here: instances -> maps -> catalogue imports this module
-
     out = np.zeros((canvas, canvas), dtype=masks[0].dtype if masks else np.uint8)
     for mask, tile, (x0, y0, x1, y1) in zip(masks, tiles, regions):
         if x1 <= x0 or y1 <= y0:

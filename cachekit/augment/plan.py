@@ -22,7 +22,7 @@ from ..image.geometry import DEFAULT_MIN_VISIBILITY, Affine
 from .catalogue import STEPS
 from .devicework import DeviceWork
 from .draws import uniforms
-from .instances import Instances
+from ..image.instances import Instances
 from .maps import MapDraws, draw_maps
 from .matrices import eye
 from .mistakes import not_a_step
@@ -56,7 +56,7 @@ class Draws:
     ``general``: a list with rotations, affine or perspective maps, vertical flips, zoom-outs, IoU
     crops or mosaics draws one 3x3 map per sample instead (``cachekit.augment.maps``); ``boxes``,
     ``flips`` and ``pre`` are then unused. Targets follow ``geometry()`` either way (``move_instances``,
-    ``mask_map``: ``cachekit.augment.instances``).
+    ``mask_map``: the carrier, ``cachekit.image.instances``).
     """
 
     boxes: np.ndarray
@@ -84,10 +84,10 @@ class Draws:
         """A batch's objects (``Instances``, owned by the rows of the batch's read) through their
         samples' maps: boxes clipped, those below ``min_visibility`` dropped with their keypoints and
         labels, each object now owned by the sample it lands in."""
-        return instances.moved(self.geometry(), min_visibility)
+        return self.geometry().move_instances(instances, min_visibility)
 
     def mask_map(self, j: int):
-        """Where sample ``j``'s mask pixels go (``instances.move_mask``): an ``Affine`` on the
+        """Where sample ``j``'s mask pixels go (``image.instances.move_mask``): an ``Affine`` on the
         crop+resize path (its masks are sampled row by row, as its pixels), else its 3x3 map."""
         return self.general.matrices[j] if self.general is not None else self.affine(j)
 

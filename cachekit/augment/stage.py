@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .instances import Instances, stage_mask
+from ..image.instances import Instances, move_mask
 from .protocol import PIXEL
 
 __all__ = ["Stage", "StageDraws", "compile_stage"]
@@ -64,12 +64,14 @@ class StageDraws:
         return x
 
     def matrices(self, j: int) -> list[np.ndarray]:
-        """Sample ``j``'s maps that move pixels (forward 2x3 of pixel indices), in order."""
+        """Sample ``j``'s maps that move pixels, in order, as its targets take them (3x3, continuous)."""
         return [m for part in self.parts for m in part.matrices(j)]
 
     def move_mask(self, mask: np.ndarray, j: int) -> None:
-        """Sample ``j``'s class map (a row of the batch's mask buffer) through its maps, in place."""
-        stage_mask(mask, self.matrices(j), self.out_hw)
+        """Sample ``j``'s class map (a row of the batch's mask buffer) through its maps in order,
+        nearest, 0 where uncovered; in place."""
+        for m in self.matrices(j):
+            mask[...] = move_mask(mask, m, self.out_hw)
 
     def move_boxes(
         self, targets: list[dict], keys: list[tuple[str, str, str]], min_visibility: float
@@ -83,7 +85,7 @@ class StageDraws:
             for b, c, k in keys:  # the carrier's objects (``augment.instances``), moved together
                 objects = Instances(np.asarray(target[b]), np.asarray(target[c]), np.asarray(target[k]),
                                     np.zeros(len(target[b]), np.int64))  # fmt: skip
-                moved = objects.staged(maps, self.out_hw, min_visibility)
+                moved = objects.through_each(maps, self.out_hw, min_visibility)
                 kind = type(target[b])
                 for key, value in ((b, moved.boxes), (c, moved.classes), (k, moved.iscrowd)):
                     value = np.ascontiguousarray(value)

@@ -13,14 +13,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import cv2
 import numpy as np
 import torch
 
-from ..augment.instances import stage_mask
 from ..augment.plan import Plan
 from ..errors import CacheError
 from ..image.ops import hwc_into_planes
+from ..image.threads import use_one_opencv_thread
 from ..store.encoding import decode_sample, read_raw
 from .batch import SampleBatch
 from .chunks import run_chunks
@@ -72,18 +71,6 @@ def _restore(
         channels_last=channels_last,
         timeout=timeout,
     )
-
-
-_opencv_single = False
-
-
-def _opencv_one_thread() -> None:
-    """OpenCV on one thread per call: the threads over the batch are the parallelism (OpenCV's own
-    pool costs small images more than it gives: 2,600 vs 5,000 crops/s measured on one core)."""
-    global _opencv_single
-    if not _opencv_single:
-        cv2.setNumThreads(1)
-        _opencv_single = True
 
 
 def _sizes(dataset, readers: list, local: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -263,7 +250,7 @@ def assemble(
                     targets[j] = rows.target(j, values)
                     if stage is not None:  # RandAugment's shears, translations, rotations
                         for buffer in masks.values():
-                            stage_mask(buffer[j].numpy(), stage.matrices(j), stage.out_hw)
+                            stage.move_mask(buffer[j].numpy(), j)
                 continue
             dst = out[j, :, : heights[j], : widths[j]]
             if hwc:
@@ -283,7 +270,7 @@ def assemble(
                 targets[j] = target
 
     if on_threads or dataset.store != "pixels" or values is not None:
-        _opencv_one_thread()
+        use_one_opencv_thread()  # the threads over the batch are the parallelism
     run_chunks(n, request.threads, work, request.timeout)
     if whole and early is not None:  # read before the draws (an IoU crop's): moved now
         targets = early

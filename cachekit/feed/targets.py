@@ -5,7 +5,7 @@ fields (``cachekit.store.fields``): ``boxes`` (float32 ``[N, 4]`` xyxy) with ``c
 ``iscrowd``, ``mask`` (uint8 ``[H, W]``), ``labels`` (int64 class indices), ``text`` (str), ``label``
 (int), arrays by their names. When a batch is augmented, each sample's boxes, keypoints and mask go
 through the very map its pixels went through, by the one target carrier and its movers
-(``cachekit.augment.instances``: the stored fields are converted to ``Instances`` and back): boxes
+(``cachekit.image.instances``: the stored fields are converted to ``Instances`` and back): boxes
 clipped and dropped below ``min_visibility`` with their labels and keypoints, masks sampled nearest
 with 0 outside the image.
 
@@ -22,9 +22,9 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from ..augment.instances import Instances, move_mask, sample_geometry
 from ..errors import CacheError
 from ..image.geometry import Affine
+from ..image.instances import Instances, move_mask
 from ..store.fields import FieldSpec, decode_mask
 from ..store.fields.keypoints import beyond_image
 
@@ -288,7 +288,8 @@ def move_target(
     out = dict(target)
     for name, spec in fields.items():
         if spec.kind == "boxes" and boxes:
-            instances = instances_of(fields, target, name).moved(sample_geometry(affine, out_hw), min_visibility)
+            matrix = affine.as_matrix() if isinstance(affine, Affine) else affine
+            instances = instances_of(fields, target, name).through(matrix, out_hw, min_visibility, warn=True)
             _write_back(out, fields, name, instances, type(target[box_keys(name)[0]]))
         elif spec.kind == "mask":
             dst = mask_out.get(name) if mask_out else None
@@ -320,8 +321,8 @@ def _write_back(target: dict, fields: dict[str, FieldSpec], name: str, instances
 
 def stage_targets(fields: dict[str, FieldSpec], targets: list[dict], stage, min_visibility: float) -> None:
     """Each sample's objects through the per-sample stage's maps (RandAugment's shears,
-    translations, rotations: ``stage.matrices(j)``, 2x3 maps of pixel indices), in place: boxes
-    clipped and dropped below ``min_visibility`` with their labels and keypoints."""
+    translations, rotations: ``stage.matrices(j)``), in place: boxes clipped and dropped below
+    ``min_visibility`` with their labels and keypoints."""
     for j, target in enumerate(targets):
         maps = stage.matrices(j)
         if not maps:
@@ -329,7 +330,7 @@ def stage_targets(fields: dict[str, FieldSpec], targets: list[dict], stage, min_
         for name, spec in fields.items():
             if spec.kind == "boxes":
                 kind = type(target[box_keys(name)[0]])
-                staged = instances_of(fields, target, name).staged(maps, stage.out_hw, min_visibility)
+                staged = instances_of(fields, target, name).through_each(maps, stage.out_hw, min_visibility)
                 _write_back(target, fields, name, staged, kind)
 
 

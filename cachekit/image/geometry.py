@@ -67,6 +67,12 @@ class Affine:
     def hflip(cls, width: float) -> Affine:
         return cls(-1.0, 1.0, float(width), 0.0)
 
+    def as_matrix(self) -> np.ndarray:
+        """The same map as a 3x3 matrix (the one convention of ``image.instances``)."""
+        m = np.eye(3)
+        m[0, 0], m[1, 1], m[0, 2], m[1, 2] = self.sx, self.sy, self.tx, self.ty
+        return m
+
 
 def _clip(boxes: np.ndarray, before: np.ndarray, out_hw: tuple[int, int], min_visibility: float) -> tuple:
     """Clip ``[N, 4]`` xyxy boxes to the output; which boxes keep enough of their ``before`` area."""

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from carrierkit import move_boxes
 
 from cachekit.augment.geometric import RandomAffine, RandomPerspective, RandomRotation, RandomVerticalFlip
-from cachekit.augment.instances import move_boxes
 from cachekit.augment.mosaic import Mosaic, canvas_window, render_canvas
 from cachekit.augment.plan import compile_plan
 from cachekit.augment.transforms import CenterCrop, Letterbox, RandomHorizontalFlip, RandomResizedCrop, Resize
@@ -776,7 +776,8 @@ def test_maps_equal_torchvisions_own_where_it_is_installed():
     from torchvision import tv_tensors
     from torchvision.transforms import InterpolationMode
 
-    from cachekit.augment.matrices import affine_matrices, box_corners
+    from cachekit.augment.matrices import affine_matrices
+    from cachekit.image.instances import box_corners
 
     img = _images(1, seed=6, size=(96, 128))[0]
     t, inner, box = (
@@ -838,7 +839,7 @@ def test_a_box_with_a_corner_past_the_horizon_is_dropped_and_strong_perspective_
     """A perspective map folds the plane where ``w <= 0``: the box round corners on both sides of the
     horizon would frame nothing, so such a box is emptied (and then dropped); perspective terms past
     Ultralytics' range (0.001), where a 640 px image already folds, are refused in one line."""
-    from cachekit.augment.matrices import box_corners
+    from cachekit.image.instances import box_corners
 
     m = np.eye(3)[None].repeat(2, axis=0)
     m[:, 2, 0] = -0.01  # w = 1 - 0.01 x: the horizon at x = 100

@@ -4,19 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from carrierkit import move_boxes, move_points
 
-from cachekit.augment.instances import (
-    Instances,
-    move_boxes,
-    move_mask,
-    move_points,
-    sample_geometry,
-    stage_mask,
-)
 from cachekit.augment.maps import MapDraws
 from cachekit.augment.plan import compile_plan
 from cachekit.augment.transforms import RandomHorizontalFlip, RandomResizedCrop, Resize
 from cachekit.image.geometry import Affine
+from cachekit.image.instances import Instances, from_pixel_indices, move_mask
 
 FLIP_IDX = [1, 0, 2]  # left, right, centre
 
@@ -56,7 +50,7 @@ def test_select_takes_every_part_of_each_object():
 
 def test_objects_move_through_their_own_samples_map_scaled_and_shifted():
     g = _maps(_shift(5, -3), _shift(0, 0, 2, 0.5))
-    moved = _objects([1, 0]).moved(g, 0.0)
+    moved = g.move_instances(_objects([1, 0]), 0.0)
     # sorted by sample: object 1 (of sample 0) first
     assert moved.owner.tolist() == [0, 1] and moved.classes.tolist() == [101, 100]
     assert moved.boxes.dtype == np.float32
@@ -78,15 +72,15 @@ def test_a_box_keeping_too_little_is_dropped_with_its_labels_and_keypoints():
         (("keypoints", np.ones((2, 3, 3), np.float32), FLIP_IDX),),
     )
     g = _maps(_shift())
-    assert len(objects.moved(g, 0.5)) == 2  # exactly the share asked for: kept
-    kept = objects.moved(g, 0.51)
+    assert len(g.move_instances(objects, 0.5)) == 2  # exactly the share asked for: kept
+    kept = g.move_instances(objects, 0.51)
     assert kept.classes.tolist() == [8] and kept.iscrowd.tolist() == [0] and kept.points[0][1].shape == (1, 3, 3)
-    clipped = objects.moved(g, 0.0)
+    clipped = g.move_instances(objects, 0.0)
     assert clipped.boxes[0].tolist() == [190, 0, 200, 10]  # clipped to the output
 
 
 def test_a_box_moved_wholly_outside_is_dropped_even_with_no_min_visibility():
-    kept = _objects([0, 0]).moved(_maps(_shift(-500)), 0.0)
+    kept = _maps(_shift(-500)).move_instances(_objects([0, 0]), 0.0)
     assert len(kept) == 0 and kept.points[0][1].shape == (0, 3, 3)
 
 
@@ -121,32 +115,37 @@ def test_a_point_past_a_perspective_horizon_is_not_visible():
 
 def test_objects_of_the_same_sample_keep_their_order_after_those_of_earlier_samples():
     g = _maps(_shift(), _shift(), _shift())
-    moved = _objects([2, 0, 2, 1, 0]).moved(g, 0.0)
+    moved = g.move_instances(_objects([2, 0, 2, 1, 0]), 0.0)
     assert moved.owner.tolist() == [0, 0, 1, 2, 2]
     assert moved.classes.tolist() == [101, 104, 103, 100, 102]
     assert moved.spans(3) == [(0, 2), (2, 3), (3, 5)]
     assert moved.spans(4) == [(0, 2), (2, 3), (3, 5), (5, 5)]
 
 
+def _staged(objects, maps, out_hw, min_visibility):
+    """Through a stage's maps, drawn as ``warpAffine``'s maps of pixel indices (converted once)."""
+    return objects.through_each([from_pixel_indices(m) for m in maps], out_hw, min_visibility)
+
+
 def test_the_stage_maps_move_boxes_and_points_in_pixel_indices_and_drop_together():
     objects = _objects([0, 0, 0])
-    assert objects.staged([], (100, 200), 0.5) is objects  # no map: as they were
+    assert objects.through_each([], (100, 200), 0.5) is objects  # no map: as they were
     right = np.array([[1.0, 0, 170], [0, 1, 0]])  # 170 px right in pixel indices: 0.5 px either way cancels
-    staged = objects.staged([right], (100, 200), 0.5)
+    staged = _staged(objects, [right], (100, 200), 0.5)
     # boxes 10-30, 11-31, 12-32 go to 180-200, 181-201, 182-202 of a 200 px row: 20, 19 and 18 px of 20 stay
     assert staged.classes.tolist() == [100, 101, 102] and staged.boxes[:, 2].tolist() == [200, 200, 200]
-    twice = objects.staged([right, np.array([[1.0, 0, 1], [0, 1, 0]])], (100, 200), 0.5)
+    twice = _staged(objects, [right, np.array([[1.0, 0, 1], [0, 1, 0]])], (100, 200), 0.5)
     # a second px right, of the boxes the first one clipped at 200: each keeps all but 1 px
     assert twice.boxes[:, 0].tolist() == [181, 182, 183]
-    dropped = objects.staged([np.array([[1.0, 0, 175], [0, 1, 0]])], (100, 200), 0.5)
+    dropped = _staged(objects, [np.array([[1.0, 0, 175], [0, 1, 0]])], (100, 200), 0.5)
     # 175 px right: 15, 14 and 13 px of 20 stay (0.75, 0.7, 0.65): all kept at 0.5; at 0.7 the last one
     # goes, with its label and points
     assert len(dropped) == 3
-    strict = objects.staged([np.array([[1.0, 0, 175], [0, 1, 0]])], (100, 200), 0.7)
+    strict = _staged(objects, [np.array([[1.0, 0, 175], [0, 1, 0]])], (100, 200), 0.7)
     assert strict.classes.tolist() == [100, 101] and strict.points[0][1].shape == (2, 3, 3)
     assert strict.points[0][1][:, :, 0].tolist() == [[187, 200, 195], [187, 200, 195]]
     assert strict.points[0][1][:, :, 2].tolist() == [[2, 0, 2], [2, 0, 2]]  # 203: outside
-    mirror = objects.staged([np.array([[-1.0, 0, 199], [0, 1, 0]])], (100, 200), 0.0)
+    mirror = _staged(objects, [np.array([[-1.0, 0, 199], [0, 1, 0]])], (100, 200), 0.0)
     assert mirror.points[0][1][0, :, 0].tolist() == [172, 188, 180]  # swapped by flip_idx
 
 
@@ -163,12 +162,13 @@ def test_a_mask_moves_nearest_by_affine_or_by_map_zero_outside():
     assert np.array_equal(mirrored, mask[:, ::-1])
 
 
-def test_one_samples_geometry_from_an_affine_or_a_map():
-    g = sample_geometry(Affine(2.0, 0.5, 3.0, -1.0), (10, 20))
-    assert g.out_size == (10, 20) and g.matrices.shape == (1, 3, 3)
-    assert g.matrices[0].tolist() == [[2, 0, 3], [0, 0.5, -1], [0, 0, 1]]
-    m = np.array([[0, -1, 10], [1, 0, 0], [0, 0, 1]], np.float64)
-    assert np.array_equal(sample_geometry(m, (4, 5)).matrices[0], m)
+def test_an_affine_is_the_one_convention_s_3x3_map():
+    assert Affine(2.0, 0.5, 3.0, -1.0).as_matrix().tolist() == [[2, 0, 3], [0, 0.5, -1], [0, 0, 1]]
+    # a warpAffine map of pixel indices, as the continuous map that moves the same pixel centres
+    shift = from_pixel_indices(np.array([[1.0, 0, 2], [0, 1, 0]]))
+    assert shift.tolist() == [[1, 0, 2], [0, 1, 0], [0, 0, 1]]
+    half = from_pixel_indices(np.array([[0.5, 0, 0], [0, 0.5, 0]]))  # centre 0.5 of pixel 0 -> 0.25 -> index 0
+    assert np.allclose(half, [[0.5, 0, 0.25], [0, 0.5, 0.25], [0, 0, 1]])
 
 
 @pytest.mark.parametrize(
@@ -212,10 +212,9 @@ def test_on_the_crop_path_a_box_just_past_the_edge_is_dropped_not_kept_zero_wide
 def test_the_stage_maps_move_a_mask_in_place_in_order_zero_where_uncovered():
     mask = (np.arange(4 * 6).reshape(4, 6) % 7 + 1).astype(np.uint8)
     row = mask.copy()
-    stage_mask(row, [np.array([[1.0, 0, 2], [0, 1, 0]]), np.array([[1.0, 0, 0], [0, 1, 1]])], (4, 6))
+    for m in (np.array([[1.0, 0, 2], [0, 1, 0]]), np.array([[1.0, 0, 0], [0, 1, 1]])):
+        row[...] = move_mask(row, from_pixel_indices(m), (4, 6))
     want = np.zeros_like(mask)
     want[1:, 2:] = mask[:-1, :-2]  # 2 px right, then 1 px down
     assert np.array_equal(row, want)
-    same = mask.copy()
-    stage_mask(same, [], (4, 6))
-    assert np.array_equal(same, mask)
+    assert np.array_equal(move_mask(mask, np.eye(3), (4, 6)), mask)

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import numpy as np
+from carrierkit import move_boxes, move_points
 
-from cachekit.augment.instances import Instances, move_boxes, move_points
 from cachekit.augment.maps import MapDraws
 from cachekit.augment.mosaic import MosaicDraws
+from cachekit.image.instances import Instances, from_pixel_indices
 
 FLIP_IDX = [1, 0, 2]
 
@@ -102,7 +103,7 @@ def test_the_carrier_moves_a_mosaics_objects_in_order_each_with_its_points():
         np.array([2, 4, 0]),
         (("keypoints", np.full((3, 3, 3), 20, np.float32), FLIP_IDX),),
     )
-    moved = objects.moved(_mosaic_geometry(), 0.0)
+    moved = _mosaic_geometry().move_instances(objects, 0.0)
     assert moved.classes.tolist() == [7, 9] and moved.owner.tolist() == [
         0,
         0,
@@ -153,7 +154,7 @@ def test_no_objects_move_to_no_objects():
         empty = Instances(
             np.zeros((0, 4), np.float32), np.zeros(0), np.zeros(0), np.zeros(0, np.int64), points
         )
-        moved = empty.moved(g, 0.0)  # an image without boxes, of a cache with keypoints
+        moved = g.move_instances(empty, 0.0)  # an image without boxes, of a cache with keypoints
         assert len(moved) == 0 and moved.points[0][1].shape == (0, 3, 3)
 
 
@@ -168,7 +169,7 @@ def test_many_objects_keep_their_order_within_each_sample():
     objects = Instances(
         np.tile([[10, 10, 20, 20]], (40, 1)).astype(np.float32), np.arange(40), owner % 1, owner
     )
-    moved = objects.moved(MapDraws(np.stack([_m(), _m()]), np.zeros((2, 2), np.int64), (100, 200)), 0.0)
+    moved = MapDraws(np.stack([_m(), _m()]), np.zeros((2, 2), np.int64), (100, 200)).move_instances(objects, 0.0)
     assert moved.classes.tolist() == list(range(0, 40, 2)) + list(range(1, 40, 2))
 
 
@@ -208,7 +209,7 @@ def test_staged_objects_keep_their_owner_and_float32_points():
         np.array([3]),
         (("keypoints", np.full((1, 3, 3), 15.0), FLIP_IDX),),  # float64
     )
-    staged = objects.staged([np.array([[1.0, 0, 5], [0, 1, 0]])], (100, 200), 0.0)
+    staged = objects.through_each([from_pixel_indices(np.array([[1.0, 0, 5], [0, 1, 0]]))], (100, 200), 0.0)
     assert staged.owner.tolist() == [3] and staged.classes.tolist() == [4] and staged.iscrowd.tolist() == [1]
     assert staged.points[0][1].dtype == np.float32 and staged.points[0][1][0, 0].tolist() == [20, 15, 15]
 

@@ -11,10 +11,11 @@ import pytest
 
 from cachekit.augment.geometric import RandomPerspective, RandomRotation, RandomVerticalFlip
 from cachekit.augment.maps import draw_maps
-from cachekit.augment.matrices import as_boxes, box_corners, shrink_sizes
+from cachekit.augment.matrices import as_boxes, shrink_sizes
 from cachekit.augment.plan import compile_plan
 from cachekit.augment.transforms import CenterCrop, RandomHorizontalFlip, Resize
 from cachekit.augment.zoomcrop import RandomIoUCrop, RandomZoomOut, iou_crop, iou_with
+from cachekit.image.instances import box_corners
 
 
 def _walk(steps: list, heights, widths, seed: int = 0):

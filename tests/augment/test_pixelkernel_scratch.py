@@ -201,6 +201,7 @@ def test_a_step_kernel_on_pixels_gives_its_row_kernels_bytes():
 
 def test_op_matrix_hands_out_a_new_array_each_time_while_the_maps_are_kept():
     from cachekit.augment.autoaugment import OpDraws
+    from cachekit.image.instances import from_pixel_indices
 
     first = op_matrix("Rotate", 30.0, 40, 56)
     first[:] = 0  # a caller may change its map: the next sample's is still the op's
@@ -217,5 +218,6 @@ def test_op_matrix_hands_out_a_new_array_each_time_while_the_maps_are_kept():
     for name, m in zip(names, (30.0, -9.0, 0.25)):
         want = _affine(want, op_matrix(name, m, 40, 56), (5,))
     assert np.array_equal(y, want)
-    assert [m.tolist() for m in draws.matrices(0)] == [op_matrix(n, m, 40, 56).tolist()
+    # the same maps as its targets take them: each op's pixel-index map, converted once
+    assert [m.tolist() for m in draws.matrices(0)] == [from_pixel_indices(op_matrix(n, m, 40, 56)).tolist()
                                                        for n, m in zip(names, (30.0, -9.0, 0.25))]  # fmt: skip

@@ -204,6 +204,37 @@ def _dots_under_points(cache, case, path):
         assert 0 < mirrored < seen / K
 
 
+@pytest.fixture(scope="module")
+def sharded(tmp_path_factory):
+    """The samples in four shards of two, in shuffled order: a shuffled batch reads several shards."""
+    root = tmp_path_factory.mktemp("kps")
+    config = BuildConfig(**{**QUIET, "order": "shuffled", "shard_size": 2})
+    build(_samples(), root / "c", config, classes=2 * SAMPLES)
+    _with_flip_idx(root / "c")
+    return root / "c"
+
+
+@pytest.mark.parametrize("path", list(PATHS))
+@pytest.mark.parametrize("flip", [False, True], ids=["as-stored", "flipped"])
+def test_a_shuffled_batch_of_several_shards_gives_each_object_its_own_points(sharded, flip, path):
+    # a class names one object of one sample: its points are that object's, whatever shards the batch reads
+    own = {int(c): p for _, t in _samples() for c, p in zip(t["classes"], t["keypoints"])}
+    assert len(CachedDataset(sharded).manifest.shards) == 4
+    augment = [RandomHorizontalFlip(p=1.0), SAME] if flip else [SAME]
+    loader = make_loader(sharded, 4, seed=5, augment=augment, workers=0, threads=1, **PATHS[path])
+    checked, wrong = 0, []
+    for _ in range(2):  # two epochs, two orders
+        for _, targets in loader:
+            for t in targets:
+                for c, pts in zip(t["classes"].tolist(), t["keypoints"].numpy()):
+                    want = own[c][FLIP_IDX] * (-1, 1, 1) + (W, 0, 0) if flip else own[c]
+                    checked += 1
+                    if not np.allclose(pts, want, atol=1e-3):
+                        wrong.append(c)
+    assert checked == 2 * 2 * SAMPLES
+    assert not wrong, f"{len(wrong)} of {checked} objects (classes {wrong}) carry another object's points"
+
+
 def test_a_flip_swaps_left_and_right_by_flip_idx(cache):
     stored = CachedDataset(cache)[0][1]["keypoints"].numpy()
     batch = next(
@@ -326,7 +357,7 @@ def test_a_mirror_of_points_without_flip_idx_warns_once(tmp_path, monkeypatch, p
     No warning without a mirror, nor with a flip_idx."""
     import warnings
 
-    from cachekit.augment import instances
+    from cachekit.image import instances
 
     build(_samples()[:4], tmp_path / "c", BuildConfig(**QUIET), classes=2 * SAMPLES)
     assert "flip_idx" not in CachedDataset(tmp_path / "c").manifest.sample.fields["keypoints"].params

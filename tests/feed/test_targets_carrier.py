@@ -56,13 +56,13 @@ def test_move_target_moves_boxes_labels_and_keypoints_together_and_mirrors_them(
 
 
 class _Stage:
-    """A per-sample stage whose sample 1 is shifted 40 px left (a 2x3 map of pixel indices), sample 0
-    left as it is."""
+    """A per-sample stage whose sample 1 is shifted 40 px left (its maps as targets take them: 3x3,
+    continuous), sample 0 left as it is."""
 
     out_hw = (50, 100)
 
     def matrices(self, j):
-        return [np.array([[1.0, 0, -40], [0, 1, 0]])] if j == 1 else []
+        return [np.array([[1.0, 0, -40], [0, 1, 0], [0, 0, 1]])] if j == 1 else []
 
 
 def test_the_stage_moves_each_samples_objects_in_place_keeping_tensors_tensors():
