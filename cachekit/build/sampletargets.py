@@ -4,7 +4,8 @@
 rows, a mask file, classes, a caption) into values in the decoded image's pixels, once its size is
 known; a target that does not fit its image (another size than the annotations say, a mask of
 another size) is a ``DecodeError``: the input is skipped with that reason. ``move_values`` sends
-boxes and masks through the same map as the pixels (``cachekit.image.geometry``).
+boxes, keypoints and masks through the same maps as the pixels, by the one target carrier
+(``cachekit.image.instances``), as read-time augmentation does.
 """
 
 from __future__ import annotations
@@ -14,20 +15,13 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..image.geometry import (
-    Affine,
-    move_boxes,
-    move_boxes_matrix,
-    move_points,
-    move_points_matrix,
-    warp_mask,
-    warp_mask_matrix,
-)
+from ..image.geometry import Affine
+from ..image.instances import Instances, from_pixel_indices, move_mask
 from ..image.ops import DecodeError
 from ..store.fields import FieldSpec, empty_boxes
 from ..store.fields.keypoints import points_problem
 
-__all__ = ["raw_values", "move_values", "move_values_matrix", "load_mask", "load_array"]
+__all__ = ["raw_values", "move_values", "rotated_then", "load_mask", "load_array"]
 
 
 def load_mask(data: bytes, where: str) -> np.ndarray:
@@ -145,11 +139,6 @@ def _keypoints(target: dict, spec: FieldSpec, h: int, w: int, boxes: int) -> np.
     return points.astype(np.float32)
 
 
-def _kept(boxes: dict, move) -> np.ndarray:
-    """The indices of the boxes ``move`` keeps (a box dict's per-box arrays are selected with them)."""
-    return move({"boxes": boxes["boxes"], "i": np.arange(len(boxes["boxes"]))})["i"]
-
-
 def load_array(data: bytes | np.ndarray, spec: FieldSpec, where: str) -> np.ndarray:
     """A ``.npy`` file (or an array from code) as the field's dtype, of a shape the field allows
     (nothing pickled is read)."""
@@ -211,50 +200,44 @@ def raw_values(
     return values
 
 
-def move_values(
-    fields: dict[str, FieldSpec], values: dict, affine: Affine, out_hw: tuple[int, int], min_visibility: float
-) -> dict:
-    """The values after the pixels went through ``affine`` into an ``out_hw`` image."""
+#: One step of a sample's geometry as its fields take it: a map (an ``Affine``, separable, or a 3x3
+#: map of continuous coordinates), the size it leads to, and the share of a box's area it must keep.
+Step = tuple  # (Affine | np.ndarray, (height, width), min_visibility)
+
+
+def move_values(fields: dict[str, FieldSpec], values: dict, steps: list[Step]) -> dict:
+    """The values after the pixels went through ``steps`` in order: each boxes field with its
+    keypoints fields as one carrier (a box dropped drops its points), masks nearest."""
     out = dict(values)
     for name, spec in fields.items():
         if spec.kind == "boxes":
-            out[name] = move_boxes(values[name], affine, out_hw, min_visibility)
+            points = [(k, s) for k, s in fields.items() if s.kind == "keypoints" and s.params["boxes"] == name]
+            moved = _objects(values[name], [(k, values[k], s.params.get("flip_idx")) for k, s in points])
+            for where, out_hw, min_visibility in steps:
+                matrix = where.as_matrix() if isinstance(where, Affine) else where
+                moved = moved.through(matrix, out_hw, min_visibility)
+            out[name] = {"boxes": moved.boxes, "classes": moved.classes, "iscrowd": moved.iscrowd}
+            out.update({k: p for k, p, _ in moved.points})
         elif spec.kind == "mask":
-            out[name] = warp_mask(values[name], affine, out_hw)
-        elif spec.kind == "keypoints":  # with their boxes: a box dropped drops its points
-            keep = _kept(
-                values[spec.params["boxes"]], lambda b: move_boxes(b, affine, out_hw, min_visibility)
-            )
-            moved = move_points(values[name], affine, out_hw, spec.params.get("flip_idx"))
-            out[name] = moved[keep]
+            mask = values[name]
+            for where, out_hw, _ in steps:
+                mask = move_mask(mask, where, out_hw)
+            out[name] = mask
     return out
 
 
-def move_values_matrix(
-    fields: dict[str, FieldSpec],
-    values: dict,
-    matrix: np.ndarray,
-    then: Affine,
-    out_hw: tuple[int, int],
-    min_visibility: float,
-    size_hw: tuple[int, int],
-) -> dict:
-    """Through a 2x3 map of pixel indices (a rotation, ``warpAffine``'s, keeping ``size_hw``), then ``then``."""
-    out = dict(values)
-    for name, spec in fields.items():
-        if spec.kind == "boxes":
-            turned = move_boxes_matrix(values[name], matrix, size_hw, min_visibility=0.0)
-            out[name] = move_boxes(turned, then, out_hw, min_visibility)
-        elif spec.kind == "mask":
-            out[name] = warp_mask(warp_mask_matrix(values[name], matrix, size_hw), then, out_hw)
-        elif spec.kind == "keypoints":
-            keep = _kept(
-                values[spec.params["boxes"]],
-                lambda b: move_boxes(
-                    move_boxes_matrix(b, matrix, size_hw, 0.0), then, out_hw, min_visibility
-                ),
-            )
-            flip = spec.params.get("flip_idx")
-            turned = move_points_matrix(values[name], matrix, size_hw, flip)
-            out[name] = move_points(turned, then, out_hw, flip)[keep]
-    return out
+def rotated_then(matrix: np.ndarray, size_hw: tuple[int, int], then: Affine, out_hw, min_visibility) -> list[Step]:
+    """The steps of a rotation (a ``warpAffine`` map of pixel indices, keeping ``size_hw``) and then
+    ``then``: boxes dropped by ``min_visibility`` only at the end, as the pixels are cropped then."""
+    return [(from_pixel_indices(matrix), size_hw, 0.0), (then, out_hw, min_visibility)]
+
+
+def _objects(boxes: dict, points: list) -> Instances:
+    n = len(boxes["boxes"])
+    return Instances(
+        np.asarray(boxes["boxes"], dtype=np.float32).reshape(n, 4),
+        np.asarray(boxes["classes"]),
+        np.asarray(boxes["iscrowd"]),
+        np.zeros(n, np.int64),
+        tuple((k, np.asarray(p, dtype=np.float32), flip_idx) for k, p, flip_idx in points),
+    )

@@ -28,7 +28,7 @@ from .headers import jpeg_size
 from .inputorder import input_key
 from .inputs import INPUT_ERRORS, decode_input, jpeg_truncated, max_input_bytes, skip_reason
 from .offline_variants import AugmentConfig, colour_batch, crop_variant, rotation, variant_params
-from .sampletargets import move_values, move_values_matrix, raw_values
+from .sampletargets import move_values, raw_values, rotated_then
 from .shardwrite import commit_shard, disk_full
 from .sources.annotate import ARRAY_FILE_MAX_BYTES
 from .sources.reading import input_reader, read_input, read_retrying
@@ -113,7 +113,7 @@ def _samples(job: ShardJob, rel: str, img: np.ndarray, values: dict) -> list[tup
     if job.augment is None:
         out, extras = job.pipeline.apply(img)
         affine, _ = job.pipeline.geometry(*img.shape[:2])
-        return [(out, extras, None, move_values(fields, values, affine, out.shape[:2], job.min_visibility))]
+        return [(out, extras, None, move_values(fields, values, [(affine, out.shape[:2], job.min_visibility)]))]
     _, h, w = job.spec.shape
     orig = np.array(img.shape[:2], dtype=np.int32)
     key = input_key(rel)
@@ -127,11 +127,10 @@ def _samples(job: ShardJob, rel: str, img: np.ndarray, values: dict) -> list[tup
             if p.flip:  # the pixels are flipped with the colour ops, later; their fields here
                 then = then.then(Affine.hflip(w))
             if p.angle:
-                moved = move_values_matrix(
-                    fields, values, rotation(p), then, (h, w), job.min_visibility, img.shape[:2]
-                )
+                steps = rotated_then(rotation(p), img.shape[:2], then, (h, w), job.min_visibility)
             else:
-                moved = move_values(fields, values, then, (h, w), job.min_visibility)
+                steps = [(then, (h, w), job.min_visibility)]
+            moved = move_values(fields, values, steps)
         found.append((crop_variant(img, p, (h, w)), extras, p, moved))
     return found
 

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from cachekit.augment import pixelbatch, pixelkernels
 from cachekit.augment.autoaugment import op_matrix
-from cachekit.image.geometry import move_boxes_matrix
+from cachekit.image.instances import Instances, from_pixel_indices
 from cachekit.tools.synthetic import synthetic_image
 
 
@@ -190,9 +190,8 @@ def test_geometric_ops_move_boxes_with_their_pixels():
         pixelkernels.affine(chw, m, (0,))
         ys, xs = np.nonzero(chw[0])
         region = np.array([xs.min(), ys.min(), xs.max() + 1, ys.max() + 1], np.float64)
-        moved = move_boxes_matrix({"boxes": np.array([[30.0, 20.0, 50.0, 36.0]])}, m, (60, 80), 0.0)["boxes"][
-            0
-        ]
+        box = Instances(np.array([[30.0, 20.0, 50.0, 36.0]]), np.zeros(1), np.zeros(1), np.zeros(1, np.int64))
+        moved = box.through(from_pixel_indices(m), (60, 80), 0.0).boxes[0]
         assert np.abs(moved - region).max() <= 1.0, (name, moved, region)
 
 

@@ -1,4 +1,5 @@
-"""``image.geometry`` at its edges: ``min_visibility`` on every box path, masks warped nearest."""
+"""The carrier's movers at their edges (``image.instances``, through ``image.geometry``'s maps):
+``min_visibility`` on every box path, masks warped nearest."""
 
 from __future__ import annotations
 
@@ -6,13 +7,8 @@ import cv2
 import numpy as np
 import pytest
 
-from cachekit.image.geometry import (
-    Affine,
-    move_boxes,
-    move_boxes_matrix,
-    warp_mask,
-    warp_mask_matrix,
-)
+from cachekit.image.geometry import Affine
+from cachekit.image.instances import Instances, from_pixel_indices, move_mask
 
 #: A 40x40 image cropped to its columns 8..32 (CenterCrop(24) without rows cut): the first box
 #: keeps 0.4 of its 8.4 px width (4.8% of its area), the second all of it.
@@ -21,14 +17,16 @@ BOXES = np.array([[0.0, 10.0, 8.4, 30.0], [12.0, 10.0, 20.0, 30.0]], dtype=np.fl
 SHIFT = np.array([[1.0, 0.0, -8.0], [0.0, 1.0, 0.0]])  # the same crop as a 2x3 map of pixel indices
 
 
+def _objects() -> Instances:
+    return Instances(BOXES, np.array([3, 4]), np.zeros(2, np.uint8), np.zeros(2, np.int64))
+
+
 def _per_sample(visibility):
-    out = move_boxes({"boxes": BOXES, "classes": np.array([3, 4])}, CROP, (40, 24), visibility)
-    return out["classes"].tolist()
+    return _objects().through(CROP.as_matrix(), (40, 24), visibility).classes.tolist()
 
 
 def _matrix(visibility):
-    out = move_boxes_matrix({"boxes": BOXES, "classes": np.array([3, 4])}, SHIFT, (40, 24), visibility)
-    return out["classes"].tolist()
+    return _objects().through(from_pixel_indices(SHIFT), (40, 24), visibility).classes.tolist()
 
 
 @pytest.mark.parametrize("path", [_per_sample, _matrix])
@@ -51,14 +49,14 @@ def _classes_0_and_2(size: int = 64) -> np.ndarray:
 def test_a_rotated_mask_of_classes_0_and_2_never_gains_a_value(angle):
     mask = _classes_0_and_2()
     matrix = cv2.getRotationMatrix2D((31.5, 31.5), angle, 1.3)
-    out = warp_mask_matrix(mask, matrix, (64, 64))
+    out = move_mask(mask, from_pixel_indices(matrix), (64, 64))
     assert set(np.unique(out).tolist()) == {0, 2}
 
 
 @pytest.mark.parametrize("scale", [0.37, 1.0, 2.6])
 def test_a_scaled_mask_of_classes_0_and_2_never_gains_a_value(scale):
     mask = _classes_0_and_2()
-    out = warp_mask(mask, Affine(scale, scale * 0.9, 3.3, -2.1), (50, 70))
+    out = move_mask(mask, Affine(scale, scale * 0.9, 3.3, -2.1), (50, 70))
     assert set(np.unique(out).tolist()) <= {0, 2} and 2 in out
 
 
