@@ -285,7 +285,7 @@ def test_an_index_that_is_not_a_regular_file_is_refused_without_blocking(small_c
 def test_a_remote_index_of_another_size_is_refused_before_it_is_fetched(small_cache, tmp_path):
     import fsspec
 
-    from cachekit.store.location import fetch_index
+    from cachekit.store.remoteindex import fetch_index
 
     cache, index = _index_copy(small_cache, tmp_path)
     record = read_manifest(small_cache).index
