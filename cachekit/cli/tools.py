@@ -246,6 +246,13 @@ def bench_cmd(
     "--json", "json_out", type=click.Path(path_type=str), default=None, help="Write the figures here."
 )
 @click.option(
+    "--plot",
+    type=click.Path(path_type=str),
+    default=None,
+    help="Write a PNG here: each step's wait for data against its compute over time, GPU utilisation where "
+    "measured, the verdict (needs matplotlib).",
+)
+@click.option(
     "--split", default=None, metavar="NAME", help="CACHE is a folder of split caches: this split [default: train]."
 )
 @with_storage_options
@@ -262,6 +269,7 @@ def doctor_cmd(
     prefetch_factor,
     device,
     json_out,
+    plot,
     split,
     storage_option,
 ) -> None:
@@ -272,8 +280,10 @@ def doctor_cmd(
     import json
 
     from ..store.splitdirs import choose_split
+    from ..tools.benchview import check_outputs
     from ..tools.doctor import diagnose, load_model
 
+    check_outputs(json_out, plot)  # what could fail after the run is checked before it starts
     options = options_of(storage_option, cache)
     cache, note = choose_split(cache, split)
     if note is not None:
@@ -295,6 +305,8 @@ def doctor_cmd(
     if json_out:
         with open(json_out, "w") as fh:
             json.dump(report.to_json(), fh, indent=1)
+    if plot:
+        click.echo(f"picture:     {report.plot(plot)}")
 
 
 @main.command("preview", epilog=EXIT_CODES)

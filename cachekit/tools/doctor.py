@@ -20,24 +20,25 @@ import math
 import os
 import statistics
 import sys
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 
+from ..augment.spec import parse_spec
 from ..constants import DEFAULT_STEP_MS
 from ..errors import UsageError
 from ..feed.dataset import CachedDataset
 from ..feed.loader import make_loader
 from .advice import advise
-from .counters import ProcessCounters, child_pids, process_counters
+from .benchview import check_outputs
+from .counters import ProcessCounters, child_pids
+from .doctorloop import WARMUP, GpuSampler, StepTimes, time_steps
+from .doctorplot import plot_report
 from .report import human_bytes
 
 __all__ = ["DoctorReport", "STEP_KINDS", "diagnose", "load_model", "simulated_step", "child_pids"]
-
-_WARMUP = 2  # steps not counted: worker start-up and first reads are the time to first batch
 
 #: Simulated step kinds and what each stands for.
 STEP_KINDS = {
@@ -66,6 +67,12 @@ class DoctorReport:
     batch_bytes: int = 0  # cache bytes the timed batches held (stored size)
     gpu: dict | None = None
     recommendations: list[str] = field(default_factory=list)
+    #: When each timed step began waiting, in seconds from the first one's start (the timeline).
+    start_s: list[float] = field(default_factory=list)
+    #: (seconds from the first timed step, GPU utilisation %), sampled by NVML; None without it.
+    gpu_trace: list[tuple[float, float]] | None = None
+    #: Batches in one pass over the loader (a new pass starts its reads anew).
+    epoch_batches: int = 0
 
     @property
     def stall(self) -> float:
@@ -107,7 +114,18 @@ class DoctorReport:
             "batch_bytes": self.batch_bytes,
             "gpu": self.gpu,
             "recommendations": self.recommendations,
+            "timeline": {
+                "start_s": self.start_s,
+                "wait_s": self.wait_s,
+                "step_s": self.step_s,
+                "gpu_utilisation": self.gpu_trace,
+            },
         }
+
+    def plot(self, path: str | os.PathLike) -> str:
+        """Draw the timed steps (each step's wait against its compute over time, GPU utilisation where
+        measured, the verdict) as a PNG at ``path``; needs matplotlib (the ``[plot]`` extra)."""
+        return str(plot_report(self, path))
 
     def _disk_line(self) -> str:
         if self.disk_read_bytes is None:
@@ -125,7 +143,7 @@ class DoctorReport:
             f"loader:      {self.mode}, batch {self.batch_size}, prefetch_factor {self.prefetch_factor}, "
             f"pin_memory={self.pin_memory}",
             f"step:        {self.step}",
-            f"steps:       {self.steps} ({_WARMUP} warm-up not counted); first batch after {self.first_batch_s:.2f} s",
+            f"steps:       {self.steps} ({WARMUP} warm-up not counted); first batch after {self.first_batch_s:.2f} s",
             f"waiting:     {self.stall:.0%} of the time (median {j['wait_ms_median']:.1f} ms, "
             f"max {j['wait_ms_max']:.1f} ms per batch; step median {j['step_ms_median']:.1f} ms)",
             f"throughput:  {self.samples_per_s:,.0f} samples/s",
@@ -187,43 +205,6 @@ def simulated_step(step_ms: float, kind: str = "busy") -> Callable[[torch.Tensor
     return step
 
 
-class _GpuSampler:
-    """GPU utilisation and memory via NVML, sampled in a thread; inactive without CUDA or pynvml."""
-
-    def __init__(self, device_index: int) -> None:
-        self.samples: list[tuple[int, int]] = []
-        self._stop = threading.Event()
-        try:
-            import pynvml
-
-            pynvml.nvmlInit()
-            self._handle = pynvml.nvmlDeviceGetHandleByIndex(device_index)
-            self._nvml = pynvml
-        except Exception:
-            self._nvml = None
-            return
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.wait(0.1):
-            util = self._nvml.nvmlDeviceGetUtilizationRates(self._handle)
-            mem = self._nvml.nvmlDeviceGetMemoryInfo(self._handle)
-            self.samples.append((util.gpu, mem.used))
-
-    def result(self) -> dict | None:
-        if self._nvml is None:
-            return None
-        self._stop.set()
-        self._thread.join()
-        if not self.samples:
-            return None
-        return {
-            "utilisation_percent": statistics.mean(u for u, _ in self.samples),
-            "memory_used_bytes": max(m for _, m in self.samples),
-        }
-
-
 def _model_step(model: Callable[[], torch.nn.Module], target: torch.device):
     net = model().to(target).train()
     opt = torch.optim.SGD(net.parameters(), lr=1e-3)
@@ -249,6 +230,48 @@ def _total(counters: list[ProcessCounters], key: str) -> int | None:
     return None if not values or any(v is None for v in values) else sum(values)
 
 
+def _step_for(
+    model, step_ms: float | None, step_kind: str, target: torch.device
+) -> tuple[Callable, str, str | None]:
+    """The step to time, what it is in words, and its kind (None for a model)."""
+    if model is not None:
+        name = f"{getattr(model, '__module__', '?')}:{getattr(model, '__qualname__', repr(model))}"
+        return _model_step(model, target), f"model {name}, trained on {target}", None
+    step_ms = DEFAULT_STEP_MS if step_ms is None else step_ms
+    step = simulated_step(step_ms, step_kind)
+    return step, f"simulated {step_ms:g} ms, {step_kind} ({STEP_KINDS[step_kind]})", step_kind
+
+
+def _augment_of(augment: list | str | None) -> list | None:
+    """The training run's transforms: a list as given, or a spec parsed (never evaluated), refused in one line."""
+    if not isinstance(augment, str):
+        return augment
+    try:
+        return parse_spec(augment) or None
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _loader_for(dataset: CachedDataset, batch_size: int, augment, **options):
+    """``make_loader`` as training would call it, an augment this cache cannot take refused in one line."""
+    try:  # samples of their own sizes come padded, as a training loop without crops reads them
+        pad = bool(getattr(dataset, "ragged", False)) and not augment
+        return make_loader(dataset, batch_size, pad=pad, augment=augment, **options)
+    except (ValueError, TypeError) as exc:
+        raise UsageError(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
+
+
+def _cpu_percent(loader, timed: StepTimes) -> dict[str, float]:
+    """Per loader process (and the loader thread), % of one core over the timed steps."""
+    used, wall, me = timed.used, timed.wall_s, os.getpid()
+    cpu = {"main process": 100 * used[me].cpu_s / wall}
+    if loader.num_workers == 0 and getattr(loader, "prefetch_thread", 0):
+        cpu["loader thread"] = 100 * max(0.0, used[me].cpu_s - timed.main_thread_cpu_s) / wall
+    for i, pid in enumerate(p for p in used if p != me):
+        cpu[f"worker {i}"] = 100 * used[pid].cpu_s / wall
+    return cpu
+
+
 def diagnose(
     cache: str | os.PathLike | CachedDataset,
     *,
@@ -263,6 +286,7 @@ def diagnose(
     device: str | None = None,
     storage_options: dict | None = None,
     augment: list | str | None = None,
+    plot: str | os.PathLike | None = None,
 ) -> DoctorReport:
     """Run ``steps`` training steps on the cache's loader and report where the time went.
 
@@ -271,14 +295,11 @@ def diagnose(
     the GIL, ``"sleep"`` releases it). A URL cache is reached with ``storage_options``. ``augment``:
     the training run's ``cachekit.transforms`` (a list, or a spec such as ``"RandomResizedCrop(224),
     RandomHorizontalFlip()"``), so that the loader timed does the work training asks of it.
+    ``plot``: a PNG to draw the timed steps into (``DoctorReport.plot``), checked before the run.
     """
-    if isinstance(augment, str):
-        from ..augment.spec import parse_spec
-
-        try:
-            augment = parse_spec(augment) or None
-        except ValueError as exc:
-            raise UsageError(str(exc)) from None
+    if plot is not None:
+        check_outputs(None, os.fspath(plot))  # matplotlib there and the file writable, before any work
+    augment = _augment_of(augment)
     if model is not None and step_ms is not None:
         raise UsageError("give a simulated step time (--step-ms) or a model (--model), not both")
     if steps < 1 or batch_size < 1:
@@ -288,62 +309,16 @@ def diagnose(
     )
     cuda = torch.cuda.is_available()
     target = torch.device(device or ("cuda" if cuda else "cpu"))
-    if model is None:
-        step_ms = DEFAULT_STEP_MS if step_ms is None else step_ms
-        step = simulated_step(step_ms, step_kind)
-        described = f"simulated {step_ms:g} ms, {step_kind} ({STEP_KINDS[step_kind]})"
-    try:
-        loader = make_loader(  # samples of their own sizes come padded, as a training loop without crops reads them
-            dataset,
-            batch_size,
-            workers=workers,
-            pin_memory=pin_memory,
-            prefetch_factor=prefetch_factor,
-            pad=bool(getattr(dataset, "ragged", False)) and not augment,
-            augment=augment,
-        )
-    except (ValueError, TypeError) as exc:  # an augment this cache cannot take: one line, as the CLI prints
-        raise UsageError(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
+    if model is None:  # a bad simulated step is refused before the loader starts
+        step, described, step_kind = _step_for(None, step_ms, step_kind, target)
+    loader = _loader_for(
+        dataset, batch_size, augment, workers=workers, pin_memory=pin_memory, prefetch_factor=prefetch_factor
+    )
     if model is not None:
-        step = _model_step(model, target)
-        name = f"{getattr(model, '__module__', '?')}:{getattr(model, '__qualname__', repr(model))}"
-        described, step_kind = f"model {name}, trained on {target}", None
-
-    gpu = _GpuSampler(target.index or 0) if target.type == "cuda" else None
-    waits, works = [], []
-    start = time.perf_counter()
-    first = None
-    before: dict[int, ProcessCounters] = {}
-    thread_before = wall_before = 0.0
-    done = 0
-    while done < steps + _WARMUP:
-        t0 = time.perf_counter()
-        for images, labels, *_ in loader:  # padded batches also give their samples' sizes
-            t1 = time.perf_counter()
-            if first is None:
-                first = t1 - start
-            if done == _WARMUP:
-                mine = [os.getpid(), *loader.worker_pids()]
-                before = {pid: process_counters(pid) for pid in mine}
-                thread_before, wall_before = time.thread_time(), t1
-            step(images, labels)
-            t2 = time.perf_counter()
-            if done >= _WARMUP:
-                waits.append(t1 - t0)
-                works.append(t2 - t1)
-            done += 1
-            if done >= steps + _WARMUP:
-                break
-            t0 = time.perf_counter()
-    wall = max(time.perf_counter() - wall_before, 1e-9)
-    main_thread = time.thread_time() - thread_before
-    used = {pid: process_counters(pid) - was for pid, was in before.items()}
-    cpu = {"main process": 100 * used[os.getpid()].cpu_s / wall}
-    if loader.num_workers == 0 and getattr(loader, "prefetch_thread", 0):
-        cpu["loader thread"] = 100 * max(0.0, used[os.getpid()].cpu_s - main_thread) / wall
-    for i, pid in enumerate(p for p in used if p != os.getpid()):
-        cpu[f"worker {i}"] = 100 * used[pid].cpu_s / wall
-    manifest = dataset.manifest
+        step, described, step_kind = _step_for(model, step_ms, step_kind, target)
+    gpu = GpuSampler(target.index or 0) if target.type == "cuda" else None
+    timed = time_steps(loader, step, steps, probes=[gpu] if gpu else [])
+    used, manifest = list(timed.used.values()), dataset.manifest
     report = DoctorReport(
         cache=dataset.url or str(dataset.root),
         batch_size=batch_size,
@@ -352,16 +327,21 @@ def diagnose(
         workers=loader.num_workers,
         prefetch_factor=prefetch_factor,
         pin_memory=bool(loader.pin_memory),
-        first_batch_s=first or 0.0,
-        wait_s=waits,
-        step_s=works,
-        cpu_percent=cpu,
+        first_batch_s=timed.first_batch_s,
+        wait_s=timed.wait_s,
+        step_s=timed.step_s,
+        start_s=timed.start_s,
+        cpu_percent=_cpu_percent(loader, timed),
         step=described,
         step_kind=step_kind,
-        disk_read_bytes=_total(list(used.values()), "read_bytes"),
-        major_faults=_total(list(used.values()), "major_faults"),
-        batch_bytes=int(len(waits) * batch_size * manifest.total_bytes / max(1, manifest.num_samples)),
+        disk_read_bytes=_total(used, "read_bytes"),
+        major_faults=_total(used, "major_faults"),
+        batch_bytes=int(len(timed.wait_s) * batch_size * manifest.total_bytes / max(1, manifest.num_samples)),
         gpu=gpu.result() if gpu else None,
+        gpu_trace=gpu.trace if gpu else None,
+        epoch_batches=len(loader),
     )
     report.recommendations = advise(report, dataset, cuda, augment=augment)
+    if plot is not None:
+        report.plot(plot)
     return report
