@@ -12,6 +12,7 @@ batch's first index), so they reproduce whatever the thread or worker count.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import numbers
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ import cv2
 import numpy as np
 import torch
 
+from ..image.instances import Instances
 from .checks import check_p
 from .draws import keyed_generator
 from .protocol import Batch
@@ -168,25 +170,32 @@ class MixDraws:
             return one
         return (self.lam * one + (1.0 - self.lam) * np.roll(one, 1, axis=0)).astype(np.float32)
 
-    def mix_targets(self, targets: list[dict], box_keys: list[tuple[str, str, str]], masks: dict) -> None:
-        """Detection: each mixed sample keeps its boxes and gains its neighbour's (as they were before
-        mixing); a class map keeps its own classes over the neighbour's. In place."""
-        if self.weights is None or not len(targets):
+    def mix_objects(self, objects: Instances, n: int) -> Instances:
+        """Detection: each mixed sample keeps its objects and gains its neighbour's (``j - 1``), as they
+        were before mixing; ``objects`` sorted by sample, as the result is."""
+        if self.weights is None or not n:
+            return objects
+        spans = objects.spans(n)
+        take, owner = [], []
+        for j, (a, b) in enumerate(spans):
+            mine = list(range(a, b))
+            if self.weights[j] < 1:
+                pa, pb = spans[(j - 1) % n]
+                mine += range(pa, pb)
+            take += mine
+            owner += [j] * len(mine)
+        mixed = objects.select(np.asarray(take, dtype=np.int64))
+        return dataclasses.replace(mixed, owner=np.asarray(owner, dtype=np.int64))
+
+    def mix_masks(self, masks: dict[str, torch.Tensor]) -> None:
+        """Detection: a mixed sample's class map keeps its own classes over its neighbour's. In place."""
+        if self.weights is None:
             return
-        before = [dict(t) for t in targets]
-        saved = {name: buffer.clone() for name, buffer in masks.items()}
-        n = len(targets)
-        for j in np.flatnonzero(self.weights < 1).tolist():
-            partner = before[(j - 1) % n]
-            for keys in box_keys:
-                for key in keys:
-                    mine, theirs = before[j][key], partner[key]
-                    if isinstance(mine, torch.Tensor):
-                        targets[j][key] = torch.cat([mine, theirs.to(mine.dtype)])
-                    else:
-                        targets[j][key] = np.concatenate([np.asarray(mine), np.asarray(theirs)])
-            for name, buffer in masks.items():
-                own, other = saved[name][j], saved[name][(j - 1) % n]
+        for buffer in masks.values():
+            n = len(buffer)
+            saved = buffer.clone()
+            for j in np.flatnonzero(self.weights < 1).tolist():
+                own, other = saved[j], saved[(j - 1) % n]
                 buffer[j] = torch.where(own != 0, own, other)
 
 

@@ -6,8 +6,8 @@ transforms, each with its own stream of draws. ``Stage.draw`` gives a batch's ``
 the warp and ColorJitter; its first steps run on the sample's channels-last pixels before they are
 split into the row, where they can: ``apply_pixels``), ``apply_batch`` runs every chain on a float
 batch in torch (the device path); the ops that move pixels (RandAugment's shears, translations, rotations) move the sample's
-mask (``move_mask``, nearest, 0 where uncovered) and boxes (``move_boxes``, the box round the moved
-corners, clipped, ``min_visibility``) through the very same maps.
+mask (``move_mask``, nearest, 0 where uncovered) and objects (``carry``: the carrier's movers,
+boxes clipped, ``min_visibility``) through the very same maps.
 """
 
 from __future__ import annotations
@@ -73,23 +73,15 @@ class StageDraws:
         for m in self.matrices(j):
             mask[...] = move_mask(mask, m, self.out_hw)
 
-    def move_boxes(
-        self, targets: list[dict], keys: list[tuple[str, str, str]], min_visibility: float
-    ) -> None:
-        """Each sample's boxes (``keys``: per boxes field, its (boxes, classes, iscrowd) keys) through its
-        maps, clipped, those keeping less than ``min_visibility`` of their area dropped; in place."""
-        for j, target in enumerate(targets):
+    def carry(self, objects: Instances, n: int, min_visibility: float) -> Instances:
+        """Each of ``n`` samples' objects (sorted by sample) through its maps in order, clipped, those
+        keeping less than ``min_visibility`` of their area dropped with their labels and points."""
+        parts = []
+        for j, (a, b) in enumerate(objects.spans(n)):
+            part = objects.select(slice(a, b))
             maps = self.matrices(j)
-            if not maps:
-                continue
-            for b, c, k in keys:  # the carrier's objects (``augment.instances``), moved together
-                objects = Instances(np.asarray(target[b]), np.asarray(target[c]), np.asarray(target[k]),
-                                    np.zeros(len(target[b]), np.int64))  # fmt: skip
-                moved = objects.through_each(maps, self.out_hw, min_visibility)
-                kind = type(target[b])
-                for key, value in ((b, moved.boxes), (c, moved.classes), (k, moved.iscrowd)):
-                    value = np.ascontiguousarray(value)
-                    target[key] = torch.from_numpy(value) if kind is torch.Tensor else value
+            parts.append(part.through_each(maps, self.out_hw, min_visibility) if maps else part)
+        return Instances.concat(parts, objects)
 
 
 @dataclass(frozen=True)

@@ -161,6 +161,14 @@ class ColorJitter(Colour):
             jitter_range(getattr(self, n), n, 1.0, 0.0) for n in ("brightness", "contrast", "saturation")
         ] + [jitter_range(self.hue, "hue", 0.0, -0.5, 0.5)]
 
+    def draw_colour(self, seed: int, epoch: int, idx: np.ndarray, stream: int) -> tuple[np.ndarray, np.ndarray]:
+        """Each sample's factors and hue shift, uniform in its ranges (float32 ``[n, 4]``), and the order
+        they apply in (a permutation per sample, int8 ``[n, 4]``), from streams ``stream`` and + 1000."""
+        u = uniforms(seed, epoch, idx, stream, 4)
+        factors = np.stack([lo + u[:, k] * (hi - lo) for k, (lo, hi) in enumerate(self.ranges())], axis=1)
+        order = np.argsort(uniforms(seed, epoch, idx, stream + 1000, 4), axis=1).astype(np.int8)
+        return factors.astype(np.float32), order
+
 
 @dataclass(frozen=True)
 class CenterCrop(_CropToSize):

@@ -12,22 +12,26 @@ travel with it (``SampleBatch.aux``) to the loader's device stage.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
+from ..augment.batchwork import BatchWork
 from ..augment.plan import Plan
 from ..errors import CacheError
 from ..image.ops import hwc_into_planes
 from ..image.threads import use_one_opencv_thread
 from ..store.encoding import decode_sample, read_raw
+from ..store.fields import decode_mask
 from .batch import SampleBatch
+from .batchtargets import BatchTargets, read_fields, read_objects
+from .buffers import BufferPool
 from .chunks import run_chunks
-from .rows import Rows, draw_batch, read_indices
-from .targets import box_keys, move_boxes_of_batch, sample_target, stage_targets
+from .rows import boxes_field
 from .timeouts import READ_TIMEOUT_SECONDS
 
-__all__ = ["BatchRequest", "run_chunks", "assemble"]
+__all__ = ["BatchRead", "BatchRequest", "run_chunks", "assemble"]
 
 
 class BatchRequest(list):
@@ -102,211 +106,167 @@ def _source(dataset, reader, i: int) -> tuple[np.ndarray, bool]:
     return (array[i] if array is not None else reader.images(np.array([i]))[0]), False
 
 
-def _channels_last_rows(request: BatchRequest, draws, stage, channels: int) -> bool:
-    """Whether the batch is written channels-last as it is augmented (``make_loader(channels_last=
-    True)``): crops, resizes and flips write any layout; the warps, colour jitter, the pixel stage
-    and mixing work on planes, and such a batch is converted once at the end instead."""
-    return (
-        request.channels_last
-        and channels in (3, 4)
-        and stage is None
-        and request.plan.mix is None
-        and draws.any_layout
+@dataclass
+class BatchRead:
+    """What a dataset hands ``assemble`` for one batch: row ``r`` of the read (the request's samples,
+    then a mosaic's extra samples) is sample ``indices[r]``, row ``local[r]`` of ``readers[r]``,
+    labelled ``labels[r]``;
+    ``groups`` the read per shard (``(positions, column, rows, samples, memo)``, for its targets);
+    ``buffers`` the dataset's pool of batch buffers; ``extra`` the mosaics' extra samples
+    (``[n, 3]`` dataset indices, -1 where none) or None; ``stats()`` the cache's (mean, std)."""
+
+    indices: list
+    readers: list
+    local: np.ndarray
+    labels: np.ndarray
+    groups: Callable[[], list]
+    buffers: BufferPool
+    extra: np.ndarray | None = None
+    stats: Callable[[], tuple] | None = None
+
+
+def assemble(dataset, request: BatchRequest, read: BatchRead) -> SampleBatch:
+    """The batch ``request`` asks for, from ``read``: each sample copied, decoded or augmented into its
+    row by the threads over the batch (its masks too), then finished as the plan's batch work says
+    (``augment.batchwork``: its targets through the same maps, batch ops, mix, or the device's work).
+
+    The targets' boxes and points are read and moved for the whole batch at once, in this thread,
+    never beside the threads copying pixels (box arithmetic holds the GIL: measured, a thread of
+    its own for it slowed the pixel threads more than it saved)."""
+    n = len(request)
+    heights, widths = _sizes(dataset, read.readers, read.local)
+    fields = getattr(dataset, "fields", None) or {}
+    targets, stored = _read_targets(dataset, fields, read, n) if fields else (None, None)
+    work = _draw(dataset, request, read, heights, widths, targets)
+    out = _rows(dataset, request, work, read.buffers, n, heights, widths)
+    masks = _mask_rows(fields, read.buffers, n, work.out_size if work is not None else tuple(out.shape[-2:]), work is None)
+    run_chunks(n, request.threads, _sample_work(dataset, read, work, out, masks, stored, heights, widths),
+               request.timeout)  # fmt: skip
+    return _finish(dataset, request, read, work, out, masks, targets, heights, widths)
+
+
+def _read_targets(dataset, fields: dict, read: BatchRead, n: int) -> tuple[BatchTargets, list]:
+    """A batch's targets as read (every row's objects, a mosaic's extra rows' too; the samples' other
+    fields), and every row's masks as stored (PNG bytes, decoded by the threads)."""
+    groups, classes, shape = read.groups(), len(dataset.classes), dataset.sample_shape
+    others = [kind for kind in {spec.kind for spec in fields.values()} if kind not in ("boxes", "keypoints", "mask")]
+    targets = BatchTargets(
+        fields, read_objects(fields, groups, classes, shape), others=read_fields(fields, others, groups, n, classes, shape)
     )
+    return targets, read_fields(fields, ("mask",), groups, len(read.local), classes, shape)
 
 
-def _stage_draws(dataset, request: BatchRequest, draws):
-    """The batch's per-sample stage draws (RandAugment, erasing, ...), or None when its plan has none."""
-    stage = request.plan.stage if draws is not None else None
-    if stage is None:
+def _draw(dataset, request: BatchRequest, read: BatchRead, heights, widths, targets) -> BatchWork | None:
+    """The plan's batch work (None without a plan): its draws from the stored sizes, a mosaic's extra
+    samples' and (an IoU crop) each sample's boxes as read."""
+    plan, n = request.plan, len(request)
+    if not plan:
         return None
-    stats = None
-    if stage.needs_stats:  # erasing with noise: the statistics normalize=True uses
-        manifest = getattr(dataset, "manifest", None)
-        stats = getattr(dataset, "normalization", None) or (manifest.mean, manifest.std)
-    return stage.draw(request.seed, request.epoch, np.asarray(request, dtype=np.int64), draws.out_size, stats)
+    boxes = None
+    if plan.needs_boxes:
+        objects = targets.objects[boxes_field(dataset)]
+        boxes = [np.asarray(objects.boxes[a:b]).reshape(-1, 4) for a, b in objects.spans(n)]
+    extra_hw = None
+    if read.extra is not None:
+        extra_hw = np.zeros((n, 3, 2), np.int64)
+        extra_hw[read.extra[:, 0] >= 0] = np.stack([heights[n:], widths[n:]], axis=1).reshape(-1, 3, 2)
+    work = plan.draw_batch(
+        request.seed, request.epoch, np.asarray(request, dtype=np.int64), heights[:n], widths[:n],
+        extra=read.extra, extra_hw=extra_hw, boxes=boxes, on_device=request.on_device,
+        channels_last=request.channels_last, stats=read.stats, detection=targets is not None and bool(targets.objects),
+    )  # fmt: skip
+    channels = dataset.sample_shape[0]
+    if work.draws.jitter is not None and channels != 3:
+        raise CacheError(f"ColorJitter needs RGB samples; this cache stores {channels} channel(s)")
+    return work
 
 
-def _point_pairs(dataset) -> list[tuple[str, str, list | None]]:
-    """Each keypoints field: its boxes' key, its own name, its ``flip_idx``."""
-    fields = getattr(dataset, "fields", {})
-    return [
-        (box_keys(spec.params["boxes"])[0], name, spec.params.get("flip_idx"))
-        for name, spec in fields.items()
-        if spec.kind == "keypoints"
-    ]
+def _rows(dataset, request: BatchRequest, work: BatchWork | None, buffers, n: int, heights, widths) -> np.ndarray:
+    """The batch's output buffer ``[n, C, H, W]``: augmented rows (channels-last underneath where the
+    work writes them so), or each sample as stored, padded with zeros to the largest (the device's
+    pixel sources, a mosaic's canvas window; samples of their own sizes): padding is never data."""
+    channels = dataset.sample_shape[0]
+    if work is not None and not work.on_device:
+        if work.rows_last(channels):  # [n, C, H, W] seen over an [n, H, W, C] block: a crop resized straight in
+            # (the tensor keeps the pooled block's handle alive; a numpy view of it alone would not)
+            return torch.from_numpy(buffers.get((n, *work.out_size, channels))).permute(0, 3, 1, 2).numpy()
+        return buffers.get((n, channels, *work.out_size))
+    sources = work.source_size(dataset.ragged) if work is not None else None
+    if sources is None and not dataset.ragged:
+        return buffers.get((n, *dataset.sample_shape))
+    if sources is None:
+        sources = int(heights.max(initial=0)), int(widths.max(initial=0))
+    out = buffers.get((n, channels, *sources))
+    out.fill(0)
+    return out
 
 
-def _mix_batch(dataset, request: BatchRequest, draws, out, labels, targets, masks, keys, on_threads: bool):
-    """MixUp / CutMix over a batch (``augment.mixing``): soft labels on a classification cache, both
-    samples' boxes on a detection cache (``keys``: its boxes fields' keys); on the threads the mixed
-    rows go into a second buffer, each from two rows of the first. Returns ``(draws, images, labels)``."""
-    plan = request.plan
-    mix = plan.mix.draw(request.seed, request.epoch, request, draws.out_size, detection=bool(keys))
-    if keys:
-        mix.mix_targets(targets, keys + [(kp,) for _, kp, _ in _point_pairs(dataset)], masks)
-    else:
-        labels = mix.soft_labels(labels, plan.mix.num_classes or len(dataset.classes))
-    if on_threads and mix.mixes:
-        mixed = dataset._buffers.get(out.shape)
-        run_chunks(
-            len(out),
-            request.threads,
-            lambda lo, hi: [mix.mix_row(out, mixed, j) for j in range(lo, hi)],
-            request.timeout,
-        )
-        out = mixed
-    return mix, out, labels
-
-
-def _mask_buffers(dataset, n: int, hw: tuple[int, int] | None) -> dict[str, torch.Tensor]:
-    """A ``[n, H, W]`` buffer per mask field, when every mask of the batch has one size ``hw``.
+def _mask_rows(fields: dict, buffers, n: int, hw: tuple[int, int], zeroed: bool) -> dict[str, torch.Tensor]:
+    """A ``[n, H, W]`` buffer per mask field; ``zeroed`` where a mask may be smaller than its row (as
+    stored, padded like the images), else each row is written whole.
 
     Tensors, with rows taken as ``buffer[j].numpy()``: each row keeps the pooled block in use (a
-    numpy view of a numpy view names only the block as its base, and the pool would reuse it).
-    """
-    if hw is None:
-        return {}
-    return {
-        name: torch.from_numpy(dataset._buffers.get((n, *hw)))
-        for name, spec in dataset.fields.items()
-        if spec.kind == "mask"
-    }
-
-
-def assemble(
-    dataset,
-    request: BatchRequest,
-    readers: list,
-    local: np.ndarray,
-    labels: np.ndarray,
-    values: Callable[[], list] | None = None,
-) -> SampleBatch:
-    """Read (and, on threads, augment) the samples at ``readers[j]``, row ``local[j]``, into one batch.
-
-    ``values``: what reads each sample's stored field values (``targets.read_values``), for caches
-    with fields. Masks are decoded and moved with their pixels, in the same threads. The targets of
-    a cache without masks are read and moved for the whole batch at once after its pixels
-    (``CachedDataset.batch_targets``): box arithmetic holds the GIL, so it is kept to a few array
-    operations a batch, never run beside the threads copying pixels (measured: a thread of its own
-    for it slowed the pixel threads more than it saved).
-
-    With a ``Mosaic``, the rows past the request's own are its extra samples (``rows.read_indices``):
-    each mosaic's canvas is assembled from its four rows, and their boxes and masks go into it.
-    """
-    n = len(request)  # rows past n: the mosaics' extra samples
-    channels = dataset.sample_shape[0]
-    heights, widths = _sizes(dataset, readers, local)
-    plan = request.plan
-    whole = values is not None and not any(f.kind == "mask" for f in dataset.fields.values())
-    values = None if whole or values is None else values()  # without masks: all at once, after the pixels
-    indices = read_indices(request, dataset) if plan is not None and plan.mosaic else list(request)
-    draws, early = draw_batch(dataset, request, readers, local, heights, widths, values, whole)
-    if draws is not None and draws.jitter is not None and channels != 3:
-        raise CacheError(f"ColorJitter needs RGB samples; this cache stores {channels} channel(s)")
-    sources = draws.source_size(dataset.ragged) if draws is not None else None
-    stage = _stage_draws(dataset, request, draws)
-    on_threads = draws is not None and not request.on_device
-    if on_threads and _channels_last_rows(request, draws, stage, channels):
-        # [n, C, H, W] seen over an [n, H, W, C] block: a crop is resized straight into its row
-        # (the tensor keeps the pooled block's handle alive; a numpy view of it alone would not)
-        out = (
-            torch.from_numpy(dataset._buffers.get((n, *draws.out_size, channels))).permute(0, 3, 1, 2).numpy()
-        )
-    elif on_threads:
-        out = dataset._buffers.get((n, channels, *draws.out_size))
-    elif sources is not None:  # each pixel source (a mosaic's canvas window), padded to the largest
-        out = dataset._buffers.get((n, channels, *sources))
-        out.fill(0)
-    elif dataset.ragged:  # padded to the largest, with zeros: padding is never sampled as data
-        out = dataset._buffers.get((n, channels, int(heights.max(initial=0)), int(widths.max(initial=0))))
-        out.fill(0)
-    else:
-        out = dataset._buffers.get((n, *dataset.sample_shape))
-    local_list = local.tolist()
-    targets: list = [None] * len(local) if values is not None else []
-    if values is None:
-        masks = {}
-    elif draws is not None:
-        masks = _mask_buffers(dataset, n, draws.out_size)
-    else:  # as stored: padded like the images when their sizes differ
-        masks = _mask_buffers(dataset, n, tuple(out.shape[-2:]))
+    numpy view of a numpy view names only the block as its base, and the pool would reuse it)."""
+    masks = {name: torch.from_numpy(buffers.get((n, *hw))) for name, spec in fields.items() if spec.kind == "mask"}
+    if zeroed:
         for buffer in masks.values():
             buffer.zero_()
-    visibility = plan.min_visibility if plan is not None else 0.0
-    rows = None
-    if draws is not None:
-        source = lambda r: _source(dataset, readers[r], local_list[r])  # noqa: E731
-        rows = Rows(
-            dataset, draws, out, on_threads, heights, widths, source, masks, targets, indices, visibility, stage
-        )
+    return masks
 
-    def work(lo: int, hi: int) -> None:
+
+def _sample_work(dataset, read: BatchRead, work, out, masks, stored, heights, widths) -> Callable:
+    """What a thread over the batch does to samples ``lo``..``hi``: pixels, then masks (``stored``:
+    each row's as stored)."""
+    local = read.local.tolist()
+    source = lambda r: _source(dataset, read.readers[r], local[r])  # noqa: E731
+    pixels = work.sample_work(out, heights, widths, source) if work is not None else None
+
+    def mask(r: int, name: str) -> np.ndarray:
+        return decode_mask(stored[r][name], f"sample {read.indices[r]}", (int(heights[r]), int(widths[r])))
+
+    def run(lo: int, hi: int) -> None:
         for j in range(lo, hi):
-            src, hwc = _source(dataset, readers[j], local_list[j])
-            if rows is not None:
-                rows.pixels(j, src, hwc)  # its geometry, colour and (threads) pixel stage
-                if values is not None:
-                    targets[j] = rows.target(j, values)
-                    if stage is not None:  # RandAugment's shears, translations, rotations
-                        for buffer in masks.values():
-                            stage.move_mask(buffer[j].numpy(), j)
-                continue
-            dst = out[j, :, : heights[j], : widths[j]]
-            if hwc:
-                hwc_into_planes(src, dst)
+            src, hwc = source(j)
+            if pixels is not None:
+                pixels.run(j, src, hwc)  # its geometry, colour and (threads) pixel stage
+            elif hwc:
+                hwc_into_planes(src, out[j, :, : heights[j], : widths[j]])
             else:
-                dst[...] = src
-            if values is not None:
-                hw = (int(heights[j]), int(widths[j]))
-                target = sample_target(dataset.fields, values[j], f"sample {indices[j]}", hw)
-                for name, buffer in masks.items():
-                    mask = target[name]
-                    if mask.shape != (heights[j], widths[j]):
-                        raise CacheError(f"a stored mask is {mask.shape}, its image {heights[j]}x{widths[j]}")
-                    row = buffer[j].numpy()
-                    row[: mask.shape[0], : mask.shape[1]] = mask
-                    target[name] = row[: mask.shape[0], : mask.shape[1]]
-                targets[j] = target
+                out[j, :, : heights[j], : widths[j]] = src
+            for name, buffer in masks.items():
+                row = buffer[j].numpy()
+                if work is None:
+                    found = mask(j, name)
+                    row[: found.shape[0], : found.shape[1]] = found
+                else:
+                    work.mask(j, [mask(r, name) for r in (j, *work.extra_rows(j))], row)
 
-    if on_threads or dataset.store != "pixels" or values is not None:
+    if work is not None and not work.on_device or dataset.store != "pixels" or masks:
         use_one_opencv_thread()  # the threads over the batch are the parallelism
-    run_chunks(n, request.threads, work, request.timeout)
-    if whole and early is not None:  # read before the draws (an IoU crop's): moved now
-        targets = early
-        move_boxes_of_batch(dataset.fields, targets, draws, visibility)
-    elif whole:
-        targets = dataset.batch_targets(indices, readers, local, draws, visibility)
-    elif values is not None and draws is not None:
-        move_boxes_of_batch(dataset.fields, targets, draws, visibility)
-    targets = targets[:n]
-    labels = labels[:n]
-    keys = (
-        [box_keys(name) for name, spec in getattr(dataset, "fields", {}).items() if spec.kind == "boxes"]
-        if draws is not None
-        else []
-    )
-    if stage is not None and (values is not None or whole) and keys:
-        stage_targets(dataset.fields, targets, stage, visibility)
-    mix = None
-    ops = plan.draw_batch_ops(request.seed, request.epoch, request) if draws is not None else None
-    if ops is not None and on_threads:  # the user's BatchOps listed before MixUp / CutMix
-        ops.apply_rows(out, after=False)
-    if draws is not None and plan.mix is not None:
-        mix, out, labels = _mix_batch(dataset, request, draws, out, labels, targets, masks, keys, on_threads)
-    if ops is not None and on_threads:
-        ops.apply_rows(out, after=True)
+    return run
+
+
+def _finish(dataset, request, read: BatchRead, work, out, masks, targets, heights, widths) -> SampleBatch:
+    """The batch after its threads: its targets through the work's maps and mix, its rows through the
+    batch ops and mix (threads path) or its device work (device path), its labels."""
+    n = len(request)
+    labels = read.labels[:n]
     aux = None
-    if draws is not None and request.on_device:
-        mixes = mix if mix is not None and mix.mixes else None
-        aux = draws.device_work(heights[:n], widths[:n], stage=stage, batch_ops=ops, mix=mixes)
-    elif draws is None and dataset.ragged:
+    if targets is not None:
+        targets.masks = masks
+        hw = [tuple(work.out_size)] * n if work is not None else list(zip(heights[:n].tolist(), widths[:n].tolist()))
+        targets.image_hw = hw
+        if work is not None:
+            targets.objects = work.mix_targets(work.move(targets.objects, n), masks, n)
+    if work is not None:
+        mix = request.plan.mix
+        num_classes = (mix.num_classes or len(dataset.classes)) if mix is not None else None
+        labels = work.labels(labels, num_classes)
+        if work.on_device:
+            aux = work.device_work(heights[:n], widths[:n])
+        else:
+            out = work.finish_rows(out, lambda: read.buffers.get(out.shape),
+                                   lambda size, fn: run_chunks(size, request.threads, fn, request.timeout))  # fmt: skip
+    elif dataset.ragged:
         aux = {"sizes": torch.from_numpy(np.stack([heights, widths], axis=1))}
-    batch = SampleBatch(torch.from_numpy(out), torch.from_numpy(labels), aux)
-    if values is not None or whole:
-        batch.targets, batch.masks = targets, masks
-        batch.fields = dataset.fields
-        batch.image_hw = (
-            [tuple(draws.out_size)] * n if draws is not None else list(zip(heights.tolist(), widths.tolist()))
-        )
-    return batch
+    return SampleBatch(torch.from_numpy(out), torch.from_numpy(labels), aux, targets)

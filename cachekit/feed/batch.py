@@ -11,6 +11,7 @@ from torch.utils.data import default_collate
 
 from ..errors import UsageError
 from ..store.fields import FieldSpec
+from .batchtargets import BatchTargets
 from .targets import COLLATES, collate_targets, yolo_batch
 
 __all__ = ["SampleBatch", "Collate", "collate_batch", "collate_padded", "pad_collate", "stack_images"]
@@ -28,26 +29,32 @@ class SampleBatch(list):
     works unchanged; ``collate_batch`` skips that and returns the stacked tensors directly.
     ``.aux``: what the loader still has to do on the device (augmentation parameters), or padded
     samples' own sizes; None for a plain batch. A cache with fields besides the class also gives
-    ``.targets`` (each sample's dict), ``.masks`` (each mask field's ``[B, H, W]`` buffer, when the
-    batch's masks share a size), ``.fields`` and ``.image_hw`` (each sample's size, unpadded).
+    ``.targets`` (``BatchTargets``: made per-sample dicts at collate), and through it ``.masks``
+    (each mask field's ``[B, H, W]`` buffer), ``.fields`` and ``.image_hw`` (each sample's size,
+    unpadded).
     """
 
     def __init__(
-        self,
-        images: torch.Tensor,
-        labels: torch.Tensor,
-        aux: dict | None = None,
-        targets: list | None = None,
-        masks: dict | None = None,
-        fields: dict | None = None,
-        image_hw: list | None = None,
+        self, images: torch.Tensor, labels: torch.Tensor, aux: dict | None = None, targets: BatchTargets | None = None
     ) -> None:
         super().__init__()
         self.images = images
         self.labels = labels
         self.aux = aux
-        self.targets, self.masks, self.fields, self.image_hw = targets, masks, fields, image_hw
+        self.targets = targets
         self._filled = False
+
+    @property
+    def fields(self) -> dict | None:
+        return self.targets.fields if self.targets is not None else None
+
+    @property
+    def masks(self) -> dict | None:
+        return self.targets.masks if self.targets is not None else None
+
+    @property
+    def image_hw(self) -> list | None:
+        return self.targets.image_hw if self.targets is not None else None
 
     def _fill(self) -> None:
         if not self._filled:
@@ -56,7 +63,7 @@ class SampleBatch(list):
                 labels = self.labels.tolist() if self.labels.dim() == 1 else list(self.labels)  # soft: rows
                 super().extend(zip(self.images, labels))
             else:
-                super().extend(zip(self.images, (_tensors(t) for t in self.targets)))
+                super().extend(zip(self.images, (_tensors(t) for t in self.targets.dicts())))
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -70,8 +77,7 @@ class SampleBatch(list):
         return super().__getitem__(i)
 
     def __reduce__(self):
-        extra = (self.targets, self.masks, self.fields, self.image_hw)
-        return (SampleBatch, (self.images, self.labels, self.aux, *extra))
+        return (SampleBatch, (self.images, self.labels, self.aux, self.targets))
 
 
 def _tensors(target: dict) -> dict:
@@ -99,10 +105,10 @@ def _fields_batch(batch: SampleBatch, mode: str):
     the stored images it carries there."""
     if mode == "yolo":
         padded = isinstance(batch.aux, dict) and set(batch.aux) == {"sizes"}
-        hw = [tuple(batch.images.shape[-2:])] * len(batch.targets) if padded else None
-        targets = yolo_batch(batch.fields, batch.targets, hw or batch.image_hw)
+        hw = [tuple(batch.images.shape[-2:])] * len(batch) if padded else None
+        targets = yolo_batch(batch.fields, batch.targets.dicts(), hw or batch.image_hw)
     else:
-        targets = collate_targets(batch.fields, batch.targets, batch.masks)
+        targets = collate_targets(batch.fields, batch.targets.dicts(), batch.masks)
     if batch.aux is None:
         return batch.images, targets
     if isinstance(batch.aux, dict) and set(batch.aux) == {"sizes"}:

@@ -29,12 +29,12 @@ from ..store.sourcecol import source_at, source_prefix
 from ..store.splitdirs import split_path, splits_error
 from ..stream.pins import bytes_per_batch, shards_per_batch
 from ..stream.remotecache import RemoteShards, index_folder
-from .assemble import BatchRequest, assemble
+from .assemble import BatchRead, BatchRequest, assemble
 from .batch import SampleBatch, stack_images
 from .buffers import BufferPool
 from .readers import ReaderPool, default_max_open
-from .rows import read_indices
-from .targets import batch_targets, check_labels, read_values, sample_target
+from .rows import mosaic_extras, read_rows
+from .targets import check_labels, read_values, sample_target
 
 __all__ = ["CachedDataset"]
 
@@ -381,11 +381,17 @@ class CachedDataset(Dataset):
 
     def read_request(self, request: BatchRequest) -> SampleBatch:
         """A batch as ``make_loader`` asks for it: read, and augmented if its plan says so (a mosaic's
-        extra samples read with it, ``read_indices``)."""
-        indices = read_indices(request, self)
+        extra samples, drawn once, read with it)."""
+        extra = mosaic_extras(request, self)
+        indices = read_rows(request, extra)
         with self.borrowed_rows(indices) as (readers, local, labels):
-            values = (lambda: self._values(indices, readers, local)) if self.fields else None
-            return assemble(self, request, readers, local, labels, values)
+            groups = lambda: self._groups(indices, readers, local)  # noqa: E731 -- read when there are fields
+            read = BatchRead(indices, readers, local, labels, groups, self._buffers, extra, self._stats)
+            return assemble(self, request, read)
+
+    def _stats(self) -> tuple:
+        """The cache's per-channel (mean, std) in [0, 1], as ``normalize=True`` uses them."""
+        return getattr(self, "normalization", None) or (self.manifest.mean, self.manifest.std)
 
     def _groups(self, indices, readers: list, local: np.ndarray) -> list[tuple]:
         """Per shard of a batch: (positions in the batch, column reader, rows, samples, memo)."""
@@ -398,29 +404,6 @@ class CachedDataset(Dataset):
                 (pos, reader.column, local[pos], self.manifest.shards[shard].samples, _memo_of(reader))
             )
         return groups
-
-    def _values(self, indices, readers: list, local: np.ndarray) -> list[dict]:
-        """Each sample's stored field values, read shard by shard from its borrowed reader."""
-        values: list = [None] * len(local)
-        for pos, column, rows, samples, memo in self._groups(indices, readers, local):
-            for j, v in zip(
-                pos.tolist(),
-                read_values(
-                    self.fields, column, rows, samples, len(self.classes), memo, shape=self.sample_shape
-                ),
-            ):
-                values[j] = v
-        return values
-
-    def batch_targets(
-        self, indices, readers: list, local: np.ndarray, draws=None, min_visibility: float = 0.0
-    ):
-        """The targets of a batch of a cache without masks (``targets.batch_targets``), boxes moved
-        through ``draws``' maps when given."""
-        groups = self._groups(indices, readers, local)
-        return batch_targets(
-            self.fields, groups, len(local), len(self.classes), draws, min_visibility, shape=self.sample_shape
-        )
 
     @contextlib.contextmanager
     def borrowed_rows(self, indices) -> Iterator[tuple[list, np.ndarray, np.ndarray]]:
@@ -486,7 +469,7 @@ class CachedDataset(Dataset):
         else:
             batch = self.read_request(BatchRequest([int(index)]))
             image, labels, targets = batch.images[0], batch.labels, batch.targets
-        target = int(labels[0]) if targets is None else _tensors(targets[0])
+        target = int(labels[0]) if targets is None else _tensors(list(targets)[0])
         if self.transform is not None:
             image = self.transform(image)
         if self.target_transform is not None:
@@ -507,7 +490,7 @@ class CachedDataset(Dataset):
             targets = (
                 (labels.tolist() if labels.dim() == 1 else list(labels))
                 if batch.targets is None
-                else [_tensors(t) for t in batch.targets]
+                else [_tensors(t) for t in batch.targets.dicts()]
             )
         else:  # each at its own size: collate pads them or says why it cannot stack
             images, labels, found = self._read_each(indices)

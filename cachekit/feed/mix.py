@@ -26,12 +26,12 @@ from torch.utils.data import Dataset
 
 from ..cpus import local_world_size
 from ..errors import UsageError
-from .assemble import BatchRequest, assemble
+from .assemble import BatchRead, BatchRequest, assemble
 from .batch import SampleBatch
 from .buffers import BufferPool
 from .mixorder import MixedOrder, Source, shares
 from .order import default_window
-from .rows import read_indices
+from .rows import mosaic_extras, read_rows
 
 __all__ = ["MAX_SAMPLES_PER_EPOCH", "MixedDataset", "mix"]
 
@@ -230,7 +230,9 @@ class MixedDataset(Dataset):
         read (and augmented, each sample's draws from its mixed index) together."""
         if self._pid != os.getpid():
             self._buffers, self._pid = BufferPool(), os.getpid()
-        idx, which = self._split(read_indices(request, self))  # a mosaic's extra samples too
+        extra = mosaic_extras(request, self)
+        indices = read_rows(request, extra)
+        idx, which = self._split(indices)  # a mosaic's extra samples too
         readers: list = [None] * len(idx)
         local = np.empty(len(idx), dtype=np.int64)
         labels = np.empty(len(idx), dtype=np.int64)
@@ -243,7 +245,8 @@ class MixedDataset(Dataset):
                     readers[j] = reader
                 local[pos] = got_local
                 labels[pos] = np.where(got_labels >= 0, got_labels + self.class_offsets[i], got_labels)
-            return assemble(self, request, readers, local, labels)
+            read = BatchRead(indices, readers, local, labels, list, self._buffers, extra, lambda: self.normalization)
+            return assemble(self, request, read)
 
     def __getitems__(self, indices: Sequence[int]) -> SampleBatch:
         return self.read_request(indices if isinstance(indices, BatchRequest) else BatchRequest(indices))

@@ -3,11 +3,9 @@
 A sample's target is its class (an int) in a classification cache, and otherwise a dict of its
 fields (``cachekit.store.fields``): ``boxes`` (float32 ``[N, 4]`` xyxy) with ``classes`` and
 ``iscrowd``, ``mask`` (uint8 ``[H, W]``), ``labels`` (int64 class indices), ``text`` (str), ``label``
-(int), arrays by their names. When a batch is augmented, each sample's boxes, keypoints and mask go
-through the very map its pixels went through, by the one target carrier and its movers
-(``cachekit.image.instances``: the stored fields are converted to ``Instances`` and back): boxes
-clipped and dropped below ``min_visibility`` with their labels and keypoints, masks sampled nearest
-with 0 outside the image.
+(int), arrays by their names: read and checked here (``read_values``), carried through a batch's
+augmentation as one object (``feed.batchtargets.BatchTargets``: the boxes and keypoints in the one
+target carrier, ``image.instances``) and made per-sample dicts at collate.
 
 Batches come as torchvision's detection models take them: a list of per-sample dicts when any
 field varies in size from sample to sample (boxes, classes, text), else a dict of stacked tensors
@@ -23,23 +21,17 @@ import numpy as np
 import torch
 
 from ..errors import CacheError
-from ..image.geometry import Affine
-from ..image.instances import Instances, move_mask
 from ..store.fields import FieldSpec, decode_mask
 from ..store.fields.keypoints import beyond_image
 
 __all__ = [
     "COLLATES",
     "read_values",
-    "batch_targets",
     "check_classes",
     "check_labels",
     "sample_target",
-    "move_target",
-    "move_boxes_of_batch",
-    "stage_targets",
-    "instances_of",
     "box_keys",
+    "keypoint_fields",
     "collate_targets",
     "yolo_rows",
     "yolo_batch",
@@ -197,63 +189,6 @@ def _check_values(
         raise CacheError(f"field {name!r}: a stored value is out of range ({problem}): the shard is damaged")
 
 
-def batch_targets(
-    fields: dict[str, FieldSpec],
-    groups: list[tuple],
-    n: int,
-    classes: int | None,
-    draws=None,
-    min_visibility: float = 0.0,
-    *,
-    shape: Sequence | None = None,
-) -> list[dict]:
-    """The ``n`` targets of a batch of a cache without masks, moved through ``draws``' maps when given.
-
-    ``groups``: per shard of the batch, ``(positions in the batch, column reader, rows, samples,
-    memo)``. Boxes stay flat, as the shards store them: each shard's rows gathered at once, every
-    object of the batch (``augment.instances.Instances``: boxes, labels, keypoints) moved in one set
-    of array operations (``Draws.move_instances``), then cut into per-sample tensors; other fields are read per sample (``read_values``).
-    """
-    boxes = {name: spec for name, spec in fields.items() if spec.kind == "boxes"}
-    others = {name: spec for name, spec in fields.items() if spec.kind not in ("boxes", "keypoints")}
-    if n == 0:
-        return []
-    if others:
-        values: list = [None] * n
-        for pos, column, rows, samples, memo in groups:
-            for j, v in zip(
-                pos.tolist(), read_values(others, column, rows, samples, classes, memo, shape=shape)
-            ):
-                values[j] = v
-        out = [sample_target(others, v, "") for v in values]
-    else:
-        out = [{} for _ in range(n)]
-    if not boxes:
-        return out
-    checked = {name: spec for name, spec in fields.items() if spec.kind in ("boxes", "keypoints")}
-    for _, column, rows, samples, memo in groups:
-        check_classes(checked, column, rows, samples, classes, memo, shape=shape)
-    for name, spec in boxes.items():
-        owners, parts = [], []
-        for pos, column, rows, samples, memo in groups:
-            counts, found = spec.handler.gather(name, column, rows, samples, memo)
-            owners.append(np.repeat(pos, counts))
-            parts.append(found)
-        owner = np.concatenate(owners) if owners else np.zeros(0, np.int64)
-        order = np.argsort(owner, kind="stable")  # the batch's order, each sample's boxes as stored
-        flat = [np.concatenate([f[p] for f in parts])[order] for p in _BOX_PARTS]
-        points = []
-        for kp, kspec in keypoint_fields(fields, name):
-            found = [kspec.handler.gather(kp, kspec.params, g[1], g[2], g[3], g[4])[1] for g in groups]
-            stacked = np.concatenate(found) if found else np.zeros((0, kspec.params["k"], 3), np.float32)
-            points.append((kp, stacked[order], kspec.params.get("flip_idx")))
-        _place_boxes(out, name, Instances(*flat, owner[order], tuple(points)), draws, min_visibility)
-    keys = [
-        key for name, spec in fields.items() for key in (box_keys(name) if spec.kind == "boxes" else (name,))
-    ]
-    return [{k: t[k] for k in keys if k in t} for t in out]  # the fields' order, as sample_target gives
-
-
 def sample_target(
     fields: dict[str, FieldSpec], values: dict, where: str, hw: tuple[int, int] | None = None
 ) -> dict:
@@ -272,110 +207,9 @@ def sample_target(
     return out
 
 
-def move_target(
-    fields: dict[str, FieldSpec],
-    target: dict,
-    affine: Affine | np.ndarray,
-    out_hw: tuple[int, int],
-    min_visibility: float,
-    mask_out: dict[str, np.ndarray] | None = None,
-    boxes: bool = True,
-) -> dict:
-    """A sample's target after its pixels went through ``affine`` (an ``Affine`` or a 3x3 map) into
-    ``out_hw``, by the carrier's movers (``augment.instances``); masks are written into
-    ``mask_out[name]`` when given (a row of the batch's mask buffer). ``boxes=False`` leaves the
-    boxes and their keypoints for ``move_boxes_of_batch``."""
-    out = dict(target)
-    for name, spec in fields.items():
-        if spec.kind == "boxes" and boxes:
-            matrix = affine.as_matrix() if isinstance(affine, Affine) else affine
-            instances = instances_of(fields, target, name).through(matrix, out_hw, min_visibility, warn=True)
-            _write_back(out, fields, name, instances, type(target[box_keys(name)[0]]))
-        elif spec.kind == "mask":
-            dst = mask_out.get(name) if mask_out else None
-            out[name] = move_mask(target[name], affine, out_hw, dst)
-    return out
-
-
-def instances_of(fields: dict[str, FieldSpec], target: dict, name: str, owner: int = 0) -> Instances:
-    """A sample's objects of boxes field ``name`` (and its keypoints fields) as the carrier holds them."""
-    b, c, k = box_keys(name)
-    boxes = np.asarray(target[b])
-    points = tuple(
-        (kp, np.asarray(target[kp]).reshape(len(boxes), ks.params["k"], 3), ks.params.get("flip_idx"))
-        for kp, ks in keypoint_fields(fields, name)
-        if kp in target
-    )
-    owners = np.full(len(boxes), owner, np.int64)
-    return Instances(boxes, np.asarray(target[c]), np.asarray(target[k]), owners, points)
-
-
-def _write_back(target: dict, fields: dict[str, FieldSpec], name: str, instances: Instances, kind) -> None:
-    """``instances`` into a sample's target dict as its fields' keys, as tensors or arrays (``kind``)."""
-    parts = [*zip(box_keys(name), (instances.boxes, instances.classes, instances.iscrowd)),
-             *((kp, p) for kp, p, _ in instances.points)]  # fmt: skip
-    for key, value in parts:
-        value = np.ascontiguousarray(value)
-        target[key] = torch.from_numpy(value) if kind is torch.Tensor else value
-
-
-def stage_targets(fields: dict[str, FieldSpec], targets: list[dict], stage, min_visibility: float) -> None:
-    """Each sample's objects through the per-sample stage's maps (RandAugment's shears,
-    translations, rotations: ``stage.matrices(j)``), in place: boxes clipped and dropped below
-    ``min_visibility`` with their labels and keypoints."""
-    for j, target in enumerate(targets):
-        maps = stage.matrices(j)
-        if not maps:
-            continue
-        for name, spec in fields.items():
-            if spec.kind == "boxes":
-                kind = type(target[box_keys(name)[0]])
-                staged = instances_of(fields, target, name).through_each(maps, stage.out_hw, min_visibility)
-                _write_back(target, fields, name, staged, kind)
-
-
 def keypoint_fields(fields: dict[str, FieldSpec], boxes: str) -> list[tuple[str, FieldSpec]]:
     """The keypoints fields whose objects are the boxes of field ``boxes``."""
     return [(n, s) for n, s in fields.items() if s.kind == "keypoints" and s.params["boxes"] == boxes]
-
-
-def move_boxes_of_batch(
-    fields: dict[str, FieldSpec], targets: list[dict], draws, min_visibility: float = 0.0
-) -> None:
-    """Every boxes field of a batch's targets through each sample's map (``draws.move_instances``),
-    in place, all at once; boxes of a mosaic's extra rows go to the samples they are drawn into,
-    their labels and keypoints with them."""
-    if not targets:
-        return
-    for name, spec in fields.items():
-        if spec.kind != "boxes":
-            continue
-        parts = [instances_of(fields, t, name, j) for j, t in enumerate(targets)]
-        points = tuple(
-            (kp, np.concatenate([p.points[i][1] for p in parts]), flip_idx)
-            for i, (kp, _, flip_idx) in enumerate(parts[0].points)
-        )
-        flat = Instances(
-            *(np.concatenate([getattr(p, a) for p in parts]) for a in ("boxes", "classes", "iscrowd", "owner")),
-            points,
-        )
-        _place_boxes(targets, name, flat, draws, min_visibility)
-
-
-def _place_boxes(targets: list[dict], name: str, instances: Instances, draws, min_visibility: float) -> None:
-    """A boxes field of a whole batch (``instances``: back to back in the batch's order, object ``m``
-    of row ``owner[m]``), moved by ``draws`` when given (``Draws.move_instances``: one set of array
-    operations for every object; it says which sample each lands in), into each sample's target as
-    tensors of its own (none can grow into the next sample's)."""
-    if draws is not None:
-        instances = draws.move_instances(instances, min_visibility)
-    spans = instances.spans(len(targets))
-    parts = [*zip(box_keys(name), (instances.boxes, instances.classes, instances.iscrowd)),
-             *((kp, p) for kp, p, _ in instances.points)]  # fmt: skip
-    for key, values in parts:
-        values = np.ascontiguousarray(values)
-        for t, (a, b) in zip(targets, spans):
-            t[key] = torch.from_numpy(values[a:b])
 
 
 def _ragged(fields: dict[str, FieldSpec], fixed_masks: bool) -> bool:

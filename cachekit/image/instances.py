@@ -99,6 +99,21 @@ class Instances:
             out = out.through(m, out_hw, min_visibility)
         return out
 
+    @staticmethod
+    def concat(parts: Sequence[Instances], like: Instances) -> Instances:
+        """``parts`` one after another (``like``: of the same field, its points' names and dtypes for none)."""
+        parts = list(parts) or [like.select(np.zeros(0, np.int64))]
+        return Instances(
+            np.concatenate([p.boxes for p in parts]),
+            np.concatenate([p.classes for p in parts]),
+            np.concatenate([p.iscrowd for p in parts]),
+            np.concatenate([p.owner for p in parts]),
+            tuple(
+                (name, np.concatenate([p.points[i][1] for p in parts]), flip_idx)
+                for i, (name, _, flip_idx) in enumerate(like.points)
+            ),
+        )
+
     def spans(self, n: int) -> list[tuple[int, int]]:
         """Each of ``n`` owners' ``[start, end)`` among the objects (sorted by owner)."""
         ends = np.cumsum(np.bincount(self.owner, minlength=n)[:n]).tolist()

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from cachekit.augment.mixing import compile_mixing
+from cachekit.image.instances import Instances
 from cachekit.store.fields import FieldSpec
 from cachekit.transforms import CutMix, MixUp, MixUpOrCutMix
 
@@ -141,6 +142,21 @@ def test_images_and_labels_mixed_with_the_roll_by_one():
             d.soft_labels(labels, 3)
 
 
+def _mixed(d, targets: list[dict], masks: dict) -> list[dict]:
+    """``targets`` (one dict of boxes, classes[, iscrowd] per sample) as the carrier holds them, mixed
+    by ``d`` (objects and masks), back as per-sample dicts of numpy arrays."""
+    n = len(targets)
+    owner = np.concatenate([np.full(len(t["classes"]), j) for j, t in enumerate(targets)]).astype(np.int64)
+    crowd = [t.get("iscrowd", torch.zeros(len(t["classes"]))) for t in targets]
+    objects = Instances(
+        torch.cat([t["boxes"] for t in targets]).numpy(), torch.cat([t["classes"] for t in targets]).numpy(),
+        torch.cat(crowd).numpy(), owner,
+    )  # fmt: skip
+    d.mix_masks(masks)
+    mixed = d.mix_objects(objects, n)
+    return [{"boxes": mixed.boxes[a:b], "classes": mixed.classes[a:b]} for a, b in mixed.spans(n)]
+
+
 def test_detection_mixup_is_ultralytics_and_keeps_both_boxes():
     mix = compile_mixing([MixUp(p=0.5)])
     rs = np.concatenate(
@@ -162,7 +178,7 @@ def test_detection_mixup_is_ultralytics_and_keeps_both_boxes():
     ]
     masks = {"mask": torch.from_numpy(np.array([np.full((8, 8), j, np.uint8) for j in range(3)]))}
     masks["mask"][1, :4] = 0  # background in the top half of sample 1
-    d.mix_targets(targets, [("boxes", "classes", "iscrowd")], masks)
+    targets = _mixed(d, targets, masks)
     for j in range(3):
         expect = [j, (j - 1) % 3] if d.weights[j] < 1 else [j]
         assert targets[j]["classes"].tolist() == expect
@@ -210,7 +226,7 @@ def test_detection_mixup_leaves_a_batch_of_one_alone():
         d = mix.draw(0, 0, [i], (8, 8), True)
         assert not d.mixes and (d.weights == 1).all()
         targets = [{"boxes": torch.tensor([[1.0, 1, 4, 4]]), "classes": torch.tensor([2])}]
-        d.mix_targets(targets, [("boxes", "classes")], {})
+        targets = _mixed(d, targets, {})
         assert targets[0]["classes"].tolist() == [2] and len(targets[0]["boxes"]) == 1
     assert (mix.draw(0, 0, [0, 1], (8, 8), True).weights < 1).all()  # two samples still mix
 
@@ -239,7 +255,7 @@ def test_detection_mixup_masks_keep_their_own_classes_over_the_neighbour_s_as_it
          "iscrowd": torch.tensor([0])}
         for j in range(4)
     ]  # fmt: skip
-    d.mix_targets(targets, [("boxes", "classes", "iscrowd")], masks)
+    targets = _mixed(d, targets, masks)
     for j in range(4):
         own, other = stored[j], stored[j - 1]
         want = np.where(own != 0, own, other) if d.weights[j] < 1 else own

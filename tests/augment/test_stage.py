@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from cachekit.augment.plan import compile_plan
+from cachekit.image.instances import Instances
 from cachekit.tools.synthetic import synthetic_image
 from cachekit.transforms import (
     AutoAugment,
@@ -105,26 +106,21 @@ def test_boxes_follow_the_stage_maps():
     draws = plan.stage.draw(1, 0, np.arange(64), (60, 80))
     moved = [j for j in range(64) if draws.matrices(j)]
     assert moved
-    targets = [
-        {
-            "boxes": torch.tensor([[30.0, 20.0, 50.0, 36.0]]),
-            "classes": torch.tensor([2]),
-            "iscrowd": torch.tensor([0]),
-        }
-        for _ in range(64)
-    ]
+    objects = Instances(np.tile([[30.0, 20.0, 50.0, 36.0]], (64, 1)), np.full(64, 2), np.zeros(64), np.arange(64))
     masks = [np.zeros((60, 80), np.uint8) for _ in range(64)]
     for m in masks:
         m[20:36, 30:50] = 3
-    draws.move_boxes(targets, [("boxes", "classes", "iscrowd")], 0.0)
+    carried = draws.carry(objects, 64, 0.0)
+    spans = carried.spans(64)
     for j in range(64):
         draws.move_mask(masks[j], j)
         ys, xs = np.nonzero(masks[j])
+        a, b = spans[j]
         if not len(xs):
-            assert len(targets[j]["boxes"]) == 0
+            assert a == b
             continue
         region = np.array([xs.min(), ys.min(), xs.max() + 1, ys.max() + 1])
-        box = targets[j]["boxes"][0].numpy()
+        box = carried.boxes[a]
         assert (box[:2] <= region[:2] + 1).all() and (box[2:] >= region[2:] - 1).all(), j  # round it
         if len(draws.matrices(j)) == 1:  # one map: the box round the moved shape, to a pixel (a second
             assert np.abs(box - region).max() <= 1.0, j  # turn turns the box, which then holds more)

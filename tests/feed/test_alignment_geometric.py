@@ -211,7 +211,7 @@ def test_an_empty_batch_of_a_variable_sized_cache_with_masks_reads(caches, on_de
     for transforms in ("mosaic", "iou crop", "rotation"):
         plan = compile_plan(TRANSFORMS[transforms])
         batch = _batch(ds, [], plan, 0, 2, on_device)
-        assert len(batch.images) == 0 and batch.targets == []
+        assert len(batch.images) == 0 and list(batch.targets) == []
 
 
 @pytest.mark.parametrize("transforms", ["mosaic", "mosaic far", "affine"])

@@ -11,7 +11,7 @@ from manifests import listed_manifest
 
 from cachekit import BuildConfig, CachedDataset, CacheError, build, make_loader
 from cachekit.augment.plan import compile_plan
-from cachekit.feed.targets import move_target, sample_target
+from cachekit.feed.batchtargets import read_objects
 from cachekit.store.atomic import sha256_path
 from cachekit.store.fields import ragged_rows
 from cachekit.store.fields.base import ragged_gather
@@ -77,15 +77,16 @@ def test_boxes_moved_for_the_batch_at_once_equal_each_sample_moved_alone(detecti
             [r.column("image_shape", slice(i, i + 1))[0][1:] for r, i in zip(readers, local.tolist())]
         )
         draws = plan.draw(seed, 3, idx, hw[:, 0], hw[:, 1])
-        batch = ds.batch_targets(idx, readers, local, draws, plan.min_visibility)
-        values = ds._values(idx, readers, local)
+        objects = read_objects(ds.fields, ds._groups(idx, readers, local), len(ds.classes), ds.sample_shape)["boxes"]
+        stored = [ds[int(i)][1]["boxes"] for i in idx]  # each sample's boxes as stored, in the read's order
+    batch = draws.geometry().move_instances(objects, plan.min_visibility)
     moved = 0
-    for j, v in enumerate(values):
-        alone = move_target(ds.fields, sample_target(ds.fields, v, ""), draws.affine(j), draws.out_size, 0.3)
-        assert list(batch[j]) == list(alone) == ["boxes", "classes", "iscrowd"]
-        for key in alone:
-            assert torch.equal(batch[j][key], torch.from_numpy(np.asarray(alone[key]))), (j, key)
-        moved += len(alone["boxes"])
+    for j, ((a, b), (c, d)) in enumerate(zip(objects.spans(len(idx)), batch.spans(len(idx)))):
+        assert np.array_equal(objects.boxes[a:b], np.asarray(stored[j]))  # read flat = read alone
+        alone = objects.select(slice(a, b)).through(draws.affine(j).as_matrix(), draws.out_size, 0.3)
+        for part in ("boxes", "classes", "iscrowd"):
+            assert np.array_equal(getattr(batch, part)[c:d], getattr(alone, part)), (j, part)
+        moved += len(alone)
     assert moved > 17  # boxes were there to move
 
 

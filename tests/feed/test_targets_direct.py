@@ -12,7 +12,9 @@ import torch
 
 from cachekit import CacheError
 from cachekit.feed import targets as T
+from cachekit.feed.batchtargets import BatchTargets, read_fields, read_objects
 from cachekit.image.geometry import Affine
+from cachekit.image.instances import move_mask
 from cachekit.store.fields import FieldSpec
 from cachekit.store.fields.mask import encode_mask
 
@@ -191,7 +193,7 @@ def test_a_stored_image_class_just_past_either_end_is_refused(bad):
 
 
 class _Mover:
-    """Draws that move a batch's objects (``Draws.move_instances``): each box shifted right by its
+    """Draws that move a batch's objects (``MapDraws.move_instances``): each box shifted right by its
     sample's place, the objects of sample 1 dropped; records the ``min_visibility`` it was asked for."""
 
     def __init__(self):
@@ -202,6 +204,16 @@ class _Mover:
         owner = instances.owner
         shifted = dataclasses.replace(instances, boxes=instances.boxes + owner[:, None].astype(np.float32))
         return shifted.select(owner != 1)
+
+
+def _targets(fields, groups, n, classes, mover=None, shape=None) -> list[dict]:
+    """A batch's targets as ``assemble`` reads them (objects flat, other fields per sample), moved by
+    ``mover`` when given, as per-sample dicts."""
+    others = [k for k in {s.kind for s in fields.values()} if k not in ("boxes", "keypoints", "mask")]
+    objects = read_objects(fields, groups, classes, shape)
+    if mover is not None:
+        objects = {name: mover.move_instances(found, 0.0) for name, found in objects.items()}
+    return BatchTargets(fields, objects, others=read_fields(fields, others, groups, n, classes, shape)).dicts()
 
 
 @pytest.mark.parametrize("memo", [None, dict], ids=["no memo", "memo"])
@@ -215,7 +227,7 @@ def test_batch_targets_are_each_samples_values_in_the_fields_order(memo):
     ]
     draws = _Mover()
     for moved in (None, draws):
-        got = T.batch_targets(fields, groups, 5, 3, moved, shape=[3, None, None])
+        got = _targets(fields, groups, 5, 3, moved, shape=[3, None, None])
         assert [list(t) for t in got] == [["text", "boxes", "classes", "iscrowd", "tags", "seq"]] * 5
         for j, (t, w) in enumerate(zip(got, want)):
             assert (
@@ -229,14 +241,14 @@ def test_batch_targets_are_each_samples_values_in_the_fields_order(memo):
             kept = slice(0, 0) if moved and j == 1 else slice(None)
             assert t["classes"].tolist() == w["boxes"]["classes"][kept].tolist()
             assert t["iscrowd"].tolist() == w["boxes"]["iscrowd"][kept].tolist()
-    assert draws.seen == [0.0]  # kept however little of a box is left, unless asked otherwise
-    assert T.batch_targets(fields, groups, 0, 3) == []
+    assert draws.seen == [0.0]
+    assert _targets(fields, [], 0, 3) == []
     fresh = [(pos, column, rows, samples, memo and memo()) for pos, column, rows, samples, _ in groups]
     with pytest.raises(CacheError, match="a class past the 2 classes"):  # the boxes' classes are checked
-        T.batch_targets({"boxes": BOXES}, fresh, 5, 2, shape=[3, None, None])
+        _targets({"boxes": BOXES}, fresh, 5, 2, shape=[3, None, None])
     fresh = [(pos, column, rows, samples, memo and memo()) for pos, column, rows, samples, _ in groups]
     with pytest.raises(CacheError, match="field 'tags'.*a class past the 2 classes"):  # and the other fields'
-        T.batch_targets({"tags": TAGS, "boxes": BOXES}, fresh, 5, 2)
+        _targets({"tags": TAGS}, fresh, 5, 2)
 
 
 def test_a_batch_reads_a_shards_columns_once_with_its_memo():
@@ -244,7 +256,7 @@ def test_a_batch_reads_a_shards_columns_once_with_its_memo():
     shard = Shard(fields, SAMPLES)
     memo: dict = {}
     for rows in ([0, 3], [2], [1, 0, 3]):
-        got = T.batch_targets(fields, [(np.arange(len(rows)), shard.column, rows, 4, memo)], len(rows), 3)
+        got = _targets(fields, [(np.arange(len(rows)), shard.column, rows, 4, memo)], len(rows), 3)
         assert [t["text"] for t in got] == [SAMPLES[r]["text"] for r in rows]
     assert sorted(shard.asked) == sorted(set(shard.asked))  # no column read twice
 
@@ -269,40 +281,21 @@ def test_batch_boxes_keep_each_samples_stored_order_among_many():
     shard = Shard({"boxes": BOXES}, many)
     rows = [4, 2, 0, 3, 2, 4, 0, 3]
     pos = np.array([7, 0, 5, 2, 3, 1, 6, 4])  # the batch's places, not in the shard's order
-    got = T.batch_targets({"boxes": BOXES}, [(pos, shard.column, rows, 5, {})], 8, 3)
+    got = _targets({"boxes": BOXES}, [(pos, shard.column, rows, 5, {})], 8, 3)
     for p, r in zip(pos.tolist(), rows):
         assert _equal(got[p]["boxes"], many[r]["boxes"]["boxes"]) and _equal(
             got[p]["classes"], many[r]["boxes"]["classes"]
         )
-    tiled = T.batch_targets({"boxes": BOXES}, [(pos, shard.column, rows, 5, {})], 8, 3, _Tiles())
-    for p, r in zip(
-        pos.tolist(), rows
-    ):  # each sample's boxes in their stored order, in the sample they went to
+    tiled = _targets({"boxes": BOXES}, [(pos, shard.column, rows, 5, {})], 8, 3, _Tiles())
+    for p, r in zip(pos.tolist(), rows):  # each sample's boxes in their stored order, in the sample they went to
         assert _equal(tiled[7 - p]["boxes"], many[r]["boxes"]["boxes"])
-
-
-def test_move_boxes_of_batch_moves_each_samples_boxes_into_its_own_tensors():
-    fields = {"text": TEXT, "boxes": BOXES}
-    targets = [T.sample_target(fields, s, "") for s in SAMPLES]
-    mover = _Mover()
-    T.move_boxes_of_batch(fields, targets, mover, 0.5)
-    assert mover.seen == [0.5]
-    for j, (t, s) in enumerate(zip(targets, SAMPLES)):
-        n = 0 if j == 1 else len(s["boxes"]["boxes"])
-        assert t["boxes"].shape == (n, 4) and t["text"] == s["text"]
-        assert (
-            _equal(t["boxes"], s["boxes"]["boxes"][:n] + j)
-            and t["classes"].tolist() == s["boxes"]["classes"][:n].tolist()
-        )
-        assert t["iscrowd"].tolist() == s["boxes"]["iscrowd"][:n].tolist()
-    T.move_boxes_of_batch(fields, [], None)  # nothing to move
 
 
 def _mask(h=H, w=W):
     return (np.arange(h * w).reshape(h, w) % 5 + 1).astype(np.uint8)  # no 0: the fill shows
 
 
-def test_a_mask_is_decoded_checked_against_its_image_and_moved_with_it():
+def test_a_mask_is_decoded_checked_against_its_image_and_moved_into_its_row():
     fields = {"mask": FieldSpec("mask", {}), "tags": TAGS}
     mask = _mask()
     stored = {"mask": encode_mask(mask), "tags": np.array([1])}
@@ -314,21 +307,10 @@ def test_a_mask_is_decoded_checked_against_its_image_and_moved_with_it():
     flip = np.array([[-1.0, 0, W], [0, 1, 0], [0, 0, 1]])  # a mirror as a 3x3 map
     moved = np.pad(mask, ((0, 0), (5, 0)))[:, :W]
     shift_map = np.array([[1.0, 0, 5], [0, 1, 0], [0, 0, 1]])  # the shift as a 3x3 map: 0 where it uncovers
-    for affine, want in ((shift, moved), (flip, mask[:, ::-1]), (shift_map, moved)):
-        out = np.full((H, W), 9, np.uint8)
-        moved = T.move_target(fields, target, affine, (H, W), 0.0, mask_out={"mask": out})
-        assert _equal(moved["mask"], want) and np.shares_memory(moved["mask"], out) and _equal(out, want)
-        alone = T.move_target(fields, target, affine, (H, W), 0.0)
-        assert _equal(alone["mask"], want) and not np.shares_memory(alone["mask"], out)
-        assert moved["tags"] is target["tags"]
-    both = {**FIELDS, "mask": FieldSpec("mask", {})}
-    everything = T.sample_target(both, {**SAMPLES[0], "mask": encode_mask(mask)}, "", (H, W))
-    moved = T.move_target(both, everything, shift, (H, W), 0.0)  # boxes moved, the mask as well
-    shifted = np.minimum(SAMPLES[0]["boxes"]["boxes"] + [5, 0, 5, 0], [W, H, W, H])  # clipped at the edge
-    assert _equal(moved["boxes"], shifted) and moved["classes"].tolist() == [0, 2]
-    assert (moved["mask"][:, :5] == 0).all()
-    kept = T.move_target(both, everything, shift, (H, W), 0.0, boxes=False)
-    assert kept["boxes"] is everything["boxes"] and _equal(kept["mask"], moved["mask"])
+    for where, want in ((shift, moved), (flip, mask[:, ::-1]), (shift_map, moved)):
+        row = np.full((H, W), 9, np.uint8)  # its row of the batch's mask buffer
+        assert move_mask(target["mask"], where, (H, W), row) is row and _equal(row, want)
+        assert _equal(move_mask(target["mask"], where, (H, W)), want)
 
 
 def test_collated_targets_stack_only_when_no_field_varies_in_size():
