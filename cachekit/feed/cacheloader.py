@@ -12,9 +12,9 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
-from ..augment.device import DeviceStage
 from ..errors import UsageError
 from .assemble import BatchRequest
+from .devicestage import DeviceStage
 from .prefetch import Prefetcher
 from .sampler import ShardAwareDistributedSampler
 from .schedule import AugmentSchedule
@@ -89,6 +89,10 @@ class CacheLoader(DataLoader):
         self.mode = mode
         self._delivered = 0
         self._prefetcher: Prefetcher | None = None
+        #: ``len()`` counts the whole epoch's batches, also while a resumed epoch has fewer left: what
+        #: a loop that adds the batches it ran before the resume expects (Lightning's). False: the
+        #: batches the next pass will give.
+        self.whole_epoch_len = False
 
     @property
     def _index_sampler(self):
@@ -120,6 +124,14 @@ class CacheLoader(DataLoader):
         except (ReadTimeout, WorkerExited):  # its workers are gone: the next pass starts new ones
             self._iterator = None
             raise
+
+    def __len__(self) -> int:
+        """Batches of the next pass (a resumed epoch's left), or of a whole epoch (``whole_epoch_len``)."""
+        sampler = self.sampler
+        if not (self.whole_epoch_len and isinstance(sampler, ShardAwareDistributedSampler) and self.batch_size):
+            return super().__len__()
+        share = sampler.num_samples  # this rank's share of a whole epoch
+        return share // self.batch_size if self.drop_last else -(-share // self.batch_size)
 
     def _get_iterator(self):
         if self.num_workers == 0:

@@ -15,12 +15,13 @@ from collections.abc import Callable
 
 import torch
 
-from ..augment.device import DeviceStage
 from ..image.geometry import DEFAULT_MIN_VISIBILITY
 from .cacheloader import CacheLoader
+from .devicestage import DeviceStage
 from .loaderchecks import resolve_seed
 from .loaderoptions import LoaderOptions, loader_options, suggest_num_workers, suggest_threads
 from .sampler import ShardAwareDistributedSampler
+from .sharesampler import ShareSampler
 from .workers import worker_init
 
 __all__ = ["CacheLoader", "make_loader", "suggest_num_workers", "suggest_threads", "resolve_seed"]
@@ -90,10 +91,11 @@ def make_loader(
 
 
 def _make_sampler(options: LoaderOptions) -> ShardAwareDistributedSampler:
-    """The loader's sampler over this rank's share, refused where a batch over its blocks would pin
-    more shards than the node cache holds (a cache on object storage)."""
+    """The loader's sampler over this rank's share (a ``ShareSampler``: trainers that shard a loader
+    see it is sharded already), refused where a batch over its blocks would pin more shards than the
+    node cache holds (a cache on object storage)."""
     o, dataset = options, options.dataset
-    sampler = ShardAwareDistributedSampler(
+    sampler = ShareSampler(
         dataset,
         num_replicas=o.world,
         rank=o.rank,
