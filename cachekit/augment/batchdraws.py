@@ -14,7 +14,6 @@ import numpy as np
 import torch
 
 from ..image.geometry import Affine
-from ..image.instances import Instances
 from .devicework import DeviceWork
 from .maps import MapDraws
 from .matrices import eye
@@ -37,8 +36,8 @@ class Draws:
 
     ``general``: a list with rotations, affine or perspective maps, vertical flips, zoom-outs, IoU
     crops or mosaics draws one 3x3 map per sample instead (``cachekit.augment.maps``); ``boxes``,
-    ``flips`` and ``pre`` are then unused. Targets follow ``geometry()`` either way (``move_instances``,
-    ``mask_map``: the carrier, ``cachekit.image.instances``).
+    ``flips`` and ``pre`` are then unused. Targets follow ``geometry()`` either way (its
+    ``move_instances``; ``mask_map``: the carrier, ``cachekit.image.instances``).
     """
 
     boxes: np.ndarray
@@ -61,12 +60,6 @@ class Draws:
         m[:, 0, 0], m[:, 1, 1], m[:, 0, 2], m[:, 1, 2] = sx, sy, tx, ty
         hw = self.source_hw if self.source_hw is not None else np.zeros((len(sx), 2), np.int64)
         return MapDraws(m, hw, self.out_size)
-
-    def move_instances(self, instances: Instances, min_visibility: float) -> Instances:
-        """A batch's objects (``Instances``, owned by the rows of the batch's read) through their
-        samples' maps: boxes clipped, those below ``min_visibility`` dropped with their keypoints and
-        labels, each object now owned by the sample it lands in."""
-        return self.geometry().move_instances(instances, min_visibility)
 
     def mask_map(self, j: int):
         """Where sample ``j``'s mask pixels go (``image.instances.move_mask``): an ``Affine`` on the

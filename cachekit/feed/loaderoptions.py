@@ -13,11 +13,11 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ..augment.device import check_device
 from ..augment.plan import Plan
 from ..cpus import available_cpus, local_world_size
 from ..errors import UsageError
 from .batch import Collate
+from .devicestage import check_device
 from .loaderchecks import (
     PlanCheck,
     batch_bytes,

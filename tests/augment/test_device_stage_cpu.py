@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from cachekit.augment.device import DeviceStage
+from cachekit.feed.devicestage import DeviceStage
 
 MEAN, STD = (0.4, 0.45, 0.5), (0.2, 0.22, 0.25)
 

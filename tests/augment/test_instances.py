@@ -181,7 +181,7 @@ def test_the_crop_paths_maps_move_objects_as_each_samples_affine(steps):
     plan = compile_plan(steps)
     draws = plan.draw(4, 1, np.arange(n), np.full(n, 50), np.full(n, 70))
     objects = _objects(list(range(n)))
-    moved = draws.move_instances(objects, 0.0)
+    moved = draws.geometry().move_instances(objects, 0.0)
     for k, j in enumerate(moved.owner.tolist()):
         a = draws.affine(j)
         i = int(np.flatnonzero(objects.classes == moved.classes[k])[0])
@@ -204,7 +204,7 @@ def test_on_the_crop_path_a_box_just_past_the_edge_is_dropped_not_kept_zero_wide
     objects = Instances(
         np.array([[94, 10, 95, 20], [40, 10, 94, 20]], np.float32), np.array([3, 4]), np.zeros(2), np.zeros(2, np.int64)
     )
-    moved = draws.move_instances(objects, 0.0)
+    moved = draws.geometry().move_instances(objects, 0.0)
     assert moved.classes.tolist() == [4]
     assert (moved.boxes[:, 2] > moved.boxes[:, 0]).all()
 

@@ -15,10 +15,10 @@ import cachekit.augment.mosaic as mosaic_module
 import cachekit.augment.samplework as samplework
 from cachekit import BuildConfig, build, make_loader
 from cachekit.augment import pixelkernels
-from cachekit.augment.device import channels_last
 from cachekit.augment.mosaic import mosaic_layout, render_canvas, render_canvas_pixels
 from cachekit.augment.plan import compile_plan
 from cachekit.augment.warpmatrix import resize_chw, warp_pixels, warp_planes_to_pixels, warp_sample
+from cachekit.feed.devicestage import channels_last
 from cachekit.tools.synthetic import synthetic_image
 from cachekit.transforms import (
     CenterCrop,

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from cachekit import BuildConfig, CachedDataset, build, make_loader
-from cachekit.augment.device import DeviceStage
+from cachekit.feed.devicestage import DeviceStage
 from cachekit.transforms import (
     ColorJitter,
     RandomHorizontalFlip,

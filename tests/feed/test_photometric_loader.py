@@ -11,9 +11,9 @@ from test_alignment import _check_sample
 
 from cachekit import BuildConfig, CachedDataset, build, collate_batch, make_loader
 from cachekit.augment.autoaugment import GEOMETRIC_OPS
-from cachekit.augment.device import DeviceStage
 from cachekit.augment.plan import compile_plan
 from cachekit.feed.assemble import BatchRequest
+from cachekit.feed.devicestage import DeviceStage
 from cachekit.tools.synthetic import make_synthetic_folder
 from cachekit.tools.synthetic_objects import make_object_dataset
 from cachekit.transforms import (

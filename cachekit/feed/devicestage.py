@@ -1,5 +1,8 @@
 """The loader's last stage: batches to the device, finished there (augmentation, dtype, normalisation, layout).
 
+Loader work (``feed/``): the device's part of a batch's augmentation is what the batch carries
+(``augment.devicework.DeviceWork``); this stage moves it and runs it.
+
 On CUDA the copy of batch t+1 and its transforms run on a side stream while the model works on
 batch t; the training stream waits for that stream's event before it touches the batch, and the
 batch's memory is recorded on the training stream so the allocator does not hand it out early.
@@ -9,16 +12,15 @@ Everywhere else (``device="cpu"``, or no device) the very same code runs without
 from __future__ import annotations
 
 import contextlib
-import threading
-import weakref
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import torch
 
+from ..augment.devicework import DeviceWork
 from ..image.ops import planes_into_hwc
-from .devicework import DeviceWork
+from .buffers import BufferPool
 
 __all__ = ["DeviceStage", "check_device", "channels_last"]
 
@@ -68,31 +70,7 @@ def channels_last(x: torch.Tensor) -> torch.Tensor:
     return torch.from_numpy(dst).permute(0, 3, 1, 2)
 
 
-class _Blocks:
-    """Arrays of a shape handed out again once nothing holds them (a fresh 40 MB batch costs its page
-    faults again each time: as much as the interleaving itself). Each handed-out array is a view whose
-    collection gives its block back; a few blocks are kept."""
-
-    def __init__(self, keep: int = 4) -> None:
-        self.keep, self._free, self._lock = keep, [], threading.Lock()
-
-    def get(self, shape: tuple[int, ...], dtype) -> np.ndarray:
-        with self._lock:
-            found = [k for k, b in enumerate(self._free) if b.shape == shape and b.dtype == dtype]
-            block = self._free.pop(found[0]) if found else None
-        if block is None:
-            block = np.empty(shape, dtype)
-        handle = block.view()
-        weakref.finalize(handle, self._release, block)
-        return handle
-
-    def _release(self, block: np.ndarray) -> None:
-        with self._lock:
-            self._free.append(block)
-            del self._free[: -self.keep]
-
-
-_blocks = _Blocks()
+_blocks = BufferPool(keep=4)  # interleaved batches: a fresh 40 MB one costs its page faults again
 
 
 def _numpy_dtype(dtype: torch.dtype) -> type:
