@@ -22,6 +22,7 @@ ALLOWED = {
     "augment": {"errors", "constants", "image"},
     "feed": {"errors", "constants", "cpus", "lifetime", "image", "store", "stream", "augment"},
     "tools": {"errors", "constants", "cpus", "lifetime", "image", "store", "build", "stream", "augment", "feed"},
+    "trainers": {"errors", "constants", "cpus", "lifetime", "image", "store", "stream", "augment", "feed"},
 }
 
 
