@@ -225,34 +225,40 @@ def run_chunks(n: int, threads: int, fn: Callable[[int, int], None], timeout: fl
                 raise
 
     deadline = None if timeout is None else time.monotonic() + float(timeout)
-    helpers = threads if waits_only else threads - 1
-    pool = _pool(helpers)
-    error = None
     try:
-        futures = [pool.submit(drain) for _ in range(helpers)]
-        try:
-            if not waits_only:
-                drain()
-        except BaseException as exc:  # every thread stops before the error goes on
-            error = exc
-        if not waits_only:
-            # no piece is left (or one failed): a helper not yet started has nothing to do, nor, called
-            # from a thread of the pool itself, a free thread to start on, as the others wait on theirs
-            futures = [future for future in futures if not future.cancel()]
-        for future in futures:
-            try:
-                _result(future, deadline)
-            except FutureTimeout:
-                failed.set()  # the others stop at their next piece
-                _forget(pool)
-                raise ReadTimeout(
-                    f"a thread over the batch read no more samples in {timeout:g} s: a read is stuck "
-                    "(storage that does not answer, a lock held for ever, or a user op that never returns)"
-                ) from None
-            except Exception as exc:
-                error = error or exc
+        error = _share(drain, threads if waits_only else threads - 1, waits_only, deadline, failed, timeout)
     except BaseException:  # Ctrl-C in the wait: the threads stop at their next piece, the interrupt goes on
         failed.set()
         raise
     if error is not None:
         raise error
+
+
+def _share(drain: Callable, helpers: int, waits_only: bool, deadline, failed: threading.Event, timeout):
+    """``drain`` on ``helpers`` pool threads (and on this one unless it ``waits_only``), each waited
+    for until ``deadline``; the first error, or None (a ``ReadTimeout`` at the deadline)."""
+    pool = _pool(helpers)
+    error = None
+    futures = [pool.submit(drain) for _ in range(helpers)]
+    try:
+        if not waits_only:
+            drain()
+    except BaseException as exc:  # every thread stops before the error goes on
+        error = exc
+    if not waits_only:
+        # no piece is left (or one failed): a helper not yet started has nothing to do, nor, called
+        # from a thread of the pool itself, a free thread to start on, as the others wait on theirs
+        futures = [future for future in futures if not future.cancel()]
+    for future in futures:
+        try:
+            _result(future, deadline)
+        except FutureTimeout:
+            failed.set()  # the others stop at their next piece
+            _forget(pool)
+            raise ReadTimeout(
+                f"a thread over the batch read no more samples in {timeout:g} s: a read is stuck "
+                "(storage that does not answer, a lock held for ever, or a user op that never returns)"
+            ) from None
+        except Exception as exc:
+            error = error or exc
+    return error

@@ -12,7 +12,6 @@ import contextlib
 import os
 import warnings
 from collections.abc import Callable, Iterator, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -20,40 +19,23 @@ import torch
 from torch.utils.data import Dataset
 
 from ..errors import CacheError
-from ..store.encoding import RAW_STORES, STORES, read_sample
+from ..store.encoding import RAW_STORES, STORES
 from ..store.formats import ShardReader, get_format
-from ..store.location import read_manifest
-from ..store.manifest import Manifest, shard_path
-from ..store.remote import is_url
 from ..store.sourcecol import source_at, source_prefix
-from ..store.splitdirs import split_path, splits_error
-from ..stream.pins import bytes_per_batch, shards_per_batch
-from ..stream.remotecache import RemoteShards, index_folder
 from .assemble import BatchRead, BatchRequest, assemble
 from .batch import SampleBatch, stack_images
 from .buffers import BufferPool
+from .cacheopen import checked_shard_path, open_cache
 from .readers import ReaderPool, default_max_open
 from .rows import mosaic_extras, read_rows
-from .targets import check_labels, read_values, sample_target
+from .samplereads import memo_of, read_each, tensors
+from .storagereads import ShardStorage
+from .targets import check_labels
 
 __all__ = ["CachedDataset"]
 
 
-def _tensors(target: dict) -> dict:
-    """A sample's target with its arrays as tensors (each its own copy: masks may view a batch buffer)."""
-    return {k: torch.from_numpy(np.array(v)) if isinstance(v, np.ndarray) else v for k, v in target.items()}
-
-
-def _memo_of(reader) -> dict | None:
-    """The dict kept with an open shard for what was read and checked of its fields whole (it goes
-    with the reader: a shard opened again, changed or not, is read and checked again)."""
-    try:
-        return reader.__dict__.setdefault("field_memo", {})
-    except AttributeError:
-        return None
-
-
-class CachedDataset(Dataset):
+class CachedDataset(ShardStorage, Dataset):
     """Samples of a cache as ``(uint8 tensor [C, H, W], target)``: the target is the int class of a
     classification cache, and a dict of the sample's fields otherwise (``boxes`` float32 ``[N, 4]``
     xyxy with ``classes`` and ``iscrowd``; ``mask`` uint8 ``[H, W]``; ``labels``; ``text``; ...).
@@ -92,27 +74,9 @@ class CachedDataset(Dataset):
         storage_options: dict | None = None,
         split: str | None = None,
     ) -> None:
-        if split is not None:  # one cache of a folder of split caches (a build of a RAW naming splits)
-            path = split_path(path, split)
-        self.url = str(path).rstrip("/") if is_url(path) else None
-        if self.url is None:
-            self.root = Path(path)
-            if split is None and (error := splits_error(path)) is not None:
-                raise error
-            self.manifest: Manifest = read_manifest(self.root)
-            self._remote = None
-        else:
-            self.manifest = read_manifest(
-                self.url, storage_options=storage_options, index_folder=index_folder(local_cache)
-            )
-            self._remote = RemoteShards(
-                self.url,
-                self.manifest,
-                storage_options=storage_options,
-                local_cache=local_cache,
-                local_cache_bytes=local_cache_bytes,
-            )
-            self.root = self._remote.cache.folder
+        opened = open_cache(path, split=split, storage_options=storage_options, local_cache=local_cache,
+                            local_cache_bytes=local_cache_bytes)  # fmt: skip
+        self.url, self.root, self.manifest, self._remote = opened.url, opened.root, opened.manifest, opened.remote
         self._format = get_format(self.manifest.format, reading=True)
         self.store = self.manifest.format_options.get("store", "pixels")
         self.ragged = self.manifest.sample.ragged
@@ -149,25 +113,6 @@ class CachedDataset(Dataset):
     @property
     def shard_offsets(self) -> np.ndarray:
         return self._offsets if self._offsets is not None else self.manifest.shard_offsets
-
-    def _checked_path(self, info) -> Path:
-        """A local shard's path, checked when a reader first opens it (never all at start-up): a
-        regular file or folder of files inside the cache, of the manifest's size."""
-        try:
-            path = shard_path(self.root, info)
-            size = path.stat().st_size if path.is_file() else None
-        except CacheError as exc:
-            raise CacheError(f"{self.root}: shard {info.file} {exc}") from None
-        except OSError as exc:
-            raise CacheError(
-                f"{self.root}: shard {info.file} cannot be read ({exc.strerror or exc})"
-            ) from None
-        if size is not None and size != info.bytes:
-            raise CacheError(
-                f"{self.root}: shard {info.file} is {size} bytes, the manifest says {info.bytes} "
-                "(changed since the build: rebuild, or restore it)"
-            )
-        return path
 
     # -- metadata -----------------------------------------------------------------------------
 
@@ -252,67 +197,13 @@ class CachedDataset(Dataset):
     def _open_reader(self, shard: int) -> ShardReader:
         info = self.manifest.shards[shard]
         if self._remote is None:
-            return self._format.open(self._checked_path(info), self.manifest.sample, info.samples, self.store)
+            return self._format.open(checked_shard_path(self.root, info), self.manifest.sample, info.samples, self.store)
         path = self._remote.pin(info)  # held until the pool closes this reader
         try:
             return self._format.open(path, self.manifest.sample, info.samples, self.store)
         except BaseException:
             self._remote.unpin(info)
             raise
-
-    # -- downloads ahead (caches on object storage) ---------------------------------------------
-
-    def check_batch_shards(
-        self, batch_size: int, window: int, processes: int, *, world: int = 1, partitions: int = 1
-    ) -> None:
-        """For a cache on object storage: refuse batches that would pin more shards than fit.
-
-        Each of ``processes`` reading processes on the node pins the shards of the batch it reads:
-        at most ``stream.pins.shards_per_batch`` of them (blocks of ``window`` samples, ``world``
-        ranks over ``partitions`` node partitions).
-        """
-        if self._remote is None:
-            return
-        touched = shards_per_batch(self.shard_offsets, batch_size, window, world=world, partitions=partitions)
-        sizes = [s.bytes for s in self.manifest.shards]
-        most = bytes_per_batch(
-            self.shard_offsets, sizes, batch_size, window, world=world, partitions=partitions
-        )
-        self._remote.check_pins(touched, processes, most)
-
-    def shard_pool(self, indices) -> np.ndarray:
-        """Every index of the shards ``indices`` lie in, in order."""
-        _, shards = self._locate(indices)
-        ranges = [
-            np.arange(self.shard_offsets[k], self.shard_offsets[k + 1]) for k in np.unique(shards).tolist()
-        ]
-        return np.concatenate(ranges).astype(np.int64) if ranges else np.zeros(0, np.int64)
-
-    def mosaic_pool(self, indices) -> np.ndarray | None:
-        """Where a mosaic's extra samples come from for a batch of ``indices``: a cache on object
-        storage offers the samples of the shards the batch pins anyway (None: anywhere)."""
-        return self.shard_pool(indices) if self.remote else None
-
-    @property
-    def remote(self) -> bool:
-        """True when the shards are fetched into a node cache (a cache named by a URL)."""
-        return self._remote is not None
-
-    def block_shards(self, processes: int = 1) -> int | None:
-        """Shards the sampler shuffles together by default on object storage, ``processes`` reading
-        processes on the node pinning theirs (None: a local cache)."""
-        return None if self._remote is None else self._remote.block_shards(processes)
-
-    def plan_reads(self, indices, following: Callable[[], np.ndarray] | None = None) -> None:
-        """This process will read ``indices`` in this order (then ``following()``'s, the next
-        epoch's): fetch their shards ahead of need, and let the node cache evict by that order."""
-        if self._remote is not None and len(indices):
-            self._remote.fetcher(self.shard_offsets).plan(indices, following)
-
-    def reading(self, indices) -> None:
-        """A batch of ``indices`` is being read now: the lookahead moves past its shards."""
-        if self._remote is not None and len(indices):
-            self._remote.fetcher(self.shard_offsets).advance(indices)
 
     def _locate(self, indices: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         idx = np.asarray(indices)
@@ -338,32 +229,7 @@ class CachedDataset(Dataset):
     def _read_each(self, indices) -> tuple[list[torch.Tensor], torch.Tensor, list[dict] | None]:
         """Images at their own sizes, labels, and (caches with fields) each sample's target dict."""
         idx, shards = self._locate(indices)
-        images, labels = [], np.empty(len(idx), dtype=np.int64)
-        targets = [] if self.fields else None
-        for j, (shard, i) in enumerate(zip(shards.tolist(), (idx - self.shard_offsets[shards]).tolist())):
-            with self._reader(shard) as reader:
-                images.append(
-                    torch.from_numpy(read_sample(reader.column, i, self.store, self.sample_shape[0]))
-                )
-                check_labels(
-                    reader.column, self.manifest.shards[shard].samples, len(self.classes), _memo_of(reader)
-                )
-                labels[j] = reader.column("labels", [i])[0]
-                if targets is not None:
-                    info = self.manifest.shards[shard]
-                    (values,) = read_values(
-                        self.fields,
-                        reader.column,
-                        [i],
-                        info.samples,
-                        len(self.classes),
-                        _memo_of(reader),
-                        shape=self.sample_shape,
-                    )
-                    targets.append(
-                        sample_target(self.fields, values, info.file, tuple(images[-1].shape[-2:]))
-                    )
-        return images, torch.from_numpy(labels), targets
+        return read_each(self, shards.tolist(), (idx - self.shard_offsets[shards]).tolist())
 
     def read_batch(
         self, indices: Sequence[int] | np.ndarray, *, threads: int = 1
@@ -401,7 +267,7 @@ class CachedDataset(Dataset):
             pos = np.flatnonzero(shards == shard)
             reader = readers[pos[0]]
             groups.append(
-                (pos, reader.column, local[pos], self.manifest.shards[shard].samples, _memo_of(reader))
+                (pos, reader.column, local[pos], self.manifest.shards[shard].samples, memo_of(reader))
             )
         return groups
 
@@ -423,7 +289,7 @@ class CachedDataset(Dataset):
                     reader = self._readers.borrow(shard, lambda shard=shard: self._open_reader(shard))
                     borrowed.append(reader)
                     info = self.manifest.shards[shard]
-                    check_labels(reader.column, info.samples, len(self.classes), _memo_of(reader))
+                    check_labels(reader.column, info.samples, len(self.classes), memo_of(reader))
                     labels[pos] = reader.column("labels", local[pos])
                     for j in pos.tolist():
                         readers[j] = reader
@@ -431,12 +297,6 @@ class CachedDataset(Dataset):
         finally:
             for reader in borrowed:  # an evicted reader closes here, with the batch read
                 self._readers.release(reader)
-
-    def _waiting(self, shards: list[int]):
-        """A cache on object storage: the shards of a batch not on the node are demanded together."""
-        if self._remote is None:
-            return contextlib.nullcontext()
-        return self._remote.waiting([self.manifest.shards[k] for k in shards])
 
     def extras(self, index: int) -> dict[str, np.ndarray]:
         """Per-sample extras of one sample (``orig_size``; ``scale`` and ``pad`` for letterbox)."""
@@ -469,7 +329,7 @@ class CachedDataset(Dataset):
         else:
             batch = self.read_request(BatchRequest([int(index)]))
             image, labels, targets = batch.images[0], batch.labels, batch.targets
-        target = int(labels[0]) if targets is None else _tensors(list(targets)[0])
+        target = int(labels[0]) if targets is None else tensors(list(targets)[0])
         if self.transform is not None:
             image = self.transform(image)
         if self.target_transform is not None:
@@ -490,11 +350,11 @@ class CachedDataset(Dataset):
             targets = (
                 (labels.tolist() if labels.dim() == 1 else list(labels))
                 if batch.targets is None
-                else [_tensors(t) for t in batch.targets.dicts()]
+                else [tensors(t) for t in batch.targets.dicts()]
             )
         else:  # each at its own size: collate pads them or says why it cannot stack
             images, labels, found = self._read_each(indices)
-            targets = labels.tolist() if found is None else [_tensors(t) for t in found]
+            targets = labels.tolist() if found is None else [tensors(t) for t in found]
         pairs = []
         for image, target in zip(images, targets):
             image = self.transform(image) if self.transform is not None else image
