@@ -8,12 +8,15 @@ met here, not left to the user:
   sampler unless it is one; ``make_loader``'s sampler is one (``feed.sharesampler``), so the loader is
   left as it is: no second sharding, and Lightning's ``set_epoch`` reaches the sampler each epoch.
 - **The loader's state in a checkpoint.** Lightning saves a stateful training loader's
-  ``state_dict()`` with the loops and loads it into the new loader on resume, after it has counted
-  the epoch's batches; a checkpoint saved between steps resumes at the next batch (Lightning reads
-  no batch ahead of a loader with a length, so the loader's count of batches delivered is the
-  loop's). A resumed epoch's loader gives only the batches left, but its ``len()`` stays the whole
-  epoch's (``CacheLoader.whole_epoch_len``): Lightning adds the batches it ran before the resume to
-  what it counts, and would end the epoch early otherwise.
+  ``state_dict()`` with the loops and loads it into the new loader on resume; a checkpoint saved
+  between steps resumes at the next batch (Lightning reads no batch ahead of a loader with a
+  length, so the loader's count of batches delivered is the loop's). Lightning skips that reload
+  when ``configure_optimizers`` has read ``trainer.estimated_stepping_batches`` (it makes the loader
+  before it restores the loops): so the module keeps the same state in its own ``state_dict`` and
+  gives it to the first training loader it makes after a restore; where Lightning reloads it too,
+  it loads the same state. A resumed epoch's loader gives only the batches left, but its ``len()``
+  stays the whole epoch's (``CacheLoader.whole_epoch_len``): Lightning adds the batches it ran
+  before the resume to what it counts, and would end the epoch early otherwise.
 - **The device.** On a CUDA trainer the loader copies each batch to the rank's device itself
   (pinned, on a side stream, GPU augmentation), so Lightning's own transfer has nothing left to do.
 
@@ -118,6 +121,8 @@ class _CacheData:
         self.augment, self.val_augment = augment, val_augment
         self.seed = seed
         self.loader_options = loader_options
+        self._train: CacheLoader | None = None  # the training loader made last (its state is saved)
+        self._resume: dict | None = None  # a restored checkpoint's state, for the next training loader
 
     def setup(self, stage: str | None = None) -> None:
         """One seed for every loader of the run, the same on every rank (rank 0's; ``torch.manual_seed``
@@ -147,6 +152,10 @@ class _CacheData:
     def train_dataloader(self) -> CacheLoader:
         loader = self._loader("train", train=True)
         loader.whole_epoch_len = True  # Lightning adds the batches run before a resume to what it counts
+        if self._resume is not None:  # whether or not Lightning reloads the loader's state itself
+            loader.load_state_dict(self._resume)
+            self._resume = None
+        self._train = loader
         return loader
 
     def val_dataloader(self) -> CacheLoader | list:
@@ -154,6 +163,14 @@ class _CacheData:
 
     def test_dataloader(self) -> CacheLoader | list:
         return self._loader("test", train=False) if self.caches["test"] else []
+
+    def state_dict(self) -> dict:
+        """Where the training loader is in its epoch (Lightning saves it in every checkpoint)."""
+        return {"train": self._train.state_dict()} if self._train is not None else {}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Resume the next training loader made at the saved position."""
+        self._resume = state.get("train")
 
 
 @functools.cache

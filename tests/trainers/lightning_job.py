@@ -1,6 +1,6 @@
 """A Lightning DDP run over ``CacheDataModule``, recording what each rank saw (run by test_lightning.py).
 
-    python lightning_job.py SPLITS OUT [--epochs N] [--ckpt-every K] [--resume CKPT] [--devices N]
+    python lightning_job.py SPLITS OUT [--epochs N] [--ckpt-every K] [--resume CKPT] [--estimate-steps]
 
 Lightning's ``strategy="ddp"`` starts the other ranks by running this script again, as it would a
 user's. Each rank appends one JSON line per training and validation batch to ``OUT/rank<r>.jsonl``:
@@ -28,9 +28,9 @@ def digest(image: torch.Tensor) -> str:
 
 
 class Recorder(L.LightningModule):
-    def __init__(self, out: str) -> None:
+    def __init__(self, out: str, estimate: bool = False) -> None:
         super().__init__()
-        self.out = out
+        self.out, self.estimate = out, estimate
         self.net = torch.nn.Linear(3, 4)
 
     def _record(self, stage: str, batch, batch_idx: int) -> None:
@@ -56,6 +56,8 @@ class Recorder(L.LightningModule):
         self._record("val", batch, batch_idx)
 
     def configure_optimizers(self):
+        if self.estimate:  # as a learning-rate schedule would: Lightning makes the loader early then
+            assert self.trainer.estimated_stepping_batches == 15
         return torch.optim.SGD(self.parameters(), lr=0.01)
 
 
@@ -67,6 +69,7 @@ def main() -> None:
     parser.add_argument("--ckpt-every", type=int, default=0)
     parser.add_argument("--resume", default=None)
     parser.add_argument("--devices", type=int, default=2)
+    parser.add_argument("--estimate-steps", action="store_true")
     args = parser.parse_args()
     L.seed_everything(7, verbose=False)
     data = CacheDataModule(
@@ -96,7 +99,7 @@ def main() -> None:
         enable_progress_bar=False,
         enable_model_summary=False,
     )
-    trainer.fit(Recorder(args.out), data, ckpt_path=args.resume)
+    trainer.fit(Recorder(args.out, args.estimate_steps), data, ckpt_path=args.resume)
 
 
 if __name__ == "__main__":
