@@ -15,12 +15,11 @@ import numpy as np
 
 from ..constants import MAX_SIDE
 from ..image.instances import Instances, as_points, box_corners, clip_boxes, points_through
-from .matrices import as_boxes, draw_uniforms, eye, shrink_sizes
-from .mosaic import MosaicDraws, canvas_window, mosaic_layout
-from .protocol import COLOUR, MOSAIC
-from .zoomcrop import iou_crop
+from .matrices import as_boxes, eye, shrink_sizes
+from .mosaic import MosaicDraws, canvas_window
+from .protocol import COLOUR
 
-__all__ = ["MapDraws", "CropRects", "draw_maps"]
+__all__ = ["MapDraws", "CropRects", "Walk", "draw_maps"]
 
 
 @dataclass(frozen=True)
@@ -69,6 +68,24 @@ class _Rects:
         h = np.maximum(1, np.round(self.top + self.bh) - y0)
         w = np.maximum(1, np.round(self.left + self.bw) - x0)
         return CropRects(np.stack([y0, x0, h, w], axis=1).astype(np.int64), self.flips, self.pre)
+
+class Walk:
+    """The one walk of a list's geometry, as it goes (each step's ``walk`` moves it on): ``m [n, 3, 3]``
+    each sample's map so far, from its pixel source (``source_hw``: the stored image, or a mosaic's
+    canvas) to the current ``vh`` x ``vw`` view; ``fill``; ``rects`` the crop+resize path's exact
+    rects while no step is ``GENERAL`` (then None). What some steps depend on besides the view:
+    ``extra``/``extra_hw`` the mosaics' extra samples and their sizes, ``boxes`` each sample's boxes
+    (xyxy, stored pixels). What some leave: ``mosaic``, an IoU crop's ``keep_rects``/``keep_maps``."""
+
+    def __init__(self, seed: int, epoch: int, idx: np.ndarray, hw: np.ndarray, extra, extra_hw, boxes) -> None:
+        self.seed, self.epoch, self.idx, self.hw = seed, epoch, idx, hw
+        self.extra, self.extra_hw, self.boxes = extra, extra_hw, boxes
+        self.vh, self.vw = hw[:, 0].astype(np.float64), hw[:, 1].astype(np.float64)
+        self.m, self.fill, self.source_hw = eye(len(idx)), 0, hw
+        self.rects: _Rects | None = _Rects(self.vh, self.vw)
+        self.mosaic: MosaicDraws | None = None
+        self.keep_rects = self.keep_maps = None
+
 
 @dataclass(frozen=True)
 class MapDraws:
@@ -167,52 +184,22 @@ def draw_maps(
     extra_hw: np.ndarray | None = None,
     boxes: list | None = None,
 ) -> MapDraws:
-    """Every sample's map through ``steps`` (colour steps skipped): the one walk of a list's geometry.
-    Each step draws its map once (``draw_matrices``); while no step is ``GENERAL`` the walk also
-    carries the crop+resize path's exact rects (``crops``: a resize's new view size, a mirror's flip,
-    a crop's ``crop_boxes``, the very numbers its map was drawn from), and no warp is drawn. ``extra``/``extra_hw`` the mosaics' extra samples
-    and their sizes; ``boxes`` each sample's boxes (xyxy, stored pixels) for ``RandomIoUCrop``."""
+    """Every sample's map through ``steps`` (colour steps skipped): the one walk of a list's geometry
+    (``Walk``), each step taking its place by its own ``walk`` (its map drawn once; while no step is
+    ``GENERAL`` the walk also carries the crop+resize path's exact rects, and no warp is drawn).
+    ``extra``/``extra_hw`` the mosaics' extra samples and their sizes; ``boxes`` each sample's boxes
+    (xyxy, stored pixels) for ``RandomIoUCrop``: the data the steps that need them take."""
     n = len(idx)
     hw = np.stack([np.asarray(heights), np.asarray(widths)], axis=1).reshape(-1, 2).astype(np.int64)
-    vh, vw = hw[:, 0].astype(np.float64), hw[:, 1].astype(np.float64)
-    m, fill, mosaic, source_hw = eye(n), 0, None, hw
-    keep_rects = keep_maps = None
-    rects: _Rects | None = _Rects(vh, vw)  # until a step needs a general map
+    walk = Walk(seed, epoch, idx, hw, extra, extra_hw, boxes)
     for k, step in enumerate(steps):
-        stream = k + 1
         if step.KIND == COLOUR:
             continue
         if step.GENERAL:
-            rects = None
-        if step.KIND == MOSAIC:  # the sample built from four: its canvas and tiles
-            u = draw_uniforms(seed, epoch, idx, stream, step)[:, :2]
-            ex = extra if extra is not None else np.full((n, 3), -1, np.int64)
-            ehw = extra_hw if extra_hw is not None else np.zeros((n, 3, 2), np.int64)
-            tiles, regions, m, source_hw = mosaic_layout(step, u, ex, hw, ehw)
-            rows = np.full((n, 3), -1, np.int64)
-            on = ex[:, 0] >= 0
-            rows[on] = n + np.arange(3 * int(on.sum())).reshape(-1, 3)
-            mosaic = MosaicDraws(on, ex, rows, tiles, regions, 2 * step.side, step.fill)
-            vh, vw, fill = np.full(n, float(step.side)), np.full(n, float(step.side)), step.fill
-            continue
-        if step.NEEDS_BOXES:  # an IoU crop: drawn from each sample's boxes in the view so far
-            u = draw_uniforms(seed, epoch, idx, stream, step)
-            given = boxes if boxes is not None else [np.zeros((0, 4))] * n
-            in_view = [box_corners(b, np.repeat(m[j : j + 1], len(b), 0)) for j, b in enumerate(given)]
-            c, vh, vw, keep_rects = iou_crop(step, u, vh, vw, in_view)
-            keep_maps, m = m.copy(), c @ m
-            continue
-        view_h, view_w = vh, vw
-        own, vh, vw = step.draw_matrices(seed, epoch, idx, stream, vh, vw)
-        m, fill = own @ m, step.map_fill(fill)
-        if rects is None:
-            continue
-        if hasattr(step, "view_size"):  # a resize of the view
-            rects.resize(vh, vw)
-        elif step.MIRROR:  # the horizontal flip (a vertical one is GENERAL)
-            rects.flips ^= own[:, 0, 0] < 0
-        else:  # a crop of the view, resized: its exact rect, as its map was drawn from it
-            rects.crop(step.crop_boxes(seed, epoch, idx, stream, view_h, view_w), view_h, view_w)
+            walk.rects = None  # from here on a general map per sample
+        step.walk(walk, k + 1)  # a mosaic and an IoU crop take the data they depend on from the walk
+    vh, vw, m, fill, rects, mosaic, source_hw = walk.vh, walk.vw, walk.m, walk.fill, walk.rects, walk.mosaic, walk.source_hw
+    keep_rects, keep_maps = walk.keep_rects, walk.keep_maps
     if n and (np.ptp(vh) or np.ptp(vw)):
         raise ValueError(
             "augment gives outputs of different sizes for images of different sizes (or after a "

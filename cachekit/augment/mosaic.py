@@ -25,6 +25,7 @@ from ..image.instances import move_mask
 from ..image.ops import hwc_into_planes, planes_as_pixels, planes_into_hwc
 from .checks import check_fill, check_p, check_size
 from .draws import uniforms
+from .matrices import draw_uniforms
 from .protocol import MOSAIC, Geometric
 from .warpmatrix import resize_hwc
 
@@ -71,6 +72,20 @@ class Mosaic(Geometric):
 
     def size_varies(self, varies: bool) -> bool:
         return False
+
+    def walk(self, walk, stream: int) -> None:
+        """The sample built from four (it depends on the batch's extra samples, ``walk.extra``, and
+        their sizes): its canvas, the four tiles' maps onto it, each sample's map now from its canvas."""
+        n = len(walk.idx)
+        u = draw_uniforms(walk.seed, walk.epoch, walk.idx, stream, self)[:, :2]
+        extra = walk.extra if walk.extra is not None else np.full((n, 3), -1, np.int64)
+        extra_hw = walk.extra_hw if walk.extra_hw is not None else np.zeros((n, 3, 2), np.int64)
+        tiles, regions, walk.m, walk.source_hw = mosaic_layout(self, u, extra, walk.hw, extra_hw)
+        rows = np.full((n, 3), -1, np.int64)
+        on = extra[:, 0] >= 0
+        rows[on] = n + np.arange(3 * int(on.sum())).reshape(-1, 3)
+        walk.mosaic = MosaicDraws(on, extra, rows, tiles, regions, 2 * self.side, self.fill)
+        walk.vh, walk.vw, walk.fill = np.full(n, float(self.side)), np.full(n, float(self.side)), self.fill
 
 
 @dataclass(frozen=True)

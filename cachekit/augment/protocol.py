@@ -8,8 +8,10 @@ keypoints follow it), a pixel step changes pixels alone, a batch step the whole 
 
 - ``Geometric`` (``KIND`` "geometry", or "mosaic" for the step that builds a sample from four):
   ``fixed_size(size)``/``size_varies(varies)`` say what output size it leaves; ``GENERAL`` whether it
-  needs one general 3x3 map per sample (else the crop+resize path serves); ``draw_matrices`` (where
-  a step draws its own maps) gives each sample's map from its view and the view's new size.
+  needs one general 3x3 map per sample (else the crop+resize path serves, and it carries its exact
+  rect: ``carry_rects``); ``draw_matrices`` (where a step draws its own maps) gives each sample's map
+  from its view and the view's new size; ``walk`` puts it in the one walk of a list's geometry (a
+  mosaic's and an IoU crop's own ``walk`` take the data they depend on: extra samples, boxes).
 - ``Colour`` (``KIND`` "colour"): ``ColorJitter``, applied right after the map.
 - ``Pixel`` (``KIND`` "pixel"): ``draw_stage(seed, epoch, idx, stream, out_hw)`` gives a batch's
   ``PixelDraws``: ``apply_row(chw, j)`` its OpenCV kernel on a uint8 row (threads),
@@ -83,6 +85,23 @@ class Geometric(Transform):
     def map_fill(self, fill):
         """The value of pixels the map uncovers after this step (``fill``: the one before)."""
         return fill
+
+    def walk(self, walk, stream: int) -> None:
+        """Its place in the one walk of a list's geometry (``maps.Walk``): its map drawn from the view
+        (``draw_matrices``) and composed onto each sample's map, the view's new size, the fill; on the
+        crop+resize path its exact rect carried too (``carry_rects``). A step that depends on more
+        than the view (a mosaic's extra samples, an IoU crop's boxes) says so in its own ``walk``."""
+        view_h, view_w = walk.vh, walk.vw
+        own, walk.vh, walk.vw = self.draw_matrices(walk.seed, walk.epoch, walk.idx, stream, walk.vh, walk.vw)
+        walk.m, walk.fill = own @ walk.m, self.map_fill(walk.fill)
+        if walk.rects is not None:
+            self.carry_rects(walk, own, stream, view_h, view_w)
+
+    def carry_rects(self, walk, own, stream: int, view_h, view_w) -> None:
+        """On the crop+resize path (no ``GENERAL`` step in the list): carry its exact whole-pixel rect
+        (``walk.rects``), the very numbers its map was drawn from. Only steps that are not ``GENERAL``
+        are asked."""
+        raise NotImplementedError
 
 
 class Colour(Transform):

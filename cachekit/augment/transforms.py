@@ -98,6 +98,10 @@ class _CropToSize(Geometric):
     def size_varies(self, varies: bool) -> bool:
         return False
 
+    def carry_rects(self, walk, own, stream, view_h, view_w) -> None:
+        """A crop of the view, resized: its exact rect, as its map was drawn from it."""
+        walk.rects.crop(self.crop_boxes(walk.seed, walk.epoch, walk.idx, stream, view_h, view_w), view_h, view_w)
+
 
 @dataclass(frozen=True)
 class RandomResizedCrop(_CropToSize):
@@ -135,6 +139,9 @@ class RandomHorizontalFlip(Geometric):
         flip, f = uniforms(seed, epoch, idx, stream, 1)[:, 0] < self.p, np.tile(np.eye(3), (len(idx), 1, 1))
         f[flip, 0, 0], f[flip, 0, 2] = -1.0, vw[flip]
         return f, vh, vw
+
+    def carry_rects(self, walk, own, stream, view_h, view_w) -> None:
+        walk.rects.flips ^= own[:, 0, 0] < 0
 
 
 @dataclass(frozen=True)
@@ -212,6 +219,9 @@ class Resize(Geometric):
         s = np.tile(np.eye(3), (len(idx), 1, 1))
         s[:, 0, 0], s[:, 1, 1] = nw / vw, nh / vh
         return s, nh, nw
+
+    def carry_rects(self, walk, own, stream, view_h, view_w) -> None:
+        walk.rects.resize(walk.vh, walk.vw)
 
     def fixed_size(self, size):
         return None if isinstance(self.size, int) else check_size(self.size, "Resize")

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..image.instances import box_corners
 from .checks import check_fill, check_p, is_int, is_real, pair_of_numbers
 from .matrices import draw_uniforms, eye, translation
 from .protocol import Geometric
@@ -105,6 +106,15 @@ class RandomIoUCrop(Geometric):
             raise ValueError(f"RandomIoUCrop: trials must be an integer 1-1000, got {self.trials!r}")
         if self.sampler_options is not None:  # a tuple: the transform stays hashable, like the others
             object.__setattr__(self, "sampler_options", tuple(float(v) for v in options))
+
+    def walk(self, walk, stream: int) -> None:
+        """Drawn from each sample's boxes in the view so far (it depends on them: ``walk.boxes``); the
+        crop's rect and the map to the view it was drawn in are kept (whose boxes' centres stay)."""
+        u = draw_uniforms(walk.seed, walk.epoch, walk.idx, stream, self)
+        given = walk.boxes if walk.boxes is not None else [np.zeros((0, 4))] * len(walk.idx)
+        in_view = [box_corners(b, np.repeat(walk.m[j : j + 1], len(b), 0)) for j, b in enumerate(given)]
+        crop, walk.vh, walk.vw, walk.keep_rects = iou_crop(self, u, walk.vh, walk.vw, in_view)
+        walk.keep_maps, walk.m = walk.m.copy(), crop @ walk.m
 
     @property
     def options(self) -> tuple[float, ...]:
