@@ -21,7 +21,7 @@ from cachekit.augment.protocol import Geometric, Pixel
 from cachekit.errors import UsageError
 from cachekit.feed.assemble import BatchRequest
 from cachekit.tools.synthetic_objects import make_object_dataset
-from cachekit.transforms import CenterCrop, RandomHorizontalFlip
+from cachekit.transforms import CenterCrop, RandomHorizontalFlip, Resize
 
 
 @dataclass(frozen=True)
@@ -128,3 +128,51 @@ def test_the_device_path_gets_a_typed_object_that_does_the_work(cache, augment, 
     out = work.to(torch.device("cpu")).apply(batch.images)
     threads = cache.read_request(BatchRequest([0, 1, 2], epoch=1, seed=3, plan=plan)).images
     assert out.shape == threads.shape and (out.round() - threads.float()).abs().max() <= 1
+
+
+def _pose_samples():
+    """Four 40x56 images, each with two objects: a box, three points (x, y, visibility), and a class
+    map filled under each box with its class + 1."""
+    rng = np.random.default_rng(3)
+    out = []
+    for s in range(4):
+        image = rng.integers(0, 256, (40, 56, 3), dtype=np.uint8)
+        boxes = np.array([[4, 6, 20, 30], [30, 10, 50, 34]], np.float32) + s
+        points = np.stack([np.stack([b[[0, 2, 0]] + [1, -1, 3], b[[1, 1, 3]] + [2, 3, -2], [2, 1, 2]], 1) for b in boxes])
+        mask = np.zeros((40, 56), np.uint8)
+        for c, (x0, y0, x1, y1) in enumerate(boxes.astype(int)):
+            mask[y0:y1, x0:x1] = c + 1
+        out.append((image, {"boxes": boxes, "classes": np.array([0, 1]), "keypoints": points.astype(np.float32),
+                            "mask": mask}))  # fmt: skip
+    return out
+
+
+@pytest.fixture(scope="module")
+def pose(tmp_path_factory):
+    root = tmp_path_factory.mktemp("protocol_pose")
+    build(_pose_samples(), root / "c", BuildConfig(workers=1, progress=False, pipeline="none", strict=True), classes=2)
+    return CachedDataset(root / "c")
+
+
+@pytest.mark.parametrize(
+    "path", [{"augment_on": "threads"}, {"device": "cpu", "augment_on": "device"}], ids=["threads", "device"]
+)
+def test_a_transform_of_this_file_moves_boxes_masks_and_keypoints_alike(pose, path):
+    """``Transpose`` and ``RandomInvert`` (this file's) on a cache of boxes, masks and keypoints: the
+    map moves every target (a point's x and y swap, its visibility kept; the box and the class map
+    turn with it); the inversion moves none."""
+    import warnings
+
+    size = Resize((40, 56))  # each sample's own size: the map starts as it is
+    plain = _read(pose, [size], **path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a mirror without flip_idx: said once, points keep their indices
+        got = _read(pose, [size, Transpose(), RandomInvert(p=0.5)], **path)
+    for (x0, t0), (x1, t1) in zip(plain, got, strict=True):
+        for a, b, ta, tb in zip(x0, x1, t0, t1, strict=True):
+            turned = a.transpose(-1, -2)
+            assert torch.equal(b, turned) or torch.equal(b, 255 - turned)
+            assert torch.equal(tb["mask"], ta["mask"].T)
+            assert torch.equal(tb["boxes"], ta["boxes"][:, [1, 0, 3, 2]])
+            assert torch.equal(tb["keypoints"], ta["keypoints"][..., [1, 0, 2]])
+            assert tb["classes"].tolist() == ta["classes"].tolist() == [0, 1]
