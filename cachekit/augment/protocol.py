@@ -12,7 +12,8 @@ keypoints follow it), a pixel step changes pixels alone, a batch step the whole 
   rect: ``carry_rects``); ``draw_matrices`` (where a step draws its own maps) gives each sample's map
   from its view and the view's new size; ``walk`` puts it in the one walk of a list's geometry (a
   mosaic's and an IoU crop's own ``walk`` take the data they depend on: extra samples, boxes).
-- ``Colour`` (``KIND`` "colour"): ``ColorJitter``, applied right after the map.
+- ``Colour`` (``KIND`` "colour"): ``ColorJitter``, applied right after the map; it draws its own
+  factors and their order (``draw_colour``).
 - ``Pixel`` (``KIND`` "pixel"): ``draw_stage(seed, epoch, idx, stream, out_hw)`` gives a batch's
   ``PixelDraws``: ``apply_row(chw, j)`` its OpenCV kernel on a uint8 row (threads),
   ``apply_batch(x)`` its torch kernel on the batch (device), ``matrices(j)`` the maps of any op
@@ -107,6 +108,11 @@ class Geometric(Transform):
 class Colour(Transform):
     KIND: ClassVar[str] = COLOUR
     PER_PIXEL: ClassVar[bool] = True
+
+    def draw_colour(self, seed: int, epoch: int, idx, stream: int):
+        """``(factors float32 [n, 4], order int8 [n, 4])``: each sample's brightness, contrast and
+        saturation factors and hue shift, and the order they apply in, from (seed, epoch, index, stream)."""
+        raise NotImplementedError
 
 
 class Pixel(Transform):
