@@ -49,6 +49,24 @@ def accelerate_module():
     return accelerate
 
 
+def _check_processes(processes: int) -> None:
+    """Refuse, in one line, a loader whose share would not be the Accelerator's: the processes the
+    Accelerator trains with must be the process group the loader shares the samples by."""
+    world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+    if world == processes:
+        return
+    if world == 1:
+        raise UsageError(
+            f"the Accelerator runs {processes} processes but no process group of them is up: make the "
+            "Accelerator first, in every process (accelerate launch or torchrun), then the loader"
+        )
+    raise UsageError(
+        f"a process group of {world} processes is up but the Accelerator trains in {processes}, so each "
+        "would read a share and none would synchronise its gradients: on CPUs, Accelerator(cpu=True) "
+        "(accelerate launch --cpu)"
+    )
+
+
 def prepare_loader(
     accelerator,
     dataset: str | os.PathLike | CachedDataset,
@@ -66,13 +84,7 @@ def prepare_loader(
     accelerate = accelerate_module()
     if not isinstance(accelerator, accelerate.Accelerator):
         raise UsageError(f"prepare_loader takes an accelerate.Accelerator, got {type(accelerator).__name__}")
-    processes = int(accelerator.num_processes)
-    grouped = dist.is_available() and dist.is_initialized()
-    if processes > 1 and not (grouped and dist.get_world_size() == processes):
-        raise UsageError(
-            f"the Accelerator runs {processes} processes but no process group of them is up: make the "
-            "Accelerator first, in every process (accelerate launch or torchrun), then the loader"
-        )
+    _check_processes(int(accelerator.num_processes))
     device = accelerator.device
     options.setdefault(
         "device", device if isinstance(device, torch.device) and device.type == "cuda" else None

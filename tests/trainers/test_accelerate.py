@@ -75,3 +75,29 @@ def test_bad_input_is_one_line(numbered, monkeypatch):
     with pytest.raises(UsageError) as missing:
         accelerate_module()
     assert str(missing.value) == f"prepare_loader needs accelerate: pip install '{DIST_NAME}[accelerate]'"
+
+
+MISMATCHED = """
+from accelerate import Accelerator
+from cachekit.errors import UsageError
+from cachekit.trainers.accelerate import prepare_loader
+try:
+    prepare_loader(Accelerator(), {cache!r}, 4)  # on CPUs without cpu=True: each process trains alone
+except UsageError as exc:
+    print("refused:", exc)
+"""
+
+
+@pytest.mark.slow
+def test_an_accelerator_that_is_not_the_process_group_is_refused(numbered, tmp_path):
+    script = tmp_path / "mismatched.py"
+    script.write_text(MISMATCHED.format(cache=str(numbered / "train")))
+    out = run_job([str(script)], tmp_path, TORCHRUN).stdout.splitlines()
+    assert (
+        out
+        == [
+            "refused: a process group of 2 processes is up but the Accelerator trains in 1, so each would read a "
+            "share and none would synchronise its gradients: on CPUs, Accelerator(cpu=True) (accelerate launch --cpu)"
+        ]
+        * 2
+    )
