@@ -64,6 +64,10 @@ RUN = {
         "tests/test_readme.py::test_the_deit_recipe_runs_and_gives_soft_labels",
     ("docs/TRAINING.md", "epochs, close_mosaic = 100, 10"):
         "tests/test_readme.py::test_the_yolo_recipe_runs_and_closes_mosaic",
+    ("docs/TRAINING.md", "class Classifier(L.LightningModule):"):
+        "tests/trainers/test_docs_examples.py::test_the_lightning_example_trains_under_ddp_and_checkpoints",
+    ("docs/TRAINING.md", "model, optimizer = accelerator.prepare(model, optimizer)  # not the loader"):
+        "tests/trainers/test_docs_examples.py::test_the_accelerate_example_runs_in_two_processes",
     ("docs/SCALE.md", 'local_cache="/nvme/shards",'):
         f"{_HERE}::test_the_object_storage_example_reads_through_the_node_cache",
 }  # fmt: skip
