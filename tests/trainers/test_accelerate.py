@@ -71,6 +71,14 @@ def test_bad_input_is_one_line(numbered, monkeypatch):
         f"pip install '{DIST_NAME}[accelerate]'"
     )
     check_version("accelerate", accelerate.__version__, "")
+    monkeypatch.setattr(
+        accelerate, "__version__", "2.0.0"
+    )  # the installed Accelerate, as a version not supported
+    with pytest.raises(
+        UsageError, match=r"^cachekit's accelerate adapter needs accelerate from 1.0 to before 2.0"
+    ):
+        prepare_loader(None, numbered / "train", 4)
+    monkeypatch.undo()
     monkeypatch.setitem(sys.modules, "accelerate", None)  # not installed
     with pytest.raises(UsageError) as missing:
         accelerate_module()

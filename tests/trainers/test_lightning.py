@@ -131,6 +131,12 @@ def test_bad_input_is_one_line(numbered, monkeypatch):
         f"pip install '{DIST_NAME}[lightning]'"
     )
     check_version("lightning", L.__version__, "")
+    monkeypatch.setattr(L, "__version__", "3.1.0")  # the installed Lightning, as a version not supported
+    with pytest.raises(
+        UsageError, match=r"^cachekit's lightning adapter needs lightning from 2.2 to before 3.0, found 3.1.0"
+    ):
+        lightning_pytorch()  # what CacheDataModule is made over, on first use
+    monkeypatch.undo()
     monkeypatch.setitem(sys.modules, "lightning", None)  # not installed
     with pytest.raises(UsageError) as missing:
         lightning_pytorch()
