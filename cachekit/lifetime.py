@@ -21,6 +21,9 @@ _PR_SET_PDEATHSIG = 1
 #: How often the watching thread looks whether the parent is still there.
 WATCH_SECONDS = 0.5
 
+#: (this process, the parent it ends with), once armed.
+_watched: tuple[int, int] | None = None
+
 
 def die_with_parent(parent: int, *, kernel: bool = True) -> None:
     """End this process when ``parent`` (its parent now) is gone.
@@ -30,12 +33,16 @@ def die_with_parent(parent: int, *, kernel: bool = True) -> None:
     the signal comes when that thread ends. Without it, or where the kernel cannot, a daemon thread
     looks every ``WATCH_SECONDS`` (and a child of a process that is already gone ends at once).
     """
+    global _watched
+    if _watched == (os.getpid(), parent):
+        return  # already ends with it (a worker is armed when forked and again at its init)
     armed = False
     if kernel and sys.platform.startswith("linux"):
         with contextlib.suppress(OSError, AttributeError):
             armed = ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0
     if os.getppid() != parent:
         os._exit(1)
+    _watched = (os.getpid(), parent)
     if armed:
         return
 

@@ -27,6 +27,8 @@ import cv2
 import numpy as np
 
 from ..errors import UsageError
+from ..lifetime import die_with_parent
+from .forking import forked_from_main_thread
 
 log = logging.getLogger("cachekit")
 
@@ -93,6 +95,8 @@ class CheckedForkProcess(multiprocessing.context.ForkProcess):
     _ready_fd: int | None = None
 
     def run(self) -> None:
+        # first: a child that wedges before torch calls worker_init_fn must still end with its parent
+        die_with_parent(self._parent_pid, kernel=forked_from_main_thread())
         fd, self._ready_fd = self._ready_fd, None
         if fd is not None:
             _prove_or_exit()

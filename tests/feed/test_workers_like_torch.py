@@ -159,6 +159,49 @@ def test_killing_the_training_process_leaves_no_worker_behind(small_cache, tmp_p
         proc.wait()
 
 
+_WEDGED_EARLY = """
+import sys, threading, time
+from cachekit.feed.safefork import CheckedForkContext
+
+def start():
+    # a worker whose target never reaches worker_init_fn (where torch's workers are told to end
+    # with the parent): wedged on a lock it inherited, say
+    worker = CheckedForkContext().Process(target=time.sleep, args=(3600,), daemon=True)
+    worker.start()
+    print(worker.pid, flush=True)
+
+if sys.argv[1] == "main":
+    start()
+else:
+    threading.Thread(target=start).start()
+time.sleep(3600)
+"""
+
+
+@pytest.mark.parametrize("forker", ["main", "thread"])
+def test_a_worker_wedged_before_its_init_still_ends_with_the_killed_parent(tmp_path, forker):
+    """A worker is armed to end with its parent when forked, not only when torch reaches
+    ``worker_init_fn``: one stuck before that outlived a killed parent (found alive 2 hours on)."""
+    proc = subprocess.Popen(
+        [sys.executable, _script(tmp_path, _WEDGED_EARLY), forker], stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL, text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        worker = int(proc.stdout.readline())
+        assert worker in _group(proc.pid)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+        deadline = time.monotonic() + 10
+        while _group(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _group(proc.pid) == []
+    finally:
+        for pid in _group(proc.pid):
+            os.kill(pid, signal.SIGKILL)
+        proc.kill()
+        proc.wait()
+
+
 def test_a_stopped_worker_ends_in_readtimeout_and_is_killed(small_cache):
     """``kill -STOP`` on a worker: the wait ends at ``timeout=`` (the main thread never waits on the
     stopped worker's hand-over itself), the stuck workers are killed, and the next pass starts anew."""
