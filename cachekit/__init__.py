@@ -19,6 +19,7 @@ from .tools.autobatch import autobatch
 from .tools.convert import convert
 from .tools.doctor import DoctorReport, diagnose
 from .tools.preview import preview
+from .tools.trace import add_stages, stage_times, trace_handler
 from .tools.verify import VerifyReport, verify
 from .transforms import *  # noqa: F403  (every transform, as cachekit.transforms lists them)
 
@@ -63,4 +64,7 @@ __all__ = [
     "diagnose",
     "DoctorReport",
     "preview",
+    "add_stages",
+    "stage_times",
+    "trace_handler",
 ]

@@ -52,6 +52,8 @@ RUN = {
         "tests/test_readme.py::test_the_train_val_loop_of_feeding_gpus_reshuffles_every_epoch",
     ("docs/TRAINING.md", '"coco-cache/",'):
         f"{_HERE}::test_the_geometric_example_reads_mosaics_and_ssd_crops",
+    ("docs/TRAINING.md", "cachekit.trace_handler(loader"):
+        "tests/feed/test_stages.py::test_the_documented_profiled_loop_runs_as_written",
     ("docs/TRAINING.md", "MixUpOrCutMix(mixup_alpha=0.8"):
         f"{_HERE}::test_the_randaugment_example_gives_soft_labels",
     ("docs/TRAINING.md", "def speckle(image, rng):"):

@@ -170,3 +170,15 @@ def duration(text: str, flag: str) -> float:
     if seconds < 0 or seconds != seconds:
         raise UsageError(f"{flag} must be >= 0")
     return seconds
+
+
+def augment_spec(ctx, param, value: str | None):
+    """An ``--augment`` spec parsed (never evaluated) into transforms, refused in one line."""
+    if value is None:
+        return None
+    from ..augment.spec import parse_spec
+
+    try:
+        return parse_spec(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None

@@ -29,6 +29,7 @@ from .batchtargets import BatchTargets, read_fields, read_objects
 from .buffers import BufferPool
 from .chunks import run_chunks
 from .rows import boxes_field
+from .stages import clock, timed
 from .timeouts import READ_TIMEOUT_SECONDS
 
 __all__ = ["BatchRead", "BatchRequest", "run_chunks", "assemble"]
@@ -48,6 +49,7 @@ class BatchRequest(list):
         on_device: bool = False,
         channels_last: bool = False,
         timeout: float = READ_TIMEOUT_SECONDS,
+        stages: str | None = None,
     ) -> None:
         super().__init__(indices)
         self.epoch, self.seed, self.plan = epoch, seed, plan
@@ -56,25 +58,19 @@ class BatchRequest(list):
         self.channels_last = channels_last
         #: The longest the batch waits for its threads (the loader's ``timeout=``): ``ReadTimeout`` then.
         self.timeout = float(timeout)
+        #: A profiled loader's ``StageLog`` folder: the batch's stages are timed there (``feed.stages``).
+        self.stages = stages
 
     def __reduce__(self):
-        options = (self.epoch, self.seed, self.plan, self.threads, self.on_device, self.channels_last, self.timeout)
-        return (_restore, (list(self), *options))
+        options = dict(
+            epoch=self.epoch, seed=self.seed, plan=self.plan, threads=self.threads, on_device=self.on_device,
+            channels_last=self.channels_last, timeout=self.timeout, stages=self.stages,
+        )  # fmt: skip
+        return (_restore, (list(self), options))
 
 
-def _restore(
-    indices, epoch, seed, plan, threads, on_device, channels_last=False, timeout=READ_TIMEOUT_SECONDS
-) -> BatchRequest:
-    return BatchRequest(
-        indices,
-        epoch=epoch,
-        seed=seed,
-        plan=plan,
-        threads=threads,
-        on_device=on_device,
-        channels_last=channels_last,
-        timeout=timeout,
-    )
+def _restore(indices, options: dict) -> BatchRequest:
+    return BatchRequest(indices, **options)
 
 
 def _sizes(dataset, readers: list, local: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -106,6 +102,12 @@ def _source(dataset, reader, i: int) -> tuple[np.ndarray, bool]:
     return (array[i] if array is not None else reader.images(np.array([i]))[0]), False
 
 
+def _decoded(stage_clock, source: Callable, r: int) -> tuple[np.ndarray, bool]:
+    """``source(r)``, timed as the ``decode`` stage (an encoded store's sample)."""
+    with stage_clock.stage("decode"):
+        return source(r)
+
+
 @dataclass
 class BatchRead:
     """What a dataset hands ``assemble`` for one batch: row ``r`` of the read (the request's samples,
@@ -134,15 +136,22 @@ def assemble(dataset, request: BatchRequest, read: BatchRead) -> SampleBatch:
     never beside the threads copying pixels (box arithmetic holds the GIL: measured, a thread of
     its own for it slowed the pixel threads more than it saved)."""
     n = len(request)
+    stage_clock = clock(request.stages)
     heights, widths = _sizes(dataset, read.readers, read.local)
     fields = getattr(dataset, "fields", None) or {}
-    targets, stored = _read_targets(dataset, fields, read, n) if fields else (None, None)
+    targets = stored = None
+    if fields:
+        with timed(stage_clock, "targets"):
+            targets, stored = _read_targets(dataset, fields, read, n)
     work = _draw(dataset, request, read, heights, widths, targets)
     out = _rows(dataset, request, work, read.buffers, n, heights, widths)
     masks = _mask_rows(fields, read.buffers, n, work.out_size if work is not None else tuple(out.shape[-2:]), work is None)
-    run_chunks(n, request.threads, _sample_work(dataset, read, work, out, masks, stored, heights, widths),
-               request.timeout)  # fmt: skip
-    return _finish(dataset, request, read, work, out, masks, targets, heights, widths)
+    run = _sample_work(dataset, read, work, out, masks, stored, heights, widths, stage_clock)
+    run_chunks(n, request.threads, run, request.timeout)
+    batch = _finish(dataset, request, read, work, out, masks, targets, heights, widths, stage_clock)
+    if stage_clock is not None:
+        stage_clock.flush()
+    return batch
 
 
 def _read_targets(dataset, fields: dict, read: BatchRead, n: int) -> tuple[BatchTargets, list]:
@@ -214,12 +223,16 @@ def _mask_rows(fields: dict, buffers, n: int, hw: tuple[int, int], zeroed: bool)
     return masks
 
 
-def _sample_work(dataset, read: BatchRead, work, out, masks, stored, heights, widths) -> Callable:
+def _sample_work(dataset, read: BatchRead, work, out, masks, stored, heights, widths, stage_clock) -> Callable:
     """What a thread over the batch does to samples ``lo``..``hi``: pixels, then masks (``stored``:
-    each row's as stored)."""
+    each row's as stored); each sample's stages timed on ``stage_clock`` (a profiled loader's)."""
     local = read.local.tolist()
     source = lambda r: _source(dataset, read.readers[r], local[r])  # noqa: E731
+    if stage_clock is not None and dataset.store not in ("pixels", "pixels-hwc"):
+        unclocked = source
+        source = lambda r: _decoded(stage_clock, unclocked, r)  # noqa: E731
     pixels = work.sample_work(out, heights, widths, source) if work is not None else None
+    pixel_stage = "read" if work is None or work.on_device else "augment"  # the device augments its own
 
     def mask(r: int, name: str) -> np.ndarray:
         return decode_mask(stored[r][name], f"sample {read.indices[r]}", (int(heights[r]), int(widths[r])))
@@ -228,25 +241,33 @@ def _sample_work(dataset, read: BatchRead, work, out, masks, stored, heights, wi
         for j in range(lo, hi):
             src, hwc = source(j)
             if pixels is not None:
-                pixels.run(j, src, hwc)  # its geometry, colour and (threads) pixel stage
-            elif hwc:
-                hwc_into_planes(src, out[j, :, : heights[j], : widths[j]])
+                with timed(stage_clock, pixel_stage):
+                    pixels.run(j, src, hwc)  # its geometry, colour and (threads) pixel stage
             else:
-                out[j, :, : heights[j], : widths[j]] = src
-            for name, buffer in masks.items():
-                row = buffer[j].numpy()
-                if work is None:
-                    found = mask(j, name)
-                    row[: found.shape[0], : found.shape[1]] = found
-                else:
-                    work.mask(j, [mask(r, name) for r in (j, *work.extra_rows(j))], row)
+                with timed(stage_clock, "read"):
+                    if hwc:
+                        hwc_into_planes(src, out[j, :, : heights[j], : widths[j]])
+                    else:
+                        out[j, :, : heights[j], : widths[j]] = src
+            if masks:
+                with timed(stage_clock, "masks"):
+                    _masks_of(j)
+
+    def _masks_of(j: int) -> None:
+        for name, buffer in masks.items():
+            row = buffer[j].numpy()
+            if work is None:
+                found = mask(j, name)
+                row[: found.shape[0], : found.shape[1]] = found
+            else:
+                work.mask(j, [mask(r, name) for r in (j, *work.extra_rows(j))], row)
 
     if work is not None and not work.on_device or dataset.store != "pixels" or masks:
         use_one_opencv_thread()  # the threads over the batch are the parallelism
     return run
 
 
-def _finish(dataset, request, read: BatchRead, work, out, masks, targets, heights, widths) -> SampleBatch:
+def _finish(dataset, request, read: BatchRead, work, out, masks, targets, heights, widths, stage_clock) -> SampleBatch:
     """The batch after its threads: its targets through the work's maps and mix, its rows through the
     batch ops and mix (threads path) or its device work (device path), its labels."""
     n = len(request)
@@ -257,7 +278,8 @@ def _finish(dataset, request, read: BatchRead, work, out, masks, targets, height
         hw = [tuple(work.out_size)] * n if work is not None else list(zip(heights[:n].tolist(), widths[:n].tolist()))
         targets.image_hw = hw
         if work is not None:
-            targets.objects = work.mix_targets(work.move(targets.objects, n), masks, n)
+            with timed(stage_clock, "targets"):
+                targets.objects = work.mix_targets(work.move(targets.objects, n), masks, n)
     if work is not None:
         mix = request.plan.mix
         num_classes = (mix.num_classes or len(dataset.classes)) if mix is not None else None
@@ -265,8 +287,9 @@ def _finish(dataset, request, read: BatchRead, work, out, masks, targets, height
         if work.on_device:
             aux = work.device_work(heights[:n], widths[:n])
         else:
-            out = work.finish_rows(out, lambda: read.buffers.get(out.shape),
-                                   lambda size, fn: run_chunks(size, request.threads, fn, request.timeout))  # fmt: skip
+            with timed(stage_clock, "batch_ops"):
+                out = work.finish_rows(out, lambda: read.buffers.get(out.shape),
+                                       lambda size, fn: run_chunks(size, request.threads, fn, request.timeout))  # fmt: skip
     elif dataset.ragged:
         aux = {"sizes": torch.from_numpy(np.stack([heights, widths], axis=1))}
     return SampleBatch(torch.from_numpy(out), torch.from_numpy(labels), aux, targets)

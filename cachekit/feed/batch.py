@@ -12,6 +12,7 @@ from torch.utils.data import default_collate
 from ..errors import UsageError
 from ..store.fields import FieldSpec
 from .batchtargets import BatchTargets
+from .stages import clock
 from .targets import COLLATES, collate_targets, yolo_batch
 
 __all__ = ["SampleBatch", "Collate", "collate_batch", "collate_padded", "pad_collate", "stack_images"]
@@ -159,15 +160,28 @@ class Collate:
     """``make_loader``'s collate: batches read whole pass through already stacked; ``pad`` pads
     per-sample pairs (a ``transform=``) of different sizes; ``targets`` is ``"auto"`` or ``"yolo"``;
     ``fields``: the cache's, so that ``"yolo"`` gives the pose batch of pairs whose targets a
-    transform returned (and says so when it dropped the keypoints)."""
+    transform returned (and says so when it dropped the keypoints). ``stages``: a profiled loader's
+    ``StageLog`` folder, where each call is timed (``feed.stages``)."""
 
-    def __init__(self, *, pad: bool = False, targets: str = "auto", fields: dict | None = None) -> None:
+    def __init__(
+        self, *, pad: bool = False, targets: str = "auto", fields: dict | None = None, stages: str | None = None
+    ) -> None:
         if targets not in COLLATES:
             raise ValueError(f"collate must be one of {', '.join(COLLATES)}, got {targets!r}")
         self.pad, self.targets = pad, targets
         self.fields = fields  # the cache's fields: what a transform's targets should still carry
+        self.stages = stages
 
     def __call__(self, batch: Any) -> Any:
+        stage_clock = clock(self.stages)
+        if stage_clock is None:
+            return self._collate(batch)
+        with stage_clock.stage("collate"):
+            out = self._collate(batch)
+        stage_clock.flush()  # the batch's last stage in a worker process
+        return out
+
+    def _collate(self, batch: Any) -> Any:
         if isinstance(batch, SampleBatch):
             if batch.targets is not None:
                 return _fields_batch(batch, self.targets)

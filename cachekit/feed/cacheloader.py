@@ -18,6 +18,7 @@ from .devicestage import DeviceStage
 from .prefetch import Prefetcher
 from .sampler import ShardAwareDistributedSampler
 from .schedule import AugmentSchedule
+from .stages import StageLog
 from .timeouts import READ_TIMEOUT_SECONDS, ReadTimeout
 from .workers import WorkerBatches, WorkerExited
 
@@ -75,6 +76,7 @@ class CacheLoader(DataLoader):
         pad: bool = False,
         schedule: AugmentSchedule | None = None,
         read_timeout: float = READ_TIMEOUT_SECONDS,
+        stage_log: StageLog | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
@@ -93,6 +95,8 @@ class CacheLoader(DataLoader):
         #: a loop that adds the batches it ran before the resume expects (Lightning's). False: the
         #: batches the next pass will give.
         self.whole_epoch_len = False
+        #: Where the loader's processes time their stages (``make_loader(profile=True)``), else None.
+        self.stage_log = stage_log
 
     @property
     def _index_sampler(self):
@@ -137,6 +141,14 @@ class CacheLoader(DataLoader):
         if self.num_workers == 0:
             return super()._get_iterator()
         return WorkerBatches(self)
+
+    def stage_events(self) -> list[dict]:
+        """The stages its processes and threads ran since the last call, as Chrome trace events on the
+        wall clock (``feed.stages``; ``cachekit.add_stages`` lays them over a torch.profiler trace).
+        Refused in one line unless the loader was made with ``profile=True``."""
+        if self.stage_log is None:
+            raise UsageError("this loader's stages are not timed: make it with make_loader(..., profile=True)")
+        return self.stage_log.events()
 
     def worker_pids(self) -> list[int]:
         """Process ids of this loader's worker processes, once a pass has started them (a

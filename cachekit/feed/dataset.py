@@ -29,6 +29,7 @@ from .cacheopen import checked_shard_path, open_cache
 from .readers import ReaderPool, default_max_open
 from .rows import mosaic_extras, read_rows
 from .samplereads import memo_of, read_each, tensors
+from .stages import clock, timed
 from .storagereads import ShardStorage
 from .targets import check_labels
 
@@ -250,7 +251,9 @@ class CachedDataset(ShardStorage, Dataset):
         extra samples, drawn once, read with it)."""
         extra = mosaic_extras(request, self)
         indices = read_rows(request, extra)
-        with self.borrowed_rows(indices) as (readers, local, labels):
+        with contextlib.ExitStack() as rows:
+            with timed(clock(request.stages), "fetch"):
+                readers, local, labels = rows.enter_context(self.borrowed_rows(indices))
             groups = lambda: self._groups(indices, readers, local)  # noqa: E731 -- read when there are fields
             read = BatchRead(indices, readers, local, labels, groups, self._buffers, extra, self._stats)
             return assemble(self, request, read)

@@ -38,7 +38,7 @@ def make_loader(
     min_visibility: float = DEFAULT_MIN_VISIBILITY, collate: str = "auto", threads: int | None = None,
     channels_last: bool = False, window: int | None = None, partitions: int | None = None,
     multiprocessing_context=None, storage_options: dict | None = None, split: str | None = None,
-    timeout: float | None = None,
+    timeout: float | None = None, profile: bool = False,
 ) -> CacheLoader:  # fmt: skip
     """A DataLoader for ``dataset`` (a CachedDataset, or a cache's path or URL, opened with ``storage_options``;
     ``split``: one split's cache of a folder of split caches) with sampler, reading mode and pinning chosen.
@@ -73,7 +73,8 @@ def make_loader(
       ``multiprocessing_context`` to choose), and end with this process however it ends; one that dies is
       named within a second or so (``WorkerExited``). ``timeout`` (default ``READ_TIMEOUT_SECONDS``, 600): the
       longest a pass waits for one batch, worker processes' handover included, then ``ReadTimeout`` (stuck
-      workers are killed; the next pass starts anew).
+      workers are killed; the next pass starts anew). ``profile``: every stage timed where it runs, for
+      ``cachekit.add_stages`` to lay over a torch.profiler trace (``feed.stages``).
     """
     options = loader_options(
         dataset, batch_size, shuffle=shuffle, workers=workers, pin_memory=pin_memory,
@@ -82,7 +83,7 @@ def make_loader(
         augment_on=augment_on, min_visibility=min_visibility, collate=collate, threads=threads,
         channels_last=channels_last, window=window, partitions=partitions,
         multiprocessing_context=multiprocessing_context, storage_options=storage_options, split=split,
-        timeout=timeout,
+        timeout=timeout, profile=profile,
     )  # fmt: skip
     sampler = _make_sampler(options)
     loader = _construct_loader(options, sampler, _device_stage(options), _mode_text(options))
@@ -121,8 +122,9 @@ def _device_stage(options: LoaderOptions) -> DeviceStage:
         dataset = options.dataset
         mean, std = getattr(dataset, "normalization", None) or (dataset.manifest.mean, dataset.manifest.std)
     return DeviceStage(
-        options.device, dtype=options.dtype, mean=mean, std=std, channels_last=options.channels_last
-    )
+        options.device, dtype=options.dtype, mean=mean, std=std, channels_last=options.channels_last,
+        stages=options.stages.folder if options.stages else None,
+    )  # fmt: skip
 
 
 def _mode_text(options: LoaderOptions) -> str:
@@ -154,6 +156,7 @@ def _request_options(options: LoaderOptions) -> dict | None:
         "on_device_for": options.checks.on_device,
         "channels_last": options.channels_last,
         "timeout": options.timeout,
+        "stages": options.stages.folder if options.stages else None,
     }
 
 
@@ -182,6 +185,7 @@ def _construct_loader(
         pad=o.pad,
         schedule=o.schedule,
         read_timeout=o.timeout,
+        stage_log=o.stages,
         **extra,
     )
     if len(loader) == 0:

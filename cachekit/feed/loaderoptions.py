@@ -30,6 +30,7 @@ from .loaderchecks import (
 )
 from .order import default_window, node_partitions
 from .schedule import AugmentSchedule
+from .stages import StageLog
 from .targets import check_yolo_collate
 from .workers import check_not_rerun, worker_context
 
@@ -102,12 +103,13 @@ class LoaderOptions:
     plan: Plan | None  #: the first epoch's plan
     on_device: bool  #: the first epoch's plan runs on ``device``
     checks: PlanCheck  #: every later plan's check, and where it runs
+    stages: StageLog | None  #: where the loader's processes time their stages (``profile=True``)
 
 
 def loader_options(
     dataset, batch_size: int, *, shuffle, workers, pin_memory, prefetch_factor, distributed, drop_last, seed,
     device, dtype, normalize, prefetch_thread, pad, augment, augment_on, min_visibility, collate, threads,
-    channels_last, window, partitions, multiprocessing_context, storage_options, split, timeout,
+    channels_last, window, partitions, multiprocessing_context, storage_options, split, timeout, profile=False,
 ) -> LoaderOptions:  # fmt: skip
     """``make_loader``'s arguments checked (one line each, before anything starts) and resolved."""
     check_counts(
@@ -123,7 +125,8 @@ def loader_options(
     checks = PlanCheck(dataset, batch_size, pad=pad, augment_on=augment_on, device=device)
     schedule = _schedule(dataset, augment, min_visibility, checks)
     plan = schedule.upcoming(0) if schedule is not None else None  # the first epoch's: sizes workers
-    collate_fn = Collate(pad=pad, targets=collate, fields=getattr(dataset, "fields", None))
+    if not isinstance(profile, bool):
+        raise TypeError(f"profile must be True or False, got {profile!r}")
     if collate == "yolo":
         check_yolo_collate(getattr(dataset, "fields", {}))
     seed_chosen = seed is None
@@ -139,6 +142,10 @@ def loader_options(
         pin_memory = torch.cuda.is_available() and (device is None or device.type == "cuda")
     processes = local_world_size() * max(1, workers)
     window = _window(dataset, window, batch_size, processes, world, partitions)
+    stages = StageLog() if profile else None  # last: nothing refused after its folder is made
+    collate_fn = Collate(
+        pad=pad, targets=collate, fields=getattr(dataset, "fields", None), stages=stages.folder if stages else None
+    )
     return LoaderOptions(
         dataset=dataset, batch_size=batch_size, shuffle=shuffle, drop_last=drop_last,
         prefetch_factor=prefetch_factor, distributed=distributed, world=world, rank=rank, seed=seed,
@@ -146,7 +153,7 @@ def loader_options(
         prefetch_thread=prefetch_thread, pin_memory=pin_memory, window=window, partitions=partitions,
         processes=processes, timeout=timeout, device=device, dtype=dtype, normalize=normalize,
         channels_last=channels_last, pad=pad, collate_fn=collate_fn, readable=schedule is not None,
-        schedule=schedule, plan=plan, on_device=on_device, checks=checks,
+        schedule=schedule, plan=plan, on_device=on_device, checks=checks, stages=stages,
     )  # fmt: skip
 
 

@@ -32,6 +32,7 @@ from .buffers import BufferPool
 from .mixorder import MixedOrder, Source, shares
 from .order import default_window
 from .rows import mosaic_extras, read_rows
+from .stages import clock, timed
 
 __all__ = ["MAX_SAMPLES_PER_EPOCH", "MixedDataset", "mix"]
 
@@ -237,14 +238,15 @@ class MixedDataset(Dataset):
         local = np.empty(len(idx), dtype=np.int64)
         labels = np.empty(len(idx), dtype=np.int64)
         with contextlib.ExitStack() as stack:
-            for i in np.unique(which).tolist():
-                pos = np.flatnonzero(which == i)
-                rows = idx[pos] - self.starts[i]
-                got, got_local, got_labels = stack.enter_context(self.sources[i].borrowed_rows(rows))
-                for j, reader in zip(pos.tolist(), got):
-                    readers[j] = reader
-                local[pos] = got_local
-                labels[pos] = np.where(got_labels >= 0, got_labels + self.class_offsets[i], got_labels)
+            with timed(clock(request.stages), "fetch"):
+                for i in np.unique(which).tolist():
+                    pos = np.flatnonzero(which == i)
+                    rows = idx[pos] - self.starts[i]
+                    got, got_local, got_labels = stack.enter_context(self.sources[i].borrowed_rows(rows))
+                    for j, reader in zip(pos.tolist(), got):
+                        readers[j] = reader
+                    local[pos] = got_local
+                    labels[pos] = np.where(got_labels >= 0, got_labels + self.class_offsets[i], got_labels)
             read = BatchRead(indices, readers, local, labels, list, self._buffers, extra, lambda: self.normalization)
             return assemble(self, request, read)
 

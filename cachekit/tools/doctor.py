@@ -37,6 +37,7 @@ from .counters import ProcessCounters, child_pids
 from .doctorloop import WARMUP, GpuSampler, StepTimes, time_steps
 from .doctorplot import plot_report
 from .report import human_bytes
+from .trace import TraceProbe, check_trace_path
 
 __all__ = ["DoctorReport", "STEP_KINDS", "diagnose", "load_model", "simulated_step", "child_pids"]
 
@@ -73,6 +74,10 @@ class DoctorReport:
     gpu_trace: list[tuple[float, float]] | None = None
     #: Batches in one pass over the loader (a new pass starts its reads anew).
     epoch_batches: int = 0
+    #: With a trace: each loader stage's own seconds over the timed steps, the costliest first.
+    stages: dict[str, float] | None = None
+    #: The profiler trace written (``trace=``), or None.
+    trace: str | None = None
 
     @property
     def stall(self) -> float:
@@ -114,6 +119,8 @@ class DoctorReport:
             "batch_bytes": self.batch_bytes,
             "gpu": self.gpu,
             "recommendations": self.recommendations,
+            "stages": self.stages,
+            "trace": self.trace,
             "timeline": {
                 "start_s": self.start_s,
                 "wait_s": self.wait_s,
@@ -155,9 +162,22 @@ class DoctorReport:
                 f"gpu:         {self.gpu['utilisation_percent']:.0f}% busy, "
                 f"{self.gpu['memory_used_bytes'] / 1e9:.1f} GB used"
             )
+        if self.stages:
+            total = sum(self.stages.values()) or 1.0
+            costliest = next(iter(self.stages))
+            lines.append(
+                "stages:      " + ", ".join(f"{k} {_seconds(v)} ({v / total:.0%})" for k, v in self.stages.items())
+                + f" of the loader's time in all its threads and processes; the most: {costliest}"
+            )
+        if self.trace:
+            lines.append(f"trace:       {self.trace} (Chrome's trace viewer, Perfetto or TensorBoard opens it)")
         lines.append("advice:")
         lines += [f"  - {r}" for r in self.recommendations]
         return "\n".join(lines)
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.2f} s" if value >= 1 else f"{value * 1e3:.1f} ms"
 
 
 def load_model(spec: str) -> Callable[[], torch.nn.Module]:
@@ -287,6 +307,7 @@ def diagnose(
     storage_options: dict | None = None,
     augment: list | str | None = None,
     plot: str | os.PathLike | None = None,
+    trace: str | os.PathLike | None = None,
 ) -> DoctorReport:
     """Run ``steps`` training steps on the cache's loader and report where the time went.
 
@@ -296,9 +317,13 @@ def diagnose(
     the training run's ``cachekit.transforms`` (a list, or a spec such as ``"RandomResizedCrop(224),
     RandomHorizontalFlip()"``), so that the loader timed does the work training asks of it.
     ``plot``: a PNG to draw the timed steps into (``DoctorReport.plot``), checked before the run.
+    ``trace``: a Chrome trace file to write, the timed steps run under ``torch.profiler`` with the
+    loader's stages in it (``tools.trace``); ``DoctorReport.stages`` then says what each cost.
     """
     if plot is not None:
         check_outputs(None, os.fspath(plot))  # matplotlib there and the file writable, before any work
+    if trace is not None:
+        trace = check_trace_path(trace)
     augment = _augment_of(augment)
     if model is not None and step_ms is not None:
         raise UsageError("give a simulated step time (--step-ms) or a model (--model), not both")
@@ -312,12 +337,14 @@ def diagnose(
     if model is None:  # a bad simulated step is refused before the loader starts
         step, described, step_kind = _step_for(None, step_ms, step_kind, target)
     loader = _loader_for(
-        dataset, batch_size, augment, workers=workers, pin_memory=pin_memory, prefetch_factor=prefetch_factor
-    )
+        dataset, batch_size, augment, workers=workers, pin_memory=pin_memory, prefetch_factor=prefetch_factor,
+        profile=trace is not None,
+    )  # fmt: skip
     if model is not None:
         step, described, step_kind = _step_for(model, step_ms, step_kind, target)
     gpu = GpuSampler(target.index or 0) if target.type == "cuda" else None
-    timed = time_steps(loader, step, steps, probes=[gpu] if gpu else [])
+    tracer = TraceProbe(loader, trace) if trace is not None else None
+    timed = time_steps(loader, step, steps, probes=[p for p in (gpu, tracer) if p is not None])
     used, manifest = list(timed.used.values()), dataset.manifest
     report = DoctorReport(
         cache=dataset.url or str(dataset.root),
@@ -340,6 +367,8 @@ def diagnose(
         gpu=gpu.result() if gpu else None,
         gpu_trace=gpu.trace if gpu else None,
         epoch_batches=len(loader),
+        stages=tracer.stages if tracer else None,
+        trace=trace,
     )
     report.recommendations = advise(report, dataset, cuda, augment=augment)
     if plot is not None:
