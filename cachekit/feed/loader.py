@@ -21,7 +21,6 @@ from .devicestage import DeviceStage
 from .loaderchecks import resolve_seed
 from .loaderoptions import LoaderOptions, loader_options, suggest_num_workers, suggest_threads
 from .sampler import ShardAwareDistributedSampler
-from .sharesampler import ShareSampler
 from .workers import worker_init
 
 __all__ = ["CacheLoader", "make_loader", "suggest_num_workers", "suggest_threads", "resolve_seed"]
@@ -92,11 +91,11 @@ def make_loader(
 
 
 def _make_sampler(options: LoaderOptions) -> ShardAwareDistributedSampler:
-    """The loader's sampler over this rank's share (a ``ShareSampler``: trainers that shard a loader
-    see it is sharded already), refused where a batch over its blocks would pin more shards than the
+    """The loader's sampler over this rank's share (a ``DistributedSampler``: trainers that shard a
+    loader see it is sharded already), refused where a batch over its blocks would pin more shards than the
     node cache holds (a cache on object storage)."""
     o, dataset = options, options.dataset
-    sampler = ShareSampler(
+    sampler = ShardAwareDistributedSampler(
         dataset,
         num_replicas=o.world,
         rank=o.rank,

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 
 import numpy as np
 import torch.distributed as dist
-from torch.utils.data import Sampler
+from torch.utils.data import DistributedSampler
 
 from ..constants import MAX_EPOCH
 from ..cpus import local_world_size
@@ -51,8 +51,11 @@ from .sharepages import PAGE, PagedShare
 __all__ = ["ShardAwareDistributedSampler", "epoch_order", "default_window"]
 
 
-class ShardAwareDistributedSampler(Sampler[int]):
-    """Like ``torch.utils.data.DistributedSampler``, for a dataset with ``shard_offsets``.
+class ShardAwareDistributedSampler(DistributedSampler):
+    """Like ``torch.utils.data.DistributedSampler``, for a dataset with ``shard_offsets``; one too (every
+    method its own, torch's constructor never run), so trainers that put a ``DistributedSampler`` in
+    front of a loader's sampler unless it is one (Lightning's ``Trainer`` and ``Fabric``: each rank
+    of 2 read 10 of its 20 samples) leave it as it is, and their ``set_epoch`` reaches it.
 
     Every rank yields the same number of indices; together they cover the dataset, padded by
     repeating the start of the order when it does not divide evenly (as torch does), or truncated

@@ -5,7 +5,7 @@ group is up, so each rank reads its own equal share. Three things Lightning does
 met here, not left to the user:
 
 - **Sampler injection.** Under DDP, Lightning puts a ``DistributedSampler`` in front of a loader's
-  sampler unless it is one; ``make_loader``'s sampler is one (``feed.sharesampler``), so the loader is
+  sampler unless it is one; ``make_loader``'s sampler is one (``feed.sampler``), so the loader is
   left as it is: no second sharding, and Lightning's ``set_epoch`` reaches the sampler each epoch.
 - **The loader's state in a checkpoint.** Lightning saves a stateful training loader's
   ``state_dict()`` with the loops and loads it into the new loader on resume; a checkpoint saved

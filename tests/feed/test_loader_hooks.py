@@ -7,19 +7,18 @@ import torch
 from torch.utils.data import DistributedSampler
 
 from cachekit import CachedDataset, ShardAwareDistributedSampler, make_loader
-from cachekit.feed.sharesampler import ShareSampler
 
 
 def test_the_loader_s_sampler_is_a_distributed_sampler_of_its_own(small_cache):
     loader = make_loader(small_cache, batch_size=4, seed=1)
     sampler = loader.sampler
-    assert isinstance(sampler, ShareSampler) and isinstance(sampler, DistributedSampler)
-    assert isinstance(sampler, ShardAwareDistributedSampler)
+    assert isinstance(sampler, ShardAwareDistributedSampler) and isinstance(sampler, DistributedSampler)
     assert type(sampler).set_epoch is ShardAwareDistributedSampler.set_epoch  # nothing of torch's runs
     assert type(sampler).__iter__ is ShardAwareDistributedSampler.__iter__
     assert (sampler.num_replicas, sampler.rank, sampler.shuffle, sampler.epoch) == (1, 0, True, 0)
     plain = ShardAwareDistributedSampler(CachedDataset(small_cache), seed=1)
-    assert list(sampler) == list(plain)  # the same order as the sampler it is
+    assert isinstance(plain, DistributedSampler)  # one a user makes for a plain DataLoader too
+    assert list(sampler) == list(plain)  # the same order
 
 
 def test_a_resumed_epoch_can_count_its_whole_length(small_cache):
