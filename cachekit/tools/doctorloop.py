@@ -31,6 +31,10 @@ GPU_EVERY_S = 0.1
 class Probe(Protocol):
     """Something that watches the timed steps (all times are ``time.perf_counter()`` seconds)."""
 
+    def prepare(self) -> None:
+        """Get ready, between the last warm-up step and the first timed one (what takes time to
+        start, a profiler, starts here: no step counts it)."""
+
     def begin(self, origin: float) -> None:
         """The timed steps start now, at ``origin``."""
 
@@ -70,6 +74,8 @@ def time_steps(
     before: dict[int, ProcessCounters] = {}
     thread_before = counted_from = 0.0
     done = 0
+    if warmup == 0:
+        _prepare(probes)
     while done < steps + warmup:
         t0 = time.perf_counter()
         for images, labels, *_ in loader:  # padded batches also give their samples' sizes
@@ -92,6 +98,8 @@ def time_steps(
             done += 1
             if done >= steps + warmup:
                 break
+            if done == warmup:
+                _prepare(probes)
             t0 = time.perf_counter()
     for probe in probes:
         probe.end()
@@ -100,6 +108,11 @@ def time_steps(
     times.main_thread_cpu_s = time.thread_time() - thread_before
     times.used = {pid: process_counters(pid) - was for pid, was in before.items()}
     return times
+
+
+def _prepare(probes: list) -> None:
+    for probe in probes:
+        probe.prepare()
 
 
 class GpuSampler:
@@ -120,6 +133,9 @@ class GpuSampler:
             self._nvml = pynvml
         except Exception:
             self._nvml = None
+
+    def prepare(self) -> None:
+        pass  # NVML was opened when made
 
     def begin(self, origin: float) -> None:
         if self._nvml is None or self._thread is not None:

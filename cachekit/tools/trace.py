@@ -18,6 +18,7 @@ import gzip
 import json
 import os
 import socket
+import tempfile
 import threading
 import time
 from collections import defaultdict
@@ -73,31 +74,42 @@ def _span_us(events: list[dict]) -> tuple[float, float] | None:
     return min(e["ts"] for e in timed), max(e["ts"] + float(e.get("dur", 0)) for e in timed)
 
 
-def add_stages(trace: str | os.PathLike, loader_or_events, *, window: bool = True) -> int:
+def add_stages(
+    trace: str | os.PathLike, loader_or_events, *, window: bool = True, before: float = 0.0
+) -> int:
     """Write a profiled loader's stage events into the Chrome trace file ``trace`` (as torch.profiler's
     ``export_chrome_trace`` wrote it; ``.gz`` too). ``loader_or_events``: a loader made with
     ``profile=True`` (its events since the last call are taken) or events it gave. ``window``: only
-    the events that overlap the trace's own span (what the profiler saw). Returns how many were added."""
+    the events that overlap the trace's own span, widened at its start by ``before`` times its length
+    (the reads ahead of its first steps). Returns how many stage events were added."""
     path = os.fspath(trace)
     data = _read_trace(path)
     events = _events_of(loader_or_events)
     base_us = float(data.get("baseTimeNanoseconds", 0)) / 1e3
     span = _span_us(data["traceEvents"]) if window else None
-    me = os.getpid()
-    added, pids = [], set()
+    if span is not None:
+        span = (span[0] - before * (span[1] - span[0]), span[1])
+    timed_events, rows = [], set()
     for event in events:
-        moved = dict(event)
-        if "ts" in moved:
-            moved["ts"] = event["ts"] - base_us
-            if span is not None and (moved["ts"] > span[1] or moved["ts"] + moved["dur"] < span[0]):
-                continue
-            pids.add(moved["pid"])
-        added.append(moved)
-    names = [e for e in added if e["ph"] == "M"]
-    timed_events = [e for e in added if e["ph"] == "X"]
-    named = [e for e in names if e["pid"] in pids]
-    for pid in sorted(pids - {me}):
-        named.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": f"cachekit worker {pid}"}})
+        if event.get("ph") != "X":
+            continue
+        moved = dict(event, ts=event["ts"] - base_us)
+        if span is not None and (moved["ts"] > span[1] or moved["ts"] + moved["dur"] < span[0]):
+            continue
+        rows.add((moved["pid"], moved["tid"]))
+        timed_events.append(moved)
+    named = [e for e in events if e.get("ph") == "M" and (e["pid"], e["tid"]) in rows]
+    me = os.getpid()
+    for pid in sorted({pid for pid, _ in rows} - {me}):
+        named.append(
+            {
+                "ph": "M",
+                "name": "process_name",
+                "pid": pid,
+                "tid": 0,
+                "args": {"name": f"cachekit worker {pid}"},
+            }
+        )
     data["traceEvents"].extend(named + timed_events)
     _write_trace(path, data)
     return len(timed_events)
@@ -117,33 +129,40 @@ def stage_times(events: Iterable[dict]) -> dict[str, float]:
         for event in row:
             while open_ and open_[-1]["ts"] + open_[-1]["dur"] <= event["ts"]:
                 open_.pop()
-            name = event["name"][len(PREFIX):]
+            name = event["name"][len(PREFIX) :]
             own[name] += event["dur"] / 1e6
             if open_:
-                own[open_[-1]["name"][len(PREFIX):]] -= event["dur"] / 1e6
+                own[open_[-1]["name"][len(PREFIX) :]] -= event["dur"] / 1e6
             open_.append(event)
     return dict(sorted(((k, max(0.0, v)) for k, v in own.items()), key=lambda kv: -kv[1]))
 
 
 def check_trace_path(path: str | os.PathLike, flag: str = "--trace") -> str:
-    """``path`` if a trace can be written there, else one line (before any work)."""
+    """``path`` if a trace can be written there (a file is made there and removed, so that what the
+    permissions do not say, a read-only or special file system, is found too), else one line,
+    before any work."""
     target = os.fspath(path)
+    if not target or target.endswith(os.sep) or os.path.isdir(target):
+        raise UsageError(f"{flag} {target!r}: give a file name (a folder is not one)")
     folder = os.path.dirname(os.path.abspath(target))
     if not os.path.isdir(folder):
         raise UsageError(f"{flag} {target}: its folder does not exist")
-    if os.path.isdir(target):
-        raise UsageError(f"{flag} {target}: is a folder; give a file name")
-    if not os.access(folder, os.W_OK) or (os.path.exists(target) and not os.access(target, os.W_OK)):
-        raise UsageError(f"{flag} {target}: not writable")
+    try:
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".cachekit-trace-"):
+            pass
+        if os.path.exists(target) and not os.access(target, os.W_OK):
+            raise PermissionError(errno.EACCES, "not writable")
+    except OSError as exc:
+        raise UsageError(f"{flag} {target}: not writable ({exc.strerror or exc})") from None
     return target
 
 
 def trace_handler(loader, dir_name: str | os.PathLike, worker_name: str | None = None) -> Callable:
     """An ``on_trace_ready`` for ``torch.profiler.profile``: what ``tensorboard_trace_handler(dir_name)``
     writes (``{worker_name}.{ms}.pt.trace.json``, which TensorBoard's profiler reads), with the
-    stages ``loader`` (made with ``profile=True``) ran since the previous trace added to it: the
-    reads ahead that made the profiled steps' batches ran before those steps, in the steps the
-    schedule waited or warmed up in, and are shown where they ran."""
+    stages of ``loader`` (made with ``profile=True``) added to it: those of the profiled steps, and
+    those that ran in as long again before them (the reads ahead that made their batches ran in the
+    steps the schedule waited or warmed up in), where they ran."""
     folder = os.fspath(dir_name)
     name = worker_name or f"{socket.gethostname()}_{os.getpid()}"
 
@@ -151,7 +170,7 @@ def trace_handler(loader, dir_name: str | os.PathLike, worker_name: str | None =
         os.makedirs(folder, exist_ok=True)
         path = os.path.join(folder, f"{name}.{time.time_ns() // 1_000_000}.pt.trace.json")
         prof.export_chrome_trace(path)
-        add_stages(path, loader, window=False)
+        add_stages(path, loader, before=1.0)
 
     return handle
 
@@ -159,7 +178,10 @@ def trace_handler(loader, dir_name: str | os.PathLike, worker_name: str | None =
 class TraceProbe:
     """``doctor``'s profiler: the timed steps under ``torch.profiler`` (CPU, and CUDA where there is
     one), each step's wait and compute as ranges of their own, the loader's stages added, the trace
-    written to ``path``; ``stages`` then holds ``stage_times`` of the timed steps."""
+    written to ``path``; ``stages`` then holds ``stage_times`` of the timed steps.
+
+    The profiler starts in ``prepare``, between the last warm-up step and the first timed one: its
+    start takes a second or two, which no timed step may count."""
 
     def __init__(self, loader, path: str) -> None:
         self.loader, self.path = loader, path
@@ -169,15 +191,16 @@ class TraceProbe:
         self._wall_minus_perf = 0.0
         self._window_us = [0.0, 0.0]
 
-    def begin(self, origin: float) -> None:
-        self.loader.stage_events()  # the warm-up's: not the timed steps'
+    def prepare(self) -> None:
         activities = [torch.profiler.ProfilerActivity.CPU]
         if torch.cuda.is_available():
             activities.append(torch.profiler.ProfilerActivity.CUDA)
         self._profiler = torch.profiler.profile(activities=activities)
         self._profiler.__enter__()
+
+    def begin(self, origin: float) -> None:
         self._wall_minus_perf = time.time() - time.perf_counter()
-        self._window_us = [time.time() * 1e6, float("inf")]
+        self._window_us = [(origin + self._wall_minus_perf) * 1e6, float("inf")]  # not the warm-up's
 
     def step(self, index: int, start: float, got: float, done: float) -> None:
         for name, lo, hi in (("wait for data", start, got), ("step", got, done)):
@@ -194,6 +217,6 @@ class TraceProbe:
         events = [e for e in self.loader.stage_events() if e["ph"] == "M" or lo <= e["ts"] <= hi]
         self.stages = stage_times(e for e in events if e.get("name", "").removeprefix(PREFIX) in STAGES)
         self._profiler.export_chrome_trace(self.path)
+        if not os.path.isfile(self.path):  # torch's export says nothing when it cannot write
+            raise CachekitError(f"cannot write {self.path}: torch.profiler wrote no trace there")
         add_stages(self.path, events + self._steps, window=False)
-
-
